@@ -1,0 +1,1 @@
+//! cads-client: connections to CMIs, routing, multi-key splitting, retries and the lease and session calls (issue: the client library). Not built yet; the crate exists so that the dependency direction of `DESIGN.md` §2 holds from the start.

@@ -1,0 +1,1 @@
+//! cads-coord: the coordinator (session-id ranges, configurations, fragment and range leases). Not built yet; the crate exists so that the dependency direction of `DESIGN.md` §2 holds from the start.

@@ -1,0 +1,22 @@
+//! cads-protocol: the language a CMI and its clients share.
+//!
+//! - [`resp`]: RESP2 framing with hard limits (requests, replies, both directions).
+//! - [`Command`]: the typed command set, parsed from and turned back into request arguments.
+//! - [`Reply`] and [`ErrorReply`]: typed replies with stable error words.
+//! - [`spec`]: the command table (arity, flags, key positions).
+//! - [`fragment`]: the key-to-fragment function Gemini configurations are built on.
+//!
+//! The crate does no I/O. `docs/PROTOCOL.md` is the reference for the lease and session commands.
+
+pub mod command;
+pub mod fragment;
+pub mod reply;
+pub mod resp;
+pub mod spec;
+
+pub use command::{
+    parse_i64, Args, ClientSub, Command, CommandSub, ConfigSub, ExpireCondition, MarkOp, SessionId,
+    SetCondition, SetExpiry, TimeUnit,
+};
+pub use reply::{ErrorKind, ErrorReply, Reply};
+pub use resp::{Limits, Parsed, ProtocolError};

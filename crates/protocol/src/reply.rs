@@ -1,0 +1,196 @@
+//! Replies: what a CMI answers, typed, shared by the server (which encodes them) and the client
+//! (which decodes them).
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// The first word of an error reply. It is stable: clients match on it, so a kind, once published
+/// in `docs/PROTOCOL.md`, keeps its spelling.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Generic error, as Redis uses it (bad arguments, unknown command, protocol errors).
+    Err,
+    /// The session was aborted (wounded, expired, or it asked for a conflicting lease); roll back and
+    /// retry the whole session.
+    Abort,
+    /// Back off and retry the same command: another session holds a lease that blocks this one.
+    Retry,
+    /// The value does not fit: memory or the pinned-memory cap is full of entries that cannot be evicted.
+    NotStored,
+    /// The command belongs to another policy mode than the one this CMI was started in.
+    NotAvailable,
+    /// A plain (lease-unaware) write touched a key that a session holds a lease on.
+    Leased,
+    /// Authentication is required.
+    NoAuth,
+    /// AUTH failed.
+    WrongPass,
+    /// HELLO asked for a protocol version the server does not speak.
+    NoProto,
+    /// Any other first word, kept as received.
+    Other(Box<str>),
+}
+
+impl ErrorKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ErrorKind::Err => "ERR",
+            ErrorKind::Abort => "ABORT",
+            ErrorKind::Retry => "RETRY",
+            ErrorKind::NotStored => "NOTSTORED",
+            ErrorKind::NotAvailable => "NOTAVAILABLE",
+            ErrorKind::Leased => "LEASED",
+            ErrorKind::NoAuth => "NOAUTH",
+            ErrorKind::WrongPass => "WRONGPASS",
+            ErrorKind::NoProto => "NOPROTO",
+            ErrorKind::Other(s) => s,
+        }
+    }
+
+    pub fn from_word(word: &str) -> ErrorKind {
+        match word {
+            "ERR" => ErrorKind::Err,
+            "ABORT" => ErrorKind::Abort,
+            "RETRY" => ErrorKind::Retry,
+            "NOTSTORED" => ErrorKind::NotStored,
+            "NOTAVAILABLE" => ErrorKind::NotAvailable,
+            "LEASED" => ErrorKind::Leased,
+            "NOAUTH" => ErrorKind::NoAuth,
+            "WRONGPASS" => ErrorKind::WrongPass,
+            "NOPROTO" => ErrorKind::NoProto,
+            other => ErrorKind::Other(other.into()),
+        }
+    }
+}
+
+/// An error reply: `-<KIND> <message>\r\n` on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorReply {
+    pub kind: ErrorKind,
+    pub message: Cow<'static, str>,
+}
+
+impl ErrorReply {
+    pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+        ErrorReply {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn err(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::Err, message)
+    }
+
+    pub fn syntax() -> Self {
+        Self::err("syntax error")
+    }
+
+    pub fn not_integer() -> Self {
+        Self::err("value is not an integer or out of range")
+    }
+
+    pub fn wrong_arity(command: &str) -> Self {
+        Self::err(format!("wrong number of arguments for '{command}' command"))
+    }
+
+    pub fn abort() -> Self {
+        Self::new(ErrorKind::Abort, "session aborted")
+    }
+
+    pub fn retry() -> Self {
+        Self::new(
+            ErrorKind::Retry,
+            "key is leased by another session, back off and retry",
+        )
+    }
+
+    pub fn not_stored() -> Self {
+        Self::new(ErrorKind::NotStored, "out of memory for this value")
+    }
+
+    pub fn not_available(mode: &str) -> Self {
+        Self::new(
+            ErrorKind::NotAvailable,
+            format!("command not available in {mode} mode"),
+        )
+    }
+
+    pub fn leased() -> Self {
+        Self::new(ErrorKind::Leased, "key is leased by a session")
+    }
+}
+
+impl fmt::Display for ErrorReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            f.write_str(self.kind.as_str())
+        } else {
+            write!(f, "{} {}", self.kind.as_str(), self.message)
+        }
+    }
+}
+
+impl std::error::Error for ErrorReply {}
+
+/// A RESP2 reply. Borrowed variants let the server answer a GET straight from the stored value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply<'a> {
+    /// `+text`
+    Status(Cow<'a, str>),
+    /// `-KIND message`
+    Error(ErrorReply),
+    /// `:n`
+    Int(i64),
+    /// `$len bytes`
+    Bulk(Cow<'a, [u8]>),
+    /// `$-1`
+    Nil,
+    /// `*n ...`
+    Array(Vec<Reply<'a>>),
+    /// `*-1`
+    NilArray,
+}
+
+impl<'a> Reply<'a> {
+    pub const OK: Reply<'static> = Reply::Status(Cow::Borrowed("OK"));
+
+    pub fn status(s: &'static str) -> Reply<'static> {
+        Reply::Status(Cow::Borrowed(s))
+    }
+
+    pub fn bulk(bytes: &'a [u8]) -> Reply<'a> {
+        Reply::Bulk(Cow::Borrowed(bytes))
+    }
+
+    pub fn owned_bulk(bytes: Vec<u8>) -> Reply<'static> {
+        Reply::Bulk(Cow::Owned(bytes))
+    }
+
+    pub fn bulk_or_nil(bytes: Option<&'a [u8]>) -> Reply<'a> {
+        bytes.map_or(Reply::Nil, Reply::bulk)
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// Detaches the reply from whatever it borrowed.
+    pub fn into_owned(self) -> Reply<'static> {
+        match self {
+            Reply::Status(s) => Reply::Status(Cow::Owned(s.into_owned())),
+            Reply::Error(e) => Reply::Error(e),
+            Reply::Int(n) => Reply::Int(n),
+            Reply::Bulk(b) => Reply::Bulk(Cow::Owned(b.into_owned())),
+            Reply::Nil => Reply::Nil,
+            Reply::Array(items) => Reply::Array(items.into_iter().map(Reply::into_owned).collect()),
+            Reply::NilArray => Reply::NilArray,
+        }
+    }
+}
+
+impl From<ErrorReply> for Reply<'_> {
+    fn from(e: ErrorReply) -> Self {
+        Reply::Error(e)
+    }
+}

@@ -1,0 +1,599 @@
+//! RESP2 framing: requests as the server parses them (multibulk and inline, with hard limits),
+//! replies as the server writes them and the client reads them, and requests as the client writes them.
+//!
+//! The request parser never allocates for the common multibulk form: it reports argument ranges into
+//! the caller's buffer, so a CMI can run a command straight out of its read buffer.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use crate::reply::{ErrorKind, ErrorReply, Reply};
+
+/// Hard limits on what a request may contain. Anything beyond them is a protocol error: the server
+/// answers it and closes the connection, as Redis does.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest bulk string (one argument), in bytes.
+    pub max_bulk: usize,
+    /// Most arguments in one request, command name included.
+    pub max_args: usize,
+    /// Longest inline (telnet-style) request line, in bytes.
+    pub max_inline: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bulk: 64 * 1024 * 1024,
+            max_args: 1024 * 1024,
+            max_inline: 64 * 1024,
+        }
+    }
+}
+
+/// A malformed request. The text follows Redis's so that tools that print it read the same.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Protocol error: {0}")]
+pub struct ProtocolError(pub Cow<'static, str>);
+
+impl ProtocolError {
+    pub fn to_reply(&self) -> ErrorReply {
+        ErrorReply::new(ErrorKind::Err, self.to_string())
+    }
+}
+
+/// What `parse_request` found at the front of the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A multibulk request whose arguments are `args` (ranges into the buffer); `consumed` bytes.
+    Request { consumed: usize },
+    /// An inline request; its arguments are decoded (quotes and escapes) and owned.
+    Inline { consumed: usize, args: Vec<Vec<u8>> },
+    /// An empty request (`*0`, `*-1` or a blank line) that produces no reply.
+    Empty { consumed: usize },
+    /// More bytes are needed; parsing again is pointless before the buffer holds `needed` bytes.
+    Incomplete { needed: usize },
+}
+
+/// Longest `*<n>` or `$<n>` header line we accept (Redis uses the same bound).
+const MAX_HEADER_LINE: usize = 64 * 1024;
+
+/// Parses one request from the front of `buf`. For a multibulk request the argument ranges are
+/// written to `args` (cleared first).
+pub fn parse_request(
+    buf: &[u8],
+    limits: &Limits,
+    args: &mut Vec<Range<usize>>,
+) -> Result<Parsed, ProtocolError> {
+    args.clear();
+    match buf.first() {
+        None => Ok(Parsed::Incomplete { needed: 1 }),
+        Some(b'*') => parse_multibulk(buf, limits, args),
+        Some(_) => parse_inline(buf, limits),
+    }
+}
+
+fn parse_multibulk(
+    buf: &[u8],
+    limits: &Limits,
+    args: &mut Vec<Range<usize>>,
+) -> Result<Parsed, ProtocolError> {
+    let Some((count, mut pos)) = header_line(buf, 1)? else {
+        if buf.len() > MAX_HEADER_LINE {
+            return Err(ProtocolError("too big mbulk count string".into()));
+        }
+        return Ok(Parsed::Incomplete {
+            needed: buf.len() + 1,
+        });
+    };
+    let count = parse_header_int(count).ok_or(ProtocolError("invalid multibulk length".into()))?;
+    if count <= 0 {
+        return Ok(Parsed::Empty { consumed: pos });
+    }
+    if count as u64 > limits.max_args as u64 {
+        return Err(ProtocolError("invalid multibulk length".into()));
+    }
+    let count = count as usize;
+    for _ in 0..count {
+        match buf.get(pos) {
+            None => return Ok(Parsed::Incomplete { needed: pos + 1 }),
+            Some(b'$') => {}
+            Some(&other) => {
+                return Err(ProtocolError(
+                    format!("expected '$', got '{}'", other as char).into(),
+                ))
+            }
+        }
+        let Some((len, next)) = header_line(buf, pos + 1)? else {
+            if buf.len() - pos > MAX_HEADER_LINE {
+                return Err(ProtocolError("too big bulk count string".into()));
+            }
+            return Ok(Parsed::Incomplete {
+                needed: buf.len() + 1,
+            });
+        };
+        let len = parse_header_int(len).ok_or(ProtocolError("invalid bulk length".into()))?;
+        if len < 0 || len as u64 > limits.max_bulk as u64 {
+            return Err(ProtocolError("invalid bulk length".into()));
+        }
+        let len = len as usize;
+        let end = next + len;
+        if buf.len() < end + 2 {
+            return Ok(Parsed::Incomplete { needed: end + 2 });
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return Err(ProtocolError(
+                "bulk string is not terminated by CRLF".into(),
+            ));
+        }
+        args.push(next..end);
+        pos = end + 2;
+    }
+    Ok(Parsed::Request { consumed: pos })
+}
+
+/// Finds the `\r\n` ending a header line that starts at `start`; returns the line's digits and the
+/// position after the line.
+fn header_line(buf: &[u8], start: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+    let rest = &buf[start.min(buf.len())..];
+    match memchr(b'\r', rest) {
+        None => Ok(None),
+        Some(i) => {
+            if i + 1 >= rest.len() {
+                return Ok(None);
+            }
+            if rest[i + 1] != b'\n' {
+                return Err(ProtocolError(
+                    "header line is not terminated by CRLF".into(),
+                ));
+            }
+            Ok(Some((&rest[..i], start + i + 2)))
+        }
+    }
+}
+
+fn parse_header_int(digits: &[u8]) -> Option<i64> {
+    if digits.is_empty() || digits.len() > 20 {
+        return None;
+    }
+    let (neg, digits) = match digits[0] {
+        b'-' => (true, &digits[1..]),
+        _ => (false, digits),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add((d - b'0') as i64)?;
+    }
+    Some(if neg { -n } else { n })
+}
+
+fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == needle)
+}
+
+fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+    let Some(nl) = memchr(b'\n', buf) else {
+        if buf.len() > limits.max_inline {
+            return Err(ProtocolError("too big inline request".into()));
+        }
+        return Ok(Parsed::Incomplete {
+            needed: buf.len() + 1,
+        });
+    };
+    if nl > limits.max_inline {
+        return Err(ProtocolError("too big inline request".into()));
+    }
+    let mut line = &buf[..nl];
+    if line.last() == Some(&b'\r') {
+        line = &line[..line.len() - 1];
+    }
+    let args = split_inline(line).ok_or(ProtocolError("unbalanced quotes in request".into()))?;
+    if args.len() > limits.max_args {
+        return Err(ProtocolError("invalid multibulk length".into()));
+    }
+    if args.is_empty() {
+        return Ok(Parsed::Empty { consumed: nl + 1 });
+    }
+    Ok(Parsed::Inline {
+        consumed: nl + 1,
+        args,
+    })
+}
+
+/// Splits an inline request line into arguments the way redis-cli users expect: blanks separate
+/// arguments, double quotes allow C-style escapes (`\n`, `\xHH`, ...), single quotes only `\'`.
+/// Returns None for unbalanced quotes.
+pub fn split_inline(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut args = Vec::new();
+    let mut i = 0;
+    loop {
+        while i < line.len() && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= line.len() {
+            return Some(args);
+        }
+        let mut current = Vec::new();
+        let mut in_double = false;
+        let mut in_single = false;
+        loop {
+            if in_double {
+                let c = *line.get(i)?;
+                if c == b'\\' && i + 3 < line.len() && line[i + 1] == b'x' {
+                    if let (Some(h), Some(l)) = (hex(line[i + 2]), hex(line[i + 3])) {
+                        current.push(h * 16 + l);
+                        i += 4;
+                        continue;
+                    }
+                }
+                if c == b'\\' && i + 1 < line.len() {
+                    current.push(match line[i + 1] {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        other => other,
+                    });
+                    i += 2;
+                } else if c == b'"' {
+                    // A closing quote must be followed by a blank or the end of the line.
+                    if i + 1 < line.len() && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    current.push(c);
+                    i += 1;
+                }
+            } else if in_single {
+                let c = *line.get(i)?;
+                if c == b'\\' && i + 1 < line.len() && line[i + 1] == b'\'' {
+                    current.push(b'\'');
+                    i += 2;
+                } else if c == b'\'' {
+                    if i + 1 < line.len() && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    current.push(c);
+                    i += 1;
+                }
+            } else {
+                match line.get(i) {
+                    None => break,
+                    Some(c) if c.is_ascii_whitespace() => break,
+                    Some(b'"') => in_double = true,
+                    Some(b'\'') => in_single = true,
+                    Some(&c) => current.push(c),
+                }
+                i += 1;
+            }
+        }
+        args.push(current);
+    }
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/// Appends the decimal form of `n`.
+pub fn write_decimal(out: &mut Vec<u8>, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let negative = n < 0;
+    let mut v = n.unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if negative {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn write_header(out: &mut Vec<u8>, prefix: u8, n: i64) {
+    out.push(prefix);
+    write_decimal(out, n);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a bulk string.
+pub fn write_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    write_header(out, b'$', bytes.len() as i64);
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends an integer reply.
+pub fn write_int(out: &mut Vec<u8>, n: i64) {
+    write_header(out, b':', n);
+}
+
+/// Appends an array header.
+pub fn write_array_header(out: &mut Vec<u8>, len: usize) {
+    write_header(out, b'*', len as i64);
+}
+
+/// Appends an error reply. Newlines in the message would break framing, so they become spaces.
+pub fn write_error(out: &mut Vec<u8>, error: &ErrorReply) {
+    out.push(b'-');
+    out.extend_from_slice(error.kind.as_str().as_bytes());
+    if !error.message.is_empty() {
+        out.push(b' ');
+        out.extend(
+            error
+                .message
+                .bytes()
+                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a reply in RESP2.
+pub fn write_reply(out: &mut Vec<u8>, reply: &Reply<'_>) {
+    match reply {
+        Reply::Status(s) => {
+            out.push(b'+');
+            out.extend_from_slice(s.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Reply::Error(e) => write_error(out, e),
+        Reply::Int(n) => write_int(out, *n),
+        Reply::Bulk(b) => write_bulk(out, b),
+        Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
+        Reply::Array(items) => {
+            write_array_header(out, items.len());
+            for item in items {
+                write_reply(out, item);
+            }
+        }
+        Reply::NilArray => out.extend_from_slice(b"*-1\r\n"),
+    }
+}
+
+/// Appends a request (an array of bulk strings), as a client sends it.
+pub fn write_request<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
+    write_array_header(out, args.len());
+    for arg in args {
+        write_bulk(out, arg.as_ref());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading replies (client side)
+
+/// Deepest array nesting accepted in a reply; cads replies nest at most three levels.
+const MAX_REPLY_DEPTH: usize = 64;
+
+/// Parses one reply from the front of `buf`: `Ok(None)` when more bytes are needed.
+pub fn parse_reply(buf: &[u8]) -> Result<Option<(Reply<'static>, usize)>, ProtocolError> {
+    parse_reply_at(buf, 0, 0)
+}
+
+fn parse_reply_at(
+    buf: &[u8],
+    start: usize,
+    depth: usize,
+) -> Result<Option<(Reply<'static>, usize)>, ProtocolError> {
+    if depth > MAX_REPLY_DEPTH {
+        return Err(ProtocolError("reply nested too deeply".into()));
+    }
+    let Some(&prefix) = buf.get(start) else {
+        return Ok(None);
+    };
+    let Some((line, next)) = header_line(buf, start + 1)? else {
+        return Ok(None);
+    };
+    let int = || parse_header_int(line).ok_or(ProtocolError("invalid integer in reply".into()));
+    let text = || {
+        std::str::from_utf8(line)
+            .map(str::to_owned)
+            .map_err(|_| ProtocolError("reply line is not UTF-8".into()))
+    };
+    match prefix {
+        b'+' => Ok(Some((Reply::Status(Cow::Owned(text()?)), next))),
+        b'-' => {
+            let text = text()?;
+            let (word, message) = match text.split_once(' ') {
+                Some((w, m)) => (w.to_owned(), m.to_owned()),
+                None => (text, String::new()),
+            };
+            let reply = ErrorReply::new(ErrorKind::from_word(&word), message);
+            Ok(Some((Reply::Error(reply), next)))
+        }
+        b':' => Ok(Some((Reply::Int(int()?), next))),
+        b'$' => {
+            let len = int()?;
+            if len < 0 {
+                return Ok(Some((Reply::Nil, next)));
+            }
+            let end = next + len as usize;
+            if buf.len() < end + 2 {
+                return Ok(None);
+            }
+            if &buf[end..end + 2] != b"\r\n" {
+                return Err(ProtocolError("bulk reply is not terminated by CRLF".into()));
+            }
+            Ok(Some((
+                Reply::Bulk(Cow::Owned(buf[next..end].to_vec())),
+                end + 2,
+            )))
+        }
+        b'*' => {
+            let len = int()?;
+            if len < 0 {
+                return Ok(Some((Reply::NilArray, next)));
+            }
+            let mut items = Vec::with_capacity((len as usize).min(4096));
+            let mut pos = next;
+            for _ in 0..len {
+                match parse_reply_at(buf, pos, depth + 1)? {
+                    None => return Ok(None),
+                    Some((item, after)) => {
+                        items.push(item);
+                        pos = after;
+                    }
+                }
+            }
+            Ok(Some((Reply::Array(items), pos)))
+        }
+        other => Err(ProtocolError(
+            format!("unexpected reply type byte '{}'", other as char).into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(buf: &[u8]) -> Vec<Vec<Vec<u8>>> {
+        let limits = Limits::default();
+        let mut ranges = Vec::new();
+        let mut pos = 0;
+        let mut out = Vec::new();
+        loop {
+            match parse_request(&buf[pos..], &limits, &mut ranges).unwrap() {
+                Parsed::Request { consumed } => {
+                    out.push(
+                        ranges
+                            .iter()
+                            .map(|r| buf[pos..][r.clone()].to_vec())
+                            .collect(),
+                    );
+                    pos += consumed;
+                }
+                Parsed::Inline { consumed, args } => {
+                    out.push(args);
+                    pos += consumed;
+                }
+                Parsed::Empty { consumed } => pos += consumed,
+                Parsed::Incomplete { .. } => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn multibulk_and_pipelining() {
+        let reqs = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET");
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0], vec![b"GET".to_vec(), b"k".to_vec()]);
+        assert_eq!(reqs[1], vec![b"PING".to_vec()]);
+    }
+
+    #[test]
+    fn incomplete_reports_needed_bytes() {
+        let limits = Limits::default();
+        let mut ranges = Vec::new();
+        let buf = b"*1\r\n$10\r\nabc";
+        let parsed = parse_request(buf, &limits, &mut ranges).unwrap();
+        assert_eq!(parsed, Parsed::Incomplete { needed: 9 + 10 + 2 });
+    }
+
+    #[test]
+    fn inline_with_quotes() {
+        let reqs = parse_all(b"set k \"a b\\x41\\n\" 'it\\'s'\r\nPING\n\r\n");
+        assert_eq!(
+            reqs,
+            vec![
+                vec![
+                    b"set".to_vec(),
+                    b"k".to_vec(),
+                    b"a bA\n".to_vec(),
+                    b"it's".to_vec()
+                ],
+                vec![b"PING".to_vec()]
+            ]
+        );
+    }
+
+    #[test]
+    fn protocol_errors_match_redis_wording() {
+        let limits = Limits {
+            max_bulk: 10,
+            max_args: 3,
+            max_inline: 16,
+        };
+        let mut ranges = Vec::new();
+        let err = |buf: &[u8]| {
+            let mut r = Vec::new();
+            parse_request(buf, &limits, &mut r).unwrap_err().to_string()
+        };
+        assert_eq!(err(b"*x\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*4\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(
+            err(b"*1\r\n+a\r\n"),
+            "Protocol error: expected '$', got '+'"
+        );
+        assert_eq!(err(b"*1\r\n$11\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(err(b"*1\r\n$-3\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(
+            err(b"aaaaaaaaaaaaaaaaaaaaaaa"),
+            "Protocol error: too big inline request"
+        );
+        assert_eq!(
+            err(b"set \"a\n"),
+            "Protocol error: unbalanced quotes in request"
+        );
+        assert_eq!(
+            err(b"*1\r\n$1\r\nab\r\n"),
+            "Protocol error: bulk string is not terminated by CRLF"
+        );
+        assert!(parse_request(b"*0\r\n", &limits, &mut ranges).is_ok());
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let reply = Reply::Array(vec![
+            Reply::OK,
+            Reply::Int(-42),
+            Reply::owned_bulk(b"hello\r\nworld".to_vec()),
+            Reply::Nil,
+            Reply::NilArray,
+            Reply::Error(ErrorReply::abort()),
+            Reply::Array(vec![]),
+        ]);
+        let mut buf = Vec::new();
+        write_reply(&mut buf, &reply);
+        let (parsed, used) = parse_reply(&buf).unwrap().unwrap();
+        assert_eq!(used, buf.len());
+        assert_eq!(parsed, reply);
+        for cut in 0..buf.len() {
+            assert_eq!(parse_reply(&buf[..cut]).unwrap(), None, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn decimal_extremes() {
+        for n in [0, 1, -1, 9, 10, i64::MAX, i64::MIN] {
+            let mut out = Vec::new();
+            write_decimal(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! cads-store: the data-store side, with a document face and a SQL face over SQLite, PostgreSQL and MySQL/MariaDB, and fault injection. Not built yet; the crate exists so that the dependency direction of `DESIGN.md` §2 holds from the start.
