@@ -1,1 +1,330 @@
-//! placeholder
+//! cads-engine: one cache manager instance (CMI) as a plain, single-threaded state machine.
+//!
+//! Commands go in ([`Engine::execute`]), replies come out, and the time is passed in, so every rule
+//! here is tested without sockets or clocks. The server runtime only moves bytes; an application
+//! can also link this crate and run a CMI in-process (SAS, 001).
+//!
+//! - [`store`]: entries, byte-accurate memory accounting, pinning, eviction candidates, expiry.
+//! - [`eviction`]: the eviction-policy trait and LRU.
+//! - [`lease`]: the lease engine: S/X session leases (000 Table 3.1, Table 5.1) and IQ leases
+//!   (000 §4.4.2.2, 004 Table 2) in one table, sessions, pending versions, wounding, expiry.
+//! - [`exec`]: the command entry, from typed commands to replies.
+//! - [`config_ids`]: Gemini configuration ids (004 §3.2.4).
+//! - [`persist`]: the append-only log's records, replay and incremental rewrite.
+
+pub mod config_ids;
+pub mod eviction;
+pub mod exec;
+pub mod lease;
+pub mod persist;
+pub mod store;
+
+use std::collections::BTreeSet;
+
+use cads_protocol::SessionId;
+
+/// Hash maps keyed by client-chosen bytes use a seeded hash, so keys cannot be crafted to collide.
+type HashMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = hashbrown::HashSet<K, foldhash::fast::RandomState>;
+
+pub use eviction::{EvictionKind, EvictionPolicy, Lru};
+pub use lease::{Lease, LeaseKind, SessionState};
+pub use persist::{ReplayError, Replayed};
+pub use store::{Entry, Memory, NotStored, ENTRY_OVERHEAD};
+
+/// The policy family a CMI serves (000 §5.1.1). Write-through commands get NOTAVAILABLE from a
+/// write-around CMI; write-around's commands are a subset of write-through's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Writes delete cached values; exclusive (Q/X) leases on a key are compatible.
+    WriteAround,
+    /// Writes update cached values under pending versions; exclusive leases exclude each other.
+    /// Also serves write-back, whose buffered writes are pinned entries.
+    #[default]
+    WriteThrough,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::WriteAround => "write-around",
+            Mode::WriteThrough => "write-through",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Mode> {
+        match name {
+            "write-around" => Some(Mode::WriteAround),
+            "write-through" | "write-back" => Some(Mode::WriteThrough),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub mode: Mode,
+    /// Bytes for entries, pending versions and markers; 0 for no limit.
+    pub maxmemory: usize,
+    /// Bytes for pinned entries, pinned pending versions and markers; 0 for no separate cap.
+    pub max_pinned_memory: usize,
+    /// How long a lease lives, in ms. A session is aborted when its first lease expires.
+    pub lease_ms: u64,
+    /// How long an aborted session is remembered so that its late calls still get ABORT, in ms.
+    pub tombstone_ms: u64,
+    /// Largest value APPEND and friends may build, in bytes.
+    pub max_value_bytes: usize,
+    pub eviction: EvictionKind,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            mode: Mode::WriteThrough,
+            maxmemory: 0,
+            max_pinned_memory: 0,
+            lease_ms: 500,
+            tombstone_ms: 60_000,
+            max_value_bytes: 64 * 1024 * 1024,
+            eviction: EvictionKind::Lru,
+        }
+    }
+}
+
+/// Counters shown by INFO.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub commands: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub leases_granted: u64,
+    /// Leases taken away from their holders by a conflicting exclusive request (wounding).
+    pub leases_voided: u64,
+    /// Leases lost because their session's lifetime ran out.
+    pub leases_expired: u64,
+    /// RETRY replies: a requester was told to back off.
+    pub retries: u64,
+    pub sessions_committed: u64,
+    /// Sessions ended by ABORT for any reason (conflict, wound, expiry, client).
+    pub sessions_aborted: u64,
+    pub sessions_wounded: u64,
+    pub sessions_expired: u64,
+}
+
+/// One CMI.
+pub struct Engine {
+    config: EngineConfig,
+    pub(crate) store: store::Store,
+    pub(crate) leases: HashMap<Box<[u8]>, Lease>,
+    pub(crate) sessions: HashMap<SessionId, lease::Session>,
+    /// When each session's leases expire (or, for an aborted session, when it is forgotten).
+    pub(crate) deadlines: BTreeSet<(u64, SessionId)>,
+    /// Keys carrying a TARDIS marker; kept apart from entries so that deleting or evicting a value
+    /// never loses the marker, and charged as pinned memory.
+    pub(crate) markers: HashSet<Box<[u8]>>,
+    pub(crate) stats: Stats,
+}
+
+/// Bytes charged per marker beyond its key.
+pub const MARKER_OVERHEAD: usize = 48;
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Engine {
+        let store = store::Store::new(
+            config.eviction.build(),
+            config.maxmemory,
+            config.max_pinned_memory,
+        );
+        Engine {
+            config,
+            store,
+            leases: HashMap::default(),
+            sessions: HashMap::default(),
+            deadlines: BTreeSet::new(),
+            markers: HashSet::default(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.config.mode
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn store_stats(&self) -> &store::StoreStats {
+        &self.store.stats
+    }
+
+    pub fn memory(&self) -> &Memory {
+        &self.store.memory
+    }
+
+    pub fn eviction_policy(&self) -> &'static str {
+        self.store.policy_name()
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.store.len()
+    }
+
+    pub fn keys_with_expiry(&self) -> usize {
+        self.store.with_expiry()
+    }
+
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    pub fn marker_count(&self) -> usize {
+        self.markers.len()
+    }
+
+    /// Sessions the CMI knows: active or validated, and aborted ones kept as tombstones.
+    pub fn session_counts(&self) -> (usize, usize) {
+        let aborted = self
+            .sessions
+            .values()
+            .filter(|s| s.state == SessionState::Aborted)
+            .count();
+        (self.sessions.len() - aborted, aborted)
+    }
+
+    pub fn configuration_id(&self) -> u64 {
+        self.store.config.latest
+    }
+
+    pub fn fragments(&self) -> u32 {
+        self.store.config.fragments()
+    }
+
+    /// Changes `maxmemory` (0: no limit), evicting at once if the new limit is below what is used.
+    pub fn set_maxmemory(&mut self, bytes: usize) {
+        self.config.maxmemory = bytes;
+        self.store.memory.maxmemory = bytes;
+        self.store.evict_to_limit();
+    }
+
+    pub fn set_max_pinned_memory(&mut self, bytes: usize) {
+        self.config.max_pinned_memory = bytes;
+        self.store.memory.max_pinned = bytes;
+    }
+
+    pub fn set_lease_ms(&mut self, ms: u64) {
+        self.config.lease_ms = ms;
+    }
+
+    pub fn reset_stats(&mut self) {
+        self.stats = Stats::default();
+        self.store.stats = Default::default();
+    }
+
+    /// Periodic work: expires sessions whose leases ran out and reclaims expired entries.
+    pub fn tick(&mut self, now: u64) {
+        self.expire_sessions(now);
+        self.store.expire_due(now, 1000);
+    }
+
+    /// When the next session deadline falls, if any (the runtime may sleep until then).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.first().map(|&(at, _)| at)
+    }
+
+    /// Sets or clears a key's marker, keeping memory and the log in step.
+    pub(crate) fn set_marker(&mut self, key: &[u8], on: bool) {
+        let bytes = key.len() + MARKER_OVERHEAD;
+        if on {
+            if self.markers.insert(key.into()) {
+                // Markers are few and small; they are never refused (losing one would lose the
+                // knowledge that a document has buffered writes).
+                let _ = self.store.charge(bytes, true, true);
+                self.store.log.global_record(&[b"MARK", key]);
+            }
+        } else if self.markers.remove(key) {
+            self.store.uncharge(bytes, true);
+            self.store.log.global_record(&[b"UNMARK", key]);
+        }
+    }
+
+    /// Drops every entry, marker, lease and session. Sessions become tombstones: their next call
+    /// gets ABORT.
+    pub fn flush_all(&mut self, now: u64) {
+        let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for sid in sids {
+            self.end_session(sid, lease::EndCause::Flushed, now);
+        }
+        let markers: Vec<Box<[u8]>> = self.markers.iter().cloned().collect();
+        for key in markers {
+            self.set_marker(&key, false);
+        }
+        self.store.clear();
+        self.store.log.global_record(&[b"FLUSH"]);
+    }
+
+    /// Checks every bookkeeping invariant against a recount. For tests and fuzzing; O(size).
+    pub fn check_invariants(&self) {
+        let (mut pending, mut pending_pinned) = (0, 0);
+        for (sid, session) in &self.sessions {
+            assert!(
+                self.deadlines.contains(&(session.deadline, *sid)),
+                "deadline indexed"
+            );
+            if session.state == SessionState::Aborted {
+                assert!(session.holds.is_empty(), "an aborted session holds nothing");
+            }
+            for hold in &session.holds {
+                let lease = self.leases.get(&hold.key).expect("a hold has its lease");
+                assert!(lease.holders.contains(sid), "a hold is listed in its lease");
+                assert_eq!(lease.kind, hold.kind, "hold and lease agree on the kind");
+                if let Some(lease::Pending::Value { value, pinned }) = &hold.pending {
+                    let charge = store::entry_charge(hold.key.len(), value.len());
+                    pending += charge;
+                    if *pinned {
+                        pending_pinned += charge;
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            self.deadlines.len(),
+            self.sessions.len(),
+            "one deadline per session"
+        );
+        for (key, lease) in &self.leases {
+            assert!(!lease.holders.is_empty(), "no empty lease");
+            if self.config.mode == Mode::WriteThrough && lease.kind == LeaseKind::Exclusive {
+                assert_eq!(
+                    lease.holders.len(),
+                    1,
+                    "one exclusive holder outside write-around"
+                );
+            }
+            for sid in &lease.holders {
+                let session = self.sessions.get(sid).expect("a holder exists");
+                assert!(
+                    session.holds.iter().any(|h| &h.key == key),
+                    "holder holds the key"
+                );
+            }
+            if let Some(entry) = self.store.peek(key, 0) {
+                assert!(entry.leased, "an entry under a lease is flagged leased");
+            }
+        }
+        let markers: usize = self.markers.iter().map(|k| k.len() + MARKER_OVERHEAD).sum();
+        self.store
+            .check_invariants(pending + markers, pending_pinned + markers);
+        let m = &self.store.memory;
+        if m.max_pinned != 0 {
+            assert!(
+                m.pinned <= m.max_pinned + markers,
+                "pinned bytes within their cap"
+            );
+        }
+    }
+}

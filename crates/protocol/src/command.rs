@@ -1014,11 +1014,12 @@ fn parse_set<'a>(a: &'a [&'a [u8]]) -> Result<Command<'a>, ErrorReply> {
             get = true;
         } else if eq(opt, "KEEPTTL") && expiry == SetExpiry::None {
             expiry = SetExpiry::Keep;
-        } else if expiry == SetExpiry::None
-            && next.is_some()
-            && (eq(opt, "EX") || eq(opt, "PX") || eq(opt, "EXAT") || eq(opt, "PXAT"))
-        {
-            let n = int(next.unwrap())?;
+        } else if let (SetExpiry::None, Some(next), true) = (
+            expiry,
+            next,
+            eq(opt, "EX") || eq(opt, "PX") || eq(opt, "EXAT") || eq(opt, "PXAT"),
+        ) {
+            let n = int(next)?;
             let seconds = eq(opt, "EX") || eq(opt, "EXAT");
             if n <= 0 || (seconds && n > i64::MAX / 1000) {
                 return Err(ErrorReply::err("invalid expire time in 'set' command"));

@@ -1,0 +1,816 @@
+//! The command entry: a typed command in, a reply out. Plain commands behave as Redis documents
+//! them; the session and IQ families follow 000 §5.1.1 and `docs/PROTOCOL.md`.
+
+use cads_protocol::{
+    parse_i64, Command, ErrorReply, ExpireCondition, MarkOp, Reply, SessionId, SetCondition,
+    SetExpiry, TimeUnit,
+};
+
+use crate::lease::{EndCause, LeaseKind, Pending, Requester};
+use crate::store::{entry_charge, PutOptions, Ttl};
+use crate::{Engine, Mode};
+
+type Outcome<'e> = Result<Reply<'e>, ErrorReply>;
+
+fn unpinned(ttl: Ttl) -> PutOptions {
+    PutOptions {
+        pinned: false,
+        ttl,
+        leased: false,
+        force: false,
+    }
+}
+
+fn too_long() -> ErrorReply {
+    ErrorReply::err("string exceeds maximum allowed size (proto-max-bulk-len)")
+}
+
+fn overflow() -> ErrorReply {
+    ErrorReply::err("increment or decrement would overflow")
+}
+
+impl Engine {
+    /// Runs one command at time `now` (Unix ms) and returns its reply. Commands that concern the
+    /// connection or the server process (PING, AUTH, INFO, CONFIG, ...) are the runtime's; given
+    /// one, the engine answers with an error.
+    pub fn execute<'e>(&'e mut self, cmd: &Command<'_>, now: u64) -> Reply<'e> {
+        self.stats.commands += 1;
+        self.expire_sessions(now);
+        self.dispatch(cmd, now).unwrap_or_else(Reply::Error)
+    }
+
+    fn dispatch<'e>(&'e mut self, cmd: &Command<'_>, now: u64) -> Outcome<'e> {
+        use Command as C;
+        match *cmd {
+            C::Get(key) => Ok(self.plain_get(key, now)),
+            C::Set {
+                key,
+                value,
+                condition,
+                expiry,
+                get,
+            } => self.plain_set(key, value, condition, expiry, get, now),
+            C::Del(keys) => {
+                self.refuse_leased(keys.iter().copied())?;
+                let removed = keys
+                    .iter()
+                    .filter(|k| {
+                        self.store.lookup(k, now).is_some() && self.store.remove(k).is_some()
+                    })
+                    .count();
+                Ok(Reply::Int(removed as i64))
+            }
+            C::Exists(keys) => {
+                let n = keys
+                    .iter()
+                    .filter(|k| self.store.lookup(k, now).is_some())
+                    .count();
+                Ok(Reply::Int(n as i64))
+            }
+            C::MGet(keys) => Ok(self.plain_mget(keys, now)),
+            C::MSet(pairs) => self.plain_mset(pairs, now),
+            C::IncrBy { key, delta } => self.plain_incr(key, delta, now),
+            C::Append { key, value } => self.plain_append(key, value, now),
+            C::StrLen(key) => {
+                let len = self
+                    .store
+                    .lookup(key, now)
+                    .map_or(0, |slot| self.store.entry(slot).value.len());
+                Ok(Reply::Int(len as i64))
+            }
+            C::Expire {
+                key,
+                amount,
+                unit,
+                absolute,
+                condition,
+            } => self.plain_expire(cmd.name(), key, amount, unit, absolute, condition, now),
+            C::Ttl(key) => Ok(Reply::Int(
+                self.ttl_ms(key, now)
+                    .map_or_else(|c| c, |ms| (ms + 500) / 1000),
+            )),
+            C::PTtl(key) => Ok(Reply::Int(self.ttl_ms(key, now).unwrap_or_else(|c| c))),
+            C::Persist(key) => {
+                self.refuse_leased([key])?;
+                match self.store.lookup(key, now) {
+                    Some(slot) if self.store.entry(slot).expire_at != 0 => {
+                        self.store.set_expire(slot, 0);
+                        Ok(Reply::Int(1))
+                    }
+                    _ => Ok(Reply::Int(0)),
+                }
+            }
+            C::DbSize => Ok(Reply::Int(self.store.len() as i64)),
+            C::FlushAll | C::FlushDb => {
+                self.flush_all(now);
+                Ok(Reply::OK)
+            }
+            C::Inspect(key) => Ok(self.inspect(key, now)),
+            C::ConfigId(id) => {
+                if let Some(id) = id {
+                    self.store.config.set_latest(id)?;
+                    let text = id.to_string();
+                    self.store
+                        .log
+                        .global_record(&[b"CONFIGID", text.as_bytes()]);
+                    return Ok(Reply::OK);
+                }
+                Ok(Reply::Int(self.store.config.latest as i64))
+            }
+            C::Fragments(count) => {
+                if let Some(count) = count {
+                    if count > crate::config_ids::MAX_FRAGMENTS {
+                        return Err(ErrorReply::err(format!(
+                            "at most {} fragments",
+                            crate::config_ids::MAX_FRAGMENTS
+                        )));
+                    }
+                    self.store.config.set_fragments(count);
+                    let text = count.to_string();
+                    self.store
+                        .log
+                        .global_record(&[b"FRAGMENTS", text.as_bytes()]);
+                    return Ok(Reply::OK);
+                }
+                Ok(Reply::Int(self.store.config.fragments() as i64))
+            }
+            C::FragmentId { fragment, id } => {
+                if let Some(id) = id {
+                    self.store.config.set_fragment_id(fragment, id)?;
+                    let (f, i) = (fragment.to_string(), id.to_string());
+                    self.store
+                        .log
+                        .global_record(&[b"FRAGMENTID", f.as_bytes(), i.as_bytes()]);
+                    return Ok(Reply::OK);
+                }
+                let id = self
+                    .store
+                    .config
+                    .fragment_id(fragment)
+                    .ok_or_else(|| ErrorReply::err("fragment out of range"))?;
+                Ok(Reply::Int(id as i64))
+            }
+
+            // --- sessions ---
+            C::LGet { sid, key, rmw } => {
+                if rmw {
+                    self.require_write_through()?;
+                }
+                let want = if rmw {
+                    LeaseKind::Exclusive
+                } else {
+                    LeaseKind::Shared
+                };
+                self.acquire(sid, key, want, Requester::Session, now)?;
+                Ok(self.session_read(sid, key, now))
+            }
+            C::LMGet { sid, rmw, keys } => self.session_mget(sid, rmw, keys, now),
+            C::LSet {
+                sid,
+                key,
+                value,
+                pin,
+            } => self.session_set(sid, key, value, pin, false, now),
+            C::LAdd {
+                sid,
+                key,
+                value,
+                pin,
+            } => {
+                self.require_write_through()?;
+                self.session_set(sid, key, value, pin, true, now)
+            }
+            C::LMSet { sid, pin, pairs } => {
+                let mut replies = Vec::with_capacity(pairs.len() / 2);
+                for pair in pairs.chunks_exact(2) {
+                    match self.session_set(sid, pair[0], pair[1], pin, false, now) {
+                        Ok(_) => replies.push(Reply::OK),
+                        Err(e) if e.kind == cads_protocol::ErrorKind::NotStored => {
+                            replies.push(Reply::Error(e));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(Reply::Array(replies))
+            }
+            C::LDel { sid, key } => self.session_delete(sid, key, now).map(Reply::Int),
+            C::LMDel { sid, keys } => {
+                let mut replies = Vec::with_capacity(keys.len());
+                for key in keys {
+                    replies.push(Reply::Int(self.session_delete(sid, key, now)?));
+                }
+                Ok(Reply::Array(replies))
+            }
+            C::LAppend { sid, key, delta } => self.session_append(sid, key, delta, false, now),
+            C::LPrepend { sid, key, delta } => self.session_append(sid, key, delta, true, now),
+            C::LMAppend { sid, pairs } => {
+                self.require_write_through()?;
+                let mut replies = Vec::with_capacity(pairs.len() / 2);
+                for pair in pairs.chunks_exact(2) {
+                    match self.session_append(sid, pair[0], pair[1], false, now) {
+                        Ok(reply) => replies.push(reply),
+                        Err(e) if e.kind == cads_protocol::ErrorKind::Abort => return Err(e),
+                        Err(e) => replies.push(Reply::Error(e)),
+                    }
+                }
+                Ok(Reply::Array(replies))
+            }
+            C::LIncr { sid, key, delta } => self.session_incr(sid, key, delta, now),
+            C::LUnpin { sid, key } => {
+                self.require_write_through()?;
+                self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
+                let Some((value, _)) = self.session_view(sid, key, now) else {
+                    return Ok(Reply::Int(0));
+                };
+                let value = value.to_vec();
+                self.set_pending(
+                    sid,
+                    key,
+                    Pending::Value {
+                        value,
+                        pinned: false,
+                    },
+                )?;
+                Ok(Reply::Int(1))
+            }
+            C::LMark { sid, key, op } => {
+                self.live_session(sid)?;
+                match self.holds(sid, key) {
+                    None => Err(ErrorReply::err("the session holds no lease on this key")),
+                    Some(LeaseKind::Shared) if op == MarkOp::Set => Err(ErrorReply::err(
+                        "setting a marker needs an exclusive lease on the key",
+                    )),
+                    Some(_) => {
+                        self.set_mark(sid, key, op);
+                        Ok(Reply::OK)
+                    }
+                }
+            }
+            C::LValidate(sid) => self.validate_session(sid).map(|_| Reply::OK),
+            C::LCommit(sid) => self.commit_session(sid).map(|_| Reply::OK),
+            C::LAbort(sid) => {
+                self.end_session(sid, EndCause::ClientAbort, now);
+                Ok(Reply::OK)
+            }
+
+            // --- IQ leases ---
+            C::IqGet { sid, key } => {
+                if self.session_view(sid, key, now).is_some() {
+                    return Ok(self.session_read(sid, key, now));
+                }
+                self.stats.misses += 1;
+                self.acquire(sid, key, LeaseKind::Shared, Requester::Iq, now)?;
+                Ok(self.marker_reply(key))
+            }
+            C::IqSet { sid, key, value } => {
+                let filling = self.live_session(sid).is_ok()
+                    && self.holds(sid, key) == Some(LeaseKind::Shared);
+                if !filling {
+                    // The I lease was voided by a writer (or expired): the value may be stale.
+                    return Ok(Reply::Int(0));
+                }
+                let stored = self.store.put(
+                    key,
+                    value.to_vec(),
+                    PutOptions {
+                        leased: true,
+                        ..unpinned(Ttl::At(0))
+                    },
+                );
+                self.commit_key(sid, key);
+                stored.map_err(|_| ErrorReply::not_stored())?;
+                Ok(Reply::Int(1))
+            }
+            C::QaReg { sid, key } => {
+                self.acquire(sid, key, LeaseKind::Exclusive, Requester::Iq, now)?;
+                if self.mode() == Mode::WriteAround {
+                    // A write-around write deletes the key when it commits (000 §4.4.2.2).
+                    self.set_pending(sid, key, Pending::Delete)?;
+                }
+                Ok(self.marker_reply(key))
+            }
+            C::QaRead { sid, key } => {
+                self.require_write_through()?;
+                self.acquire(sid, key, LeaseKind::Exclusive, Requester::Iq, now)?;
+                let marker = self.markers.contains(key) as i64;
+                let value = self.session_view(sid, key, now).map(|(v, _)| v);
+                Ok(Reply::Array(vec![
+                    Reply::bulk_or_nil(value),
+                    Reply::Int(marker),
+                ]))
+            }
+            C::Sar {
+                sid,
+                key,
+                value,
+                mark,
+            } => {
+                self.require_write_through()?;
+                self.require_exclusive(sid, key, now)?;
+                let pinned = self.session_view(sid, key, now).is_some_and(|(_, p)| p);
+                let value = value.to_vec();
+                self.set_pending(sid, key, Pending::Value { value, pinned })?;
+                self.set_mark(sid, key, mark);
+                self.commit_key(sid, key);
+                Ok(Reply::OK)
+            }
+            C::Dar { sid, key, mark } => {
+                self.require_exclusive(sid, key, now)?;
+                self.set_pending(sid, key, Pending::Delete)?;
+                self.set_mark(sid, key, mark);
+                self.commit_key(sid, key);
+                Ok(Reply::OK)
+            }
+
+            C::Ping(_)
+            | C::Echo(_)
+            | C::Auth { .. }
+            | C::Hello { .. }
+            | C::Select(_)
+            | C::Quit
+            | C::Commands(_)
+            | C::Config(_)
+            | C::Client(_)
+            | C::Info(_)
+            | C::BgRewriteAof => Err(ErrorReply::err(format!(
+                "'{}' is a server command, not an engine command",
+                cmd.name()
+            ))),
+        }
+    }
+
+    fn require_write_through(&self) -> Result<(), ErrorReply> {
+        match self.mode() {
+            Mode::WriteThrough => Ok(()),
+            Mode::WriteAround => Err(ErrorReply::not_available(Mode::WriteAround.name())),
+        }
+    }
+
+    /// SAR and DAR need the Q lease; without it the session is over.
+    fn require_exclusive(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        now: u64,
+    ) -> Result<(), ErrorReply> {
+        self.live_session(sid)?;
+        if self.holds(sid, key) != Some(LeaseKind::Exclusive) {
+            self.end_session(sid, EndCause::Conflict, now);
+            return Err(ErrorReply::abort());
+        }
+        Ok(())
+    }
+
+    fn marker_reply(&self, key: &[u8]) -> Reply<'static> {
+        Reply::Int(self.markers.contains(key) as i64)
+    }
+
+    /// A plain (lease-unaware) write may not change a key a session holds a lease on.
+    fn refuse_leased<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<(), ErrorReply> {
+        if self.leases.is_empty() {
+            return Ok(());
+        }
+        if keys.into_iter().any(|k| self.leases.contains_key(k)) {
+            return Err(ErrorReply::leased());
+        }
+        Ok(())
+    }
+
+    fn count_read(&mut self, hit: bool) {
+        if hit {
+            self.stats.hits += 1;
+        } else {
+            self.stats.misses += 1;
+        }
+    }
+
+    // --- plain commands ---
+
+    fn plain_get(&mut self, key: &[u8], now: u64) -> Reply<'_> {
+        let slot = self.store.lookup(key, now);
+        self.count_read(slot.is_some());
+        match slot {
+            Some(slot) => {
+                self.store.touch(slot);
+                Reply::bulk(&self.store.entry(slot).value)
+            }
+            None => Reply::Nil,
+        }
+    }
+
+    fn plain_mget(&mut self, keys: &[&[u8]], now: u64) -> Reply<'_> {
+        let slots: Vec<_> = keys.iter().map(|k| self.store.lookup(k, now)).collect();
+        for slot in &slots {
+            self.count_read(slot.is_some());
+            if let Some(slot) = slot {
+                self.store.touch(*slot);
+            }
+        }
+        Reply::Array(
+            slots
+                .into_iter()
+                .map(|slot| slot.map_or(Reply::Nil, |s| Reply::bulk(&self.store.entry(s).value)))
+                .collect(),
+        )
+    }
+
+    fn plain_set(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        condition: SetCondition,
+        expiry: SetExpiry,
+        get: bool,
+        now: u64,
+    ) -> Outcome<'static> {
+        self.refuse_leased([key])?;
+        let existing = self.store.lookup(key, now);
+        let old = match (get, existing) {
+            (true, Some(slot)) => Reply::owned_bulk(self.store.entry(slot).value.clone()),
+            _ => Reply::Nil,
+        };
+        let proceed = match condition {
+            SetCondition::Always => true,
+            SetCondition::IfAbsent => existing.is_none(),
+            SetCondition::IfPresent => existing.is_some(),
+        };
+        if !proceed {
+            return Ok(old);
+        }
+        let invalid = || ErrorReply::err("invalid expire time in 'set' command");
+        let ttl = match expiry {
+            SetExpiry::None => Ttl::At(0),
+            SetExpiry::Keep => Ttl::Keep,
+            SetExpiry::In(ms) => Ttl::At(now.checked_add(ms as u64).ok_or_else(invalid)?),
+            SetExpiry::At(ms) => Ttl::At(ms as u64),
+        };
+        if let Ttl::At(at) = ttl {
+            if at != 0 && at <= now {
+                // Already expired: Redis stores nothing and deletes what was there.
+                self.store.remove(key);
+                return Ok(if get { old } else { Reply::OK });
+            }
+        }
+        self.store
+            .put(key, value.to_vec(), unpinned(ttl))
+            .map_err(|_| ErrorReply::not_stored())?;
+        Ok(if get { old } else { Reply::OK })
+    }
+
+    fn plain_mset(&mut self, pairs: &[&[u8]], now: u64) -> Outcome<'static> {
+        self.refuse_leased(pairs.iter().step_by(2).copied())?;
+        // All or nothing: check that eviction can make room for every value before storing any.
+        let needed: usize = pairs
+            .chunks_exact(2)
+            .map(|p| entry_charge(p[0].len(), p[1].len()))
+            .sum();
+        self.store
+            .check_room(needed)
+            .map_err(|_| ErrorReply::not_stored())?;
+        for pair in pairs.chunks_exact(2) {
+            self.store.lookup(pair[0], now);
+            self.store
+                .put(pair[0], pair[1].to_vec(), unpinned(Ttl::At(0)))
+                .map_err(|_| ErrorReply::not_stored())?;
+        }
+        Ok(Reply::OK)
+    }
+
+    fn plain_incr(&mut self, key: &[u8], delta: i64, now: u64) -> Outcome<'static> {
+        self.refuse_leased([key])?;
+        let slot = self.store.lookup(key, now);
+        let (current, pinned) = match slot {
+            Some(slot) => {
+                let entry = self.store.entry(slot);
+                let n = parse_i64(&entry.value).ok_or_else(ErrorReply::not_integer)?;
+                (n, entry.pinned)
+            }
+            None => (0, false),
+        };
+        let next = current.checked_add(delta).ok_or_else(overflow)?;
+        let ttl = if slot.is_some() {
+            Ttl::Keep
+        } else {
+            Ttl::At(0)
+        };
+        self.store
+            .put(
+                key,
+                next.to_string().into_bytes(),
+                PutOptions {
+                    pinned,
+                    ..unpinned(ttl)
+                },
+            )
+            .map_err(|_| ErrorReply::not_stored())?;
+        Ok(Reply::Int(next))
+    }
+
+    fn plain_append(&mut self, key: &[u8], value: &[u8], now: u64) -> Outcome<'static> {
+        self.refuse_leased([key])?;
+        let len = match self.store.lookup(key, now) {
+            Some(slot) => {
+                if self.store.entry(slot).value.len() + value.len() > self.config().max_value_bytes
+                {
+                    return Err(too_long());
+                }
+                self.store.append(slot, value, false)
+            }
+            None => self
+                .store
+                .put(key, value.to_vec(), unpinned(Ttl::At(0)))
+                .map(|_| value.len()),
+        };
+        len.map(|n| Reply::Int(n as i64))
+            .map_err(|_| ErrorReply::not_stored())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plain_expire(
+        &mut self,
+        name: &str,
+        key: &[u8],
+        amount: i64,
+        unit: TimeUnit,
+        absolute: bool,
+        condition: ExpireCondition,
+        now: u64,
+    ) -> Outcome<'static> {
+        self.refuse_leased([key])?;
+        let invalid = || ErrorReply::err(format!("invalid expire time in '{name}' command"));
+        let ms = match unit {
+            TimeUnit::Seconds => amount.checked_mul(1000).ok_or_else(invalid)?,
+            TimeUnit::Millis => amount,
+        };
+        let when = if absolute {
+            ms
+        } else {
+            ms.checked_add(now as i64).ok_or_else(invalid)?
+        };
+        let Some(slot) = self.store.lookup(key, now) else {
+            return Ok(Reply::Int(0));
+        };
+        let current = self.store.entry(slot).expire_at;
+        let allowed = match condition {
+            ExpireCondition::Always => true,
+            ExpireCondition::IfNone => current == 0,
+            ExpireCondition::IfSome => current != 0,
+            // A key without expiry counts as expiring never: GT can't beat it, LT always does.
+            ExpireCondition::IfGreater => current != 0 && when > current as i64,
+            ExpireCondition::IfLess => current == 0 || when < current as i64,
+        };
+        if !allowed {
+            return Ok(Reply::Int(0));
+        }
+        if when <= now as i64 {
+            self.store.remove(key);
+        } else {
+            self.store.set_expire(slot, when as u64);
+        }
+        Ok(Reply::Int(1))
+    }
+
+    /// Remaining time to live in ms, or the code TTL reports (-2 missing, -1 no expiry).
+    fn ttl_ms(&mut self, key: &[u8], now: u64) -> Result<i64, i64> {
+        let slot = self.store.lookup(key, now).ok_or(-2)?;
+        match self.store.entry(slot).expire_at {
+            0 => Err(-1),
+            at => Ok(at.saturating_sub(now) as i64),
+        }
+    }
+
+    fn inspect(&mut self, key: &[u8], now: u64) -> Reply<'static> {
+        let slot = self.store.lookup(key, now);
+        let entry = slot.map(|s| self.store.entry(s));
+        let lease = self.leases.get(key);
+        let field = |name: &'static str, value: Reply<'static>| [Reply::status(name), value];
+        let mut out = Vec::new();
+        out.extend(field("exists", Reply::Int(entry.is_some() as i64)));
+        out.extend(field(
+            "value-bytes",
+            Reply::Int(entry.map_or(-1, |e| e.value.len() as i64)),
+        ));
+        out.extend(field(
+            "pinned",
+            Reply::Int(entry.is_some_and(|e| e.pinned) as i64),
+        ));
+        out.extend(field(
+            "expire-at-ms",
+            Reply::Int(entry.map_or(-1, |e| {
+                if e.expire_at == 0 {
+                    -1
+                } else {
+                    e.expire_at as i64
+                }
+            })),
+        ));
+        out.extend(field(
+            "config-id",
+            Reply::Int(entry.map_or(-1, |e| e.config_id as i64)),
+        ));
+        out.extend(field(
+            "marker",
+            Reply::Int(self.markers.contains(key) as i64),
+        ));
+        out.extend(field(
+            "lease",
+            Reply::status(match lease.map(|l| l.kind) {
+                None => "none",
+                Some(LeaseKind::Shared) => "shared",
+                Some(LeaseKind::Exclusive) => "exclusive",
+            }),
+        ));
+        out.extend(field(
+            "holders",
+            Reply::Int(lease.map_or(0, |l| l.holders.len() as i64)),
+        ));
+        Reply::Array(out)
+    }
+
+    // --- session commands ---
+
+    /// The reply to a session read: the session's view of the key, counted as a hit or a miss.
+    fn session_read(&mut self, sid: SessionId, key: &[u8], now: u64) -> Reply<'_> {
+        let hit = self.session_view(sid, key, now).is_some();
+        self.count_read(hit);
+        if let Some(slot) = self.store.lookup(key, now) {
+            self.store.touch(slot);
+        }
+        Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v))
+    }
+
+    fn session_mget<'e>(
+        &'e mut self,
+        sid: SessionId,
+        rmw: bool,
+        keys: &[&[u8]],
+        now: u64,
+    ) -> Outcome<'e> {
+        if rmw {
+            self.require_write_through()?;
+        }
+        let want = if rmw {
+            LeaseKind::Exclusive
+        } else {
+            LeaseKind::Shared
+        };
+        let mut retry = vec![false; keys.len()];
+        for (i, key) in keys.iter().enumerate() {
+            match self.acquire(sid, key, want, Requester::Session, now) {
+                Ok(()) => {
+                    let hit = self.session_view(sid, key, now).is_some();
+                    self.count_read(hit);
+                }
+                Err(e) if e.kind == cads_protocol::ErrorKind::Retry => retry[i] = true,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Reply::Array(
+            keys.iter()
+                .zip(retry)
+                .map(|(key, retry)| {
+                    if retry {
+                        Reply::Error(ErrorReply::retry())
+                    } else {
+                        Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v))
+                    }
+                })
+                .collect(),
+        ))
+    }
+
+    /// LSET and LADD.
+    fn session_set(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        value: &[u8],
+        pin: bool,
+        only_if_absent: bool,
+        now: u64,
+    ) -> Outcome<'static> {
+        if self.mode() == Mode::WriteAround {
+            if pin {
+                return Err(ErrorReply::not_available(Mode::WriteAround.name()));
+            }
+            // Write-around fills a missing value under the session's S lease and stores it at once
+            // (000 §5.1.1.1 LSet); writes never set values.
+            self.live_session(sid)?;
+            return match self.holds(sid, key) {
+                Some(LeaseKind::Shared) => {
+                    self.store
+                        .put(
+                            key,
+                            value.to_vec(),
+                            PutOptions {
+                                leased: true,
+                                ..unpinned(Ttl::At(0))
+                            },
+                        )
+                        .map_err(|_| ErrorReply::not_stored())?;
+                    Ok(Reply::OK)
+                }
+                // The session deletes the key at commit; a value set now would not survive it.
+                Some(LeaseKind::Exclusive) => Ok(Reply::OK),
+                None => {
+                    self.end_session(sid, EndCause::Conflict, now);
+                    Err(ErrorReply::abort())
+                }
+            };
+        }
+        self.write_lease(sid, key, now)?;
+        let current = self.session_view(sid, key, now);
+        if only_if_absent && current.is_some() {
+            return Ok(Reply::Int(0));
+        }
+        // A pinned value stays pinned through every change but LUNPIN and delete (000 §5.1.1.3).
+        let pinned = pin || current.is_some_and(|(_, p)| p);
+        self.set_pending(
+            sid,
+            key,
+            Pending::Value {
+                value: value.to_vec(),
+                pinned,
+            },
+        )?;
+        Ok(if only_if_absent {
+            Reply::Int(1)
+        } else {
+            Reply::OK
+        })
+    }
+
+    /// The lease a write-through set needs: an exclusive one, except that the session filling a
+    /// missing value under its shared lease keeps it (other readers of that key are backing off).
+    fn write_lease(&mut self, sid: SessionId, key: &[u8], now: u64) -> Result<(), ErrorReply> {
+        match self.holds(sid, key) {
+            Some(LeaseKind::Exclusive) => {
+                self.live_session(sid)?;
+                Ok(())
+            }
+            Some(LeaseKind::Shared) if self.store.peek(key, now).is_none() => {
+                self.live_session(sid)?;
+                Ok(())
+            }
+            _ => self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now),
+        }
+    }
+
+    fn session_delete(&mut self, sid: SessionId, key: &[u8], now: u64) -> Result<i64, ErrorReply> {
+        self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
+        let existed = self.session_view(sid, key, now).is_some();
+        self.set_pending(sid, key, Pending::Delete)?;
+        Ok(existed as i64)
+    }
+
+    fn session_append(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        delta: &[u8],
+        prepend: bool,
+        now: u64,
+    ) -> Outcome<'static> {
+        self.require_write_through()?;
+        self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
+        let Some((current, pinned)) = self.session_view(sid, key, now) else {
+            return Ok(Reply::Nil);
+        };
+        if current.len() + delta.len() > self.config().max_value_bytes {
+            return Err(too_long());
+        }
+        let mut value = Vec::with_capacity(current.len() + delta.len());
+        if prepend {
+            value.extend_from_slice(delta);
+            value.extend_from_slice(current);
+        } else {
+            value.extend_from_slice(current);
+            value.extend_from_slice(delta);
+        }
+        let len = value.len();
+        self.set_pending(sid, key, Pending::Value { value, pinned })?;
+        Ok(Reply::Int(len as i64))
+    }
+
+    fn session_incr(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        delta: i64,
+        now: u64,
+    ) -> Outcome<'static> {
+        self.require_write_through()?;
+        self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
+        let Some((current, pinned)) = self.session_view(sid, key, now) else {
+            return Ok(Reply::Nil);
+        };
+        let n = parse_i64(current).ok_or_else(ErrorReply::not_integer)?;
+        let next = n.checked_add(delta).ok_or_else(overflow)?;
+        let value = next.to_string().into_bytes();
+        self.set_pending(sid, key, Pending::Value { value, pinned })?;
+        Ok(Reply::Int(next))
+    }
+}

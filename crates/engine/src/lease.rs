@@ -1,0 +1,514 @@
+//! The lease engine. One table of leases per CMI serves both families:
+//!
+//! - S/X session leases of LeCaF (000 §3.1 Table 3.1, §5.1.1 Table 5.1);
+//! - I/Q leases (000 §4.4.2.2; 004 §2.3 Table 2). An I lease is a shared lease taken on a miss, a Q
+//!   lease an exclusive one; a single-key IQ call is a one-key session.
+//!
+//! The compatibility rules (DESIGN.md §3), requested against held:
+//!
+//! | requested \ held | shared (S, I) | exclusive (X, Q) |
+//! | --- | --- | --- |
+//! | shared | grant if the value is cached; RETRY if a holder is filling it | session: ABORT the requester; IQ: RETRY |
+//! | exclusive | void (wound) the holders and grant, unless one is golden: then ABORT the requester | write-around: grant too; write-through: ABORT the requester |
+//!
+//! A session's leases live `lease_ms` from its first grant. When they run out the session is
+//! aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
+//! store already, so the cached value can no longer be trusted (000 §3.1). Wounding does the same
+//! for the same reason. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
+//! still get ABORT rather than silently starting a new session with the same id.
+
+use cads_protocol::{ErrorReply, MarkOp, SessionId};
+
+use crate::store::{entry_charge, PutOptions, Ttl};
+use crate::{Engine, Mode};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseKind {
+    /// S, or I when taken on a miss.
+    Shared,
+    /// X, or Q.
+    Exclusive,
+}
+
+/// The lease object of a key: its kind and the sessions holding it (000 §5.1.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub kind: LeaseKind,
+    pub holders: Vec<SessionId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionState {
+    Active,
+    /// Validated: its shared leases are golden and the CMI may no longer void them.
+    Validated,
+    /// Aborted by the CMI (wounded, expired, conflicting request, flush); kept as a tombstone.
+    Aborted,
+}
+
+/// A session's private version of a key, swapped in at commit (000 §5.1.1.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pending {
+    Value {
+        value: Vec<u8>,
+        pinned: bool,
+    },
+    /// Delete the key at commit.
+    Delete,
+}
+
+/// What a session holds on one key.
+#[derive(Clone, Debug)]
+pub struct Hold {
+    pub key: Box<[u8]>,
+    pub kind: LeaseKind,
+    pub pending: Option<Pending>,
+    /// What commit does to the key's marker.
+    pub mark: MarkOp,
+}
+
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub state: SessionState,
+    /// When its leases expire; for a tombstone, when it is forgotten.
+    pub deadline: u64,
+    pub holds: Vec<Hold>,
+}
+
+impl Session {
+    pub(crate) fn hold(&self, key: &[u8]) -> Option<&Hold> {
+        self.holds.iter().find(|h| &*h.key == key)
+    }
+
+    fn hold_mut(&mut self, key: &[u8]) -> Option<&mut Hold> {
+        self.holds.iter_mut().find(|h| &*h.key == key)
+    }
+}
+
+/// Who asks: a session command (a refused shared request aborts the session) or an IQ command (a
+/// refused I request backs off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requester {
+    Session,
+    Iq,
+}
+
+/// Why a session ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndCause {
+    /// LABORT: the client rolled back; nothing is kept.
+    ClientAbort,
+    /// The session asked for a lease it cannot have.
+    Conflict,
+    /// An exclusive request voided its shared lease.
+    Wounded,
+    /// Its leases ran out.
+    Expired,
+    /// FLUSHALL.
+    Flushed,
+}
+
+enum Decision {
+    New,
+    Join,
+    Already,
+    /// Void these holders, then hold the lease exclusively.
+    Take(Vec<SessionId>),
+    Retry,
+    Abort,
+}
+
+impl Engine {
+    pub(crate) fn lease_ms(&self) -> u64 {
+        self.config().lease_ms
+    }
+
+    /// Makes sure `sid` names a live session, creating it on first use.
+    pub(crate) fn open_session(&mut self, sid: SessionId, now: u64) -> Result<(), ErrorReply> {
+        match self.sessions.get(&sid) {
+            Some(s) if s.state == SessionState::Aborted => Err(ErrorReply::abort()),
+            Some(_) => Ok(()),
+            None => {
+                let deadline = now.saturating_add(self.lease_ms());
+                self.sessions.insert(
+                    sid,
+                    Session {
+                        state: SessionState::Active,
+                        deadline,
+                        holds: Vec::new(),
+                    },
+                );
+                self.deadlines.insert((deadline, sid));
+                Ok(())
+            }
+        }
+    }
+
+    /// A live (not aborted) session, or ABORT.
+    pub(crate) fn live_session(&self, sid: SessionId) -> Result<&Session, ErrorReply> {
+        match self.sessions.get(&sid) {
+            Some(s) if s.state != SessionState::Aborted => Ok(s),
+            _ => Err(ErrorReply::abort()),
+        }
+    }
+
+    fn is_golden(&self, sid: SessionId) -> bool {
+        self.sessions
+            .get(&sid)
+            .is_some_and(|s| s.state == SessionState::Validated)
+    }
+
+    /// Grants `sid` a lease of kind `want` on `key`, following the compatibility tables, or answers
+    /// RETRY (back off, the session lives on) or ABORT (the session is aborted).
+    pub(crate) fn acquire(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        want: LeaseKind,
+        requester: Requester,
+        now: u64,
+    ) -> Result<(), ErrorReply> {
+        self.open_session(sid, now)?;
+        let cached = self.store.peek(key, now).is_some();
+        let decision = match self.leases.get(key) {
+            None => Decision::New,
+            Some(lease) => {
+                let mine = lease.holders.contains(&sid);
+                match (want, lease.kind) {
+                    (_, LeaseKind::Exclusive) if mine => Decision::Already,
+                    (LeaseKind::Shared, LeaseKind::Shared) if mine => Decision::Already,
+                    (LeaseKind::Shared, LeaseKind::Shared) => {
+                        if cached {
+                            Decision::Join
+                        } else {
+                            Decision::Retry
+                        }
+                    }
+                    (LeaseKind::Shared, LeaseKind::Exclusive) => match requester {
+                        Requester::Session => Decision::Abort,
+                        Requester::Iq => Decision::Retry,
+                    },
+                    (LeaseKind::Exclusive, LeaseKind::Shared) => {
+                        let others: Vec<SessionId> = lease
+                            .holders
+                            .iter()
+                            .copied()
+                            .filter(|&h| h != sid)
+                            .collect();
+                        if others.iter().any(|&h| self.is_golden(h)) {
+                            Decision::Abort
+                        } else {
+                            Decision::Take(others)
+                        }
+                    }
+                    (LeaseKind::Exclusive, LeaseKind::Exclusive) => match self.mode() {
+                        Mode::WriteAround => Decision::Join,
+                        Mode::WriteThrough => Decision::Abort,
+                    },
+                }
+            }
+        };
+        match decision {
+            Decision::Already => Ok(()),
+            Decision::Retry => {
+                self.stats.retries += 1;
+                Err(ErrorReply::retry())
+            }
+            Decision::Abort => {
+                self.end_session(sid, EndCause::Conflict, now);
+                Err(ErrorReply::abort())
+            }
+            Decision::New => {
+                self.leases.insert(
+                    key.into(),
+                    Lease {
+                        kind: want,
+                        holders: vec![sid],
+                    },
+                );
+                self.store.set_leased(key, true);
+                self.add_hold(sid, key, want);
+                self.granted(key, want);
+                Ok(())
+            }
+            Decision::Join => {
+                self.leases
+                    .get_mut(key)
+                    .expect("decided on an existing lease")
+                    .holders
+                    .push(sid);
+                self.add_hold(sid, key, want);
+                self.granted(key, want);
+                Ok(())
+            }
+            Decision::Take(victims) => {
+                self.stats.leases_voided += victims.len() as u64;
+                for victim in victims {
+                    self.end_session(victim, EndCause::Wounded, now);
+                }
+                // The victims are gone from the lease; what is left is at most our own S lease.
+                self.leases.insert(
+                    key.into(),
+                    Lease {
+                        kind: LeaseKind::Exclusive,
+                        holders: vec![sid],
+                    },
+                );
+                self.store.set_leased(key, true);
+                let session = self.sessions.get_mut(&sid).expect("opened above");
+                match session.hold_mut(key) {
+                    Some(hold) => hold.kind = LeaseKind::Exclusive,
+                    None => self.add_hold(sid, key, LeaseKind::Exclusive),
+                }
+                self.granted(key, LeaseKind::Exclusive);
+                Ok(())
+            }
+        }
+    }
+
+    fn add_hold(&mut self, sid: SessionId, key: &[u8], kind: LeaseKind) {
+        let session = self.sessions.get_mut(&sid).expect("session is open");
+        session.holds.push(Hold {
+            key: key.into(),
+            kind,
+            pending: None,
+            mark: MarkOp::Keep,
+        });
+    }
+
+    fn granted(&mut self, key: &[u8], kind: LeaseKind) {
+        self.stats.leases_granted += 1;
+        if kind == LeaseKind::Exclusive {
+            self.store.log_exclusive_lease(key);
+        }
+    }
+
+    /// Takes `sid` off the holders of the lease on `key`, removing the lease when it was the last.
+    fn release(&mut self, sid: SessionId, key: &[u8]) {
+        if let Some(lease) = self.leases.get_mut(key) {
+            lease.holders.retain(|&h| h != sid);
+            if lease.holders.is_empty() {
+                self.leases.remove(key);
+                self.store.set_leased(key, false);
+            }
+        }
+    }
+
+    fn uncharge_pending(&mut self, key: &[u8], pending: &Option<Pending>) {
+        if let Some(Pending::Value { value, pinned }) = pending {
+            self.store
+                .uncharge(entry_charge(key.len(), value.len()), *pinned);
+        }
+    }
+
+    /// Ends a session: drops its pending versions and releases its leases. A CMI-initiated end
+    /// (conflict, wound, expiry, flush) leaves a tombstone; wounds and expiry also delete the
+    /// unpinned keys the session held exclusively.
+    pub(crate) fn end_session(&mut self, sid: SessionId, cause: EndCause, now: u64) {
+        let Some(mut session) = self.sessions.remove(&sid) else {
+            return;
+        };
+        self.deadlines.remove(&(session.deadline, sid));
+        let drop_exclusive = matches!(cause, EndCause::Wounded | EndCause::Expired);
+        let was_live = session.state != SessionState::Aborted;
+        for hold in std::mem::take(&mut session.holds) {
+            self.uncharge_pending(&hold.key, &hold.pending);
+            self.release(sid, &hold.key);
+            if cause == EndCause::Expired {
+                self.stats.leases_expired += 1;
+            }
+            if drop_exclusive && hold.kind == LeaseKind::Exclusive {
+                if let Some(entry) = self.store.peek(&hold.key, now) {
+                    if !entry.pinned {
+                        self.store.remove(&hold.key);
+                    }
+                }
+            }
+        }
+        if was_live {
+            self.stats.sessions_aborted += 1;
+            match cause {
+                EndCause::Wounded => self.stats.sessions_wounded += 1,
+                EndCause::Expired => self.stats.sessions_expired += 1,
+                _ => {}
+            }
+        }
+        let tombstone = was_live && cause != EndCause::ClientAbort;
+        if tombstone {
+            session.state = SessionState::Aborted;
+            session.deadline = now.saturating_add(self.config().tombstone_ms);
+            self.deadlines.insert((session.deadline, sid));
+            self.sessions.insert(sid, session);
+        }
+    }
+
+    /// Aborts sessions whose leases ran out and forgets tombstones whose time is up.
+    pub(crate) fn expire_sessions(&mut self, now: u64) {
+        while let Some(&(deadline, sid)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            let tombstone = self
+                .sessions
+                .get(&sid)
+                .is_some_and(|s| s.state == SessionState::Aborted);
+            if tombstone {
+                self.deadlines.pop_first();
+                self.sessions.remove(&sid);
+            } else {
+                self.end_session(sid, EndCause::Expired, now);
+            }
+        }
+    }
+
+    /// The value `sid` sees for `key`: its own pending version if it has one, else the cached one.
+    /// The second element says whether that value is pinned.
+    pub(crate) fn session_view(
+        &self,
+        sid: SessionId,
+        key: &[u8],
+        now: u64,
+    ) -> Option<(&[u8], bool)> {
+        let pending = self
+            .sessions
+            .get(&sid)
+            .and_then(|s| s.hold(key))
+            .and_then(|h| h.pending.as_ref());
+        match pending {
+            Some(Pending::Value { value, pinned }) => Some((value, *pinned)),
+            Some(Pending::Delete) => None,
+            None => self
+                .store
+                .peek(key, now)
+                .map(|e| (e.value.as_slice(), e.pinned)),
+        }
+    }
+
+    pub(crate) fn holds(&self, sid: SessionId, key: &[u8]) -> Option<LeaseKind> {
+        self.sessions.get(&sid)?.hold(key).map(|h| h.kind)
+    }
+
+    /// Whether a session holds an exclusive lease on `key`.
+    pub(crate) fn exclusively_leased(&self, key: &[u8]) -> bool {
+        self.leases
+            .get(key)
+            .is_some_and(|l| l.kind == LeaseKind::Exclusive)
+    }
+
+    /// Replaces `sid`'s pending version of `key` (the session must hold a lease on it), charging
+    /// its bytes. NOTSTORED leaves the previous pending version in place.
+    pub(crate) fn set_pending(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        pending: Pending,
+    ) -> Result<(), ErrorReply> {
+        let old = self
+            .sessions
+            .get_mut(&sid)
+            .and_then(|s| s.hold_mut(key))
+            .expect("a session sets a pending version only under its lease")
+            .pending
+            .take();
+        self.uncharge_pending(key, &old);
+        if let Pending::Value { value, pinned } = &pending {
+            let charge = entry_charge(key.len(), value.len());
+            if self.store.charge(charge, *pinned, false).is_err() {
+                if let Some(Pending::Value { value, pinned }) = &old {
+                    let _ = self
+                        .store
+                        .charge(entry_charge(key.len(), value.len()), *pinned, true);
+                }
+                self.put_pending(sid, key, old);
+                return Err(ErrorReply::not_stored());
+            }
+        }
+        self.put_pending(sid, key, Some(pending));
+        Ok(())
+    }
+
+    fn put_pending(&mut self, sid: SessionId, key: &[u8], pending: Option<Pending>) {
+        if let Some(hold) = self.sessions.get_mut(&sid).and_then(|s| s.hold_mut(key)) {
+            hold.pending = pending;
+        }
+    }
+
+    pub(crate) fn set_mark(&mut self, sid: SessionId, key: &[u8], op: MarkOp) {
+        if op == MarkOp::Keep {
+            return;
+        }
+        if let Some(hold) = self.sessions.get_mut(&sid).and_then(|s| s.hold_mut(key)) {
+            hold.mark = op;
+        }
+    }
+
+    /// Applies one hold at commit: swaps the pending version in, applies the marker change,
+    /// releases the lease. Never fails: the pending version's bytes were reserved when it was made.
+    fn commit_hold(&mut self, sid: SessionId, hold: Hold) {
+        let key = &hold.key;
+        match hold.pending {
+            Some(Pending::Value { value, pinned }) => {
+                self.store
+                    .uncharge(entry_charge(key.len(), value.len()), pinned);
+                let leased = self.leases.contains_key(key);
+                let _ = self.store.put(
+                    key,
+                    value,
+                    PutOptions {
+                        pinned,
+                        ttl: Ttl::Keep,
+                        leased,
+                        force: true,
+                    },
+                );
+            }
+            Some(Pending::Delete) => {
+                self.store.remove(key);
+            }
+            None => {}
+        }
+        match hold.mark {
+            MarkOp::Keep => {}
+            MarkOp::Set => self.set_marker(key, true),
+            MarkOp::Clear => self.set_marker(key, false),
+        }
+        self.release(sid, key);
+    }
+
+    /// LCOMMIT: applies every hold and forgets the session.
+    pub(crate) fn commit_session(&mut self, sid: SessionId) -> Result<(), ErrorReply> {
+        self.live_session(sid)?;
+        let mut session = self.sessions.remove(&sid).expect("checked live");
+        self.deadlines.remove(&(session.deadline, sid));
+        for hold in std::mem::take(&mut session.holds) {
+            self.commit_hold(sid, hold);
+        }
+        self.stats.sessions_committed += 1;
+        Ok(())
+    }
+
+    /// Commits one key of a session (IQSET, SAR, DAR); the session ends with its last hold.
+    pub(crate) fn commit_key(&mut self, sid: SessionId, key: &[u8]) {
+        let Some(session) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let Some(index) = session.holds.iter().position(|h| &*h.key == key) else {
+            return;
+        };
+        let hold = session.holds.swap_remove(index);
+        let ended = session.holds.is_empty();
+        self.commit_hold(sid, hold);
+        if ended {
+            let session = self.sessions.remove(&sid).expect("looked up above");
+            self.deadlines.remove(&(session.deadline, sid));
+            self.stats.sessions_committed += 1;
+        }
+    }
+
+    /// LVALIDATE: the session's shared leases become golden.
+    pub(crate) fn validate_session(&mut self, sid: SessionId) -> Result<(), ErrorReply> {
+        self.live_session(sid)?;
+        self.sessions.get_mut(&sid).expect("checked live").state = SessionState::Validated;
+        Ok(())
+    }
+}

@@ -1,0 +1,128 @@
+//! IQ leases as a one-key session, markers reported with every I and Q grant (000 §4.4.2.2), and
+//! configuration ids (004 §3.2.4).
+
+mod common;
+
+use cads_engine::EngineConfig;
+use cads_protocol::{ErrorKind, Reply};
+use common::Cmi;
+
+#[test]
+fn read_modify_write_under_q() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k 1");
+    assert_eq!(
+        cmi.run("QAREAD 1 k"),
+        Reply::Array(vec![Reply::owned_bulk(b"1".to_vec()), Reply::Int(0)])
+    );
+    cmi.ok("SAR 1 k 2");
+    assert_eq!(cmi.cached("k").as_deref(), Some("2"));
+    assert_eq!(
+        cmi.engine.session_counts(),
+        (0, 0),
+        "the last release ends the session"
+    );
+    assert_eq!(
+        cmi.err("SAR 1 k 3"),
+        ErrorKind::Abort,
+        "no Q lease any more"
+    );
+}
+
+#[test]
+fn markers_are_reported_with_i_and_q_grants() {
+    let mut cmi = Cmi::wt();
+    cmi.int("QAREG 1 k");
+    cmi.ok("SAR 1 k v MARK");
+    assert_eq!(cmi.inspect("k", "marker"), Reply::Int(1));
+    // A hit needs no lease; the marker matters to whoever must go to the data store.
+    assert_eq!(cmi.value("IQGET 2 k"), "v");
+    assert_eq!(cmi.int("DEL k"), 1);
+    assert_eq!(cmi.int("IQGET 2 k"), 1, "the I lease reports the marker");
+    assert_eq!(
+        cmi.inspect("k", "marker"),
+        Reply::Int(1),
+        "a deleted value keeps its marker"
+    );
+    cmi.ok("LUNMARK 2 k");
+    assert_eq!(cmi.int("IQSET 2 k fresh"), 1);
+    assert_eq!(
+        cmi.inspect("k", "marker"),
+        Reply::Int(0),
+        "cleared by the committing reader"
+    );
+    assert_eq!(cmi.int("QAREG 3 k"), 0);
+    cmi.ok("DAR 3 k MARK");
+    assert_eq!(cmi.int("QAREG 4 k"), 1);
+    cmi.ok("DAR 4 k UNMARK");
+    assert_eq!(cmi.engine.marker_count(), 0);
+    assert_eq!(cmi.engine.memory().used, 0);
+}
+
+#[test]
+fn an_expired_i_lease_ignores_the_late_fill() {
+    let mut cmi = Cmi::with(EngineConfig {
+        lease_ms: 50,
+        ..EngineConfig::default()
+    });
+    assert_eq!(cmi.int("IQGET 1 k"), 0);
+    cmi.advance(50);
+    assert_eq!(cmi.int("IQGET 2 k"), 0, "the lease is free again");
+    assert_eq!(cmi.int("IQSET 1 k late"), 0);
+    assert_eq!(cmi.int("IQSET 2 k v"), 1);
+    assert_eq!(cmi.cached("k").as_deref(), Some("v"));
+}
+
+#[test]
+fn an_expired_q_lease_deletes_the_key() {
+    let mut cmi = Cmi::with(EngineConfig {
+        lease_ms: 50,
+        ..EngineConfig::default()
+    });
+    cmi.ok("SET k old");
+    cmi.int("QAREG 1 k");
+    cmi.advance(50);
+    assert_eq!(
+        cmi.cached("k"),
+        None,
+        "004 §2.3: when a Q lease times out, the entry is deleted"
+    );
+    assert_eq!(cmi.err("DAR 1 k"), ErrorKind::Abort);
+}
+
+#[test]
+fn entries_older_than_their_fragment_read_as_misses() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("CONFIGID 100");
+    cmi.ok("FRAGMENTS 4");
+    cmi.ok("SET a 1");
+    cmi.ok("SET b 1");
+    assert_eq!(cmi.inspect("a", "config-id"), Reply::Int(100));
+    let fa = cads_protocol::fragment::fragment_of(b"a", 4);
+    let fb = cads_protocol::fragment::fragment_of(b"b", 4);
+    assert_ne!(fa, fb, "the test needs the keys in different fragments");
+    cmi.ok(&format!("FRAGMENTID {fa} 101"));
+    assert_eq!(cmi.int(&format!("FRAGMENTID {fa}")), 101);
+    assert_eq!(cmi.cached("a"), None);
+    assert_eq!(cmi.cached("b").as_deref(), Some("1"));
+    assert_eq!(
+        cmi.int("IQGET 1 a"),
+        0,
+        "an obsolete entry is a miss for IQ reads too"
+    );
+    cmi.ok("CONFIGID 101");
+    assert_eq!(cmi.int("IQSET 1 a 2"), 1);
+    assert_eq!(
+        cmi.cached("a").as_deref(),
+        Some("2"),
+        "rewritten under the new id"
+    );
+    assert_eq!(cmi.engine.store_stats().discarded, 1);
+    assert_eq!(
+        cmi.err_text("CONFIGID 7"),
+        "ERR configuration id must not decrease"
+    );
+    assert_eq!(cmi.err_text("FRAGMENTID 4 1"), "ERR fragment out of range");
+    assert_eq!(cmi.int("CONFIGID"), 101);
+    assert_eq!(cmi.int("FRAGMENTS"), 4);
+}

@@ -1,0 +1,131 @@
+//! Pinning, the pinned cap, eviction of unpinned entries only, and NOTSTORED that loses nothing.
+
+mod common;
+
+use cads_engine::{EngineConfig, ENTRY_OVERHEAD};
+use cads_protocol::{ErrorKind, Reply};
+use common::Cmi;
+
+fn sized(maxmemory: usize, max_pinned_memory: usize) -> Cmi {
+    Cmi::with(EngineConfig {
+        maxmemory,
+        max_pinned_memory,
+        ..EngineConfig::default()
+    })
+}
+
+/// What an entry with a 2-byte key and a 10-byte value costs.
+const EACH: usize = 2 + 10 + ENTRY_OVERHEAD;
+const TEN: &str = "0123456789";
+
+#[test]
+fn session_pins_and_unpins() {
+    let mut cmi = sized(0, 0);
+    cmi.ok(&format!("LSET 1 p1 {TEN} PIN"));
+    assert_eq!(
+        cmi.engine.memory().pinned,
+        EACH,
+        "a pinned pending version counts as pinned"
+    );
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.inspect("p1", "pinned"), Reply::Int(1));
+    // Changes keep the pin (000 §5.1.1.3).
+    cmi.ok("SET x 1");
+    assert_eq!(cmi.int("LAPPEND 2 p1 x"), 11);
+    cmi.ok("LSET 2 p1 abc");
+    cmi.ok("LCOMMIT 2");
+    assert_eq!(cmi.inspect("p1", "pinned"), Reply::Int(1));
+    assert_eq!(cmi.int("LUNPIN 3 p1"), 1);
+    assert_eq!(cmi.int("LUNPIN 3 nothing"), 0);
+    cmi.ok("LCOMMIT 3");
+    assert_eq!(cmi.inspect("p1", "pinned"), Reply::Int(0));
+    assert_eq!(cmi.engine.memory().pinned, 0);
+}
+
+#[test]
+fn eviction_never_takes_pinned_or_leased_entries() {
+    let mut cmi = sized(EACH * 3, 0);
+    cmi.ok(&format!("LSET 1 p1 {TEN} PIN"));
+    cmi.ok("LCOMMIT 1");
+    cmi.ok(&format!("SET u1 {TEN}"));
+    cmi.ok(&format!("SET u2 {TEN}"));
+    cmi.value("LGET 2 u1");
+    // Room for one more means evicting an unpinned entry not under a lease: only u2 qualifies.
+    cmi.ok(&format!("SET u3 {TEN}"));
+    assert!(cmi.cached("p1").is_some());
+    assert!(cmi.cached("u1").is_some());
+    assert!(cmi.cached("u2").is_none());
+    assert_eq!(cmi.engine.store_stats().evicted, 1);
+}
+
+#[test]
+fn full_of_pinned_answers_notstored_and_loses_nothing() {
+    let mut cmi = sized(EACH * 2, 0);
+    cmi.run(&format!("LMSET 1 PIN p1 {TEN} p2 {TEN}"));
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.err(&format!("SET u1 {TEN}")), ErrorKind::NotStored);
+    assert_eq!(cmi.err(&format!("LSET 2 u2 {TEN}")), ErrorKind::NotStored);
+    // The session lives on after NOTSTORED; it can still abort or do smaller things.
+    assert_eq!(cmi.int("LDEL 2 p1"), 1);
+    cmi.ok("LABORT 2");
+    assert_eq!(
+        cmi.run(&format!("LMSET 3 PIN p1 {TEN}x")),
+        Reply::Array(vec![Reply::Error(cads_protocol::ErrorReply::not_stored())])
+    );
+    cmi.ok("LABORT 3");
+    assert_eq!(cmi.cached("p1").as_deref(), Some(TEN));
+    assert_eq!(cmi.cached("p2").as_deref(), Some(TEN));
+    assert!(cmi.engine.store_stats().refused >= 3);
+}
+
+#[test]
+fn the_pinned_cap_leaves_room_for_plain_entries() {
+    let mut cmi = sized(EACH * 4, EACH * 2);
+    cmi.run(&format!("LMSET 1 PIN p1 {TEN} p2 {TEN}"));
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(
+        cmi.err(&format!("LSET 2 p3 {TEN} PIN")),
+        ErrorKind::NotStored
+    );
+    cmi.ok("LABORT 2");
+    cmi.ok(&format!("SET u1 {TEN}"));
+    cmi.ok(&format!("SET u2 {TEN}"));
+    assert_eq!(cmi.engine.memory().pinned, EACH * 2);
+}
+
+#[test]
+fn pending_versions_count_against_memory() {
+    let mut cmi = sized(EACH * 2, 0);
+    cmi.ok(&format!("SET u1 {TEN}"));
+    cmi.ok(&format!("LSET 1 u1 {TEN}"));
+    assert_eq!(cmi.engine.memory().used, EACH * 2);
+    // The original is leased and the pending version is not an entry: neither can be evicted.
+    assert_eq!(cmi.err(&format!("SET u2 {TEN}")), ErrorKind::NotStored);
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.engine.memory().used, EACH);
+    cmi.ok(&format!("SET u2 {TEN}"));
+}
+
+#[test]
+fn lowering_maxmemory_evicts_at_once() {
+    let mut cmi = sized(0, 0);
+    for i in 0..10 {
+        cmi.ok(&format!("SET k{i} {TEN}"));
+    }
+    cmi.engine.set_maxmemory(EACH * 3);
+    assert!(cmi.engine.memory().used <= EACH * 3);
+    assert_eq!(cmi.engine.key_count(), 3);
+    cmi.engine.check_invariants();
+}
+
+#[test]
+fn mset_is_all_or_nothing_on_memory() {
+    let mut cmi = sized(EACH * 2, 0);
+    cmi.ok(&format!("LSET 1 p1 {TEN} PIN"));
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(
+        cmi.err(&format!("MSET a1 {TEN} a2 {TEN}")),
+        ErrorKind::NotStored
+    );
+    assert_eq!(cmi.cached("a1"), None);
+}

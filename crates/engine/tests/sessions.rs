@@ -1,0 +1,372 @@
+//! Session states (000 Figure 5.1), pending versions, wounding, golden leases, lease expiry and the
+//! multi-key commands.
+
+mod common;
+
+use cads_engine::{EngineConfig, Mode};
+use cads_protocol::{ErrorKind, Reply};
+use common::Cmi;
+
+#[test]
+fn active_validated_committed() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k 1");
+    assert_eq!(cmi.value("LGET 1 k RMW"), "1");
+    cmi.ok("LSET 1 k 2");
+    cmi.ok("LVALIDATE 1");
+    cmi.ok("LVALIDATE 1");
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("k").as_deref(), Some("2"));
+    assert_eq!(
+        cmi.engine.session_counts(),
+        (0, 0),
+        "a committed session is forgotten"
+    );
+    assert_eq!(
+        cmi.err("LCOMMIT 1"),
+        ErrorKind::Abort,
+        "nothing to commit any more"
+    );
+}
+
+#[test]
+fn commit_without_validate_is_allowed() {
+    let mut cmi = Cmi::wa();
+    cmi.ok("SET k v");
+    cmi.int("LDEL 1 k");
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("k"), None);
+}
+
+#[test]
+fn client_abort_drops_pending_versions_and_leaves_no_trace() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k 1");
+    cmi.ok("LSET 1 k 2");
+    cmi.ok("LSET 1 fresh x PIN");
+    cmi.ok("LABORT 1");
+    assert_eq!(cmi.cached("k").as_deref(), Some("1"));
+    assert_eq!(cmi.cached("fresh"), None);
+    assert_eq!(cmi.engine.session_counts(), (0, 0));
+    assert_eq!(cmi.engine.lease_count(), 0);
+    assert_eq!(cmi.engine.memory().pinned, 0);
+    cmi.ok("LABORT 1");
+}
+
+#[test]
+fn pending_versions_are_private_until_commit() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k a");
+    cmi.ok("LSET 1 k b");
+    assert_eq!(
+        cmi.cached("k").as_deref(),
+        Some("a"),
+        "others see the committed value"
+    );
+    assert_eq!(
+        cmi.value("LGET 1 k"),
+        "b",
+        "the session reads its own write"
+    );
+    assert_eq!(cmi.int("LAPPEND 1 k c"), 2);
+    assert_eq!(cmi.int("LPREPEND 1 k z"), 3);
+    assert_eq!(cmi.value("LGET 1 k RMW"), "zbc");
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("k").as_deref(), Some("zbc"));
+}
+
+#[test]
+fn an_empty_pending_version_deletes_at_commit() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k a");
+    assert_eq!(cmi.int("LDEL 1 k"), 1);
+    assert_eq!(cmi.bulk("LGET 1 k"), None, "deleted for the session");
+    assert_eq!(cmi.run("LAPPEND 1 k x"), Reply::Nil, "nothing to append to");
+    assert_eq!(cmi.int("LDEL 1 k"), 0);
+    assert_eq!(cmi.cached("k").as_deref(), Some("a"));
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("k"), None);
+}
+
+#[test]
+fn incremental_updates_need_an_existing_value() {
+    let mut cmi = Cmi::wt();
+    assert_eq!(cmi.run("LINCR 1 n 5"), Reply::Nil);
+    assert_eq!(cmi.run("LAPPEND 1 l x"), Reply::Nil);
+    cmi.ok("LCOMMIT 1");
+    cmi.ok("SET n 10");
+    cmi.ok("SET s abc");
+    assert_eq!(cmi.int("LINCR 2 n 5"), 15);
+    assert_eq!(cmi.int("LDECR 2 n 20"), -5);
+    assert_eq!(cmi.err("LINCR 2 s 1"), ErrorKind::Err, "not an integer");
+    cmi.ok("SET big 9223372036854775807");
+    assert_eq!(
+        cmi.err_text("LINCR 2 big 1"),
+        "ERR increment or decrement would overflow"
+    );
+    cmi.ok("LCOMMIT 2");
+    assert_eq!(cmi.cached("n").as_deref(), Some("-5"));
+}
+
+#[test]
+fn ladd_only_adds() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k a");
+    assert_eq!(cmi.int("LADD 1 k b"), 0);
+    assert_eq!(cmi.int("LADD 1 j b"), 1);
+    assert_eq!(cmi.int("LADD 1 j c"), 0);
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("k").as_deref(), Some("a"));
+    assert_eq!(cmi.cached("j").as_deref(), Some("b"));
+}
+
+#[test]
+fn wounded_session_loses_its_pending_versions_and_exclusive_keys() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET r 1");
+    cmi.ok("SET w 1");
+    assert_eq!(cmi.value("LGET 1 r"), "1");
+    cmi.ok("LSET 1 w 2");
+    cmi.int("LDEL 2 r");
+    assert_eq!(cmi.err("LGET 1 x"), ErrorKind::Abort);
+    // Session 1 held w exclusively and might have written the store: w is no longer trusted.
+    assert_eq!(cmi.cached("w"), None);
+    assert_eq!(cmi.engine.session_counts(), (1, 1));
+    cmi.ok("LABORT 1");
+    assert_eq!(cmi.engine.session_counts(), (1, 0));
+}
+
+#[test]
+fn writers_cannot_void_a_validated_reader() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k 1");
+    cmi.value("LGET 1 k");
+    cmi.ok("LVALIDATE 1");
+    assert_eq!(cmi.err("LGET 2 k RMW"), ErrorKind::Abort);
+    assert_eq!(cmi.err("QAREG 3 k"), ErrorKind::Abort);
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.value("LGET 4 k RMW"), "1");
+}
+
+#[test]
+fn lease_expiry_aborts_and_deletes_unpinned_exclusive_keys() {
+    let mut cmi = Cmi::with(EngineConfig {
+        lease_ms: 100,
+        ..EngineConfig::default()
+    });
+    cmi.ok("SET plain 1");
+    cmi.ok("SET read 1");
+    cmi.ok("LSET 9 pinned x PIN");
+    cmi.ok("LCOMMIT 9");
+    cmi.value("LGET 1 plain RMW");
+    cmi.ok("LSET 1 plain 2");
+    cmi.value("LGET 1 pinned RMW");
+    cmi.value("LGET 1 read");
+    cmi.ok("LVALIDATE 1");
+    cmi.advance(99);
+    assert_eq!(cmi.engine.session_counts(), (1, 0));
+    cmi.advance(1);
+    assert_eq!(cmi.engine.stats().sessions_expired, 1);
+    assert_eq!(cmi.engine.stats().leases_expired, 3);
+    assert_eq!(
+        cmi.cached("plain"),
+        None,
+        "an expired X lease deletes an unpinned key"
+    );
+    assert_eq!(
+        cmi.cached("pinned").as_deref(),
+        Some("x"),
+        "a pinned key is kept"
+    );
+    assert_eq!(
+        cmi.cached("read").as_deref(),
+        Some("1"),
+        "an S lease changes nothing"
+    );
+    assert_eq!(
+        cmi.err("LCOMMIT 1"),
+        ErrorKind::Abort,
+        "even a validated session"
+    );
+    assert_eq!(cmi.engine.lease_count(), 0);
+}
+
+#[test]
+fn expiry_is_checked_at_each_command_too() {
+    let mut cmi = Cmi::with(EngineConfig {
+        lease_ms: 100,
+        ..EngineConfig::default()
+    });
+    cmi.value_or_nil("LGET 1 k");
+    cmi.now += 100;
+    // No tick ran, yet the next command sees the lease is gone.
+    assert_eq!(cmi.int("IQGET 2 k"), 0);
+    assert_eq!(cmi.err("LVALIDATE 1"), ErrorKind::Abort);
+}
+
+#[test]
+fn tombstones_are_forgotten_after_their_time() {
+    let mut cmi = Cmi::with(EngineConfig {
+        lease_ms: 100,
+        tombstone_ms: 1000,
+        ..EngineConfig::default()
+    });
+    cmi.value_or_nil("LGET 1 k");
+    cmi.advance(100);
+    assert_eq!(cmi.engine.session_counts(), (0, 1));
+    cmi.advance(999);
+    assert_eq!(cmi.engine.session_counts(), (0, 1));
+    cmi.advance(1);
+    assert_eq!(cmi.engine.session_counts(), (0, 0));
+}
+
+#[test]
+fn multi_key_commands() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("MSET a 1 b 2");
+    assert_eq!(
+        cmi.run("LMGET 1 RMW a b c"),
+        Reply::Array(vec![
+            Reply::owned_bulk(b"1".to_vec()),
+            Reply::owned_bulk(b"2".to_vec()),
+            Reply::Nil
+        ])
+    );
+    assert_eq!(
+        cmi.run("LMSET 1 NOPIN a 10 c 30"),
+        Reply::Array(vec![Reply::OK, Reply::OK])
+    );
+    assert_eq!(
+        cmi.run("LMAPPEND 1 a x b y d z"),
+        Reply::Array(vec![Reply::Int(3), Reply::Int(2), Reply::Nil])
+    );
+    assert_eq!(
+        cmi.run("LMDEL 1 b d"),
+        Reply::Array(vec![Reply::Int(1), Reply::Int(0)])
+    );
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(
+        cmi.run("MGET a b c"),
+        Reply::Array(vec![
+            Reply::owned_bulk(b"10x".to_vec()),
+            Reply::Nil,
+            Reply::owned_bulk(b"30".to_vec())
+        ])
+    );
+}
+
+#[test]
+fn multi_get_reports_retry_per_key_and_abort_for_the_session() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET a 1");
+    cmi.value_or_nil("LGET 9 filling");
+    let reply = cmi.run("LMGET 1 RO a filling");
+    let Reply::Array(items) = reply else {
+        panic!("array expected")
+    };
+    assert_eq!(items[0], Reply::owned_bulk(b"1".to_vec()));
+    assert!(matches!(&items[1], Reply::Error(e) if e.kind == ErrorKind::Retry));
+    cmi.value("LGET 8 a RMW");
+    assert_eq!(cmi.err("LMGET 2 RO b a"), ErrorKind::Abort);
+    assert_eq!(
+        cmi.inspect("b", "lease"),
+        Reply::status("none"),
+        "the abort released b"
+    );
+}
+
+#[test]
+fn write_around_sets_only_fill_under_the_sessions_shared_lease() {
+    let mut cmi = Cmi::wa();
+    assert_eq!(cmi.bulk("LGET 1 k"), None);
+    cmi.ok("LSET 1 k v");
+    assert_eq!(cmi.cached("k").as_deref(), Some("v"), "stored at once");
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.err("LSET 2 j v"), ErrorKind::Abort, "no lease on j");
+}
+
+#[test]
+fn write_through_commands_are_not_available_in_write_around() {
+    let mut cmi = Cmi::wa();
+    for line in [
+        "LGET 1 k RMW",
+        "LMGET 1 RMW k",
+        "LSET 1 k v PIN",
+        "LADD 1 k v",
+        "LAPPEND 1 k v",
+        "LPREPEND 1 k v",
+        "LMAPPEND 1 k v",
+        "LINCR 1 k 1",
+        "LDECR 1 k 1",
+        "LUNPIN 1 k",
+        "QAREAD 1 k",
+        "SAR 1 k v",
+    ] {
+        assert_eq!(cmi.err(line), ErrorKind::NotAvailable, "{line}");
+    }
+    assert_eq!(cmi.engine.lease_count(), 0);
+}
+
+#[test]
+fn markers_are_staged_and_applied_at_commit() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k v");
+    cmi.value("LGET 1 k");
+    assert_eq!(
+        cmi.err("LMARK 1 k"),
+        ErrorKind::Err,
+        "S is not enough to set"
+    );
+    assert_eq!(cmi.err("LMARK 1 other"), ErrorKind::Err, "no lease at all");
+    cmi.value("LGET 1 k RMW");
+    cmi.ok("LMARK 1 k");
+    assert_eq!(
+        cmi.inspect("k", "marker"),
+        Reply::Int(0),
+        "not before commit"
+    );
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.inspect("k", "marker"), Reply::Int(1));
+    cmi.value("LGET 2 k");
+    cmi.ok("LUNMARK 2 k");
+    cmi.ok("LABORT 2");
+    assert_eq!(
+        cmi.inspect("k", "marker"),
+        Reply::Int(1),
+        "abort drops the change"
+    );
+    cmi.value("LGET 3 k");
+    cmi.ok("LUNMARK 3 k");
+    cmi.ok("LCOMMIT 3");
+    assert_eq!(cmi.inspect("k", "marker"), Reply::Int(0));
+}
+
+#[test]
+fn unknown_sessions_cannot_validate_or_commit() {
+    let mut cmi = Cmi::wt();
+    assert_eq!(cmi.err("LVALIDATE 5"), ErrorKind::Abort);
+    assert_eq!(cmi.err("LCOMMIT 5"), ErrorKind::Abort);
+    cmi.ok("LABORT 5");
+}
+
+#[test]
+fn plain_writes_refuse_leased_keys() {
+    let mut cmi = Cmi::new(Mode::WriteThrough);
+    cmi.ok("SET k v");
+    cmi.value("LGET 1 k");
+    for line in [
+        "SET k x",
+        "DEL k",
+        "INCR k",
+        "APPEND k x",
+        "EXPIRE k 10",
+        "PERSIST k",
+        "MSET a 1 k 2",
+    ] {
+        assert_eq!(cmi.err(line), ErrorKind::Leased, "{line}");
+    }
+    assert_eq!(cmi.cached("a"), None, "MSET is all or nothing");
+    assert_eq!(cmi.cached("k").as_deref(), Some("v"), "reads are fine");
+    cmi.ok("LCOMMIT 1");
+    cmi.ok("SET k x");
+}
