@@ -444,7 +444,11 @@ impl Engine {
         let ttl = match expiry {
             SetExpiry::None => Ttl::At(0),
             SetExpiry::Keep => Ttl::Keep,
-            SetExpiry::In(ms) => Ttl::At(now.checked_add(ms as u64).ok_or_else(invalid)?),
+            // As Redis: a relative expiry whose deadline passes i64 milliseconds is invalid.
+            SetExpiry::In(ms) => Ttl::At(
+                ms.checked_add(now as i64)
+                    .ok_or_else(invalid)? as u64,
+            ),
             SetExpiry::At(ms) => Ttl::At(ms as u64),
         };
         if let Ttl::At(at) = ttl {
@@ -586,48 +590,27 @@ impl Engine {
         let slot = self.store.lookup(key, now);
         let entry = slot.map(|s| self.store.entry(s));
         let lease = self.leases.get(key);
-        let field = |name: &'static str, value: Reply<'static>| [Reply::status(name), value];
-        let mut out = Vec::new();
-        out.extend(field("exists", Reply::Int(entry.is_some() as i64)));
-        out.extend(field(
-            "value-bytes",
-            Reply::Int(entry.map_or(-1, |e| e.value.len() as i64)),
-        ));
-        out.extend(field(
-            "pinned",
-            Reply::Int(entry.is_some_and(|e| e.pinned) as i64),
-        ));
-        out.extend(field(
-            "expire-at-ms",
-            Reply::Int(entry.map_or(-1, |e| {
-                if e.expire_at == 0 {
-                    -1
-                } else {
-                    e.expire_at as i64
-                }
-            })),
-        ));
-        out.extend(field(
-            "config-id",
-            Reply::Int(entry.map_or(-1, |e| e.config_id as i64)),
-        ));
-        out.extend(field(
-            "marker",
-            Reply::Int(self.markers.contains(key) as i64),
-        ));
-        out.extend(field(
-            "lease",
-            Reply::status(match lease.map(|l| l.kind) {
-                None => "none",
-                Some(LeaseKind::Shared) => "shared",
-                Some(LeaseKind::Exclusive) => "exclusive",
-            }),
-        ));
-        out.extend(field(
-            "holders",
-            Reply::Int(lease.map_or(0, |l| l.holders.len() as i64)),
-        ));
-        Reply::Array(out)
+        let int = |name: &'static str, n: i64| (Reply::status(name), Reply::Int(n));
+        Reply::Map(vec![
+            int("exists", entry.is_some() as i64),
+            int("value-bytes", entry.map_or(-1, |e| e.value.len() as i64)),
+            int("pinned", entry.is_some_and(|e| e.pinned) as i64),
+            int(
+                "expire-at-ms",
+                entry.map_or(-1, |e| if e.expire_at == 0 { -1 } else { e.expire_at as i64 }),
+            ),
+            int("config-id", entry.map_or(-1, |e| e.config_id as i64)),
+            int("marker", self.markers.contains(key) as i64),
+            (
+                Reply::status("lease"),
+                Reply::status(match lease.map(|l| l.kind) {
+                    None => "none",
+                    Some(LeaseKind::Shared) => "shared",
+                    Some(LeaseKind::Exclusive) => "exclusive",
+                }),
+            ),
+            int("holders", lease.map_or(0, |l| l.holders.len() as i64)),
+        ])
     }
 
     // --- session commands ---

@@ -21,6 +21,11 @@ fn set_options() {
     assert_eq!(c.int("TTL k"), -1, "a plain SET clears the time to live");
     c.ok(&format!("SET k v PXAT {}", c.now - 1));
     assert_eq!(c.cached("k"), None, "an expiry in the past deletes");
+    assert_eq!(
+        c.err_text("SET k v PX 9223372036854000000"),
+        "ERR invalid expire time in 'set' command",
+        "the deadline would pass i64 milliseconds"
+    );
 }
 
 #[test]

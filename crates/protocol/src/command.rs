@@ -348,6 +348,13 @@ fn optional_pin(args: &[&[u8]], index: usize) -> Result<bool, ErrorReply> {
     }
 }
 
+/// Text of an argument quoted in an error: up to a NUL byte, as Redis's `%s` prints it; bytes that
+/// are not UTF-8 show as U+FFFD (Redis echoes them raw).
+fn quoted(arg: &[u8]) -> std::borrow::Cow<'_, str> {
+    let end = arg.iter().position(|&b| b == 0).unwrap_or(arg.len());
+    String::from_utf8_lossy(&arg[..end])
+}
+
 fn unknown_command(args: &[&[u8]]) -> ErrorReply {
     let mut rest = String::new();
     for arg in &args[1..] {
@@ -355,12 +362,11 @@ fn unknown_command(args: &[&[u8]]) -> ErrorReply {
             break;
         }
         let room = 128 - rest.len();
-        let text = String::from_utf8_lossy(arg);
+        let text = quoted(arg);
         let shown: String = text.chars().take(room).collect();
         rest.push_str(&format!("'{shown}' "));
     }
-    let name = String::from_utf8_lossy(args[0]);
-    let name: String = name.chars().take(128).collect();
+    let name: String = quoted(args[0]).chars().take(128).collect();
     ErrorReply::err(format!(
         "unknown command '{name}', with args beginning with: {rest}"
     ))
@@ -722,11 +728,14 @@ fn parse_with<'a>(
         "info" => C::Info(&a[1..]),
         "dbsize" => C::DbSize,
         "flushall" | "flushdb" => {
-            // ASYNC and SYNC are accepted; both flush at once.
-            for opt in &a[1..] {
-                if !eq(opt, "ASYNC") && !eq(opt, "SYNC") {
-                    return Err(ErrorReply::syntax());
-                }
+            // One optional ASYNC or SYNC, as Redis; both flush at once.
+            let ok = match a {
+                [_] => true,
+                [_, opt] => eq(opt, "ASYNC") || eq(opt, "SYNC"),
+                _ => false,
+            };
+            if !ok {
+                return Err(ErrorReply::syntax());
             }
             if spec.name == "flushall" {
                 C::FlushAll
@@ -999,37 +1008,44 @@ fn parse_hello<'a>(a: &'a [&'a [u8]]) -> Result<Command<'a>, ErrorReply> {
 }
 
 fn parse_set<'a>(a: &'a [&'a [u8]]) -> Result<Command<'a>, ErrorReply> {
+    // As Redis's parseExtendedStringArgumentsOrReply: an option may repeat (the last value wins),
+    // but NX excludes XX, and KEEPTTL and the four expiry options exclude one another.
     let mut condition = SetCondition::Always;
     let mut expiry = SetExpiry::None;
+    let mut expiry_word: Option<&[u8]> = None;
     let mut get = false;
     let mut i = 3;
     while i < a.len() {
         let opt = a[i];
         let next = a.get(i + 1);
-        if eq(opt, "NX") && condition == SetCondition::Always {
+        let expiry_free = |word: &str| expiry_word.is_none_or(|w| eq(w, word));
+        if eq(opt, "NX") && condition != SetCondition::IfPresent {
             condition = SetCondition::IfAbsent;
-        } else if eq(opt, "XX") && condition == SetCondition::Always {
+        } else if eq(opt, "XX") && condition != SetCondition::IfAbsent {
             condition = SetCondition::IfPresent;
-        } else if eq(opt, "GET") && !get {
+        } else if eq(opt, "GET") {
             get = true;
-        } else if eq(opt, "KEEPTTL") && expiry == SetExpiry::None {
+        } else if eq(opt, "KEEPTTL") && expiry_free("KEEPTTL") {
             expiry = SetExpiry::Keep;
-        } else if let (SetExpiry::None, Some(next), true) = (
-            expiry,
+            expiry_word = Some(opt);
+        } else if let (Some(next), Some(word)) = (
             next,
-            eq(opt, "EX") || eq(opt, "PX") || eq(opt, "EXAT") || eq(opt, "PXAT"),
+            ["EX", "PX", "EXAT", "PXAT"]
+                .into_iter()
+                .find(|w| eq(opt, w) && expiry_free(w)),
         ) {
             let n = int(next)?;
-            let seconds = eq(opt, "EX") || eq(opt, "EXAT");
+            let seconds = word == "EX" || word == "EXAT";
             if n <= 0 || (seconds && n > i64::MAX / 1000) {
                 return Err(ErrorReply::err("invalid expire time in 'set' command"));
             }
             let ms = if seconds { n * 1000 } else { n };
-            expiry = if eq(opt, "EX") || eq(opt, "PX") {
+            expiry = if word == "EX" || word == "PX" {
                 SetExpiry::In(ms)
             } else {
                 SetExpiry::At(ms)
             };
+            expiry_word = Some(opt);
             i += 1;
         } else {
             return Err(ErrorReply::syntax());

@@ -19,4 +19,4 @@ pub use command::{
     SetCondition, SetExpiry, TimeUnit,
 };
 pub use reply::{ErrorKind, ErrorReply, Reply};
-pub use resp::{Limits, Parsed, ProtocolError};
+pub use resp::{Limits, Parsed, Protocol, ProtocolError};

@@ -144,12 +144,12 @@ pub enum Reply<'a> {
     Int(i64),
     /// `$len bytes`
     Bulk(Cow<'a, [u8]>),
-    /// `$-1`
+    /// `$-1` (`_` in RESP3)
     Nil,
     /// `*n ...`
     Array(Vec<Reply<'a>>),
-    /// `*-1`
-    NilArray,
+    /// Field and value pairs: `%n ...` in RESP3, a flat array of 2n elements in RESP2.
+    Map(Vec<(Reply<'a>, Reply<'a>)>),
 }
 
 impl<'a> Reply<'a> {
@@ -171,6 +171,23 @@ impl<'a> Reply<'a> {
         bytes.map_or(Reply::Nil, Reply::bulk)
     }
 
+    /// The value of `field` in a map reply (or in a RESP2 flat array of pairs).
+    pub fn field(&self, field: &str) -> Option<&Reply<'a>> {
+        let matches = |k: &Reply<'_>| match k {
+            Reply::Status(s) => s == field,
+            Reply::Bulk(b) => b.as_ref() == field.as_bytes(),
+            _ => false,
+        };
+        match self {
+            Reply::Map(pairs) => pairs.iter().find(|(k, _)| matches(k)).map(|(_, v)| v),
+            Reply::Array(items) => items
+                .chunks_exact(2)
+                .find(|pair| matches(&pair[0]))
+                .map(|pair| &pair[1]),
+            _ => None,
+        }
+    }
+
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
     }
@@ -184,7 +201,12 @@ impl<'a> Reply<'a> {
             Reply::Bulk(b) => Reply::Bulk(Cow::Owned(b.into_owned())),
             Reply::Nil => Reply::Nil,
             Reply::Array(items) => Reply::Array(items.into_iter().map(Reply::into_owned).collect()),
-            Reply::NilArray => Reply::NilArray,
+            Reply::Map(pairs) => Reply::Map(
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect(),
+            ),
         }
     }
 }

@@ -163,14 +163,21 @@ fn parse_header_int(digits: &[u8]) -> Option<i64> {
     if digits.is_empty() {
         return None;
     }
+    // Accumulate with the final sign so that i64::MIN, whose magnitude has no positive i64, parses.
     let mut n: i64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {
             return None;
         }
-        n = n.checked_mul(10)?.checked_add((d - b'0') as i64)?;
+        let digit = (d - b'0') as i64;
+        n = n.checked_mul(10)?;
+        n = if neg {
+            n.checked_sub(digit)?
+        } else {
+            n.checked_add(digit)?
+        };
     }
-    Some(if neg { -n } else { n })
+    Some(n)
 }
 
 fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
@@ -354,8 +361,22 @@ pub fn write_error(out: &mut Vec<u8>, error: &ErrorReply) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// The reply dialect a connection speaks: RESP2 unless it said `HELLO 3`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Protocol {
+    #[default]
+    Resp2,
+    Resp3,
+}
+
 /// Appends a reply in RESP2.
 pub fn write_reply(out: &mut Vec<u8>, reply: &Reply<'_>) {
+    write_reply_as(out, reply, Protocol::Resp2);
+}
+
+/// Appends a reply in the given dialect. RESP3 differs for what cads sends only in nulls (`_`) and
+/// maps (`%`).
+pub fn write_reply_as(out: &mut Vec<u8>, reply: &Reply<'_>, protocol: Protocol) {
     match reply {
         Reply::Status(s) => {
             out.push(b'+');
@@ -365,14 +386,26 @@ pub fn write_reply(out: &mut Vec<u8>, reply: &Reply<'_>) {
         Reply::Error(e) => write_error(out, e),
         Reply::Int(n) => write_int(out, *n),
         Reply::Bulk(b) => write_bulk(out, b),
-        Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
+        Reply::Nil => match protocol {
+            Protocol::Resp2 => out.extend_from_slice(b"$-1\r\n"),
+            Protocol::Resp3 => out.extend_from_slice(b"_\r\n"),
+        },
         Reply::Array(items) => {
             write_array_header(out, items.len());
             for item in items {
-                write_reply(out, item);
+                write_reply_as(out, item, protocol);
             }
         }
-        Reply::NilArray => out.extend_from_slice(b"*-1\r\n"),
+        Reply::Map(pairs) => {
+            match protocol {
+                Protocol::Resp2 => write_array_header(out, pairs.len() * 2),
+                Protocol::Resp3 => write_header(out, b'%', pairs.len() as i64),
+            }
+            for (field, value) in pairs {
+                write_reply_as(out, field, protocol);
+                write_reply_as(out, value, protocol);
+            }
+        }
     }
 }
 
@@ -427,7 +460,8 @@ fn parse_reply_at(
             Ok(Some((Reply::Error(reply), next)))
         }
         b':' => Ok(Some((Reply::Int(int()?), next))),
-        b'$' => {
+        b'_' => Ok(Some((Reply::Nil, next))),
+        b'$' | b'=' => {
             let len = int()?;
             if len < 0 {
                 return Ok(Some((Reply::Nil, next)));
@@ -444,14 +478,15 @@ fn parse_reply_at(
                 end + 2,
             )))
         }
-        b'*' => {
+        b'*' | b'~' | b'%' => {
             let len = int()?;
             if len < 0 {
-                return Ok(Some((Reply::NilArray, next)));
+                return Ok(Some((Reply::Nil, next)));
             }
-            let mut items = Vec::with_capacity((len as usize).min(4096));
+            let count = if prefix == b'%' { len.saturating_mul(2) } else { len };
+            let mut items = Vec::with_capacity((count as usize).min(4096));
             let mut pos = next;
-            for _ in 0..len {
+            for _ in 0..count {
                 match parse_reply_at(buf, pos, depth + 1)? {
                     None => return Ok(None),
                     Some((item, after)) => {
@@ -460,7 +495,17 @@ fn parse_reply_at(
                     }
                 }
             }
-            Ok(Some((Reply::Array(items), pos)))
+            let reply = if prefix == b'%' {
+                let mut pairs = Vec::with_capacity(items.len() / 2);
+                let mut items = items.into_iter();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+                Reply::Map(pairs)
+            } else {
+                Reply::Array(items)
+            };
+            Ok(Some((reply, pos)))
         }
         other => Err(ProtocolError(
             format!("unexpected reply type byte '{}'", other as char).into(),
@@ -574,18 +619,33 @@ mod tests {
             Reply::Int(-42),
             Reply::owned_bulk(b"hello\r\nworld".to_vec()),
             Reply::Nil,
-            Reply::NilArray,
             Reply::Error(ErrorReply::abort()),
             Reply::Array(vec![]),
+            Reply::Map(vec![(Reply::status("a"), Reply::Int(1))]),
         ]);
-        let mut buf = Vec::new();
-        write_reply(&mut buf, &reply);
-        let (parsed, used) = parse_reply(&buf).unwrap().unwrap();
-        assert_eq!(used, buf.len());
-        assert_eq!(parsed, reply);
-        for cut in 0..buf.len() {
-            assert_eq!(parse_reply(&buf[..cut]).unwrap(), None, "cut at {cut}");
+        for protocol in [Protocol::Resp2, Protocol::Resp3] {
+            let mut buf = Vec::new();
+            write_reply_as(&mut buf, &reply, protocol);
+            let (parsed, used) = parse_reply(&buf).unwrap().unwrap();
+            assert_eq!(used, buf.len());
+            let expected = match (&reply, protocol) {
+                // RESP2 has no maps: they travel as flat arrays.
+                (Reply::Array(items), Protocol::Resp2) => {
+                    let mut items = items.clone();
+                    items[6] = Reply::Array(vec![Reply::status("a"), Reply::Int(1)]);
+                    Reply::Array(items)
+                }
+                _ => reply.clone(),
+            };
+            assert_eq!(parsed, expected);
+            assert_eq!(parsed.field("nothing"), None);
+            for cut in 0..buf.len() {
+                assert_eq!(parse_reply(&buf[..cut]).unwrap(), None, "cut at {cut}");
+            }
         }
+        let mut nil3 = Vec::new();
+        write_reply_as(&mut nil3, &Reply::Nil, Protocol::Resp3);
+        assert_eq!(nil3, b"_\r\n");
     }
 
     #[test]
@@ -594,6 +654,9 @@ mod tests {
             let mut out = Vec::new();
             write_decimal(&mut out, n);
             assert_eq!(out, n.to_string().into_bytes());
+            let mut reply = Vec::new();
+            write_int(&mut reply, n);
+            assert_eq!(parse_reply(&reply).unwrap().unwrap().0, Reply::Int(n));
         }
     }
 }

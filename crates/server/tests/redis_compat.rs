@@ -29,6 +29,8 @@ enum Check {
     Exact,
     /// Both integer replies, at most this far apart (remaining TTLs, which move with the clock).
     Near(i64),
+    /// Sent to both, not compared (HELLO's reply names the server and its version).
+    Unchecked,
 }
 
 struct Step {
@@ -53,6 +55,15 @@ impl Script {
         self.steps.push(Step {
             args,
             check: Check::Exact,
+        });
+        self
+    }
+
+    /// A command sent to both whose replies are not compared.
+    fn unchecked(&mut self, args: &[&str]) -> &mut Self {
+        self.steps.push(Step {
+            args: args.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            check: Check::Unchecked,
         });
         self
     }
@@ -107,6 +118,7 @@ fn compare(redis: &ServerProcess, cads: &ServerProcess, steps: &[Step]) -> Vec<S
             }
         };
         let same = match step.check {
+            Check::Unchecked => true,
             Check::Exact => expected == got,
             Check::Near(tolerance) => match (int_of(&expected), int_of(&got)) {
                 (Some(a), Some(b)) => (a - b).abs() <= tolerance,
@@ -680,8 +692,8 @@ fn plain_script() -> Script {
         .cmd(&["NOSUCH", "100%", "%s%d"])
         .bin(vec![b"NO\r\nSUCH".to_vec(), b"a\r\nb".to_vec()])
         .bin(vec![b"NOSUCH".to_vec(), b"a\0b".to_vec()])
-        .bin(vec![b"NOSUCH".to_vec(), b"\xff".to_vec()])
-        .bin(vec![b"NOSUCH\xff".to_vec()])
+        // Not compared: arguments that are not UTF-8 quoted in an error, which Redis echoes raw
+        // and cads shows as U+FFFD (docs/PROTOCOL.md).
         .cmd(&["PING"]);
 
     // --- FLUSHALL / FLUSHDB ---
@@ -728,6 +740,22 @@ fn replies_are_identical_to_redis_for_the_plain_subset() {
     let script = plain_script();
     let mismatches = compare(&redis, &cads, &script.steps);
     assert_no_mismatches("plain-subset replies", script.steps.len(), &mismatches);
+}
+
+/// The same sequence after `HELLO 3`: nulls and maps in RESP3 must match too.
+#[test]
+fn resp3_replies_are_identical_to_redis_for_the_plain_subset() {
+    let Some(redis) = start_redis() else { return };
+    let cads = start_cads(1);
+    let mut script = Script::default();
+    script.unchecked(&["HELLO", "3"]);
+    script.steps.extend(plain_script().steps);
+    script
+        .cmd(&["MGET", "nothing", "nothing2"])
+        .cmd(&["CONFIG", "GET", "no-such-parameter"])
+        .cmd(&["HELLO", "2", "FOO"]);
+    let mismatches = compare(&redis, &cads, &script.steps);
+    assert_no_mismatches("RESP3 replies", script.steps.len(), &mismatches);
 }
 
 /// The same commands sent as one pipelined write: replies must still match, in order.

@@ -119,14 +119,10 @@ impl Cmi {
 
     /// A field of INSPECT.
     pub fn inspect(&mut self, key: &str, field: &str) -> Reply<'static> {
-        let Reply::Array(items) = self.run(&format!("INSPECT {key}")) else {
-            panic!("INSPECT gives an array");
-        };
-        for pair in items.chunks(2) {
-            if pair[0] == Reply::Status(field.to_string().into()) {
-                return pair[1].clone();
-            }
-        }
-        panic!("INSPECT has no field {field}");
+        let reply = self.run(&format!("INSPECT {key}"));
+        reply
+            .field(field)
+            .unwrap_or_else(|| panic!("INSPECT has no field {field}"))
+            .clone()
     }
 }

@@ -277,8 +277,8 @@ impl RespConn {
     /// Reads exactly one reply and returns its bytes, untouched.
     pub fn read_raw(&mut self) -> std::io::Result<Vec<u8>> {
         loop {
-            match reply_len(&self.buf, 0) {
-                Ok(Some(used)) => return Ok(self.buf.drain(..used).collect()),
+            match parse_reply(&self.buf) {
+                Ok(Some((_, used))) => return Ok(self.buf.drain(..used).collect()),
                 Ok(None) => {}
                 Err(e) => {
                     return Err(std::io::Error::new(
@@ -343,57 +343,6 @@ impl RespConn {
 
     pub fn shutdown_write(&self) {
         let _ = self.stream.shutdown(Shutdown::Write);
-    }
-}
-
-/// The length of the RESP2 reply starting at `buf[start..]`, or None if it is incomplete.
-///
-/// Framing only, deliberately independent of `cads_protocol::resp::parse_reply`, so that the raw
-/// bytes of any well-framed reply come back for comparison even where the decoder would reject a
-/// value.
-pub fn reply_len(buf: &[u8], start: usize) -> Result<Option<usize>, String> {
-    let Some(&prefix) = buf.get(start) else {
-        return Ok(None);
-    };
-    let Some(cr) = buf[start..].windows(2).position(|w| w == b"\r\n") else {
-        return Ok(None);
-    };
-    let line = &buf[start + 1..start + cr];
-    let after = start + cr + 2;
-    let number = || -> Result<i64, String> {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad length {:?}", show(line, 40)))
-    };
-    match prefix {
-        b'+' | b'-' | b':' => Ok(Some(after - start)),
-        b'$' => {
-            let n = number()?;
-            if n < 0 {
-                return Ok(Some(after - start));
-            }
-            let end = after + n as usize + 2;
-            if buf.len() < end {
-                return Ok(None);
-            }
-            if &buf[end - 2..end] != b"\r\n" {
-                return Err("bulk string not followed by CRLF".into());
-            }
-            Ok(Some(end - start))
-        }
-        b'*' => {
-            let n = number()?;
-            let mut at = after;
-            for _ in 0..n.max(0) {
-                match reply_len(buf, at)? {
-                    Some(len) => at += len,
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some(at - start))
-        }
-        other => Err(format!("unknown reply type byte {other:#04x}")),
     }
 }
 

@@ -1,0 +1,658 @@
+//! One CMI as the event loop sees it: the engine, the append-only file, and the commands that are
+//! about the connection or the server rather than the data (PING, AUTH, HELLO, INFO, CONFIG, ...).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cads_engine::Engine;
+use cads_protocol::resp::{write_error, write_reply_as, Protocol};
+use cads_protocol::spec::{self, CommandSpec};
+use cads_protocol::{
+    ClientSub, Command, CommandSub, ConfigSub, ErrorKind, ErrorReply, Reply,
+};
+
+use crate::aof::Aof;
+use crate::config::{parse_size, Config};
+use crate::event_loop::{ConnId, Flow, Handler, SharedStats};
+
+/// What the server tells clients it is, in HELLO and INFO.
+pub const SERVER_NAME: &str = "cads";
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The Redis version whose command semantics the plain subset follows; some clients read it.
+pub const REDIS_COMPATIBLE_VERSION: &str = "7.0.0";
+
+/// Per-connection state.
+pub struct Client {
+    id: ConnId,
+    authenticated: bool,
+    protocol: Protocol,
+}
+
+/// What CLIENT LIST shows of a connection.
+struct ClientInfo {
+    addr: SocketAddr,
+    name: Option<String>,
+    since: Instant,
+}
+
+/// Samples of the command counter for `instantaneous_ops_per_sec` (Redis keeps 16 too).
+const OPS_SAMPLES: usize = 16;
+
+pub struct Cmi {
+    pub index: usize,
+    pub port: u16,
+    engine: Engine,
+    aof: Option<Aof>,
+    config: Arc<Config>,
+    loop_stats: Arc<SharedStats>,
+    clients: HashMap<ConnId, ClientInfo>,
+    started: Instant,
+    ops_samples: VecDeque<(Instant, u64)>,
+}
+
+impl Cmi {
+    pub fn new(
+        index: usize,
+        port: u16,
+        engine: Engine,
+        aof: Option<Aof>,
+        config: Arc<Config>,
+        loop_stats: Arc<SharedStats>,
+    ) -> Cmi {
+        Cmi {
+            index,
+            port,
+            engine,
+            aof,
+            config,
+            loop_stats,
+            clients: HashMap::new(),
+            started: Instant::now(),
+            ops_samples: VecDeque::with_capacity(OPS_SAMPLES + 1),
+        }
+    }
+
+    fn run(&mut self, client: &mut Client, cmd: &Command<'_>, out: &mut Vec<u8>, now: u64) -> Flow {
+        use Command as C;
+        let reply = match cmd {
+            C::Ping(None) => Reply::status("PONG"),
+            C::Ping(Some(message)) | C::Echo(message) => Reply::bulk(message),
+            C::Auth { username, password } => self.auth(client, *username, password),
+            C::Hello {
+                version,
+                auth,
+                client_name,
+            } => self.hello(client, *version, *auth, *client_name),
+            C::Select(0) => Reply::OK,
+            C::Select(_) => ErrorReply::err("DB index is out of range").into(),
+            C::Quit => {
+                write_reply_as(out, &Reply::OK, client.protocol);
+                return Flow::Close;
+            }
+            C::Commands(sub) => command_info(sub),
+            C::Config(sub) => self.config_command(sub),
+            C::Client(sub) => self.client_command(client, sub),
+            C::Info(sections) => Reply::Bulk(self.info(sections).into_bytes().into()),
+            C::BgRewriteAof => self.bgrewriteaof(),
+            _ => {
+                if let Some(refusal) = self.refuse_write(cmd) {
+                    refusal.into()
+                } else {
+                    let reply = self.engine.execute(cmd, now);
+                    write_reply_as(out, &reply, client.protocol);
+                    return Flow::Continue;
+                }
+            }
+        };
+        write_reply_as(out, &reply, client.protocol);
+        Flow::Continue
+    }
+
+    /// While the log cannot be written, writes are refused rather than acknowledged and lost.
+    fn refuse_write(&self, cmd: &Command<'_>) -> Option<ErrorReply> {
+        let error = self.aof.as_ref()?.write_error.as_ref()?;
+        let spec = cmd.spec();
+        let writes = spec.flags.contains(&"write") || spec.group != spec::Group::Plain;
+        writes.then(|| {
+            ErrorReply::new(
+                ErrorKind::Other("MISCONF".into()),
+                format!("Errors writing to the append-only log: {error}"),
+            )
+        })
+    }
+
+    /// AUTH as Redis's default user: without `requirepass` it takes any password when named
+    /// (`AUTH default x`), and refuses the one-argument form with Redis's explanation.
+    fn auth(&mut self, client: &mut Client, username: Option<&[u8]>, password: &[u8]) -> Reply<'static> {
+        let wrong = || {
+            ErrorReply::new(
+                ErrorKind::WrongPass,
+                "invalid username-password pair or user is disabled.",
+            )
+            .into()
+        };
+        if username.is_some_and(|u| u != b"default") {
+            return wrong();
+        }
+        match &self.config.requirepass {
+            None if username.is_none() => ErrorReply::err(
+                "AUTH <password> called without any password configured for the default user. \
+                 Are you sure your configuration is correct?",
+            )
+            .into(),
+            None => Reply::OK,
+            Some(expected) if password == expected.as_bytes() => {
+                client.authenticated = true;
+                Reply::OK
+            }
+            Some(_) => wrong(),
+        }
+    }
+
+    fn hello(
+        &mut self,
+        client: &mut Client,
+        version: Option<i64>,
+        auth: Option<(&[u8], &[u8])>,
+        name: Option<&[u8]>,
+    ) -> Reply<'static> {
+        let protocol = match version {
+            None => client.protocol,
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => {
+                return ErrorReply::new(ErrorKind::NoProto, "unsupported protocol version").into()
+            }
+        };
+        if let Some((user, pass)) = auth {
+            if let Reply::Error(e) = self.auth(client, Some(user), pass) {
+                return e.into();
+            }
+        }
+        if !client.authenticated {
+            return noauth().into();
+        }
+        client.protocol = protocol;
+        if let Some(name) = name {
+            if let Some(info) = self.clients.get_mut(&client.id) {
+                info.name = Some(String::from_utf8_lossy(name).into_owned());
+            }
+        }
+        let text = |k: &'static str, v: &str| {
+            (
+                Reply::owned_bulk(k.as_bytes().to_vec()),
+                Reply::owned_bulk(v.as_bytes().to_vec()),
+            )
+        };
+        let proto = match protocol {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        };
+        Reply::Map(vec![
+            text("server", SERVER_NAME),
+            text("version", VERSION),
+            (Reply::owned_bulk(b"proto".to_vec()), Reply::Int(proto)),
+            (Reply::owned_bulk(b"id".to_vec()), Reply::Int(client.id as i64)),
+            text("mode", "standalone"),
+            text("role", "master"),
+            (Reply::owned_bulk(b"modules".to_vec()), Reply::Array(Vec::new())),
+        ])
+    }
+
+    fn client_command(&mut self, client: &mut Client, sub: &ClientSub<'_>) -> Reply<'static> {
+        match sub {
+            ClientSub::Id => Reply::Int(client.id as i64),
+            ClientSub::GetName => self
+                .clients
+                .get(&client.id)
+                .and_then(|i| i.name.clone())
+                .map_or(Reply::Nil, |n| Reply::owned_bulk(n.into_bytes())),
+            ClientSub::SetName(name) => {
+                if name.iter().any(|b| *b <= b' ' || *b > b'~') {
+                    return ErrorReply::err(
+                        "Client names cannot contain spaces, newlines or special characters.",
+                    )
+                    .into();
+                }
+                if let Some(info) = self.clients.get_mut(&client.id) {
+                    info.name = (!name.is_empty()).then(|| String::from_utf8_lossy(name).into());
+                }
+                Reply::OK
+            }
+            ClientSub::SetInfo => Reply::OK,
+            ClientSub::List => {
+                let mut ids: Vec<_> = self.clients.keys().copied().collect();
+                ids.sort_unstable();
+                let mut text = String::new();
+                for id in ids {
+                    let info = &self.clients[&id];
+                    let _ = writeln!(
+                        text,
+                        "id={id} addr={} name={} age={}",
+                        info.addr,
+                        info.name.as_deref().unwrap_or(""),
+                        info.since.elapsed().as_secs()
+                    );
+                }
+                Reply::owned_bulk(text.into_bytes())
+            }
+        }
+    }
+
+    fn bgrewriteaof(&mut self) -> Reply<'static> {
+        let Some(aof) = &mut self.aof else {
+            return ErrorReply::err("append-only persistence is off (start with --appendonly)")
+                .into();
+        };
+        if aof.rewriting() {
+            return ErrorReply::err("Background append only file rewriting already in progress")
+                .into();
+        }
+        match aof.start_rewrite(&mut self.engine) {
+            Ok(()) => Reply::Status("Background append only file rewriting started".into()),
+            Err(e) => ErrorReply::err(format!("cannot start the rewrite: {e:#}")).into(),
+        }
+    }
+
+    // --- CONFIG ---
+
+    fn config_values(&self) -> Vec<(&'static str, String)> {
+        let c = &self.config;
+        let e = self.engine.config();
+        vec![
+            ("port", self.port.to_string()),
+            ("bind", c.bind.to_string()),
+            ("cmis", c.cmis.to_string()),
+            ("mode", e.mode.name().to_string()),
+            ("maxmemory", e.maxmemory.to_string()),
+            ("max-pinned-memory", e.max_pinned_memory.to_string()),
+            // Redis's name for evicting any key by LRU; cads's own setting is `eviction`.
+            ("maxmemory-policy", format!("allkeys-{}", self.engine.eviction_policy())),
+            ("eviction", self.engine.eviction_policy().to_string()),
+            ("lease-ms", e.lease_ms.to_string()),
+            ("tombstone-ms", e.tombstone_ms.to_string()),
+            ("maxclients", c.max_clients.to_string()),
+            ("proto-max-bulk-len", c.max_bulk.to_string()),
+            ("client-query-buffer-limit", c.max_request.to_string()),
+            ("timeout", c.idle_timeout_secs.to_string()),
+            ("appendonly", if c.appendonly { "yes" } else { "no" }.to_string()),
+            ("appendfsync", c.appendfsync.name().to_string()),
+            ("dir", c.dir.display().to_string()),
+            ("auto-aof-rewrite-percentage", c.aof_rewrite_percentage.to_string()),
+            ("auto-aof-rewrite-min-size", c.aof_rewrite_min_size.to_string()),
+            ("save", String::new()),
+            ("databases", "1".to_string()),
+            (
+                "requirepass",
+                c.requirepass.clone().unwrap_or_default(),
+            ),
+        ]
+    }
+
+    fn config_command(&mut self, sub: &ConfigSub<'_>) -> Reply<'static> {
+        match sub {
+            ConfigSub::Get(patterns) => {
+                let lower: Vec<Vec<u8>> = patterns.iter().map(|p| p.to_ascii_lowercase()).collect();
+                let pairs = self
+                    .config_values()
+                    .into_iter()
+                    .filter(|(name, _)| lower.iter().any(|p| glob_match(p, name.as_bytes())))
+                    .map(|(name, value)| {
+                        (
+                            Reply::owned_bulk(name.as_bytes().to_vec()),
+                            Reply::owned_bulk(value.into_bytes()),
+                        )
+                    })
+                    .collect();
+                Reply::Map(pairs)
+            }
+            ConfigSub::Set(pairs) => {
+                for pair in pairs.chunks_exact(2) {
+                    if let Err(e) = self.config_set(pair[0], pair[1]) {
+                        return e.into();
+                    }
+                }
+                Reply::OK
+            }
+            ConfigSub::ResetStat => {
+                self.engine.reset_stats();
+                Reply::OK
+            }
+        }
+    }
+
+    fn config_set(&mut self, name: &[u8], value: &[u8]) -> Result<(), ErrorReply> {
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        let value = String::from_utf8_lossy(value);
+        let bad_value = |e: String| {
+            ErrorReply::err(format!(
+                "CONFIG SET failed (possibly related to argument '{name}') - {e}"
+            ))
+        };
+        match name.as_str() {
+            "maxmemory" => {
+                let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
+                self.engine.set_maxmemory(bytes);
+            }
+            "max-pinned-memory" => {
+                let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
+                self.engine.set_max_pinned_memory(bytes);
+            }
+            "lease-ms" => {
+                let ms: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|&ms| ms > 0)
+                    .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))?;
+                self.engine.set_lease_ms(ms);
+            }
+            _ => {
+                return Err(ErrorReply::err(format!(
+                    "Unknown option or number of arguments for CONFIG SET - '{name}'"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    // --- INFO ---
+
+    fn instantaneous_ops(&self) -> u64 {
+        match (self.ops_samples.front(), self.ops_samples.back()) {
+            (Some(&(t0, c0)), Some(&(t1, c1))) if t1 > t0 => {
+                let secs = (t1 - t0).as_secs_f64();
+                ((c1 - c0) as f64 / secs).round() as u64
+            }
+            _ => 0,
+        }
+    }
+
+    /// The INFO text: Redis's layout (`# Section` headers, `field:value` lines).
+    pub fn info(&self, sections: &[&[u8]]) -> String {
+        let wanted: Vec<String> = sections
+            .iter()
+            .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+            .collect();
+        let all = wanted.is_empty()
+            || wanted
+                .iter()
+                .any(|s| s == "all" || s == "everything" || s == "default");
+        let want = |name: &str| all || wanted.iter().any(|s| s == name);
+        let mut text = String::new();
+        let mut section = |name: &str, lines: Vec<(&str, String)>| {
+            if want(&name.to_ascii_lowercase()) {
+                if !text.is_empty() {
+                    text.push_str("\r\n");
+                }
+                let _ = write!(text, "# {name}\r\n");
+                for (k, v) in lines {
+                    let _ = write!(text, "{k}:{v}\r\n");
+                }
+            }
+        };
+        let e = &self.engine;
+        let stats = e.stats();
+        let store = e.store_stats();
+        let mem = e.memory();
+        let net = self.loop_stats.snapshot();
+        let uptime = self.started.elapsed().as_secs();
+        section(
+            "Server",
+            vec![
+                ("cads_version", VERSION.into()),
+                ("redis_version", REDIS_COMPATIBLE_VERSION.into()),
+                ("cmi_index", self.index.to_string()),
+                ("cmis", self.config.cmis.to_string()),
+                ("tcp_port", self.port.to_string()),
+                ("mode", e.mode().name().into()),
+                ("process_id", std::process::id().to_string()),
+                ("uptime_in_seconds", uptime.to_string()),
+                ("uptime_in_days", (uptime / 86_400).to_string()),
+            ],
+        );
+        section(
+            "Clients",
+            vec![
+                ("connected_clients", net.connected_clients.to_string()),
+                ("maxclients", self.config.max_clients.to_string()),
+            ],
+        );
+        section(
+            "Memory",
+            vec![
+                ("used_memory", mem.used.to_string()),
+                ("used_memory_human", human(mem.used)),
+                ("used_memory_pinned", mem.pinned.to_string()),
+                ("used_memory_evictable", mem.evictable.to_string()),
+                ("maxmemory", mem.maxmemory.to_string()),
+                ("maxmemory_human", human(mem.maxmemory)),
+                ("max_pinned_memory", mem.max_pinned.to_string()),
+                ("maxmemory_policy", e.eviction_policy().into()),
+            ],
+        );
+        let persistence = match &self.aof {
+            None => vec![("aof_enabled", "0".to_string())],
+            Some(aof) => vec![
+                ("aof_enabled", "1".into()),
+                ("aof_fsync", aof.fsync_policy().name().into()),
+                ("aof_rewrite_in_progress", (aof.rewriting() as u8).to_string()),
+                ("aof_rewrites", aof.rewrites.to_string()),
+                (
+                    "aof_last_bgrewrite_status",
+                    if aof.last_rewrite_ok { "ok" } else { "err" }.into(),
+                ),
+                (
+                    "aof_last_write_status",
+                    if aof.write_error.is_none() { "ok" } else { "err" }.into(),
+                ),
+                ("aof_current_size", aof.size().to_string()),
+                ("aof_base_size", aof.base_size().to_string()),
+            ],
+        };
+        section("Persistence", persistence);
+        section(
+            "Stats",
+            vec![
+                ("total_connections_received", net.total_connections_received.to_string()),
+                ("total_commands_processed", stats.commands.to_string()),
+                ("instantaneous_ops_per_sec", self.instantaneous_ops().to_string()),
+                ("total_net_input_bytes", net.total_net_input_bytes.to_string()),
+                ("total_net_output_bytes", net.total_net_output_bytes.to_string()),
+                ("rejected_connections", net.rejected_connections.to_string()),
+                ("expired_keys", store.expired.to_string()),
+                ("evicted_keys", store.evicted.to_string()),
+                ("discarded_keys", store.discarded.to_string()),
+                ("notstored", store.refused.to_string()),
+                ("keyspace_hits", stats.hits.to_string()),
+                ("keyspace_misses", stats.misses.to_string()),
+            ],
+        );
+        let (active, aborted) = e.session_counts();
+        section(
+            "Leases",
+            vec![
+                ("leases_held", e.lease_count().to_string()),
+                ("leases_granted", stats.leases_granted.to_string()),
+                ("leases_voided", stats.leases_voided.to_string()),
+                ("leases_expired", stats.leases_expired.to_string()),
+                ("lease_retries", stats.retries.to_string()),
+                ("lease_ms", e.config().lease_ms.to_string()),
+                ("markers", e.marker_count().to_string()),
+                ("configuration_id", e.configuration_id().to_string()),
+                ("fragments", e.fragments().to_string()),
+            ],
+        );
+        section(
+            "Sessions",
+            vec![
+                ("sessions_active", active.to_string()),
+                ("sessions_tombstones", aborted.to_string()),
+                ("sessions_committed", stats.sessions_committed.to_string()),
+                ("sessions_aborted", stats.sessions_aborted.to_string()),
+                ("sessions_wounded", stats.sessions_wounded.to_string()),
+                ("sessions_expired", stats.sessions_expired.to_string()),
+            ],
+        );
+        let keys = e.key_count();
+        let keyspace = if keys == 0 {
+            vec![]
+        } else {
+            vec![(
+                "db0",
+                format!("keys={keys},expires={},avg_ttl=0", e.keys_with_expiry()),
+            )]
+        };
+        section("Keyspace", keyspace);
+        text
+    }
+}
+
+fn noauth() -> ErrorReply {
+    ErrorReply::new(ErrorKind::NoAuth, "Authentication required.")
+}
+
+fn human(bytes: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "K", "M", "G"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.2}{}", UNITS[unit])
+}
+
+/// Glob matching with `*` and `?`, as CONFIG GET patterns use.
+fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|i| glob_match(rest, &text[i..])),
+        Some((b'?', rest)) => !text.is_empty() && glob_match(rest, &text[1..]),
+        Some((c, rest)) => text.first() == Some(c) && glob_match(rest, &text[1..]),
+    }
+}
+
+fn spec_reply(spec: &CommandSpec) -> Reply<'static> {
+    Reply::Array(vec![
+        Reply::owned_bulk(spec.name.as_bytes().to_vec()),
+        Reply::Int(spec.arity as i64),
+        Reply::Array(spec.flags.iter().map(|f| Reply::status(f)).collect()),
+        Reply::Int(spec.first_key as i64),
+        Reply::Int(spec.last_key as i64),
+        Reply::Int(spec.step as i64),
+    ])
+}
+
+fn command_info(sub: &CommandSub<'_>) -> Reply<'static> {
+    match sub {
+        CommandSub::All => Reply::Array(spec::COMMANDS.iter().map(spec_reply).collect()),
+        CommandSub::Count => Reply::Int(spec::COMMANDS.len() as i64),
+        CommandSub::List => Reply::Array(
+            spec::COMMANDS
+                .iter()
+                .map(|s| Reply::owned_bulk(s.name.as_bytes().to_vec()))
+                .collect(),
+        ),
+        CommandSub::Info(names) => Reply::Array(
+            names
+                .iter()
+                .map(|n| spec::lookup(n).map_or(Reply::Nil, spec_reply))
+                .collect(),
+        ),
+        // No documentation records: redis-cli then falls back to its built-in help.
+        CommandSub::Docs(_) => Reply::Array(Vec::new()),
+    }
+}
+
+impl Handler for Cmi {
+    type Conn = Client;
+
+    fn on_accept(&mut self, id: ConnId, peer: SocketAddr) -> Client {
+        self.clients.insert(
+            id,
+            ClientInfo {
+                addr: peer,
+                name: None,
+                since: Instant::now(),
+            },
+        );
+        Client {
+            id,
+            authenticated: self.config.requirepass.is_none(),
+            protocol: Protocol::Resp2,
+        }
+    }
+
+    fn on_request(&mut self, client: &mut Client, args: &[&[u8]], out: &mut Vec<u8>, now_ms: u64) -> Flow {
+        let cmd = match Command::parse(args) {
+            Ok(cmd) => cmd,
+            Err(e) => {
+                write_error(out, &e);
+                return Flow::Continue;
+            }
+        };
+        if !client.authenticated && !matches!(cmd, Command::Auth { .. } | Command::Hello { .. } | Command::Quit) {
+            write_error(out, &noauth());
+            return Flow::Continue;
+        }
+        self.run(client, &cmd, out, now_ms)
+    }
+
+    fn on_close(&mut self, client: &mut Client) {
+        self.clients.remove(&client.id);
+    }
+
+    fn before_reply(&mut self, _now_ms: u64) {
+        if let Some(aof) = &mut self.aof {
+            aof.flush(&mut self.engine);
+        }
+    }
+
+    fn tick(&mut self, now_ms: u64) {
+        self.engine.tick(now_ms);
+        self.ops_samples
+            .push_back((Instant::now(), self.engine.stats().commands));
+        if self.ops_samples.len() > OPS_SAMPLES {
+            self.ops_samples.pop_front();
+        }
+        if let Some(aof) = &mut self.aof {
+            if aof.wants_rewrite() {
+                if let Err(e) = aof.start_rewrite(&mut self.engine) {
+                    tracing::error!(error = %e, "cannot start the log rewrite");
+                }
+            }
+        }
+    }
+
+    fn on_shutdown(&mut self, _now_ms: u64) {
+        if let Some(aof) = &mut self.aof {
+            aof.close(&mut self.engine);
+        }
+        tracing::info!(cmi = self.index, port = self.port, "CMI stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*", b"maxmemory"));
+        assert!(glob_match(b"max*", b"maxmemory"));
+        assert!(glob_match(b"*memory", b"max-pinned-memory"));
+        assert!(glob_match(b"p?rt", b"port"));
+        assert!(!glob_match(b"port?", b"port"));
+        assert!(!glob_match(b"save", b"saved"));
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(0), "0.00B");
+        assert_eq!(human(1536), "1.50K");
+        assert_eq!(human(1 << 30), "1.00G");
+    }
+}

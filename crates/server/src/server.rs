@@ -1,0 +1,173 @@
+//! Starting and stopping a process's CMIs: one thread, event loop and listener each, on consecutive
+//! ports (DESIGN.md §3). Nothing is shared between CMIs on the request path.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use cads_engine::Engine;
+use cads_protocol::Limits;
+
+use crate::aof::{Aof, AofSettings};
+use crate::cmi::Cmi;
+use crate::config::Config;
+use crate::event_loop::{EventLoop, LoopConfig};
+
+/// A running set of CMIs.
+pub struct Server {
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Result<()>>>,
+}
+
+impl Server {
+    /// Binds every listener and restores every log before serving anything, so that a bad port or
+    /// a damaged log fails the start as a whole.
+    pub fn start(config: Config) -> Result<Server> {
+        let config = Arc::new(config);
+        let mut listeners = Vec::with_capacity(config.cmis);
+        for i in 0..config.cmis {
+            let port = if config.port == 0 {
+                0
+            } else {
+                config.port + i as u16
+            };
+            let addr = SocketAddr::new(config.bind, port);
+            let listener = TcpListener::bind(addr)
+                .with_context(|| format!("cannot listen on {addr} for CMI {i}"))?;
+            listeners.push(listener);
+        }
+        let mut cmis = Vec::with_capacity(config.cmis);
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let mut engine = Engine::new(config.engine());
+            let aof = if config.appendonly {
+                let settings = AofSettings {
+                    fsync: config.appendfsync,
+                    rewrite_percentage: config.aof_rewrite_percentage,
+                    rewrite_min_size: config.aof_rewrite_min_size,
+                };
+                Some(Aof::open(&config.dir, i, &mut engine, settings)?)
+            } else {
+                None
+            };
+            let event_loop = EventLoop::new(listener, loop_config(&config))?;
+            let addr = event_loop.local_addr()?;
+            let cmi = Cmi::new(
+                i,
+                addr.port(),
+                engine,
+                aof,
+                config.clone(),
+                event_loop.stats_handle(),
+            );
+            cmis.push((event_loop, cmi, addr));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut addrs = Vec::new();
+        let mut threads = Vec::new();
+        for (mut event_loop, mut cmi, addr) in cmis {
+            addrs.push(addr);
+            let stop = stop.clone();
+            let index = cmi.index;
+            let thread = thread::Builder::new()
+                .name(format!("cmi-{index}"))
+                .spawn(move || {
+                    event_loop
+                        .run(&mut cmi, &stop)
+                        .with_context(|| format!("CMI {index} stopped on an error"))
+                })
+                .context("cannot start a CMI thread")?;
+            threads.push(thread);
+        }
+        tracing::info!(
+            cmis = addrs.len(),
+            first = %addrs[0],
+            mode = config.mode.name(),
+            maxmemory = config.maxmemory,
+            appendonly = config.appendonly,
+            "cads-server ready"
+        );
+        Ok(Server {
+            addrs,
+            stop,
+            threads,
+        })
+    }
+
+    /// The address of each CMI, in order.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Asks every CMI to stop; [`Server::join`] waits for them.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Waits for every CMI to stop.
+    pub fn join(self) -> Result<()> {
+        let mut result = Ok(());
+        for thread in self.threads {
+            let outcome = thread
+                .join()
+                .map_err(|_| anyhow!("a CMI thread panicked"))
+                .and_then(|r| r);
+            if let Err(e) = outcome {
+                tracing::error!(error = %format!("{e:#}"), "CMI failed");
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    /// Serves until SIGTERM or SIGINT, then stops gracefully: pending replies are flushed and the
+    /// logs synced.
+    pub fn run_until_signal(self) -> Result<()> {
+        install_signal_handlers();
+        while !SIGNALLED.load(Ordering::Acquire) {
+            if self.threads.iter().any(|t| t.is_finished()) {
+                // A CMI died on its own: stop the others and report.
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        tracing::info!("shutting down");
+        self.stop();
+        self.join()
+    }
+}
+
+fn loop_config(config: &Config) -> LoopConfig {
+    LoopConfig {
+        limits: Limits {
+            max_bulk: config.max_bulk,
+            max_args: config.max_args,
+            ..Limits::default()
+        },
+        max_request_bytes: config.max_request,
+        max_clients: config.max_clients,
+        max_output_bytes: config.max_output,
+        idle_timeout_ms: config.idle_timeout_secs * 1000,
+        ..LoopConfig::default()
+    }
+}
+
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    SIGNALLED.store(true, Ordering::Release);
+}
+
+fn install_signal_handlers() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: `on_signal` is an `extern "C"` function that only performs an atomic store, which
+        // is async-signal-safe; `signal` installs it for a valid signal number.
+        unsafe {
+            libc::signal(signal, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
