@@ -1,0 +1,1361 @@
+//! The event loop of one CMI: a single thread, level-triggered epoll, non-blocking sockets, RESP2.
+//!
+//! # How it runs
+//!
+//! The loop is shaped after Redis's `ae.c` and `networking.c`, because on a loaded machine the
+//! syscalls per request decide throughput, and Redis's loop is frugal with them:
+//!
+//! 1. `epoll_wait` (level-triggered, so nothing is lost if we do not drain a socket).
+//! 2. For each readable connection, **one** read of up to 16 KiB (Redis's `PROTO_IOBUF_LEN`), never
+//!    a second read to see `EAGAIN` as an edge-triggered loop must: that extra failing `read` per
+//!    request is most of what a naive tokio or mio responder loses against Redis. Every complete
+//!    request in the bytes read runs at once ([`Handler::on_request`]), its reply appended to the
+//!    connection's output buffer; nothing is written yet.
+//! 3. [`Handler::before_reply`] (the append-only file is written and synced here), then every
+//!    connection with output gets **one** `send`, directly, without asking epoll whether it is
+//!    writable (Redis's `beforeSleep` / `handleClientsWithPendingWrites`). Only a short write
+//!    registers `EPOLLOUT`, and the interest is dropped again once the output is gone.
+//! 4. About every `tick_ms`, [`Handler::tick`], idle timeouts, and the stop flag.
+//!
+//! So an unpipelined request costs one `recv`, one `send` and a share of one `epoll_wait`; a pipeline
+//! of any depth costs the same per batch.
+//!
+//! Reads go to one 16 KiB buffer shared by all connections (as Redis 7.4's reusable query buffer),
+//! which stays hot in cache; only the unfinished tail of a batch (a request split across reads, or
+//! requests held back by backpressure) is copied to the connection's own buffer, which is freed as
+//! soon as it empties. A large request is then read straight into the connection's buffer, sized
+//! to what the parser says it needs, and parsing is not retried until that many bytes are there.
+//!
+//! # Backpressure and limits
+//!
+//! - A connection whose unsent output reaches [`LoopConfig::output_pause_bytes`] (64 KiB) is
+//!   *stalled*: its remaining requests wait until the output drains below that, so one client that
+//!   pipelines and never reads cannot make the loop buffer unbounded replies. Unlike a plain
+//!   "stop reading" this keeps reading (without running) what the client sends, up to
+//!   [`LoopConfig::max_request_bytes`] of input, so a client that writes its whole pipeline before
+//!   reading any reply (as many client libraries do) does not deadlock; past that much input the
+//!   loop stops reading from it (and its writes block) until it reads.
+//! - A connection whose unsent output still exceeds [`LoopConfig::max_output_bytes`] (one huge
+//!   reply) is closed at once, like Redis's `client-output-buffer-limit`.
+//! - A single request larger than `max_request_bytes`, or any malformed one, gets
+//!   `-ERR Protocol error: ...` and the connection is closed after that reply is flushed, as Redis
+//!   does; requests after it in the same batch are not run.
+//! - Beyond `max_clients` connections a new one gets `-ERR max number of clients reached` and is
+//!   closed.
+//! - A peer that half-closes still gets the replies to everything it sent; then it is closed.
+//!
+//! # Stats for INFO
+//!
+//! [`EventLoop::stats_handle`] returns an `Arc<SharedStats>` that the loop keeps current; give it
+//! to the handler when constructing it and call [`SharedStats::snapshot`] from `on_request` (for
+//! INFO) or from any other thread. Only the loop thread writes the counters, so they are plain
+//! relaxed loads and stores, no locked instructions on the request path.
+//!
+//! # Time
+//!
+//! `now_ms` passed to the handler is wall-clock time in milliseconds since the Unix epoch, read once
+//! per loop iteration (Redis likewise caches the time per iteration). Ticks and idle timeouts run on
+//! the monotonic clock.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use cads_protocol::resp::{parse_request, write_error};
+use cads_protocol::{Limits, Parsed, ProtocolError};
+
+use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT};
+
+/// Identifies a connection for the lifetime of the loop; never reused.
+pub type ConnId = u64;
+
+/// What the loop does with a connection after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep serving it.
+    Continue,
+    /// Run nothing more from it; flush its pending output, then close it (Redis's
+    /// `CLIENT_CLOSE_AFTER_REPLY`, as for QUIT).
+    Close,
+}
+
+/// The command side of a CMI, driven by the loop. All calls come from the loop's thread.
+pub trait Handler {
+    /// Per-connection state (auth, name, ...).
+    type Conn;
+
+    /// A connection was accepted.
+    fn on_accept(&mut self, id: ConnId, peer: SocketAddr) -> Self::Conn;
+
+    /// Runs one request (`args[0]` is the command name, never absent) and appends its RESP reply
+    /// to `out`. `out` may hold earlier replies not yet sent: append, never inspect or truncate.
+    fn on_request(
+        &mut self,
+        conn: &mut Self::Conn,
+        args: &[&[u8]],
+        out: &mut Vec<u8>,
+        now_ms: u64,
+    ) -> Flow;
+
+    /// The connection is gone (closed by either side, or by the loop stopping).
+    fn on_close(&mut self, conn: &mut Self::Conn);
+
+    /// Once per loop iteration, after requests ran and BEFORE any reply of that iteration is written
+    /// to a socket (this is where the append-only file is written and, with fsync=always, synced).
+    /// It also runs in iterations where no request ran, so it must be cheap when there is nothing to
+    /// do.
+    fn before_reply(&mut self, now_ms: u64);
+
+    /// About every `tick_ms`: timers, expiry.
+    fn tick(&mut self, now_ms: u64);
+
+    /// Called once when the loop stops, after pending replies were flushed best-effort and every
+    /// remaining connection was closed (with [`Handler::on_close`]); it is the handler's last call.
+    fn on_shutdown(&mut self, now_ms: u64);
+}
+
+/// Limits and timers of one loop.
+#[derive(Clone, Debug)]
+pub struct LoopConfig {
+    /// Bulk, argument-count and inline limits for the request parser.
+    pub limits: Limits,
+    /// A single request larger than this is a protocol error and closes the connection. It also
+    /// bounds the unread input kept for a stalled connection.
+    pub max_request_bytes: usize,
+    /// Connections beyond this many get `-ERR max number of clients reached` and are closed.
+    pub max_clients: usize,
+    /// A connection whose unsent replies exceed this is closed without further ado.
+    pub max_output_bytes: usize,
+    /// Unsent output at which a connection's further requests wait for it to drain.
+    pub output_pause_bytes: usize,
+    /// Close connections idle (nothing read or written) for this long; 0 = never.
+    pub idle_timeout_ms: u64,
+    /// Period of [`Handler::tick`]; the stop flag is checked at least this often.
+    pub tick_ms: u64,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            limits: Limits::default(),
+            max_request_bytes: 512 * 1024 * 1024,
+            max_clients: 10_000,
+            max_output_bytes: 256 * 1024 * 1024,
+            output_pause_bytes: 64 * 1024,
+            idle_timeout_ms: 0,
+            tick_ms: 100,
+        }
+    }
+}
+
+/// A snapshot of the loop's counters, named as Redis's INFO names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopStats {
+    pub connected_clients: u64,
+    pub total_connections_received: u64,
+    pub rejected_connections: u64,
+    pub total_net_input_bytes: u64,
+    pub total_net_output_bytes: u64,
+}
+
+/// The loop's live counters, shared with the handler (and anyone else) through an `Arc`.
+#[derive(Debug, Default)]
+pub struct SharedStats {
+    connected_clients: AtomicU64,
+    total_connections_received: AtomicU64,
+    rejected_connections: AtomicU64,
+    total_net_input_bytes: AtomicU64,
+    total_net_output_bytes: AtomicU64,
+}
+
+impl SharedStats {
+    pub fn snapshot(&self) -> LoopStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LoopStats {
+            connected_clients: get(&self.connected_clients),
+            total_connections_received: get(&self.total_connections_received),
+            rejected_connections: get(&self.rejected_connections),
+            total_net_input_bytes: get(&self.total_net_input_bytes),
+            total_net_output_bytes: get(&self.total_net_output_bytes),
+        }
+    }
+}
+
+/// Adds to a counter that only the loop thread writes: a load and a store, not a locked RMW.
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
+/// What one read asks for at least (Redis's `PROTO_IOBUF_LEN`).
+const READ_CHUNK: usize = 16 * 1024;
+/// Connections accepted per listener event at most (Redis's `MAX_ACCEPTS_PER_CALL`), so a connect
+/// storm cannot starve established clients.
+const MAX_ACCEPTS_PER_EVENT: usize = 1000;
+/// Events taken from one `epoll_wait`.
+const EVENTS_PER_WAIT: usize = 1024;
+/// Output buffers larger than this are freed, rather than kept, once sent.
+const KEEP_OUTPUT_CAPACITY: usize = 64 * 1024;
+/// Arguments passed without a heap allocation.
+const ARGV_INLINE: usize = 16;
+/// The epoll token of the listener; connections use their slot index.
+const LISTENER: u64 = u64::MAX;
+const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// A listener and the configuration it is served with. See the module documentation.
+pub struct EventLoop {
+    listener: TcpListener,
+    epoll: Epoll,
+    config: LoopConfig,
+    stats: Arc<SharedStats>,
+    next_id: ConnId,
+}
+
+impl EventLoop {
+    /// Takes over `listener` (made non-blocking). Nothing is accepted before [`EventLoop::run`].
+    pub fn new(listener: TcpListener, config: LoopConfig) -> io::Result<EventLoop> {
+        listener.set_nonblocking(true)?;
+        let epoll = Epoll::new()?;
+        epoll.add(listener.as_raw_fd(), EPOLLIN, LISTENER)?;
+        Ok(EventLoop {
+            listener,
+            epoll,
+            config,
+            stats: Arc::new(SharedStats::default()),
+            next_id: 1,
+        })
+    }
+
+    /// The address the loop serves.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The current counters.
+    pub fn stats(&self) -> LoopStats {
+        self.stats.snapshot()
+    }
+
+    /// The live counters, for the handler's INFO: pass this to the handler when you build it.
+    pub fn stats_handle(&self) -> Arc<SharedStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Serves until `stop` becomes true (checked at least every `tick_ms`), then flushes pending
+    /// replies best-effort, closes all connections (calling [`Handler::on_close`] for each), calls
+    /// [`Handler::on_shutdown`] and returns. Errors of one connection only close that connection;
+    /// an error is returned only if epoll itself fails.
+    pub fn run<H: Handler>(&mut self, handler: &mut H, stop: &AtomicBool) -> io::Result<()> {
+        let mut runtime = Runtime::new(self, handler);
+        let result = runtime.serve(stop);
+        runtime.shutdown();
+        result
+    }
+}
+
+/// Unprocessed input of one connection. Usually empty and unallocated: reads go to the loop's shared
+/// buffer and only a batch's unfinished tail lands here. `data` is fully initialized (its length is
+/// the usable capacity); the bytes not yet run are `data[start..end]`.
+#[derive(Default)]
+struct InBuf {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl InBuf {
+    fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    fn unread(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    /// Drops the first `n` unread bytes; an emptied buffer gives its memory back, since the next
+    /// read goes to the shared buffer anyway.
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.clear();
+        }
+    }
+
+    fn clear(&mut self) {
+        *self = InBuf::default();
+    }
+
+    /// Room for at least `min` more bytes after the unread ones. The unread bytes move to the
+    /// front only when the room is short, so a batch costs at most one small move, never one per
+    /// request.
+    fn spare(&mut self, min: usize) -> &mut [u8] {
+        if self.data.len() - self.end < min {
+            if self.start > 0 {
+                self.data.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.data.len() - self.end < min {
+                self.data.resize(self.end + min, 0);
+            }
+        }
+        &mut self.data[self.end..]
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.spare(bytes.len())[..bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+}
+
+/// The part of a connection that running requests touches (apart from its input).
+struct ConnIo<C> {
+    id: ConnId,
+    app: C,
+    /// Replies; `output[sent..]` is not written yet.
+    output: Vec<u8>,
+    sent: usize,
+    /// Do not parse the unread input before it holds this many bytes (from the parser's
+    /// `Incomplete { needed }`), so a large request is not re-parsed on every read.
+    need: usize,
+    /// Run nothing more; close once the output is flushed.
+    closing: bool,
+    /// The output exceeded `max_output_bytes`: close without flushing.
+    overflowed: bool,
+    /// Requests wait in `input` until the output drains below `output_pause_bytes`.
+    stalled: bool,
+    /// The peer sent FIN; close once everything it sent is answered and flushed.
+    eof: bool,
+    /// The last send was short: `EPOLLOUT` is wanted.
+    write_blocked: bool,
+    /// Queued in `Runtime::pending`.
+    pending: bool,
+    /// The epoll interest currently registered.
+    interest: u32,
+    /// Monotonic ms of the last read or write, for the idle timeout.
+    last_active: u64,
+}
+
+impl<C> ConnIo<C> {
+    fn unsent(&self) -> usize {
+        self.output.len() - self.sent
+    }
+}
+
+struct Conn<C> {
+    stream: TcpStream,
+    input: InBuf,
+    io: ConnIo<C>,
+}
+
+/// Everything `run` needs, for the duration of one `run`.
+struct Runtime<'a, H: Handler> {
+    lp: &'a mut EventLoop,
+    handler: &'a mut H,
+    /// Connections by slot; a slot's index is its epoll token.
+    conns: Vec<Option<Conn<H::Conn>>>,
+    live: usize,
+    /// Slots free for reuse.
+    free: Vec<usize>,
+    /// Slots closed in this iteration; reused only from the next one, so an event already fetched
+    /// for a closed connection can never be mistaken for a new connection's.
+    freed: Vec<usize>,
+    /// The shared read buffer.
+    shared: Vec<u8>,
+    /// Argument ranges from the parser, reused.
+    ranges: Vec<Range<usize>>,
+    events: Vec<sys::Event>,
+    /// Connections to write to (or close) after `before_reply`.
+    pending: Vec<usize>,
+    /// Stalled connections whose output drained: run their held requests in the next iteration.
+    resume: Vec<(usize, ConnId)>,
+    listener_paused: bool,
+    started: Instant,
+    /// Wall clock, ms since the epoch, for the handler.
+    now_ms: u64,
+    /// Monotonic ms since `started`.
+    mono_ms: u64,
+}
+
+impl<'a, H: Handler> Runtime<'a, H> {
+    fn new(lp: &'a mut EventLoop, handler: &'a mut H) -> Self {
+        let mut runtime = Runtime {
+            lp,
+            handler,
+            conns: Vec::new(),
+            live: 0,
+            free: Vec::new(),
+            freed: Vec::new(),
+            shared: vec![0; READ_CHUNK],
+            ranges: Vec::new(),
+            events: sys::event_buffer(EVENTS_PER_WAIT),
+            pending: Vec::new(),
+            resume: Vec::new(),
+            listener_paused: false,
+            started: Instant::now(),
+            now_ms: 0,
+            mono_ms: 0,
+        };
+        runtime.refresh_clock();
+        runtime
+    }
+
+    fn refresh_clock(&mut self) {
+        self.mono_ms = self.started.elapsed().as_millis() as u64;
+        self.now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+    }
+
+    fn serve(&mut self, stop: &AtomicBool) -> io::Result<()> {
+        let tick_ms = self.lp.config.tick_ms.max(1);
+        let mut next_tick = self.mono_ms + tick_ms;
+        let mut events = std::mem::take(&mut self.events);
+        let result = loop {
+            if stop.load(Ordering::Acquire) {
+                break Ok(());
+            }
+            // Held requests are already in memory: epoll will not report them, so do not sleep.
+            let timeout = if self.resume.is_empty() {
+                next_tick.saturating_sub(self.mono_ms).min(i32::MAX as u64) as i32
+            } else {
+                0
+            };
+            let fired = match self.lp.epoll.wait(&mut events, timeout) {
+                Ok(fired) => fired,
+                Err(e) => break Err(e),
+            };
+            self.refresh_clock();
+            for event in fired {
+                let (token, flags) = (event.u64, event.events);
+                self.dispatch(token, flags);
+            }
+            self.resume_stalled();
+            // The durability point: the handler persists what this iteration's requests did
+            // before any of their replies leaves the process.
+            self.handler.before_reply(self.now_ms);
+            self.flush();
+            if self.mono_ms >= next_tick {
+                self.tick();
+                next_tick = self.mono_ms + tick_ms;
+            }
+            self.free.append(&mut self.freed);
+        };
+        self.events = events;
+        result
+    }
+
+    fn dispatch(&mut self, token: u64, flags: u32) {
+        if token == LISTENER {
+            self.accept();
+            return;
+        }
+        let slot = token as usize;
+        if !matches!(self.conns.get(slot), Some(Some(_))) {
+            return; // closed earlier in this batch of events
+        }
+        if flags & (EPOLLERR | EPOLLHUP) != 0 {
+            // Reset, or both directions shut: nothing can be delivered any more.
+            self.close(slot);
+            return;
+        }
+        if flags & EPOLLIN != 0 {
+            self.read(slot);
+        }
+        if flags & EPOLLOUT != 0 {
+            self.mark_pending(slot);
+        }
+    }
+
+    fn accept(&mut self) {
+        for _ in 0..MAX_ACCEPTS_PER_EVENT {
+            match self.lp.listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock => return,
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
+                    _ => {
+                        // Typically EMFILE: the connection stays in the backlog and a level-triggered
+                        // listener would be reported again at once, spinning. Stop listening until
+                        // the next tick.
+                        tracing::warn!(error = %e, "accept failed; pausing the listener until the next tick");
+                        self.pause_listener(true);
+                        return;
+                    }
+                },
+            }
+        }
+    }
+
+    fn pause_listener(&mut self, pause: bool) {
+        if self.listener_paused == pause {
+            return;
+        }
+        let events = if pause { 0 } else { EPOLLIN };
+        let fd = self.lp.listener.as_raw_fd();
+        match self.lp.epoll.modify(fd, events, LISTENER) {
+            Ok(()) => self.listener_paused = pause,
+            Err(e) => tracing::warn!(error = %e, "cannot change the listener's epoll interest"),
+        }
+    }
+
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+        if let Err(e) = stream
+            .set_nonblocking(true)
+            .and_then(|()| stream.set_nodelay(true))
+        {
+            tracing::debug!(error = %e, %peer, "dropping a connection that cannot be configured");
+            return;
+        }
+        if self.live >= self.lp.config.max_clients {
+            // Best effort, as Redis does: a fresh socket's send buffer is empty.
+            let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            bump(&self.lp.stats.rejected_connections, 1);
+            return;
+        }
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        if let Err(e) = self.lp.epoll.add(stream.as_raw_fd(), EPOLLIN, slot as u64) {
+            tracing::warn!(error = %e, %peer, "cannot register a connection with epoll");
+            self.free.push(slot);
+            return;
+        }
+        let id = self.lp.next_id;
+        self.lp.next_id += 1;
+        let app = self.handler.on_accept(id, peer);
+        self.conns[slot] = Some(Conn {
+            stream,
+            input: InBuf::default(),
+            io: ConnIo {
+                id,
+                app,
+                output: Vec::new(),
+                sent: 0,
+                need: 0,
+                closing: false,
+                overflowed: false,
+                stalled: false,
+                eof: false,
+                write_blocked: false,
+                pending: false,
+                interest: EPOLLIN,
+                last_active: self.mono_ms,
+            },
+        });
+        self.live += 1;
+        let stats = &self.lp.stats;
+        stats
+            .connected_clients
+            .store(self.live as u64, Ordering::Relaxed);
+        bump(&stats.total_connections_received, 1);
+    }
+
+    /// One read (Redis's `readQueryFromClient`), then every complete request in it.
+    fn read(&mut self, slot: usize) {
+        let Runtime {
+            conns,
+            handler,
+            shared,
+            ranges,
+            lp,
+            ..
+        } = self;
+        let Some(conn) = conns[slot].as_mut() else {
+            return;
+        };
+        if conn.io.closing || conn.io.eof {
+            return; // input is ignored from here on; the interest is being dropped
+        }
+        let config = &lp.config;
+        // With nothing held over, read into the shared buffer and run straight out of it;
+        // otherwise append to what is held, making room for at least the rest of a large request.
+        let from_shared = conn.input.is_empty();
+        let result = if from_shared {
+            (&conn.stream).read(shared)
+        } else {
+            let want = READ_CHUNK.max(conn.io.need.saturating_sub(conn.input.len()));
+            (&conn.stream).read(conn.input.spare(want))
+        };
+        let n = match result {
+            Ok(0) => {
+                conn.io.eof = true;
+                self.mark_pending(slot);
+                return;
+            }
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return
+            }
+            Err(_) => {
+                self.close(slot);
+                return;
+            }
+        };
+        bump(&lp.stats.total_net_input_bytes, n as u64);
+        conn.io.last_active = self.mono_ms;
+        if from_shared {
+            let batch = &shared[..n];
+            let used = run_batch(
+                &mut **handler,
+                &mut conn.io,
+                batch,
+                ranges,
+                config,
+                self.now_ms,
+            );
+            if !conn.io.closing {
+                conn.input.push(&batch[used..]);
+            }
+        } else {
+            conn.input.end += n;
+            let used = run_batch(
+                &mut **handler,
+                &mut conn.io,
+                conn.input.unread(),
+                ranges,
+                config,
+                self.now_ms,
+            );
+            conn.input.consume(used);
+            if conn.io.closing {
+                conn.input.clear();
+            }
+        }
+        if conn.io.overflowed {
+            self.close(slot);
+        } else {
+            self.mark_pending(slot);
+        }
+    }
+
+    /// Runs the held requests of stalled connections whose output has drained.
+    fn resume_stalled(&mut self) {
+        let mut resume = std::mem::take(&mut self.resume);
+        for &(slot, id) in &resume {
+            let Runtime {
+                conns,
+                handler,
+                ranges,
+                lp,
+                ..
+            } = self;
+            let Some(conn) = conns[slot].as_mut().filter(|c| c.io.id == id) else {
+                continue;
+            };
+            if !conn.io.stalled || conn.io.closing {
+                continue;
+            }
+            let used = run_batch(
+                &mut **handler,
+                &mut conn.io,
+                conn.input.unread(),
+                ranges,
+                &lp.config,
+                self.now_ms,
+            );
+            conn.input.consume(used);
+            if conn.io.closing {
+                conn.input.clear();
+            }
+            if conn.io.overflowed {
+                self.close(slot);
+            } else {
+                self.mark_pending(slot);
+            }
+        }
+        resume.clear();
+        self.resume = resume;
+    }
+
+    fn mark_pending(&mut self, slot: usize) {
+        if let Some(conn) = self.conns[slot].as_mut() {
+            if !conn.io.pending {
+                conn.io.pending = true;
+                self.pending.push(slot);
+            }
+        }
+    }
+
+    /// Redis's `handleClientsWithPendingWrites`: one send per connection with output, then closes
+    /// and epoll interest brought up to date.
+    fn flush(&mut self) {
+        let mut pending = std::mem::take(&mut self.pending);
+        for &slot in &pending {
+            self.settle(slot);
+        }
+        pending.clear();
+        self.pending = pending;
+    }
+
+    fn settle(&mut self, slot: usize) {
+        let Some(conn) = self.conns[slot].as_mut() else {
+            return;
+        };
+        let io = &mut conn.io;
+        io.pending = false;
+        if io.unsent() > 0 {
+            // One send: if it is short the socket buffer is full and a second would see EAGAIN.
+            match (&conn.stream).write(&io.output[io.sent..]) {
+                Ok(n) => {
+                    bump(&self.lp.stats.total_net_output_bytes, n as u64);
+                    io.last_active = self.mono_ms;
+                    io.sent += n;
+                    if io.sent == io.output.len() {
+                        io.sent = 0;
+                        io.write_blocked = false;
+                        if io.output.capacity() > KEEP_OUTPUT_CAPACITY {
+                            io.output = Vec::new();
+                        } else {
+                            io.output.clear();
+                        }
+                    } else {
+                        io.write_blocked = true;
+                        // Keep the sent prefix from growing without bound while replies are
+                        // appended behind it; moving the rest when it is at most half costs
+                        // amortized O(1) per byte.
+                        if io.sent >= io.output.len() / 2 {
+                            io.output.drain(..io.sent);
+                            io.sent = 0;
+                        }
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    io.write_blocked = true;
+                }
+                Err(_) => {
+                    self.close(slot);
+                    return;
+                }
+            }
+        }
+        if io.unsent() == 0 && (io.closing || (io.eof && !io.stalled)) {
+            self.close(slot);
+            return;
+        }
+        if io.stalled && io.unsent() < self.lp.config.output_pause_bytes {
+            self.resume.push((slot, io.id));
+        }
+        let mut interest = 0;
+        if !io.closing && !io.eof && conn.input.len() < self.lp.config.max_request_bytes {
+            interest |= EPOLLIN;
+        }
+        if io.write_blocked {
+            interest |= EPOLLOUT;
+        }
+        if interest != io.interest {
+            let fd = conn.stream.as_raw_fd();
+            if let Err(e) = self.lp.epoll.modify(fd, interest, slot as u64) {
+                tracing::warn!(error = %e, "cannot change a connection's epoll interest; closing it");
+                self.close(slot);
+                return;
+            }
+            io.interest = interest;
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(mut conn) = self.conns[slot].take() {
+            self.handler.on_close(&mut conn.io.app);
+            self.live -= 1;
+            self.lp
+                .stats
+                .connected_clients
+                .store(self.live as u64, Ordering::Relaxed);
+            self.freed.push(slot);
+            // Dropping the stream closes the socket, which also removes it from the epoll set.
+        }
+    }
+
+    fn tick(&mut self) {
+        self.handler.tick(self.now_ms);
+        self.pause_listener(false);
+        let idle = self.lp.config.idle_timeout_ms;
+        if idle > 0 {
+            for slot in 0..self.conns.len() {
+                let expired = self.conns[slot]
+                    .as_ref()
+                    .is_some_and(|c| self.mono_ms.saturating_sub(c.io.last_active) > idle);
+                if expired {
+                    self.close(slot);
+                }
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.refresh_clock();
+        for conn in self.conns.iter().flatten() {
+            if conn.io.unsent() > 0 {
+                let _ = (&conn.stream).write(&conn.io.output[conn.io.sent..]);
+            }
+        }
+        for slot in 0..self.conns.len() {
+            self.close(slot);
+        }
+        self.handler.on_shutdown(self.now_ms);
+    }
+}
+
+/// Runs the complete requests at the front of `buf` for one connection and returns how many bytes
+/// they took. Stops early when the connection is closing or its output must drain first.
+fn run_batch<H: Handler>(
+    handler: &mut H,
+    io: &mut ConnIo<H::Conn>,
+    buf: &[u8],
+    ranges: &mut Vec<Range<usize>>,
+    config: &LoopConfig,
+    now_ms: u64,
+) -> usize {
+    let mut argv: [&[u8]; ARGV_INLINE] = [&[]; ARGV_INLINE];
+    let mut pos = 0;
+    io.stalled = false;
+    while !io.closing && pos < buf.len() {
+        if io.unsent() >= config.output_pause_bytes {
+            io.stalled = true;
+            break;
+        }
+        let rest = &buf[pos..];
+        if rest.len() < io.need {
+            break;
+        }
+        let flow = match parse_request(rest, &config.limits, ranges) {
+            Ok(Parsed::Request { consumed }) => {
+                io.need = 0;
+                pos += consumed;
+                if ranges.len() <= ARGV_INLINE {
+                    for (arg, range) in argv.iter_mut().zip(ranges.iter()) {
+                        *arg = &rest[range.clone()];
+                    }
+                    handler.on_request(&mut io.app, &argv[..ranges.len()], &mut io.output, now_ms)
+                } else {
+                    let args: Vec<&[u8]> = ranges.iter().map(|r| &rest[r.clone()]).collect();
+                    handler.on_request(&mut io.app, &args, &mut io.output, now_ms)
+                }
+            }
+            Ok(Parsed::Inline { consumed, args }) => {
+                io.need = 0;
+                pos += consumed;
+                let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                handler.on_request(&mut io.app, &args, &mut io.output, now_ms)
+            }
+            Ok(Parsed::Empty { consumed }) => {
+                io.need = 0;
+                pos += consumed;
+                Flow::Continue
+            }
+            Ok(Parsed::Incomplete { needed }) => {
+                if needed > config.max_request_bytes {
+                    protocol_error(io, &ProtocolError("too big request".into()));
+                } else {
+                    io.need = needed;
+                }
+                break;
+            }
+            Err(e) => {
+                protocol_error(io, &e);
+                break;
+            }
+        };
+        if flow == Flow::Close {
+            io.closing = true;
+        }
+        if io.unsent() > config.max_output_bytes {
+            io.overflowed = true;
+            break;
+        }
+    }
+    pos
+}
+
+/// Answers a malformed request and closes after the reply, like Redis's `setProtocolError`.
+fn protocol_error<C>(io: &mut ConnIo<C>, error: &ProtocolError) {
+    write_error(&mut io.output, &error.to_reply());
+    io.closing = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cads_protocol::resp::{parse_reply, write_request};
+    use cads_protocol::Reply;
+    use std::net::Shutdown;
+    use std::thread::JoinHandle;
+    use std::time::Duration;
+
+    /// PING, ECHO x, LEN x (length of x), QUIT; anything else is an error.
+    #[derive(Default)]
+    struct TestHandler {
+        accepted: u64,
+        closed: u64,
+        shutdown: bool,
+        requests: u64,
+        /// Largest output buffer a request was appended to: shows that stalling bounds it.
+        max_output: usize,
+    }
+
+    impl Handler for TestHandler {
+        type Conn = ConnId;
+
+        fn on_accept(&mut self, id: ConnId, _peer: SocketAddr) -> ConnId {
+            self.accepted += 1;
+            id
+        }
+
+        fn on_request(
+            &mut self,
+            _: &mut ConnId,
+            args: &[&[u8]],
+            out: &mut Vec<u8>,
+            _: u64,
+        ) -> Flow {
+            assert!(!self.shutdown);
+            self.requests += 1;
+            self.max_output = self.max_output.max(out.len());
+            match (args[0].to_ascii_uppercase().as_slice(), args.len()) {
+                (b"PING", 1) => out.extend_from_slice(b"+PONG\r\n"),
+                (b"ECHO", 2) => cads_protocol::resp::write_bulk(out, args[1]),
+                (b"LEN", 2) => cads_protocol::resp::write_int(out, args[1].len() as i64),
+                (b"QUIT", 1) => {
+                    out.extend_from_slice(b"+OK\r\n");
+                    return Flow::Close;
+                }
+                _ => out.extend_from_slice(b"-ERR unknown command\r\n"),
+            }
+            Flow::Continue
+        }
+
+        fn on_close(&mut self, _: &mut ConnId) {
+            self.closed += 1;
+        }
+
+        fn before_reply(&mut self, _: u64) {}
+
+        fn tick(&mut self, _: u64) {}
+
+        fn on_shutdown(&mut self, _: u64) {
+            assert_eq!(
+                self.accepted, self.closed,
+                "on_close runs for every connection first"
+            );
+            self.shutdown = true;
+        }
+    }
+
+    struct Server {
+        addr: SocketAddr,
+        stats: Arc<SharedStats>,
+        stop: Arc<AtomicBool>,
+        thread: JoinHandle<(TestHandler, io::Result<()>)>,
+    }
+
+    impl Server {
+        fn start(config: LoopConfig) -> Server {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut event_loop = EventLoop::new(listener, config).unwrap();
+            let addr = event_loop.local_addr().unwrap();
+            let stats = event_loop.stats_handle();
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&stop);
+            let thread = std::thread::spawn(move || {
+                let mut handler = TestHandler::default();
+                let result = event_loop.run(&mut handler, &flag);
+                (handler, result)
+            });
+            Server {
+                addr,
+                stats,
+                stop,
+                thread,
+            }
+        }
+
+        fn quick() -> LoopConfig {
+            LoopConfig {
+                tick_ms: 5,
+                ..LoopConfig::default()
+            }
+        }
+
+        fn stop(self) -> TestHandler {
+            self.stop.store(true, Ordering::Release);
+            let (handler, result) = self.thread.join().unwrap();
+            result.unwrap();
+            assert!(handler.shutdown);
+            handler
+        }
+
+        /// Waits (without a deadline that decides the outcome) until `check` holds.
+        fn wait_for(&self, check: impl Fn(&LoopStats) -> bool) {
+            while !check(&self.stats.snapshot()) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    struct Client {
+        stream: TcpStream,
+        buf: Vec<u8>,
+        pos: usize,
+    }
+
+    impl Client {
+        fn connect(addr: SocketAddr) -> Client {
+            let stream = TcpStream::connect(addr).unwrap();
+            stream.set_nodelay(true).unwrap();
+            // Only a safety net against a hung test, never what decides a pass.
+            stream
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            Client {
+                stream,
+                buf: Vec::new(),
+                pos: 0,
+            }
+        }
+
+        fn send(&mut self, bytes: &[u8]) {
+            self.stream.write_all(bytes).unwrap();
+        }
+
+        fn request(&mut self, args: &[&[u8]]) {
+            let mut out = Vec::new();
+            write_request(&mut out, args);
+            self.send(&out);
+        }
+
+        /// Reads more; false at EOF.
+        fn fill(&mut self) -> bool {
+            if self.pos > 0 && self.pos == self.buf.len() {
+                self.buf.clear();
+                self.pos = 0;
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => false,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    true
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => false,
+                Err(e) => panic!("read failed: {e}"),
+            }
+        }
+
+        fn reply(&mut self) -> Reply<'static> {
+            loop {
+                if let Some((reply, used)) = parse_reply(&self.buf[self.pos..]).unwrap() {
+                    self.pos += used;
+                    return reply;
+                }
+                assert!(self.fill(), "connection closed while a reply was expected");
+            }
+        }
+
+        fn status(&mut self) -> String {
+            match self.reply() {
+                Reply::Status(s) => s.into_owned(),
+                Reply::Error(e) => format!("-{e}"),
+                other => panic!("unexpected reply {other:?}"),
+            }
+        }
+
+        fn bulk(&mut self) -> Vec<u8> {
+            match self.reply() {
+                Reply::Bulk(b) => b.into_owned(),
+                other => panic!("unexpected reply {other:?}"),
+            }
+        }
+
+        /// True if the server closed the connection with nothing more to say.
+        fn at_eof(&mut self) -> bool {
+            self.pos == self.buf.len() && !self.fill()
+        }
+    }
+
+    #[test]
+    fn pipelined_requests_are_answered_in_order() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        let mut batch = Vec::new();
+        for i in 0..1000 {
+            if i % 10 == 0 {
+                batch.extend_from_slice(format!("ECHO inline{i}\r\n").as_bytes());
+            } else {
+                write_request(
+                    &mut batch,
+                    &[b"ECHO".as_slice(), format!("v{i}").as_bytes()],
+                );
+            }
+        }
+        client.send(&batch);
+        for i in 0..1000 {
+            let expected = if i % 10 == 0 {
+                format!("inline{i}")
+            } else {
+                format!("v{i}")
+            };
+            assert_eq!(client.bulk(), expected.as_bytes());
+        }
+        let handler = server.stop();
+        assert_eq!(handler.requests, 1000);
+    }
+
+    #[test]
+    fn a_request_split_byte_by_byte_is_reassembled() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        let mut bytes = Vec::new();
+        write_request(&mut bytes, &[b"ECHO".as_slice(), &[b'x'; 300]]);
+        bytes.extend_from_slice(b"PING\r\n*0\r\n\r\n");
+        write_request(&mut bytes, &[b"LEN".as_slice(), b"four"]);
+        for byte in &bytes {
+            client.send(std::slice::from_ref(byte));
+        }
+        assert_eq!(client.bulk(), vec![b'x'; 300]);
+        assert_eq!(client.status(), "PONG");
+        assert_eq!(client.reply(), Reply::Int(4));
+        server.stop();
+    }
+
+    #[test]
+    fn a_five_mib_bulk_goes_both_ways() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        let value: Vec<u8> = (0..5 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+        client.request(&[b"LEN", &value]);
+        client.request(&[b"ECHO", &value]);
+        client.request(&[b"PING"]);
+        assert_eq!(client.reply(), Reply::Int(value.len() as i64));
+        assert!(client.bulk() == value);
+        assert_eq!(client.status(), "PONG");
+        let stats = server.stats.snapshot();
+        assert!(stats.total_net_input_bytes > 10 * 1024 * 1024);
+        assert!(stats.total_net_output_bytes > 5 * 1024 * 1024);
+        server.stop();
+    }
+
+    #[test]
+    fn a_protocol_error_is_answered_then_the_connection_closes() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        client.send(b"PING\r\n*1\r\n$abc\r\nPING\r\n");
+        assert_eq!(client.status(), "PONG");
+        assert_eq!(client.status(), "-ERR Protocol error: invalid bulk length");
+        assert!(client.at_eof());
+
+        let mut client = Client::connect(server.addr);
+        client.send(b"*1\r\n$4\r\nPINGxx");
+        assert_eq!(
+            client.status(),
+            "-ERR Protocol error: bulk string is not terminated by CRLF"
+        );
+        assert!(client.at_eof());
+        let handler = server.stop();
+        assert_eq!(handler.requests, 1);
+    }
+
+    #[test]
+    fn a_request_over_max_request_bytes_is_refused() {
+        let server = Server::start(LoopConfig {
+            max_request_bytes: 1000,
+            ..Server::quick()
+        });
+        let mut client = Client::connect(server.addr);
+        client.request(&[b"ECHO", &[b'y'; 900]]);
+        assert_eq!(client.bulk().len(), 900);
+        client.send(b"*2\r\n$4\r\nECHO\r\n$5000\r\n");
+        assert_eq!(client.status(), "-ERR Protocol error: too big request");
+        assert!(client.at_eof());
+        server.stop();
+    }
+
+    #[test]
+    fn quit_flushes_its_reply_and_runs_nothing_after_it() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        client.send(b"PING\r\nQUIT\r\nPING\r\n");
+        assert_eq!(client.status(), "PONG");
+        assert_eq!(client.status(), "OK");
+        assert!(client.at_eof());
+        let handler = server.stop();
+        assert_eq!(handler.requests, 2);
+    }
+
+    #[test]
+    fn clients_beyond_max_clients_are_rejected() {
+        let server = Server::start(LoopConfig {
+            max_clients: 2,
+            ..Server::quick()
+        });
+        let mut first = Client::connect(server.addr);
+        let mut second = Client::connect(server.addr);
+        for client in [&mut first, &mut second] {
+            client.send(b"PING\r\n");
+            assert_eq!(client.status(), "PONG");
+        }
+        let mut third = Client::connect(server.addr);
+        assert_eq!(third.status(), "-ERR max number of clients reached");
+        assert!(third.at_eof());
+        let stats = server.stats.snapshot();
+        assert_eq!(stats.connected_clients, 2);
+        assert_eq!(stats.rejected_connections, 1);
+        assert_eq!(stats.total_connections_received, 2);
+
+        drop(first);
+        server.wait_for(|s| s.connected_clients == 1);
+        let mut fourth = Client::connect(server.addr);
+        fourth.send(b"PING\r\n");
+        assert_eq!(fourth.status(), "PONG");
+        let handler = server.stop();
+        assert_eq!((handler.accepted, handler.closed), (3, 3));
+    }
+
+    #[test]
+    fn the_stop_flag_ends_run_and_shutdown_runs_last() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        client.send(b"PING\r\n");
+        assert_eq!(client.status(), "PONG");
+        let handler = server.stop();
+        assert_eq!((handler.accepted, handler.closed), (1, 1));
+        assert!(client.at_eof());
+    }
+
+    /// 100k pipelined requests written before any reply is read, with ~11 MB of replies (more than
+    /// the kernel buffers hold), so the connection must stall; nothing may be lost or reordered,
+    /// and the output buffer must stay bounded.
+    #[test]
+    fn output_backpressure_loses_and_reorders_nothing() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        const N: usize = 100_000;
+        let pad = [b'p'; 100];
+        let mut batch = Vec::with_capacity(N * 140);
+        for i in 0..N {
+            let mut value = format!("{i}:").into_bytes();
+            value.extend_from_slice(&pad);
+            write_request(&mut batch, &[b"ECHO".as_slice(), &value]);
+        }
+        client.send(&batch);
+        for i in 0..N {
+            let value = client.bulk();
+            let prefix = format!("{i}:");
+            assert!(
+                value.starts_with(prefix.as_bytes()),
+                "reply {i} out of order"
+            );
+            assert_eq!(value.len(), prefix.len() + pad.len());
+        }
+        let handler = server.stop();
+        assert_eq!(handler.requests, N as u64);
+        assert!(
+            handler.max_output < 1024 * 1024,
+            "output grew to {}",
+            handler.max_output
+        );
+    }
+
+    #[test]
+    fn a_half_closed_client_gets_every_reply_then_eof() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        const N: usize = 20_000;
+        let mut batch = Vec::new();
+        for i in 0..N {
+            write_request(
+                &mut batch,
+                &[b"ECHO".as_slice(), format!("{i:0>400}").as_bytes()],
+            );
+        }
+        client.send(&batch);
+        client.stream.shutdown(Shutdown::Write).unwrap();
+        for i in 0..N {
+            assert_eq!(client.bulk(), format!("{i:0>400}").as_bytes());
+        }
+        assert!(client.at_eof());
+        server.wait_for(|s| s.connected_clients == 0);
+        server.stop();
+    }
+
+    #[test]
+    fn idle_connections_are_closed() {
+        let server = Server::start(LoopConfig {
+            idle_timeout_ms: 20,
+            ..Server::quick()
+        });
+        let mut client = Client::connect(server.addr);
+        client.send(b"PING\r\n");
+        assert_eq!(client.status(), "PONG");
+        assert!(client.at_eof());
+        server.stop();
+    }
+
+    #[test]
+    fn empty_requests_get_no_reply() {
+        let server = Server::start(Server::quick());
+        let mut client = Client::connect(server.addr);
+        client.send(b"*0\r\n*-1\r\n\r\n   \r\nPING\r\n");
+        assert_eq!(client.status(), "PONG");
+        let handler = server.stop();
+        assert_eq!(handler.requests, 1);
+    }
+
+    /// Random bytes on many connections: whatever the loop answers, it must keep serving.
+    #[test]
+    fn garbage_never_takes_the_loop_down() {
+        let server = Server::start(Server::quick());
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        const ALPHABET: &[u8] = b"*$\r\n-0123456789:+abcPING \"'\\x";
+        for round in 0..100 {
+            let len = (next() % 2000) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    let r = next();
+                    if round % 2 == 0 {
+                        ALPHABET[(r % ALPHABET.len() as u64) as usize]
+                    } else {
+                        r as u8
+                    }
+                })
+                .collect();
+            let mut client = Client::connect(server.addr);
+            // The server may close first and reset the connection: both ends are fine.
+            let _ = client.stream.write_all(&bytes);
+            let _ = client.stream.shutdown(Shutdown::Write);
+            while client.fill() {}
+        }
+        let mut client = Client::connect(server.addr);
+        client.send(b"PING\r\n");
+        assert_eq!(client.status(), "PONG");
+        server.wait_for(|s| s.connected_clients == 1);
+        server.stop();
+    }
+}
