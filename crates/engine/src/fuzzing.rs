@@ -1,0 +1,1173 @@
+//! Checks driven by arbitrary bytes, shared by the cargo-fuzz targets in `fuzz/` and by the corpus
+//! replay test (`tests/fuzz_corpus.rs`), so that CI replays every committed fuzz input on stable
+//! Rust without cargo-fuzz. Not part of the engine's API: nothing here is used by the server.
+//!
+//! Every function panics when it finds a bug and returns normally otherwise:
+//!
+//! - [`check_request_bytes`]: the bytes are a client's stream. It is parsed the way a CMI reads it
+//!   (parse, consume, go on) under small and default limits; every request is re-encoded and
+//!   re-parsed, every prefix of it must read as incomplete (never as an error, and never asking for
+//!   more bytes than the request has), every command parsed from it must survive
+//!   `Command::to_args`. The same bytes go through `parse_reply` as a server's stream.
+//! - [`check_engine_ops`]: the bytes are decoded (by a small byte-driven decoder, see [`Op`]) into
+//!   a sequence of commands over a handful of keys and session ids, clock advances, `tick`s,
+//!   `maxmemory` changes, log rewrites and restarts, run on one engine with small memory limits.
+//!   After every step: `check_invariants`, memory within `maxmemory`, the command round trip. At
+//!   restarts and at the end: the log replays into a fresh engine holding the same state (see
+//!   [`compare_replay`] for what "the same" allows).
+//! - [`check_log_replay`]: the bytes are an append-only log file. Replay must not panic, must
+//!   report a consistent result, and a replayed state must survive a full rewrite unchanged.
+//!
+//! [`check_input`] picks the check by the corpus directory (fuzz target) name.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+
+use cads_protocol::resp::{self, parse_reply, parse_request, write_reply, write_request};
+use cads_protocol::spec::Group;
+use cads_protocol::{Command, Limits, Parsed, Reply};
+
+use crate::lease::LeaseKind;
+use crate::store::Entry;
+use crate::{Engine, EngineConfig, Mode, MARKER_OVERHEAD};
+
+/// The fuzz targets, by name; each has a corpus directory `fuzz/corpus/<name>/`.
+pub const TARGETS: &[&str] = &["request_parser", "engine_commands", "log_replay"];
+
+/// Runs the check of `target` on `data`. Returns false for an unknown target name.
+pub fn check_input(target: &str, data: &[u8]) -> bool {
+    match target {
+        "request_parser" => check_request_bytes(data),
+        "engine_commands" => check_engine_ops(data),
+        "log_replay" => check_log_replay(data),
+        _ => return false,
+    }
+    true
+}
+
+// =============================================================================================
+// Request and reply parsing
+
+/// Small limits, so that the limit paths are reachable with short inputs.
+fn small_limits() -> Limits {
+    Limits {
+        max_bulk: 64,
+        max_args: 8,
+        max_inline: 64,
+    }
+}
+
+/// Parses `data` as a client's byte stream, and as a server's reply stream; panics on a bug.
+pub fn check_request_bytes(data: &[u8]) {
+    check_request_stream(data, &small_limits());
+    check_request_stream(data, &Limits::default());
+    check_reply_stream(data);
+}
+
+fn check_request_stream(data: &[u8], limits: &Limits) {
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        let rest = &data[pos..];
+        let parsed = parse_request(rest, limits, &mut ranges);
+        match parsed {
+            Ok(Parsed::Request { consumed }) => {
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
+                assert!(
+                    !ranges.is_empty() && ranges.len() <= limits.max_args,
+                    "{} arguments",
+                    ranges.len()
+                );
+                for r in &ranges {
+                    assert!(r.start <= r.end && r.end <= consumed, "range {r:?}");
+                    assert!(r.len() <= limits.max_bulk, "argument within max_bulk");
+                }
+                let args: Vec<Vec<u8>> = ranges.iter().map(|r| rest[r.clone()].to_vec()).collect();
+                check_prefixes(rest, consumed, limits);
+                check_reencoded(&args, limits);
+                check_command(&args);
+                pos += consumed;
+            }
+            Ok(Parsed::Inline { consumed, args }) => {
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
+                assert!(!args.is_empty(), "an inline request has arguments");
+                assert!(args.len() <= limits.max_args, "{} arguments", args.len());
+                assert_eq!(rest[consumed - 1], b'\n', "an inline request ends a line");
+                check_prefixes(rest, consumed, limits);
+                // Inline arguments are not bounded by max_bulk; re-encode under default limits.
+                check_reencoded(&args, &Limits::default());
+                check_command(&args);
+                pos += consumed;
+            }
+            Ok(Parsed::Empty { consumed }) => {
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
+                check_prefixes(rest, consumed, limits);
+                pos += consumed;
+            }
+            Ok(Parsed::Incomplete { needed }) => {
+                assert!(
+                    needed > rest.len(),
+                    "incomplete with {} bytes, yet asks for {needed}",
+                    rest.len()
+                );
+                break;
+            }
+            // A protocol error closes the connection: nothing after it is read.
+            Err(_) => break,
+        }
+    }
+}
+
+/// Every strict prefix of a request that parses in `consumed` bytes must read as incomplete, and
+/// must not ask for more bytes than the request has (or a client waiting for its reply would wait
+/// forever).
+fn check_prefixes(rest: &[u8], consumed: usize, limits: &Limits) {
+    let mut cuts: Vec<usize> = if consumed <= 40 {
+        (0..consumed).collect()
+    } else {
+        let mut c: Vec<usize> = (0..8).map(|i| i * consumed / 8).collect();
+        c.extend([1, 2, 3, consumed - 3, consumed - 2, consumed - 1]);
+        c
+    };
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut ranges = Vec::new();
+    for cut in cuts {
+        match parse_request(&rest[..cut], limits, &mut ranges) {
+            Ok(Parsed::Incomplete { needed }) => assert!(
+                needed > cut && needed <= consumed,
+                "a prefix of {cut} of a {consumed}-byte request asks for {needed} bytes"
+            ),
+            other => panic!("a prefix of {cut} of a {consumed}-byte request parses as {other:?}"),
+        }
+    }
+}
+
+/// Arguments written as a client writes them parse back to themselves.
+fn check_reencoded(args: &[Vec<u8>], limits: &Limits) {
+    let mut encoded = Vec::new();
+    write_request(&mut encoded, args);
+    let mut ranges = Vec::new();
+    match parse_request(&encoded, limits, &mut ranges) {
+        Ok(Parsed::Request { consumed }) => {
+            assert_eq!(
+                consumed,
+                encoded.len(),
+                "a re-encoded request is read whole"
+            );
+            let again: Vec<&[u8]> = ranges.iter().map(|r| &encoded[r.clone()]).collect();
+            assert_eq!(again, args, "a re-encoded request reads the same");
+        }
+        other => panic!("a re-encoded request parses as {other:?}"),
+    }
+}
+
+/// Parses a command from arguments and checks that it round-trips through `to_args`.
+fn check_command(args: &[Vec<u8>]) {
+    let slices: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    if let Ok(cmd) = Command::parse(&slices) {
+        check_command_round_trip(&cmd);
+    }
+}
+
+fn check_command_round_trip(cmd: &Command<'_>) {
+    assert!(
+        cmd.spec().arity_ok(cmd.to_args().len()),
+        "to_args fits the arity"
+    );
+    let owned: Vec<Vec<u8>> = cmd.to_args().into_iter().map(|a| a.into_owned()).collect();
+    let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    match Command::parse(&slices) {
+        Ok(again) => assert_eq!(
+            format!("{again:?}"),
+            format!("{cmd:?}"),
+            "a command survives to_args"
+        ),
+        Err(e) => panic!("{cmd:?} became {owned:?}, which does not parse: {e}"),
+    }
+}
+
+/// Parses `data` as replies, as a client reads them; each reply, written and read back, is stable.
+fn check_reply_stream(data: &[u8]) {
+    let mut pos = 0;
+    while pos < data.len() {
+        let Ok(Some((reply, used))) = parse_reply(&data[pos..]) else {
+            break;
+        };
+        assert!(used > 0 && used <= data.len() - pos, "used {used}");
+        let mut encoded = Vec::new();
+        write_reply(&mut encoded, &reply);
+        let (again, used_again) = match parse_reply(&encoded) {
+            Ok(Some(parsed)) => parsed,
+            other => panic!("{reply:?} written as {encoded:?} parses as {other:?}"),
+        };
+        assert_eq!(used_again, encoded.len(), "a written reply is read whole");
+        let mut twice = Vec::new();
+        write_reply(&mut twice, &again);
+        assert_eq!(twice, encoded, "writing a reply read back is stable");
+        // The written form reads as incomplete until its last byte.
+        for cut in [0, 1, encoded.len() / 2, encoded.len() - 1] {
+            if cut < encoded.len() {
+                assert_eq!(
+                    parse_reply(&encoded[..cut]),
+                    Ok(None),
+                    "prefix {cut} of {encoded:?}"
+                );
+            }
+        }
+        pos += used;
+    }
+}
+
+// =============================================================================================
+// Engine commands
+
+/// The keys commands use: a few short ones, the empty key and a longer one.
+const KEYS: [&[u8]; 6] = [
+    b"k0",
+    b"k1",
+    b"k2",
+    b"k3",
+    b"",
+    b"a-longer-key-for-memory-accounting",
+];
+
+/// Session ids, including 0 and the largest one.
+const SIDS: [u64; 5] = [1, 2, 3, 0, u64::MAX];
+
+/// Integer arguments: ordinary, limits, and ones that are not integers at all.
+const NUMBERS: [&str; 12] = [
+    "0",
+    "1",
+    "-1",
+    "3",
+    "100",
+    "1000",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "9223372036854775808",
+    "abc",
+    "01",
+    "",
+];
+
+/// Clock advances, around the lease time (500) and the tombstone time (2000) of most runs.
+const ADVANCES: [u64; 10] = [1, 50, 250, 499, 500, 501, 1_000, 2_001, 60_000, 3_600_000];
+
+/// Words for the raw-argument operation: command names, options and keys.
+const WORDS: [&str; 30] = [
+    "SET", "GET", "NX", "XX", "EX", "PX", "EXAT", "PXAT", "KEEPTTL", "PIN", "NOPIN", "RMW", "RO",
+    "MARK", "UNMARK", "GT", "LT", "k0", "k1", "", "1", "2", "0", "-1", "LSET", "LGET", "IQGET",
+    "QAREG", "SAR", "APPEND",
+];
+
+/// Reads operation codes and operands from the input; past its end every byte reads as 0.
+struct Bytes<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl Bytes<'_> {
+    fn done(&self) -> bool {
+        self.pos >= self.data.len()
+    }
+
+    fn byte(&mut self) -> u8 {
+        let b = self.data.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        b
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.byte() as usize % items.len()]
+    }
+
+    fn flag(&mut self) -> bool {
+        self.byte() & 1 == 1
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        self.pick(&KEYS).to_vec()
+    }
+
+    fn sid(&mut self) -> Vec<u8> {
+        self.pick(&SIDS).to_string().into_bytes()
+    }
+
+    fn number(&mut self) -> Vec<u8> {
+        self.pick(&NUMBERS).as_bytes().to_vec()
+    }
+
+    /// A value: one of a few fixed ones (numbers and sizes that matter for memory), or up to 63
+    /// bytes taken from the input.
+    fn value(&mut self) -> Vec<u8> {
+        let b = self.byte();
+        match b {
+            0..=63 => {
+                let start = self.pos.min(self.data.len());
+                let len = (b as usize).min(self.data.len() - start);
+                self.pos = start + len;
+                self.data[start..start + len].to_vec()
+            }
+            64..=127 => self.pick(&NUMBERS).as_bytes().to_vec(),
+            128..=191 => vec![b'v'; (b as usize - 128) * 4],
+            192..=223 => vec![b'w'; 300],
+            _ => vec![b'x'; 1500],
+        }
+    }
+
+    fn word(&mut self) -> Vec<u8> {
+        if self.byte() < 200 {
+            self.pick(&WORDS).as_bytes().to_vec()
+        } else {
+            self.value()
+        }
+    }
+}
+
+/// What the decoder produces: a command's arguments, or an action on the engine itself.
+#[derive(Debug)]
+pub enum Op {
+    Command(Vec<Vec<u8>>),
+    Advance(u64),
+    Tick,
+    SetMaxMemory(usize),
+    /// BGREWRITEAOF: start an incremental rewrite (if none runs).
+    RewriteBegin,
+    /// One flush of the server's loop during a rewrite: copy this many slots.
+    RewriteStep(u32),
+    /// Switch to the rewritten log, if its walk is over.
+    RewriteSwitch,
+    /// Give up a rewrite in progress.
+    RewriteAbandon,
+    /// The CMI restarts: its log replays into a fresh engine, which goes on serving.
+    Restart,
+}
+
+fn args(words: &[&[u8]]) -> Vec<Vec<u8>> {
+    words.iter().map(|w| w.to_vec()).collect()
+}
+
+/// Decodes one operation. `now` lets absolute expiry times fall near the current time.
+fn decode_op(b: &mut Bytes<'_>, now: u64) -> Op {
+    let code = b.byte() % 56;
+    let cmd = |words: Vec<Vec<u8>>| Op::Command(words);
+    match code {
+        0..=2 => cmd(vec![b"GET".to_vec(), b.key()]),
+        3..=5 => {
+            let mut a = vec![b"SET".to_vec(), b.key(), b.value()];
+            let opts = b.byte();
+            match opts & 3 {
+                1 => a.push(b"NX".to_vec()),
+                2 => a.push(b"XX".to_vec()),
+                _ => {}
+            }
+            if opts & 4 != 0 {
+                a.push(b"GET".to_vec());
+            }
+            match (opts >> 3) & 7 {
+                1 => a.extend([b"PX".to_vec(), b.pick(&ADVANCES).to_string().into_bytes()]),
+                2 => a.extend([b"EX".to_vec(), b.number()]),
+                3 => a.extend([
+                    b"PXAT".to_vec(),
+                    (now + b.pick(&ADVANCES)).to_string().into_bytes(),
+                ]),
+                4 => a.push(b"KEEPTTL".to_vec()),
+                5 => a.extend([b"PXAT".to_vec(), b.number()]),
+                _ => {}
+            }
+            cmd(a)
+        }
+        6 => {
+            let mut a = vec![b"DEL".to_vec(), b.key()];
+            if b.flag() {
+                a.push(b.key());
+            }
+            cmd(a)
+        }
+        7 => cmd(vec![b"EXISTS".to_vec(), b.key(), b.key()]),
+        8 => cmd(vec![b"MGET".to_vec(), b.key(), b.key(), b.key()]),
+        9 => {
+            let mut a = vec![b"MSET".to_vec(), b.key(), b.value()];
+            if b.flag() {
+                a.extend([b.key(), b.value()]);
+            }
+            cmd(a)
+        }
+        10 => {
+            let name: &[u8] = match b.byte() % 4 {
+                0 => b"INCR",
+                1 => b"DECR",
+                2 => b"INCRBY",
+                _ => b"DECRBY",
+            };
+            let mut a = vec![name.to_vec(), b.key()];
+            if name.ends_with(b"BY") {
+                a.push(b.number());
+            }
+            cmd(a)
+        }
+        11 => cmd(vec![b"APPEND".to_vec(), b.key(), b.value()]),
+        12 => cmd(vec![b"STRLEN".to_vec(), b.key()]),
+        13 => {
+            let which = b.byte();
+            let name: &[u8] = match which % 4 {
+                0 => b"EXPIRE",
+                1 => b"PEXPIRE",
+                2 => b"EXPIREAT",
+                _ => b"PEXPIREAT",
+            };
+            let amount = match (which % 4, (which >> 2) & 1) {
+                (1, 0) => b.pick(&ADVANCES).to_string(),
+                (3, 0) => (now + b.pick(&ADVANCES)).to_string(),
+                (2, 0) => ((now + b.pick(&ADVANCES)) / 1000).to_string(),
+                _ => String::from_utf8_lossy(&b.number()).into_owned(),
+            };
+            let mut a = vec![name.to_vec(), b.key(), amount.into_bytes()];
+            let cond = b.byte();
+            for (bit, word) in [(1, "NX"), (2, "XX"), (4, "GT"), (8, "LT")] {
+                if cond & bit != 0 && cond & 0xf0 == 0 {
+                    a.push(word.as_bytes().to_vec());
+                }
+            }
+            cmd(a)
+        }
+        14 => {
+            let name: &[u8] = if b.flag() { b"TTL" } else { b"PTTL" };
+            cmd(vec![name.to_vec(), b.key()])
+        }
+        15 => cmd(vec![b"PERSIST".to_vec(), b.key()]),
+        16 => cmd(vec![b"INSPECT".to_vec(), b.key()]),
+        17 => {
+            let mut a = vec![b"CONFIGID".to_vec()];
+            if b.flag() {
+                a.push((b.byte() % 8).to_string().into_bytes());
+            }
+            cmd(a)
+        }
+        18 => {
+            let mut a = vec![b"FRAGMENTS".to_vec()];
+            if b.flag() {
+                a.push((b.byte() % 5).to_string().into_bytes());
+            }
+            cmd(a)
+        }
+        19 => {
+            let mut a = vec![
+                b"FRAGMENTID".to_vec(),
+                (b.byte() % 5).to_string().into_bytes(),
+            ];
+            if b.flag() {
+                a.push((b.byte() % 8).to_string().into_bytes());
+            }
+            cmd(a)
+        }
+        20 => cmd(args(&[b"DBSIZE"])),
+        21 => cmd(args(&[if b.flag() { b"FLUSHALL" } else { b"FLUSHDB" }])),
+        22..=23 => {
+            let mut a = vec![b"LGET".to_vec(), b.sid(), b.key()];
+            match b.byte() % 3 {
+                0 => a.push(b"RMW".to_vec()),
+                1 => a.push(b"RO".to_vec()),
+                _ => {}
+            }
+            cmd(a)
+        }
+        24 => {
+            let rmw: &[u8] = if b.flag() { b"RMW" } else { b"RO" };
+            cmd(vec![
+                b"LMGET".to_vec(),
+                b.sid(),
+                rmw.to_vec(),
+                b.key(),
+                b.key(),
+            ])
+        }
+        25..=26 => {
+            let name: &[u8] = if b.flag() { b"LADD" } else { b"LSET" };
+            let mut a = vec![name.to_vec(), b.sid(), b.key(), b.value()];
+            if b.flag() {
+                a.push(b"PIN".to_vec());
+            }
+            cmd(a)
+        }
+        27 => {
+            let pin: &[u8] = if b.flag() { b"PIN" } else { b"NOPIN" };
+            let mut a = vec![b"LMSET".to_vec(), b.sid(), pin.to_vec(), b.key(), b.value()];
+            if b.flag() {
+                a.extend([b.key(), b.value()]);
+            }
+            cmd(a)
+        }
+        28 => cmd(vec![b"LDEL".to_vec(), b.sid(), b.key()]),
+        29 => cmd(vec![b"LMDEL".to_vec(), b.sid(), b.key(), b.key()]),
+        30 => {
+            let name: &[u8] = if b.flag() { b"LPREPEND" } else { b"LAPPEND" };
+            cmd(vec![name.to_vec(), b.sid(), b.key(), b.value()])
+        }
+        31 => {
+            let mut a = vec![b"LMAPPEND".to_vec(), b.sid(), b.key(), b.value()];
+            if b.flag() {
+                a.extend([b.key(), b.value()]);
+            }
+            cmd(a)
+        }
+        32 => {
+            let name: &[u8] = if b.flag() { b"LDECR" } else { b"LINCR" };
+            cmd(vec![name.to_vec(), b.sid(), b.key(), b.number()])
+        }
+        33 => cmd(vec![b"LUNPIN".to_vec(), b.sid(), b.key()]),
+        34 => {
+            let name: &[u8] = if b.flag() { b"LUNMARK" } else { b"LMARK" };
+            cmd(vec![name.to_vec(), b.sid(), b.key()])
+        }
+        35 => cmd(vec![b"LVALIDATE".to_vec(), b.sid()]),
+        36..=37 => cmd(vec![b"LCOMMIT".to_vec(), b.sid()]),
+        38 => cmd(vec![b"LABORT".to_vec(), b.sid()]),
+        39 => cmd(vec![b"IQGET".to_vec(), b.sid(), b.key()]),
+        40 => cmd(vec![b"IQSET".to_vec(), b.sid(), b.key(), b.value()]),
+        41 => cmd(vec![b"QAREG".to_vec(), b.sid(), b.key()]),
+        42 => cmd(vec![b"QAREAD".to_vec(), b.sid(), b.key()]),
+        43 => {
+            let mut a = vec![b"SAR".to_vec(), b.sid(), b.key(), b.value()];
+            match b.byte() % 3 {
+                0 => a.push(b"MARK".to_vec()),
+                1 => a.push(b"UNMARK".to_vec()),
+                _ => {}
+            }
+            cmd(a)
+        }
+        44 => {
+            let mut a = vec![b"DAR".to_vec(), b.sid(), b.key()];
+            match b.byte() % 3 {
+                0 => a.push(b"MARK".to_vec()),
+                1 => a.push(b"UNMARK".to_vec()),
+                _ => {}
+            }
+            cmd(a)
+        }
+        45..=46 => Op::Advance(b.pick(&ADVANCES)),
+        47 => Op::Tick,
+        48 => Op::SetMaxMemory(b.pick(&[0, 150, 400, 1_000, 3_000])),
+        49 => Op::RewriteBegin,
+        50 => Op::RewriteStep(u32::from(b.byte() % 4)),
+        51 => Op::RewriteSwitch,
+        52 => Op::RewriteAbandon,
+        53 => Op::Restart,
+        _ => {
+            // Raw arguments: any command name, options and values in any order.
+            let n = 1 + b.byte() as usize % 6;
+            let mut a = Vec::with_capacity(n);
+            let name_byte = b.byte() as usize;
+            a.push(
+                command_names()[name_byte % command_names().len()]
+                    .as_bytes()
+                    .to_vec(),
+            );
+            for _ in 1..n {
+                a.push(b.word());
+            }
+            cmd(a)
+        }
+    }
+}
+
+fn command_names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        cads_protocol::spec::COMMANDS
+            .iter()
+            .map(|s| s.name)
+            .collect()
+    })
+}
+
+/// Decodes the whole input into a configuration and operations (for reading a crash input).
+pub fn decode_engine_ops(data: &[u8]) -> (EngineConfig, Vec<Op>) {
+    let mut b = Bytes { data, pos: 0 };
+    let config = decode_config(&mut b);
+    let mut ops = Vec::new();
+    let mut now = START;
+    while !b.done() && ops.len() < MAX_OPS {
+        let op = decode_op(&mut b, now);
+        if let Op::Advance(ms) = op {
+            now += ms;
+        }
+        ops.push(op);
+    }
+    (config, ops)
+}
+
+const START: u64 = 1_700_000_000_000;
+const MAX_OPS: usize = 4096;
+
+fn decode_config(b: &mut Bytes<'_>) -> EngineConfig {
+    let c = b.byte();
+    let mode = if c & 1 == 0 {
+        Mode::WriteThrough
+    } else {
+        Mode::WriteAround
+    };
+    EngineConfig {
+        mode,
+        maxmemory: [0, 400, 1_000, 3_000][((c >> 1) & 3) as usize],
+        max_pinned_memory: [0, 250, 700, 1_500][((c >> 3) & 3) as usize],
+        lease_ms: [500, 50, 2_000, 500][((c >> 5) & 3) as usize],
+        tombstone_ms: 2_000,
+        max_value_bytes: if c & 0x80 != 0 { 2_000 } else { 64 << 20 },
+        ..EngineConfig::default()
+    }
+}
+
+/// Where the log of the engine under test goes, as the server's `Aof` writes it.
+#[derive(Default)]
+struct LogFiles {
+    /// The current log file.
+    file: Vec<u8>,
+    /// The rewritten log while a rewrite runs.
+    rewrite: Option<RewriteFile>,
+}
+
+struct RewriteFile {
+    bytes: Vec<u8>,
+    /// Whether the walk over the slots is over.
+    walked: bool,
+    /// The walk's cursor as `Engine::rewrite_step` documents it, followed here to recognize the
+    /// known bug rewrite-early-return.
+    cursor: u32,
+}
+
+struct Harness {
+    engine: Engine,
+    now: u64,
+    log: LogFiles,
+    /// Keys whose value the log may have forgotten (see [`compare_replay`]).
+    forgotten: HashSet<Vec<u8>>,
+    /// Whether open bugs are reported (true) or tolerated so that fuzzing can go past them.
+    strict: bool,
+}
+
+/// Runs the engine on operations decoded from `data`; panics on a bug. Known open bugs (see
+/// [`KNOWN_BUGS`]) are tolerated unless the environment sets `CADS_FUZZ_STRICT=1`.
+pub fn check_engine_ops(data: &[u8]) {
+    check_engine_ops_with(data, strict_from_env());
+}
+
+/// As [`check_engine_ops`], choosing whether known open bugs are reported.
+pub fn check_engine_ops_with(data: &[u8], strict: bool) {
+    let mut b = Bytes { data, pos: 0 };
+    let config = decode_config(&mut b);
+    let mut engine = Engine::new(config);
+    engine.enable_log();
+    let mut h = Harness {
+        engine,
+        now: START,
+        log: LogFiles::default(),
+        forgotten: HashSet::new(),
+        strict,
+    };
+    let mut ops = 0;
+    while !b.done() && ops < MAX_OPS {
+        let op = decode_op(&mut b, h.now);
+        h.step(op);
+        ops += 1;
+    }
+    h.finish();
+}
+
+fn strict_from_env() -> bool {
+    std::env::var_os("CADS_FUZZ_STRICT").is_some_and(|v| v == "1")
+}
+
+/// Open bugs the fuzzers found, tolerated by the non-strict checks so that fuzzing can find others.
+/// Each names the check it relaxes; remove an entry (and its tolerance) once the bug is fixed. The
+/// minimized inputs are in `fuzz/regressions/` and run strictly by an ignored test.
+pub const KNOWN_BUGS: &[&str] = &[
+    "append-after-forgotten: a plain APPEND to a key whose value the log forgot (an exclusive lease \
+     on it ended without a write) logs APPEND, which replays as a new entry holding only the \
+     appended bytes",
+    "rewrite-early-return: Engine::rewrite_step reports the walk over without moving its cursor \
+     past every slot when the cursor is already at or past the last slot (a rewrite begun on an \
+     empty CMI, or FLUSHALL during the walk), so changes to slots at or past the cursor never \
+     reach the rewritten log; the non-strict check abandons such a rewrite instead of switching",
+    "replay-fragments-unbounded: Engine::replay applies a FRAGMENTS record without the \
+     MAX_FRAGMENTS bound the command has, so `FRAGMENTS 4294967295` in a log allocates 32 GiB; \
+     the non-strict check skips such logs",
+];
+
+impl Harness {
+    fn step(&mut self, op: Op) {
+        let used_before = self.engine.memory().used;
+        match op {
+            Op::Command(words) => self.command(&words),
+            Op::Advance(ms) => {
+                self.now += ms;
+                self.engine.tick(self.now);
+            }
+            Op::Tick => self.engine.tick(self.now),
+            Op::SetMaxMemory(bytes) => self.engine.set_maxmemory(bytes),
+            Op::RewriteBegin => {
+                if self.log.rewrite.is_none() {
+                    self.flush();
+                    self.engine.begin_rewrite();
+                    self.log.rewrite = Some(RewriteFile {
+                        bytes: Vec::new(),
+                        walked: false,
+                        cursor: 0,
+                    });
+                }
+            }
+            Op::RewriteStep(slots) => self.flush_with_step(slots),
+            Op::RewriteSwitch => {
+                self.flush_with_step(0);
+                if self.log.rewrite.as_ref().is_some_and(|rw| rw.walked) {
+                    let rw = self.log.rewrite.take().expect("checked");
+                    self.engine.end_rewrite();
+                    self.log.file = rw.bytes;
+                }
+            }
+            Op::RewriteAbandon => {
+                if self.log.rewrite.take().is_some() {
+                    self.flush();
+                    self.engine.end_rewrite();
+                }
+            }
+            Op::Restart => {
+                self.flush();
+                self.log.rewrite = None;
+                let mut back = Engine::new(self.engine.config().clone());
+                let replayed = back.replay(&self.log.file).expect("the log replays");
+                assert!(!replayed.truncated, "the log is whole");
+                // As the server does: log from here on, then serve (the comparison reads keys,
+                // which may reclaim expired entries and log that).
+                back.enable_log();
+                compare_replay(
+                    "a restart",
+                    &mut self.engine,
+                    &mut back,
+                    self.now,
+                    &self.forgotten,
+                    self.strict,
+                );
+                self.engine = back;
+                self.forgotten.clear();
+            }
+        }
+        self.after_step(used_before);
+    }
+
+    fn command(&mut self, words: &[Vec<u8>]) {
+        let slices: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        if let Ok(cmd) = Command::parse(&slices) {
+            check_command_round_trip(&cmd);
+            let reply = self.engine.execute(&cmd, self.now);
+            // Replies must be writable and read back.
+            let mut out = Vec::new();
+            write_reply(&mut out, &reply);
+            match parse_reply(&out) {
+                Ok(Some((_, used))) => assert_eq!(used, out.len(), "a reply is read whole"),
+                other => panic!("reply {out:?} does not read back: {other:?}"),
+            }
+            // A session command may take (and, aborting, drop again) an exclusive lease within the
+            // command; the log records tell which values it made the log forget.
+            let mut records = Vec::new();
+            self.engine.drain_log(&mut records);
+            let mut deleted: HashSet<Vec<u8>> = HashSet::new();
+            for args in records_of(&records) {
+                match (args.first().map(Vec::as_slice), args.get(1)) {
+                    (Some(b"DEL"), Some(key)) => {
+                        deleted.insert(key.clone());
+                    }
+                    (Some(b"PUT"), Some(key)) => {
+                        deleted.remove(key);
+                    }
+                    _ => {}
+                }
+            }
+            self.note_records(&records);
+            let leasing = cmd.spec().group == Group::Session || cmd.spec().group == Group::Iq;
+            if leasing {
+                for key in deleted {
+                    if self.engine.store.entries().any(|e| *e.key == *key) {
+                        self.forgotten.insert(key);
+                    }
+                }
+            }
+            self.log.file.extend_from_slice(&records);
+        }
+    }
+
+    /// What the server's `Aof::flush` does: the engine's records go to the current log file.
+    fn flush(&mut self) {
+        let mut records = Vec::new();
+        self.engine.drain_log(&mut records);
+        self.note_records(&records);
+        self.log.file.extend_from_slice(&records);
+    }
+
+    /// A flush during a rewrite also advances it and writes the new log's bytes.
+    fn flush_with_step(&mut self, slots: u32) {
+        self.flush();
+        let Some(rw) = &mut self.log.rewrite else {
+            return;
+        };
+        if !rw.walked {
+            let end = self.engine.store.slot_end();
+            let early = rw.cursor >= end;
+            rw.walked = self.engine.rewrite_step(slots);
+            if !early {
+                let stop = rw.cursor.saturating_add(slots).min(end);
+                rw.cursor = if stop >= end { u32::MAX } else { stop };
+            }
+            assert_eq!(
+                rw.walked,
+                rw.cursor >= end,
+                "the walk is over when its cursor is"
+            );
+            if rw.walked && rw.cursor != u32::MAX && !self.strict {
+                // Known bug rewrite-early-return: this rewritten log would miss changes.
+                self.log.rewrite = None;
+                self.engine.end_rewrite();
+                return;
+            }
+        }
+        self.engine.drain_rewrite(&mut rw.bytes);
+    }
+
+    /// A PUT record restores a key's value, so the log no longer forgets it.
+    fn note_records(&mut self, records: &[u8]) {
+        for args in records_of(records) {
+            if args.first().is_some_and(|a| a == b"PUT") && args.len() > 1 {
+                self.forgotten.remove(&args[1]);
+            }
+        }
+    }
+
+    fn after_step(&mut self, used_before: usize) {
+        self.flush_with_step(0);
+        let e = &self.engine;
+        e.check_invariants();
+        let m = e.memory();
+        if m.maxmemory != 0 {
+            let markers: usize = e.markers.iter().map(|k| k.len() + MARKER_OVERHEAD).sum();
+            assert!(
+                m.used <= (m.maxmemory + markers).max(used_before),
+                "used {} beyond maxmemory {} (+{markers} of markers), was {used_before}",
+                m.used,
+                m.maxmemory
+            );
+        }
+        // Track which values the log may have forgotten: an unpinned entry under an exclusive
+        // lease is logged as deleted (Store::log_exclusive_lease).
+        for key in KEYS {
+            let present = e.store.entries().find(|en| &*en.key == key);
+            match present {
+                None => {
+                    self.forgotten.remove(key);
+                }
+                Some(entry) => {
+                    if !entry.pinned
+                        && e.leases
+                            .get(key)
+                            .is_some_and(|l| l.kind == LeaseKind::Exclusive)
+                    {
+                        self.forgotten.insert(key.to_vec());
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        self.flush_with_step(0);
+        let mut back = Engine::new(self.engine.config().clone());
+        let replayed = back.replay(&self.log.file).expect("the log replays");
+        assert!(!replayed.truncated, "the log is whole");
+        assert_eq!(replayed.valid_bytes, self.log.file.len());
+        compare_replay(
+            "the log",
+            &mut self.engine,
+            &mut back,
+            self.now,
+            &self.forgotten,
+            self.strict,
+        );
+        // A finished rewrite's log replays to the same state too.
+        if let Some(RewriteFile {
+            bytes: mut new,
+            walked: true,
+            ..
+        }) = self.log.rewrite.take()
+        {
+            self.engine.drain_rewrite(&mut new);
+            let mut from_new = Engine::new(self.engine.config().clone());
+            from_new.replay(&new).expect("the rewritten log replays");
+            compare_replay(
+                "the rewritten log",
+                &mut self.engine,
+                &mut from_new,
+                self.now,
+                &self.forgotten,
+                self.strict,
+            );
+        }
+        // Ending every session leaves no lease, session or pending byte behind.
+        for sid in SIDS {
+            let cmd = Command::LAbort(sid);
+            self.engine.execute(&cmd, self.now);
+        }
+        self.now += 10_000_000;
+        self.engine.tick(self.now);
+        self.engine.check_invariants();
+        assert_eq!(
+            self.engine.lease_count(),
+            0,
+            "no lease outlives its session"
+        );
+        assert_eq!(
+            self.engine.session_counts(),
+            (0, 0),
+            "sessions are forgotten"
+        );
+    }
+}
+
+/// Splits log bytes into records (arguments); stops at anything that is not a whole record.
+fn records_of(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    let limits = Limits {
+        max_bulk: usize::MAX,
+        max_args: 16,
+        max_inline: 0,
+    };
+    let mut out = Vec::new();
+    let mut ranges = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let rest = &bytes[pos..];
+        match resp::parse_request(rest, &limits, &mut ranges) {
+            Ok(Parsed::Request { consumed }) => {
+                out.push(ranges.iter().map(|r| rest[r.clone()].to_vec()).collect());
+                pos += consumed;
+            }
+            Ok(Parsed::Empty { consumed }) => pos += consumed,
+            _ => break,
+        }
+    }
+    out
+}
+
+/// Compares a live engine with one restored from its log. The restored one must hold:
+///
+/// - the same configuration ids, fragment ids and markers;
+/// - no entry the live one lacks, and each entry equal to the live one's (value, expiry,
+///   configuration id, pin): a restart must never serve a value the live CMI would not;
+/// - every live entry, except unpinned ones in `forgotten`: the log forgets a value when a writer
+///   takes an exclusive lease on it (the writer may change the data store before it commits), and
+///   only a later PUT brings it back, so a value whose exclusive lease ended without a write is
+///   legitimately missing after a restart.
+///
+/// Then DBSIZE agrees, and GET and INSPECT agree on every key both hold (INSPECT where no lease
+/// is held: a restart ends leases).
+fn compare_replay(
+    what: &str,
+    live: &mut Engine,
+    back: &mut Engine,
+    now: u64,
+    forgotten: &HashSet<Vec<u8>>,
+    strict: bool,
+) {
+    back.check_invariants();
+    assert_eq!(
+        back.store.config.latest, live.store.config.latest,
+        "configuration id restored by {what}"
+    );
+    assert_eq!(
+        back.store.config.all_fragment_ids(),
+        live.store.config.all_fragment_ids(),
+        "fragment ids restored by {what}"
+    );
+    assert_eq!(back.markers, live.markers, "markers restored by {what}");
+    let live_entries: HashMap<&[u8], &Entry> = live.store.entries().map(|e| (&*e.key, e)).collect();
+    let mut tolerated: HashSet<Vec<u8>> = HashSet::new();
+    for entry in back.store.entries() {
+        let key = &*entry.key;
+        let Some(original) = live_entries.get(key) else {
+            panic!("{what} restores {key:?}, which the live CMI does not have");
+        };
+        let same = entry.value == original.value
+            && entry.expire_at == original.expire_at
+            && entry.config_id == original.config_id
+            && entry.pinned == original.pinned;
+        if !same {
+            // Known bug append-after-forgotten: the restored value is the appended tail only.
+            let known = !strict
+                && forgotten.contains(key)
+                && !original.pinned
+                && original.value.ends_with(&entry.value);
+            assert!(
+                known,
+                "{what} restores {key:?} as {entry:?}, but the live CMI has {original:?}"
+            );
+            tolerated.insert(key.to_vec());
+        }
+    }
+    let back_keys: HashSet<&[u8]> = back.store.entries().map(|e| &*e.key).collect();
+    let mut missing = 0;
+    for (key, original) in &live_entries {
+        if !back_keys.contains(key) {
+            assert!(
+                !original.pinned,
+                "{what} loses pinned {key:?} ({original:?})"
+            );
+            assert!(
+                forgotten.contains(*key),
+                "{what} loses {key:?} ({original:?}), though no writer held it"
+            );
+            missing += 1;
+        }
+    }
+    let skip: HashSet<Vec<u8>> = live_entries
+        .keys()
+        .filter(|k| !back_keys.contains(*k))
+        .map(|k| k.to_vec())
+        .chain(tolerated)
+        .collect();
+    assert_eq!(
+        back.key_count() + missing,
+        live.key_count(),
+        "key counts after {what}"
+    );
+
+    // The same through commands, as a client would see it.
+    let dbsize = |e: &mut Engine| match e.execute(&Command::DbSize, now) {
+        Reply::Int(n) => n,
+        other => panic!("DBSIZE answered {other:?}"),
+    };
+    assert_eq!(
+        dbsize(back) + missing as i64,
+        dbsize(live),
+        "DBSIZE after {what}"
+    );
+    for key in KEYS {
+        if skip.contains(key) {
+            continue;
+        }
+        let get = |e: &mut Engine| e.execute(&Command::Get(key), now).into_owned();
+        assert_eq!(get(back), get(live), "GET {key:?} after {what}");
+        // A restart ends leases: INSPECT agrees whole where the live CMI holds no lease.
+        if !live.leases.contains_key(key) {
+            let inspect = |e: &mut Engine| e.execute(&Command::Inspect(key), now).into_owned();
+            assert_eq!(inspect(back), inspect(live), "INSPECT {key:?} after {what}");
+        }
+    }
+}
+
+// =============================================================================================
+// Log replay
+
+/// Replays `data` as an append-only log; panics on a bug. Known open bugs (see [`KNOWN_BUGS`])
+/// are tolerated unless the environment sets `CADS_FUZZ_STRICT=1`.
+pub fn check_log_replay(data: &[u8]) {
+    check_log_replay_with(data, strict_from_env());
+}
+
+/// As [`check_log_replay`], choosing whether known open bugs are reported.
+pub fn check_log_replay_with(data: &[u8], strict: bool) {
+    if !strict {
+        // Known bug replay-fragments-unbounded: such a log exhausts memory.
+        let huge = records_of(data).iter().any(|r| {
+            r.len() == 2
+                && r[0] == b"FRAGMENTS"
+                && cads_protocol::parse_i64(&r[1])
+                    .is_some_and(|n| n > i64::from(crate::config_ids::MAX_FRAGMENTS))
+        });
+        if huge {
+            return;
+        }
+    }
+    let mut engine = Engine::new(EngineConfig::default());
+    let result = engine.replay(data);
+    engine.check_invariants();
+    // The command refuses more fragments; a log asking for more is damaged (known bug
+    // replay-fragments-unbounded: replay applies it, and a large count exhausts memory).
+    assert!(
+        engine.fragments() <= crate::config_ids::MAX_FRAGMENTS,
+        "replay set {} fragments, beyond MAX_FRAGMENTS",
+        engine.fragments()
+    );
+    match result {
+        Ok(replayed) => {
+            assert!(replayed.valid_bytes <= data.len());
+            assert_eq!(
+                replayed.truncated,
+                replayed.valid_bytes < data.len(),
+                "truncated exactly when bytes are left over"
+            );
+            // The valid part alone replays whole, to the same state.
+            let mut again = Engine::new(EngineConfig::default());
+            let r = again
+                .replay(&data[..replayed.valid_bytes])
+                .expect("the valid part replays");
+            assert!(!r.truncated && r.records == replayed.records);
+            assert_same_state(&engine, &again);
+            // A rewrite of the restored state restores the same state.
+            engine.enable_log();
+            engine.begin_rewrite();
+            assert!(engine.rewrite_step(u32::MAX), "one step walks every slot");
+            let mut rewritten = Vec::new();
+            engine.drain_rewrite(&mut rewritten);
+            engine.end_rewrite();
+            let mut from_rewrite = Engine::new(EngineConfig::default());
+            let r = from_rewrite
+                .replay(&rewritten)
+                .expect("a rewritten log replays");
+            assert!(!r.truncated);
+            assert_same_state(&engine, &from_rewrite);
+            // The restored CMI serves: touch every key, then shrink memory to force evictions.
+            let keys: Vec<Box<[u8]>> = engine.store.entries().map(|e| e.key.clone()).collect();
+            for key in keys.iter().take(64) {
+                engine.execute(&Command::Get(key), START);
+                engine.execute(&Command::Inspect(key), START);
+                engine.check_invariants();
+            }
+            engine.set_maxmemory(200);
+            engine.check_invariants();
+            engine.tick(START);
+            engine.check_invariants();
+        }
+        Err(e) => assert!(
+            e.offset < data.len(),
+            "error offset {} within the log",
+            e.offset
+        ),
+    }
+}
+
+fn assert_same_state(a: &Engine, b: &Engine) {
+    assert_eq!(
+        a.store.config.latest, b.store.config.latest,
+        "configuration id"
+    );
+    assert_eq!(
+        a.store.config.all_fragment_ids(),
+        b.store.config.all_fragment_ids(),
+        "fragment ids"
+    );
+    assert_eq!(a.markers, b.markers, "markers");
+    let entries = |e: &Engine| {
+        let mut v: Vec<Entry> = e.store.entries().cloned().collect();
+        v.sort_by(|x, y| x.key.cmp(&y.key));
+        v
+    };
+    assert_eq!(entries(a), entries(b), "entries");
+    assert_eq!(a.memory().used, b.memory().used, "used bytes");
+}
