@@ -20,10 +20,16 @@ impl ConfigIds {
         self.fragment_ids.len() as u32
     }
 
-    /// Splits the key space into `count` fragments (0: no fragments, nothing is ever discarded).
-    /// Fragments that are new start with id 0.
-    pub fn set_fragments(&mut self, count: u32) {
+    /// Splits the key space into `count` fragments (0: no fragments, nothing is ever discarded),
+    /// at most [`MAX_FRAGMENTS`]. Fragments that are new start with id 0.
+    pub fn set_fragments(&mut self, count: u32) -> Result<(), ErrorReply> {
+        if count > MAX_FRAGMENTS {
+            return Err(ErrorReply::err(format!(
+                "at most {MAX_FRAGMENTS} fragments"
+            )));
+        }
         self.fragment_ids.resize(count as usize, 0);
+        Ok(())
     }
 
     pub fn fragment_id(&self, fragment: u32) -> Option<u64> {
@@ -73,7 +79,8 @@ mod tests {
         let mut ids = ConfigIds::default();
         ids.set_latest(10).unwrap();
         assert!(ids.set_latest(9).is_err());
-        ids.set_fragments(2);
+        ids.set_fragments(2).unwrap();
+        assert!(ids.set_fragments(MAX_FRAGMENTS + 1).is_err());
         ids.set_fragment_id(1, 1000).unwrap();
         ids.set_fragment_id(1, 100).unwrap();
         assert_eq!(ids.fragment_id(1), Some(100));

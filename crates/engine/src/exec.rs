@@ -119,13 +119,7 @@ impl Engine {
             }
             C::Fragments(count) => {
                 if let Some(count) = count {
-                    if count > crate::config_ids::MAX_FRAGMENTS {
-                        return Err(ErrorReply::err(format!(
-                            "at most {} fragments",
-                            crate::config_ids::MAX_FRAGMENTS
-                        )));
-                    }
-                    self.store.config.set_fragments(count);
+                    self.store.config.set_fragments(count)?;
                     let text = count.to_string();
                     self.store
                         .log
@@ -445,10 +439,7 @@ impl Engine {
             SetExpiry::None => Ttl::At(0),
             SetExpiry::Keep => Ttl::Keep,
             // As Redis: a relative expiry whose deadline passes i64 milliseconds is invalid.
-            SetExpiry::In(ms) => Ttl::At(
-                ms.checked_add(now as i64)
-                    .ok_or_else(invalid)? as u64,
-            ),
+            SetExpiry::In(ms) => Ttl::At(ms.checked_add(now as i64).ok_or_else(invalid)? as u64),
             SetExpiry::At(ms) => Ttl::At(ms as u64),
         };
         if let Ttl::At(at) = ttl {
@@ -597,7 +588,13 @@ impl Engine {
             int("pinned", entry.is_some_and(|e| e.pinned) as i64),
             int(
                 "expire-at-ms",
-                entry.map_or(-1, |e| if e.expire_at == 0 { -1 } else { e.expire_at as i64 }),
+                entry.map_or(-1, |e| {
+                    if e.expire_at == 0 {
+                        -1
+                    } else {
+                        e.expire_at as i64
+                    }
+                }),
             ),
             int("config-id", entry.map_or(-1, |e| e.config_id as i64)),
             int("marker", self.markers.contains(key) as i64),

@@ -179,6 +179,14 @@ impl Engine {
         };
         let start = rw.cursor;
         if start >= end {
+            // Nothing (left) to walk: an empty CMI, or FLUSHALL during the walk. Every slot, including
+            // ones created from now on, counts as copied.
+            self.store
+                .log
+                .rewrite
+                .as_mut()
+                .expect("checked above")
+                .cursor = SlotId::MAX;
             return true;
         }
         let stop = start.saturating_add(max_slots).min(end);
@@ -340,9 +348,11 @@ impl Engine {
             }
             b"FRAGMENTS" => {
                 arity(2)?;
-                let n = num(1)?;
-                let n = u32::try_from(n).map_err(|_| "too many fragments".to_string())?;
-                self.store.config.set_fragments(n);
+                let n = u32::try_from(num(1)?).map_err(|_| "too many fragments".to_string())?;
+                self.store
+                    .config
+                    .set_fragments(n)
+                    .map_err(|e| e.to_string())?;
             }
             b"FRAGMENTID" => {
                 arity(3)?;

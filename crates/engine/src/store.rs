@@ -37,6 +37,10 @@ pub struct Entry {
     pub pinned: bool,
     /// A session holds a lease on the key: the entry is not an eviction candidate meanwhile.
     pub leased: bool,
+    /// The log has recorded this entry as deleted while a writer held it (see
+    /// `Store::log_exclusive_lease`); when the lease ends with the entry still here, the log must
+    /// learn it again.
+    pub unlogged: bool,
 }
 
 impl Entry {
@@ -363,6 +367,7 @@ impl Store {
                 entry.value = value;
                 entry.pinned = opts.pinned;
                 entry.leased = opts.leased;
+                entry.unlogged = false;
                 entry.config_id = config_id;
                 let new_expire = match opts.ttl {
                     Ttl::Keep => old_expire,
@@ -389,6 +394,7 @@ impl Store {
                     config_id,
                     pinned: opts.pinned,
                     leased: opts.leased,
+                    unlogged: false,
                 };
                 let slot = match self.free.pop() {
                     Some(s) => {
@@ -513,6 +519,11 @@ impl Store {
                 self.entry_mut(slot).leased = leased;
                 self.enter_candidates(slot);
             }
+            if !leased && self.entry_ref(slot).unlogged {
+                // The writer left the value as it was: the log, which forgot it, learns it again.
+                self.entry_mut(slot).unlogged = false;
+                self.log_put(slot);
+            }
         }
     }
 
@@ -526,6 +537,7 @@ impl Store {
         if let Some(slot) = self.find(key) {
             if !self.entry_ref(slot).pinned {
                 self.log.entry_record(slot, &[b"DEL", key]);
+                self.entry_mut(slot).unlogged = true;
             }
         }
     }

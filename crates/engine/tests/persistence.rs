@@ -160,3 +160,33 @@ fn incremental_rewrite_under_load_equals_the_state() {
     let mut back = restart(&new_log, c.now);
     assert_same(state(&mut back, &refs), state(&mut c, &refs));
 }
+
+#[test]
+fn a_value_the_log_forgot_under_a_lease_is_logged_again_when_the_lease_ends() {
+    let mut c = logged();
+    c.ok("SET k abc");
+    assert_eq!(c.value("LGET 1 k RMW"), "abc");
+    // The writer changes nothing and lets go: the value stays cached, so the log must hold it.
+    c.ok("LABORT 1");
+    assert_eq!(c.int("APPEND k def"), 6);
+    let mut log = Vec::new();
+    c.engine.drain_log(&mut log);
+    let mut back = restart(&log, c.now);
+    assert_eq!(back.cached("k").as_deref(), Some("abcdef"));
+}
+
+#[test]
+fn a_rewrite_begun_on_an_empty_cmi_receives_every_later_change() {
+    let mut c = logged();
+    c.engine.begin_rewrite();
+    assert!(c.engine.rewrite_step(10));
+    c.ok("SET a 1");
+    c.ok("FLUSHALL");
+    c.ok("SET b 2");
+    let mut new_log = Vec::new();
+    c.engine.drain_rewrite(&mut new_log);
+    c.engine.end_rewrite();
+    let mut back = restart(&new_log, c.now);
+    assert_eq!(back.cached("a"), None);
+    assert_eq!(back.cached("b").as_deref(), Some("2"));
+}
