@@ -1,1 +1,230 @@
-//! cads-client: connections to CMIs, routing, multi-key splitting, retries and the lease and session calls (issue: the client library). Not built yet; the crate exists so that the dependency direction of `DESIGN.md` §2 holds from the start.
+//! cads-client: talks to a set of CMIs.
+//!
+//! A [`Client`] owns a pool of connections per CMI and routes each key to its CMI with a
+//! [`Router`] (consistent hashing by default). A [`Session`] runs the lease and session commands of
+//! `docs/PROTOCOL.md` for one atomic unit of work: it splits multi-key calls by CMI and sends the
+//! parts to all CMIs before reading any reply, turns RETRY into jittered exponential backoff within
+//! a time budget, validates on every CMI it touched before committing on any (000 §5.1.3), and
+//! aborts everywhere when any CMI aborts it. Session ids come from ranges handed out by the
+//! coordinator ([`RangeSource`]).
+//!
+//! The API is blocking: one session belongs to one thread; a `Client` is shared by many.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use cads_client::{Client, ClientConfig, RangeSource};
+//!
+//! // Applications get ranges from the coordinator (`cads-coord`); any source of disjoint ranges
+//! // will do for a single process.
+//! let counter = AtomicU64::new(1);
+//! let ranges: Arc<dyn RangeSource> = Arc::new(move || {
+//!     let start = counter.fetch_add(1000, Ordering::Relaxed);
+//!     start..start + 1000
+//! });
+//! let config = ClientConfig::new(vec!["127.0.0.1:7379".parse().unwrap()]);
+//! let client = Client::new(config, ranges);
+//! let mut session = client.session();
+//! let old = session.get(b"counter", true)?;          // X lease (read-modify-write)
+//! let next = old.map_or(1, |v| String::from_utf8_lossy(&v).parse::<i64>().unwrap() + 1);
+//! session.set(b"counter", next.to_string().as_bytes(), false)?;
+//! session.validate()?;
+//! // ... commit the data-store transaction here ...
+//! session.commit()?;
+//! # Ok::<(), cads_client::ClientError>(())
+//! ```
+
+mod conn;
+mod error;
+mod ids;
+mod pool;
+mod retry;
+mod router;
+mod session;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cads_protocol::{Command, Reply, SessionId};
+
+pub use error::{ClientError, Result};
+pub use ids::{RangeSource, SessionIds};
+pub use retry::{random, Backoff, RetryPolicy};
+pub use router::{ConsistentHash, Router};
+pub use session::{IqRead, Session};
+
+use pool::Pool;
+
+/// How a client reaches its CMIs.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The CMIs, in a fixed order (their index is what routers return).
+    pub cmis: Vec<SocketAddr>,
+    pub password: Option<String>,
+    /// Idle connections kept per CMI.
+    pub max_idle: usize,
+    pub connect_timeout: Duration,
+    /// Longest wait for a reply before the CMI counts as failed.
+    pub io_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl ClientConfig {
+    pub fn new(cmis: Vec<SocketAddr>) -> ClientConfig {
+        ClientConfig {
+            cmis,
+            password: None,
+            max_idle: 64,
+            connect_timeout: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(2),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// A handle to a set of CMIs, shared by the threads of an application.
+pub struct Client {
+    pools: Vec<Pool>,
+    router: Arc<dyn Router>,
+    ids: SessionIds,
+    retry: RetryPolicy,
+}
+
+impl Client {
+    /// A client routing keys by consistent hashing over the CMIs' addresses. Connections are made
+    /// when first needed, so CMIs that are down do not prevent it.
+    pub fn new(config: ClientConfig, ranges: Arc<dyn RangeSource>) -> Client {
+        let names: Vec<String> = config.cmis.iter().map(|a| a.to_string()).collect();
+        let router = Arc::new(ConsistentHash::new(&names));
+        Client::with_router(config, router, ranges)
+    }
+
+    /// A client with its own key-to-CMI mapping.
+    pub fn with_router(
+        config: ClientConfig,
+        router: Arc<dyn Router>,
+        ranges: Arc<dyn RangeSource>,
+    ) -> Client {
+        assert_eq!(
+            router.cmis(),
+            config.cmis.len(),
+            "the router spreads keys over as many CMIs as the client has"
+        );
+        let pools = config
+            .cmis
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| {
+                Pool::new(
+                    i,
+                    *addr,
+                    config.max_idle,
+                    config.connect_timeout,
+                    config.io_timeout,
+                    config.password.clone(),
+                )
+            })
+            .collect();
+        Client {
+            pools,
+            router,
+            ids: SessionIds::new(ranges),
+            retry: config.retry,
+        }
+    }
+
+    pub fn cmis(&self) -> usize {
+        self.pools.len()
+    }
+
+    pub fn cmi_addr(&self, cmi: usize) -> SocketAddr {
+        self.pools[cmi].addr()
+    }
+
+    /// The CMI that owns `key`.
+    pub fn route(&self, key: &[u8]) -> usize {
+        self.router.route(key)
+    }
+
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Runs one command on one CMI and returns its reply as sent (error replies included).
+    pub fn execute(&self, cmi: usize, cmd: &Command<'_>) -> Result<Reply<'static>> {
+        let pool = &self.pools[cmi];
+        let mut conn = pool.take()?;
+        match conn.call(cmd) {
+            Ok(reply) => {
+                pool.put(conn);
+                Ok(reply)
+            }
+            Err(e) => {
+                pool.clear();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs one command on the CMI owning `key`, mapping error replies to errors.
+    fn keyed(&self, key: &[u8], cmd: &Command<'_>) -> Result<Reply<'static>> {
+        match self.execute(self.route(key), cmd)? {
+            Reply::Error(e) => Err(session::error_from(e)),
+            reply => Ok(reply),
+        }
+    }
+
+    /// Plain GET, without leases.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        session::bulk(self.keyed(key, &Command::Get(key))?)
+    }
+
+    /// Plain SET, without leases (LEASED while a session holds one on the key).
+    pub fn set(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.keyed(
+            key,
+            &Command::Set {
+                key,
+                value,
+                condition: cads_protocol::SetCondition::Always,
+                expiry: cads_protocol::SetExpiry::None,
+                get: false,
+            },
+        )
+        .map(drop)
+    }
+
+    /// Plain DEL of one key, without leases.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        let keys = [key];
+        match self.keyed(key, &Command::Del(&keys))? {
+            Reply::Int(n) => Ok(n > 0),
+            other => Err(session::unexpected(&other)),
+        }
+    }
+
+    /// FLUSHALL on every CMI.
+    pub fn flush_all(&self) -> Result<()> {
+        for cmi in 0..self.cmis() {
+            if let Reply::Error(e) = self.execute(cmi, &Command::FlushAll)? {
+                return Err(ClientError::Server(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a session with a fresh id.
+    pub fn session(&self) -> Session<'_> {
+        Session::new(self, self.ids.next())
+    }
+
+    /// Starts a session with an id of the caller's (000 §5.1.2 `StartSession`).
+    pub fn session_with_id(&self, id: SessionId) -> Session<'_> {
+        Session::new(self, id)
+    }
+
+    fn pool(&self, cmi: usize) -> &Pool {
+        &self.pools[cmi]
+    }
+}

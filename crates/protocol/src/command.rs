@@ -472,6 +472,11 @@ impl<'a> Command<'a> {
         }
     }
 
+    /// Appends the command as a RESP request, as a client sends it.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        crate::resp::write_request(out, &self.to_args());
+    }
+
     /// The command as request arguments, ready for `resp::write_request`.
     pub fn to_args(&self) -> Vec<Cow<'a, [u8]>> {
         use Command::*;

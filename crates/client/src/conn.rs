@@ -1,0 +1,127 @@
+//! One connection to a CMI: RESP requests out, replies in, with timeouts. Requests can be
+//! pipelined: write several, then read their replies in order.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use cads_protocol::resp::parse_reply;
+use cads_protocol::{Command, Reply};
+
+use crate::error::{ClientError, Result};
+
+pub struct Connection {
+    cmi: usize,
+    stream: TcpStream,
+    out: Vec<u8>,
+    input: Vec<u8>,
+    /// Bytes of `input` already consumed by parsed replies.
+    consumed: usize,
+}
+
+impl Connection {
+    pub fn open(
+        cmi: usize,
+        addr: SocketAddr,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+        password: Option<&str>,
+    ) -> Result<Connection> {
+        let stream = TcpStream::connect_timeout(&addr, connect_timeout).map_err(|e| {
+            ClientError::Unavailable {
+                cmi,
+                reason: format!("cannot connect to {addr}: {e}"),
+            }
+        })?;
+        let io = |source| ClientError::Io { cmi, source };
+        stream.set_nodelay(true).map_err(io)?;
+        stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
+        stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
+        let mut conn = Connection {
+            cmi,
+            stream,
+            out: Vec::with_capacity(1024),
+            input: Vec::with_capacity(16 * 1024),
+            consumed: 0,
+        };
+        if let Some(password) = password {
+            let reply = conn.call(&Command::Auth {
+                username: None,
+                password: password.as_bytes(),
+            })?;
+            if let Reply::Error(e) = reply {
+                return Err(ClientError::Server(e));
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Queues a request; nothing is sent before `flush` (or `call`).
+    pub fn queue(&mut self, cmd: &Command<'_>) {
+        cmd.encode(&mut self.out);
+    }
+
+    /// Sends every queued request.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let result = self.stream.write_all(&self.out);
+        self.out.clear();
+        result.map_err(|source| ClientError::Io {
+            cmi: self.cmi,
+            source,
+        })
+    }
+
+    /// Reads the next reply.
+    pub fn read(&mut self) -> Result<Reply<'static>> {
+        loop {
+            let pending = &self.input[self.consumed..];
+            match parse_reply(pending) {
+                Ok(Some((reply, used))) => {
+                    self.consumed += used;
+                    if self.consumed == self.input.len() {
+                        self.input.clear();
+                        self.consumed = 0;
+                    }
+                    return Ok(reply);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(ClientError::Protocol(e.to_string())),
+            }
+            if self.consumed > 0 {
+                self.input.drain(..self.consumed);
+                self.consumed = 0;
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    return Err(ClientError::Io {
+                        cmi: self.cmi,
+                        source: io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the CMI closed the connection",
+                        ),
+                    })
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(ClientError::Io {
+                        cmi: self.cmi,
+                        source,
+                    })
+                }
+            };
+            self.input.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends one request and reads its reply.
+    pub fn call(&mut self, cmd: &Command<'_>) -> Result<Reply<'static>> {
+        self.queue(cmd);
+        self.flush()?;
+        self.read()
+    }
+}

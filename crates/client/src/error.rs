@@ -1,0 +1,50 @@
+//! The client's errors, typed so that callers can tell what to do (DESIGN.md §4).
+
+use cads_protocol::ErrorReply;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The session was aborted (wounded, expired, a conflicting lease, or RETRY for too long). Roll
+    /// back the data-store transaction and run the session again.
+    #[error("session aborted")]
+    Aborted,
+    /// A CMI cannot be reached (connection refused, connect timeout).
+    #[error("CMI {cmi} unavailable: {reason}")]
+    Unavailable { cmi: usize, reason: String },
+    /// The CMI has no room for the value (memory full of pinned, leased or pending data).
+    #[error("not stored: the CMI is out of memory for this value")]
+    NotStored,
+    /// The CMI sent something that is not the reply expected.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The connection to a CMI failed mid-way (reset, timeout).
+    #[error("I/O error talking to CMI {cmi}: {source}")]
+    Io {
+        cmi: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other error reply (bad arguments, NOTAVAILABLE, LEASED, ...).
+    #[error("{0}")]
+    Server(ErrorReply),
+    /// A multi-CMI commit that failed on some CMIs after it succeeded on others. The failed CMIs
+    /// drop the session's changes (its leases expire and unpinned keys are deleted), so reads stay
+    /// consistent, but the session's cache changes did not all land.
+    #[error("commit failed on CMIs {failed:?} after succeeding on {committed:?}")]
+    PartialCommit {
+        committed: Vec<usize>,
+        failed: Vec<usize>,
+    },
+}
+
+impl ClientError {
+    /// True when the cache cannot be used right now (the caller may fall back to the data store).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Unavailable { .. } | ClientError::Io { .. }
+        )
+    }
+}
+
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;

@@ -1,0 +1,101 @@
+//! Backing off after RETRY: jittered exponential delays within a time budget.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How RETRY replies are retried.
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// The first delay's upper bound.
+    pub initial: Duration,
+    /// No delay is longer than this.
+    pub max: Duration,
+    /// Total time spent retrying one request before the session gives up (and aborts).
+    pub budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial: Duration::from_micros(500),
+            max: Duration::from_millis(50),
+            budget: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One request's backoff state.
+pub struct Backoff<'p> {
+    policy: &'p RetryPolicy,
+    started: Instant,
+    ceiling: Duration,
+}
+
+impl<'p> Backoff<'p> {
+    pub fn new(policy: &'p RetryPolicy) -> Backoff<'p> {
+        Backoff {
+            policy,
+            started: Instant::now(),
+            ceiling: policy.initial,
+        }
+    }
+
+    /// Sleeps before the next attempt ("full jitter": a random delay up to a doubling ceiling, so
+    /// that contenders spread out). Returns false once the budget is spent.
+    pub fn wait(&mut self) -> bool {
+        if self.started.elapsed() >= self.policy.budget {
+            return false;
+        }
+        let nanos = self.ceiling.as_nanos() as u64;
+        let delay = Duration::from_nanos(random() % nanos.max(1) + 1);
+        std::thread::sleep(delay);
+        self.ceiling = (self.ceiling * 2).min(self.policy.max);
+        true
+    }
+}
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new(seed());
+}
+
+fn seed() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let thread = std::thread::current().id();
+    let mixed = nanos ^ cads_protocol::fragment::fnv1a64(format!("{thread:?}").as_bytes());
+    mixed | 1
+}
+
+/// A per-thread xorshift generator: jitter needs spread, not cryptographic quality.
+pub fn random() -> u64 {
+    RNG.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gives_up_after_the_budget() {
+        let policy = RetryPolicy {
+            initial: Duration::from_micros(100),
+            max: Duration::from_millis(2),
+            budget: Duration::from_millis(20),
+        };
+        let mut b = Backoff::new(&policy);
+        let mut attempts = 0;
+        while b.wait() {
+            attempts += 1;
+            assert!(attempts < 1000);
+        }
+        assert!(attempts >= 5);
+    }
+}

@@ -1,0 +1,723 @@
+//! A session: the lease and session commands of one atomic unit of work, over every CMI its keys
+//! live on (000 §5.1.2, §5.1.3).
+
+use std::collections::HashSet;
+
+use cads_protocol::{Command, ErrorKind, ErrorReply, MarkOp, Reply, SessionId};
+
+use crate::conn::Connection;
+use crate::error::{ClientError, Result};
+use crate::retry::Backoff;
+use crate::Client;
+
+/// What an IQ read found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IqRead {
+    /// The cached value; no lease was taken.
+    Hit(Vec<u8>),
+    /// A miss: the session holds the I lease and should fill the key with `iq_set`. `marker` says
+    /// the key has buffered writes to apply to the data store first (TARDIS, 000 §4.4.2.2).
+    Miss { marker: bool },
+}
+
+/// Maps an error reply to the client's error type (RETRY is handled before this).
+pub(crate) fn error_from(e: ErrorReply) -> ClientError {
+    match e.kind {
+        ErrorKind::Abort => ClientError::Aborted,
+        ErrorKind::NotStored => ClientError::NotStored,
+        _ => ClientError::Server(e),
+    }
+}
+
+pub(crate) fn unexpected(reply: &Reply<'_>) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply {reply:?}"))
+}
+
+pub(crate) fn bulk(reply: Reply<'static>) -> Result<Option<Vec<u8>>> {
+    match reply {
+        Reply::Bulk(b) => Ok(Some(b.into_owned())),
+        Reply::Nil => Ok(None),
+        Reply::Error(e) => Err(error_from(e)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn int(reply: Reply<'static>) -> Result<i64> {
+    match reply {
+        Reply::Int(n) => Ok(n),
+        Reply::Error(e) => Err(error_from(e)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn ok(reply: Reply<'static>) -> Result<()> {
+    match reply {
+        Reply::Status(_) => Ok(()),
+        Reply::Error(e) => Err(error_from(e)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn optional_int(reply: Reply<'static>) -> Result<Option<i64>> {
+    match reply {
+        Reply::Nil => Ok(None),
+        other => int(other).map(Some),
+    }
+}
+
+fn is_retry(reply: &Reply<'_>) -> bool {
+    matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Retry)
+}
+
+fn is_abort(reply: &Reply<'_>) -> bool {
+    matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Abort)
+}
+
+/// One session. Dropping it without `commit` aborts it.
+pub struct Session<'c> {
+    client: &'c Client,
+    id: SessionId,
+    /// A connection per CMI, taken on first use and returned at the end.
+    links: Vec<Option<Connection>>,
+    /// The keys this session holds a lease on, per CMI (as far as the client knows).
+    held: Vec<HashSet<Vec<u8>>>,
+    /// CMIs that may have a session object (live or tombstone) for this id.
+    touched: Vec<bool>,
+    validated: bool,
+    finished: bool,
+}
+
+impl<'c> Session<'c> {
+    pub(crate) fn new(client: &'c Client, id: SessionId) -> Session<'c> {
+        let n = client.cmis();
+        Session {
+            client,
+            id,
+            links: (0..n).map(|_| None).collect(),
+            held: vec![HashSet::new(); n],
+            touched: vec![false; n],
+            validated: false,
+            finished: false,
+        }
+    }
+
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The CMIs this session holds leases on.
+    pub fn cmis_with_leases(&self) -> Vec<usize> {
+        (0..self.held.len())
+            .filter(|&c| !self.held[c].is_empty())
+            .collect()
+    }
+
+    fn link(&mut self, cmi: usize) -> Result<&mut Connection> {
+        if self.links[cmi].is_none() {
+            self.links[cmi] = Some(self.client.pool(cmi).take()?);
+        }
+        Ok(self.links[cmi].as_mut().expect("just set"))
+    }
+
+    /// Drops a connection whose state is unknown after an error.
+    fn broken(&mut self, cmi: usize, error: ClientError) -> ClientError {
+        self.links[cmi] = None;
+        if error.is_unavailable() {
+            self.client.pool(cmi).clear();
+        }
+        error
+    }
+
+    fn call(&mut self, cmi: usize, cmd: &Command<'_>) -> Result<Reply<'static>> {
+        self.touched[cmi] = true;
+        let result = self.link(cmi).and_then(|conn| conn.call(cmd));
+        result.map_err(|e| self.broken(cmi, e))
+    }
+
+    /// Sends one command per CMI (all written before any reply is read) and returns the replies.
+    fn call_each(
+        &mut self,
+        cmds: Vec<(usize, Command<'_>)>,
+    ) -> Result<Vec<(usize, Reply<'static>)>> {
+        for (cmi, cmd) in &cmds {
+            self.touched[*cmi] = true;
+            let sent = self.link(*cmi).and_then(|conn| {
+                conn.queue(cmd);
+                conn.flush()
+            });
+            if let Err(e) = sent {
+                return Err(self.broken(*cmi, e));
+            }
+        }
+        let mut replies = Vec::with_capacity(cmds.len());
+        for (cmi, _) in &cmds {
+            let read = self.link(*cmi).and_then(|conn| conn.read());
+            match read {
+                Ok(reply) => replies.push((*cmi, reply)),
+                Err(e) => {
+                    // The other connections may still hold unread replies: drop them all.
+                    for (other, _) in &cmds {
+                        self.links[*other] = None;
+                    }
+                    return Err(self.broken(*cmi, e));
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Ends the session everywhere after the CMI said ABORT (or the client gave up), then reports
+    /// it.
+    fn aborted(&mut self) -> ClientError {
+        self.abort();
+        ClientError::Aborted
+    }
+
+    /// Runs a single-key command, backing off on RETRY; ABORT aborts the whole session.
+    fn keyed(&mut self, key: &[u8], cmd: &Command<'_>) -> Result<Reply<'static>> {
+        let cmi = self.client.route(key);
+        let policy = self.client.retry_policy().clone();
+        let mut backoff = Backoff::new(&policy);
+        loop {
+            let reply = match self.call(cmi, cmd) {
+                Ok(reply) => reply,
+                Err(e) => {
+                    self.abort();
+                    return Err(e);
+                }
+            };
+            if is_retry(&reply) {
+                if backoff.wait() {
+                    continue;
+                }
+                return Err(self.aborted());
+            }
+            if is_abort(&reply) {
+                return Err(self.aborted());
+            }
+            return Ok(reply);
+        }
+    }
+
+    fn hold(&mut self, key: &[u8]) {
+        let cmi = self.client.route(key);
+        self.held[cmi].insert(key.to_vec());
+        self.validated = false;
+    }
+
+    fn release(&mut self, key: &[u8]) {
+        let cmi = self.client.route(key);
+        self.held[cmi].remove(key);
+    }
+
+    /// The check after a call that failed for a reason other than ABORT or RETRY (NOTSTORED, ERR):
+    /// the session lives on.
+    fn map<T>(&mut self, result: Result<T>) -> Result<T> {
+        if let Err(ClientError::Aborted) = result {
+            return Err(self.aborted());
+        }
+        result
+    }
+
+    /// After a lease-taking command on `key`: the CMI holds the lease unless it refused the command
+    /// before taking it (NOTAVAILABLE); NOTSTORED and value errors (not an integer, overflow) come
+    /// after the lease was granted.
+    fn leased<T>(&mut self, key: &[u8], result: Result<T>) -> Result<T> {
+        let refused =
+            matches!(&result, Err(ClientError::Server(e)) if e.kind == ErrorKind::NotAvailable);
+        if !refused {
+            self.hold(key);
+        }
+        self.map(result)
+    }
+
+    // --- reads ---
+
+    /// LGET: a shared lease (`rmw` false) or an exclusive one for read-modify-write. `None` under
+    /// a shared lease means a miss this session should fill with `set`.
+    pub fn get(&mut self, key: &[u8], rmw: bool) -> Result<Option<Vec<u8>>> {
+        let reply = self.keyed(
+            key,
+            &Command::LGet {
+                sid: self.id,
+                key,
+                rmw,
+            },
+        )?;
+        let value = bulk(reply);
+        self.leased(key, value)
+    }
+
+    /// LMGET over every CMI the keys live on, in parallel. Keys told to RETRY are asked again
+    /// after a backoff.
+    pub fn mget(&mut self, keys: &[&[u8]], rmw: bool) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
+        let policy = self.client.retry_policy().clone();
+        let mut backoff = Backoff::new(&policy);
+        while !pending.is_empty() {
+            let groups = self.group(&pending, keys);
+            let cmds = groups
+                .iter()
+                .map(|(cmi, idx)| {
+                    let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i]).collect();
+                    (*cmi, ks)
+                })
+                .collect::<Vec<_>>();
+            let replies = {
+                let commands = cmds
+                    .iter()
+                    .map(|(cmi, ks)| {
+                        (
+                            *cmi,
+                            Command::LMGet {
+                                sid: self.id,
+                                rmw,
+                                keys: ks,
+                            },
+                        )
+                    })
+                    .collect();
+                self.call_each(commands)
+            };
+            let replies = match replies {
+                Ok(r) => r,
+                Err(e) => {
+                    self.abort();
+                    return Err(e);
+                }
+            };
+            let mut retry = Vec::new();
+            for ((_, reply), (_, idx)) in replies.into_iter().zip(&groups) {
+                match reply {
+                    Reply::Array(items) if items.len() == idx.len() => {
+                        for (item, &i) in items.into_iter().zip(idx) {
+                            if is_retry(&item) {
+                                retry.push(i);
+                                continue;
+                            }
+                            self.hold(keys[i]);
+                            values[i] = bulk(item)?;
+                        }
+                    }
+                    Reply::Error(e) if e.kind == ErrorKind::Abort => return Err(self.aborted()),
+                    other => {
+                        let e = match other {
+                            Reply::Error(e) => error_from(e),
+                            other => unexpected(&other),
+                        };
+                        self.abort();
+                        return Err(e);
+                    }
+                }
+            }
+            pending = retry;
+            if !pending.is_empty() && !backoff.wait() {
+                return Err(self.aborted());
+            }
+        }
+        Ok(values)
+    }
+
+    /// Groups key indexes by CMI, keeping their order within a CMI.
+    fn group(&self, indexes: &[usize], keys: &[&[u8]]) -> Vec<(usize, Vec<usize>)> {
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for &i in indexes {
+            let cmi = self.client.route(keys[i]);
+            match groups.iter_mut().find(|(c, _)| *c == cmi) {
+                Some((_, idx)) => idx.push(i),
+                None => groups.push((cmi, vec![i])),
+            }
+        }
+        groups
+    }
+
+    // --- writes ---
+
+    /// LSET: stages `value` (pinned if `pin`), visible to others at commit.
+    pub fn set(&mut self, key: &[u8], value: &[u8], pin: bool) -> Result<()> {
+        let reply = self.keyed(
+            key,
+            &Command::LSet {
+                sid: self.id,
+                key,
+                value,
+                pin,
+            },
+        )?;
+        let result = ok(reply);
+        self.leased(key, result)
+    }
+
+    /// LSET of several keys, sent to their CMIs in parallel (LMSET per CMI).
+    pub fn mset(&mut self, pairs: &[(&[u8], &[u8])], pin: bool) -> Result<()> {
+        let keys: Vec<&[u8]> = pairs.iter().map(|(k, _)| *k).collect();
+        let all: Vec<usize> = (0..pairs.len()).collect();
+        let groups = self.group(&all, &keys);
+        let flat: Vec<(usize, Vec<&[u8]>)> = groups
+            .iter()
+            .map(|(cmi, idx)| {
+                let mut args = Vec::with_capacity(idx.len() * 2);
+                for &i in idx {
+                    args.push(pairs[i].0);
+                    args.push(pairs[i].1);
+                }
+                (*cmi, args)
+            })
+            .collect();
+        let commands = flat
+            .iter()
+            .map(|(cmi, args)| {
+                (
+                    *cmi,
+                    Command::LMSet {
+                        sid: self.id,
+                        pin,
+                        pairs: args,
+                    },
+                )
+            })
+            .collect();
+        let replies = self.multi(commands)?;
+        for key in keys {
+            self.hold(key);
+        }
+        let mut result = Ok(());
+        for (_, reply) in replies {
+            match reply {
+                Reply::Array(items) => {
+                    for item in items {
+                        if let Reply::Error(e) = item {
+                            result = Err(error_from(e));
+                        }
+                    }
+                }
+                other => result = Err(unexpected(&other)),
+            }
+        }
+        result
+    }
+
+    /// Sends per-CMI commands in parallel; ABORT from any aborts the session.
+    fn multi(
+        &mut self,
+        commands: Vec<(usize, Command<'_>)>,
+    ) -> Result<Vec<(usize, Reply<'static>)>> {
+        let replies = match self.call_each(commands) {
+            Ok(r) => r,
+            Err(e) => {
+                self.abort();
+                return Err(e);
+            }
+        };
+        if replies.iter().any(|(_, r)| is_abort(r)) {
+            return Err(self.aborted());
+        }
+        if let Some((_, Reply::Error(e))) = replies.iter().find(|(_, r)| r.is_error()) {
+            let e = error_from(e.clone());
+            self.abort();
+            return Err(e);
+        }
+        Ok(replies)
+    }
+
+    /// LADD: stages `value` only if the key has none. Returns whether it was added.
+    pub fn add(&mut self, key: &[u8], value: &[u8], pin: bool) -> Result<bool> {
+        let reply = self.keyed(
+            key,
+            &Command::LAdd {
+                sid: self.id,
+                key,
+                value,
+                pin,
+            },
+        )?;
+        let added = int(reply).map(|n| n == 1);
+        self.leased(key, added)
+    }
+
+    /// LDEL: the key is deleted at commit. Returns whether it had a value.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        let reply = self.keyed(key, &Command::LDel { sid: self.id, key })?;
+        let existed = int(reply).map(|n| n == 1);
+        self.leased(key, existed)
+    }
+
+    /// LDEL of several keys, in parallel (LMDEL per CMI).
+    pub fn mdelete(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let all: Vec<usize> = (0..keys.len()).collect();
+        let groups = self.group(&all, keys);
+        let lists: Vec<(usize, Vec<&[u8]>)> = groups
+            .iter()
+            .map(|(cmi, idx)| (*cmi, idx.iter().map(|&i| keys[i]).collect()))
+            .collect();
+        let commands = lists
+            .iter()
+            .map(|(cmi, ks)| {
+                (
+                    *cmi,
+                    Command::LMDel {
+                        sid: self.id,
+                        keys: ks,
+                    },
+                )
+            })
+            .collect();
+        self.multi(commands)?;
+        for key in keys {
+            self.hold(key);
+        }
+        Ok(())
+    }
+
+    /// LAPPEND: the new length, or `None` if the key has no value.
+    pub fn append(&mut self, key: &[u8], bytes: &[u8]) -> Result<Option<usize>> {
+        let cmd = Command::LAppend {
+            sid: self.id,
+            key,
+            delta: bytes,
+        };
+        let reply = self.keyed(key, &cmd)?;
+        let len = optional_int(reply).map(|n| n.map(|n| n as usize));
+        self.leased(key, len)
+    }
+
+    /// LPREPEND: the new length, or `None` if the key has no value.
+    pub fn prepend(&mut self, key: &[u8], bytes: &[u8]) -> Result<Option<usize>> {
+        let cmd = Command::LPrepend {
+            sid: self.id,
+            key,
+            delta: bytes,
+        };
+        let reply = self.keyed(key, &cmd)?;
+        let len = optional_int(reply).map(|n| n.map(|n| n as usize));
+        self.leased(key, len)
+    }
+
+    /// LINCR / LDECR (negative `delta`): the new value, or `None` if the key has no value.
+    pub fn incr(&mut self, key: &[u8], delta: i64) -> Result<Option<i64>> {
+        let cmd = Command::LIncr {
+            sid: self.id,
+            key,
+            delta,
+        };
+        let reply = self.keyed(key, &cmd)?;
+        let n = optional_int(reply);
+        self.leased(key, n)
+    }
+
+    /// LUNPIN: the key's value stays but may be evicted after commit. Returns whether it had one.
+    pub fn unpin(&mut self, key: &[u8]) -> Result<bool> {
+        let reply = self.keyed(key, &Command::LUnpin { sid: self.id, key })?;
+        let had = int(reply).map(|n| n == 1);
+        self.leased(key, had)
+    }
+
+    /// LMARK / LUNMARK: stages a marker change for commit (the session must hold a lease on it).
+    pub fn mark(&mut self, key: &[u8], op: MarkOp) -> Result<()> {
+        if op == MarkOp::Keep {
+            return Ok(());
+        }
+        let reply = self.keyed(
+            key,
+            &Command::LMark {
+                sid: self.id,
+                key,
+                op,
+            },
+        )?;
+        let result = ok(reply);
+        self.map(result)
+    }
+
+    // --- IQ leases ---
+
+    /// IQGET: a hit, or a miss with the I lease (RETRY is backed off here).
+    pub fn iq_get(&mut self, key: &[u8]) -> Result<IqRead> {
+        match self.keyed(key, &Command::IqGet { sid: self.id, key })? {
+            Reply::Bulk(b) => Ok(IqRead::Hit(b.into_owned())),
+            Reply::Int(marker) => {
+                self.hold(key);
+                Ok(IqRead::Miss {
+                    marker: marker == 1,
+                })
+            }
+            other => {
+                let e = match other {
+                    Reply::Error(e) => error_from(e),
+                    other => unexpected(&other),
+                };
+                self.map(Err(e))
+            }
+        }
+    }
+
+    /// IQSET: fills a miss under the I lease and releases it. Returns false when the lease was
+    /// voided by a writer (or expired): the value, possibly stale, was not stored.
+    pub fn iq_set(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
+        let cmi = self.client.route(key);
+        let reply = self.call(
+            cmi,
+            &Command::IqSet {
+                sid: self.id,
+                key,
+                value,
+            },
+        );
+        self.release(key);
+        let stored = int(reply?).map(|n| n == 1);
+        if let Ok(false) = stored {
+            // The lease was voided: the CMI may keep a tombstone for this session.
+            if self.held[cmi].is_empty() {
+                let _ = self.call(cmi, &Command::LAbort(self.id));
+                self.touched[cmi] = false;
+            }
+        }
+        self.map(stored)
+    }
+
+    /// QAREG: the Q lease. Returns the key's marker.
+    pub fn qareg(&mut self, key: &[u8]) -> Result<bool> {
+        let reply = self.keyed(key, &Command::QaReg { sid: self.id, key })?;
+        let marker = int(reply).map(|m| m == 1);
+        self.leased(key, marker)
+    }
+
+    /// QAREAD: the Q lease and the value (write-through). Returns (value, marker).
+    pub fn qaread(&mut self, key: &[u8]) -> Result<(Option<Vec<u8>>, bool)> {
+        let reply = self.keyed(key, &Command::QaRead { sid: self.id, key })?;
+        let parsed = match reply {
+            Reply::Array(mut items) if items.len() == 2 => {
+                let marker = int(items.pop().expect("two items"));
+                let value = bulk(items.pop().expect("two items"));
+                value.and_then(|v| marker.map(|m| (v, m == 1)))
+            }
+            other => Err(unexpected(&other)),
+        };
+        self.leased(key, parsed)
+    }
+
+    /// SAR: stores the value, applies the marker change, releases the Q lease.
+    pub fn sar(&mut self, key: &[u8], value: &[u8], mark: MarkOp) -> Result<()> {
+        let cmd = Command::Sar {
+            sid: self.id,
+            key,
+            value,
+            mark,
+        };
+        let reply = self.keyed(key, &cmd)?;
+        let result = ok(reply);
+        if result.is_ok() {
+            self.release(key);
+        }
+        self.map(result)
+    }
+
+    /// DAR: deletes the key, applies the marker change, releases the Q lease.
+    pub fn dar(&mut self, key: &[u8], mark: MarkOp) -> Result<()> {
+        let reply = self.keyed(
+            key,
+            &Command::Dar {
+                sid: self.id,
+                key,
+                mark,
+            },
+        )?;
+        let result = ok(reply);
+        if result.is_ok() {
+            self.release(key);
+        }
+        self.map(result)
+    }
+
+    // --- the end ---
+
+    /// LVALIDATE on every CMI the session holds leases on, in parallel: afterwards its shared
+    /// leases are golden. Any ABORT aborts the session everywhere.
+    pub fn validate(&mut self) -> Result<()> {
+        let cmis = self.cmis_with_leases();
+        let commands = cmis
+            .iter()
+            .map(|&c| (c, Command::LValidate(self.id)))
+            .collect();
+        self.multi(commands)?;
+        self.validated = true;
+        Ok(())
+    }
+
+    /// LCOMMIT everywhere. A session that spans CMIs is validated on all of them first, so that it
+    /// commits on all or on none (000 §5.1.3); what can still fail after validation is a lease
+    /// expiring, reported as `PartialCommit`.
+    pub fn commit(mut self) -> Result<()> {
+        let cmis = self.cmis_with_leases();
+        if cmis.len() > 1 && !self.validated {
+            self.validate()?;
+        }
+        let commands = cmis
+            .iter()
+            .map(|&c| (c, Command::LCommit(self.id)))
+            .collect();
+        let replies = match self.call_each(commands) {
+            Ok(r) => r,
+            Err(e) => {
+                self.abort();
+                return Err(e);
+            }
+        };
+        let (mut committed, mut failed) = (Vec::new(), Vec::new());
+        for (cmi, reply) in replies {
+            if matches!(reply, Reply::Status(_)) {
+                committed.push(cmi);
+                self.held[cmi].clear();
+                self.touched[cmi] = false;
+            } else {
+                failed.push(cmi);
+            }
+        }
+        if failed.is_empty() {
+            self.finish();
+            return Ok(());
+        }
+        self.abort();
+        if committed.is_empty() {
+            Err(ClientError::Aborted)
+        } else {
+            Err(ClientError::PartialCommit { committed, failed })
+        }
+    }
+
+    /// LABORT on every CMI that may know the session. Best effort: a CMI that cannot be reached
+    /// drops the session when its leases expire.
+    pub fn abort(&mut self) {
+        if self.finished {
+            return;
+        }
+        let cmis: Vec<usize> = (0..self.touched.len())
+            .filter(|&c| self.touched[c])
+            .collect();
+        let commands = cmis
+            .iter()
+            .map(|&c| (c, Command::LAbort(self.id)))
+            .collect();
+        let _ = self.call_each(commands);
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        self.finished = true;
+        for held in &mut self.held {
+            held.clear();
+        }
+        for (cmi, link) in self.links.iter_mut().enumerate() {
+            if let Some(conn) = link.take() {
+                self.client.pool(cmi).put(conn);
+            }
+        }
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}

@@ -1,0 +1,191 @@
+//! The client against two CMIs started in-process: routing, parallel multi-key calls, RETRY
+//! backoff, ABORT propagation, all-or-nothing commits across CMIs, and unreachable CMIs.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cads_client::{Client, ClientConfig, ClientError, IqRead, RangeSource};
+use cads_server::{Config, Options, Server};
+
+fn ranges() -> Arc<dyn RangeSource> {
+    let next = Arc::new(AtomicU64::new(1));
+    Arc::new(move || -> Range<u64> {
+        let start = next.fetch_add(1000, Ordering::Relaxed);
+        start..start + 1000
+    })
+}
+
+struct Cluster {
+    server: Option<Server>,
+    client: Client,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop();
+            let _ = server.join();
+        }
+    }
+}
+
+fn cluster(mode: &str) -> Cluster {
+    let server = Server::start(
+        Config::resolve(Options {
+            port: Some(0),
+            cmis: Some(2),
+            mode: Some(mode.into()),
+            ..Options::default()
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let client = Client::new(ClientConfig::new(server.addrs().to_vec()), ranges());
+    Cluster {
+        server: Some(server),
+        client,
+    }
+}
+
+/// A key that the client routes to `cmi`.
+fn key_on(client: &Client, cmi: usize, tag: &str) -> Vec<u8> {
+    (0..)
+        .map(|i| format!("{tag}{i}").into_bytes())
+        .find(|k| client.route(k) == cmi)
+        .unwrap()
+}
+
+#[test]
+fn a_session_spanning_two_cmis_commits_on_both() {
+    let c = cluster("write-through");
+    let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));
+    c.client.set(&a, b"1").unwrap();
+    c.client.set(&b, b"2").unwrap();
+    let mut s = c.client.session();
+    assert_eq!(
+        s.mget(&[&a, &b], true).unwrap(),
+        vec![Some(b"1".to_vec()), Some(b"2".to_vec())]
+    );
+    s.mset(&[(&a, b"10"), (&b, b"20")], false).unwrap();
+    assert_eq!(s.cmis_with_leases(), vec![0, 1]);
+    assert_eq!(
+        c.client.get(&a).unwrap(),
+        Some(b"1".to_vec()),
+        "private until commit"
+    );
+    s.commit().unwrap();
+    assert_eq!(c.client.get(&a).unwrap(), Some(b"10".to_vec()));
+    assert_eq!(c.client.get(&b).unwrap(), Some(b"20".to_vec()));
+}
+
+#[test]
+fn an_abort_on_one_cmi_aborts_everywhere_and_nothing_lands() {
+    let c = cluster("write-through");
+    let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));
+    c.client.set(&a, b"1").unwrap();
+    c.client.set(&b, b"1").unwrap();
+    let mut s = c.client.session();
+    s.set(&a, b"changed", false).unwrap();
+    assert_eq!(s.get(&b, false).unwrap(), Some(b"1".to_vec()));
+    // Another session voids s's shared lease on CMI 1 before s validates.
+    let mut writer = c.client.session();
+    assert!(writer.delete(&b).unwrap());
+    writer.commit().unwrap();
+    assert!(matches!(s.commit(), Err(ClientError::Aborted)));
+    assert_eq!(
+        c.client.get(&a).unwrap(),
+        Some(b"1".to_vec()),
+        "nothing landed on CMI 0"
+    );
+    // And s's exclusive lease on CMI 0 is gone: another session can take it at once.
+    let mut next = c.client.session();
+    assert_eq!(next.get(&a, true).unwrap(), Some(b"1".to_vec()));
+    next.commit().unwrap();
+}
+
+#[test]
+fn retry_backs_off_until_the_filler_commits() {
+    let c = cluster("write-through");
+    let key = key_on(&c.client, 0, "k");
+    let mut filler = c.client.session();
+    assert_eq!(
+        filler.get(&key, false).unwrap(),
+        None,
+        "a miss: this session fills"
+    );
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut s = c.client.session();
+            let started = Instant::now();
+            let value = s.get(&key, false).unwrap();
+            s.commit().unwrap();
+            (value, started.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        filler.set(&key, b"filled", false).unwrap();
+        filler.commit().unwrap();
+        let (value, waited) = reader.join().unwrap();
+        assert_eq!(value, Some(b"filled".to_vec()));
+        assert!(
+            waited >= Duration::from_millis(40),
+            "it backed off: {waited:?}"
+        );
+    });
+}
+
+#[test]
+fn iq_reads_fill_once() {
+    let c = cluster("write-around");
+    let key = key_on(&c.client, 1, "profile");
+    let mut s = c.client.session();
+    assert_eq!(s.iq_get(&key).unwrap(), IqRead::Miss { marker: false });
+    assert!(s.iq_set(&key, b"v").unwrap());
+    s.commit().unwrap();
+    let mut t = c.client.session();
+    assert_eq!(t.iq_get(&key).unwrap(), IqRead::Hit(b"v".to_vec()));
+    // A writer's Q lease voids a reader's I lease: the late fill is refused.
+    c.client.delete(&key).unwrap();
+    let mut reader = c.client.session();
+    assert_eq!(reader.iq_get(&key).unwrap(), IqRead::Miss { marker: false });
+    let mut writer = c.client.session();
+    assert!(!writer.qareg(&key).unwrap());
+    assert!(!reader.iq_set(&key, b"stale").unwrap());
+    writer.dar(&key, cads_protocol::MarkOp::Keep).unwrap();
+    writer.commit().unwrap();
+    assert_eq!(c.client.get(&key).unwrap(), None);
+}
+
+#[test]
+fn dropping_a_session_aborts_it() {
+    let c = cluster("write-through");
+    let key = key_on(&c.client, 0, "k");
+    c.client.set(&key, b"1").unwrap();
+    {
+        let mut s = c.client.session();
+        s.set(&key, b"2", false).unwrap();
+    }
+    assert_eq!(c.client.get(&key).unwrap(), Some(b"1".to_vec()));
+    let mut s = c.client.session();
+    assert_eq!(
+        s.get(&key, true).unwrap(),
+        Some(b"1".to_vec()),
+        "the lease was released"
+    );
+}
+
+#[test]
+fn an_unreachable_cmi_is_reported_quickly() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let client = Client::new(ClientConfig::new(vec![port]), ranges());
+    let started = Instant::now();
+    let err = client.get(b"k").unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let mut s = client.session();
+    assert!(s.get(b"k", false).unwrap_err().is_unavailable());
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
