@@ -23,11 +23,9 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use cads_protocol::resp::{self, parse_reply, parse_request, write_reply, write_request};
-use cads_protocol::spec::Group;
+use cads_protocol::resp::{parse_reply, parse_request, write_reply, write_request};
 use cads_protocol::{Command, Limits, Parsed, Reply};
 
-use crate::lease::LeaseKind;
 use crate::store::Entry;
 use crate::{Engine, EngineConfig, Mode, MARKER_OVERHEAD};
 
@@ -641,29 +639,18 @@ struct RewriteFile {
     bytes: Vec<u8>,
     /// Whether the walk over the slots is over.
     walked: bool,
-    /// The walk's cursor as `Engine::rewrite_step` documents it, followed here to recognize the
-    /// known bug rewrite-early-return.
-    cursor: u32,
 }
 
 struct Harness {
     engine: Engine,
     now: u64,
     log: LogFiles,
-    /// Keys whose value the log may have forgotten (see [`compare_replay`]).
-    forgotten: HashSet<Vec<u8>>,
-    /// Whether open bugs are reported (true) or tolerated so that fuzzing can go past them.
-    strict: bool,
+    /// Print every operation and the memory after it (`CADS_FUZZ_TRACE=1`), to read a crash.
+    trace: bool,
 }
 
-/// Runs the engine on operations decoded from `data`; panics on a bug. Known open bugs (see
-/// [`KNOWN_BUGS`]) are tolerated unless the environment sets `CADS_FUZZ_STRICT=1`.
+/// Runs the engine on operations decoded from `data`; panics on a bug.
 pub fn check_engine_ops(data: &[u8]) {
-    check_engine_ops_with(data, strict_from_env());
-}
-
-/// As [`check_engine_ops`], choosing whether known open bugs are reported.
-pub fn check_engine_ops_with(data: &[u8], strict: bool) {
     let mut b = Bytes { data, pos: 0 };
     let config = decode_config(&mut b);
     let mut engine = Engine::new(config);
@@ -672,8 +659,7 @@ pub fn check_engine_ops_with(data: &[u8], strict: bool) {
         engine,
         now: START,
         log: LogFiles::default(),
-        forgotten: HashSet::new(),
-        strict,
+        trace: std::env::var_os("CADS_FUZZ_TRACE").is_some_and(|v| v == "1"),
     };
     let mut ops = 0;
     while !b.done() && ops < MAX_OPS {
@@ -684,29 +670,13 @@ pub fn check_engine_ops_with(data: &[u8], strict: bool) {
     h.finish();
 }
 
-fn strict_from_env() -> bool {
-    std::env::var_os("CADS_FUZZ_STRICT").is_some_and(|v| v == "1")
-}
-
-/// Open bugs the fuzzers found, tolerated by the non-strict checks so that fuzzing can find others.
-/// Each names the check it relaxes; remove an entry (and its tolerance) once the bug is fixed. The
-/// minimized inputs are in `fuzz/regressions/` and run strictly by an ignored test.
-pub const KNOWN_BUGS: &[&str] = &[
-    "append-after-forgotten: a plain APPEND to a key whose value the log forgot (an exclusive lease \
-     on it ended without a write) logs APPEND, which replays as a new entry holding only the \
-     appended bytes",
-    "rewrite-early-return: Engine::rewrite_step reports the walk over without moving its cursor \
-     past every slot when the cursor is already at or past the last slot (a rewrite begun on an \
-     empty CMI, or FLUSHALL during the walk), so changes to slots at or past the cursor never \
-     reach the rewritten log; the non-strict check abandons such a rewrite instead of switching",
-    "replay-fragments-unbounded: Engine::replay applies a FRAGMENTS record without the \
-     MAX_FRAGMENTS bound the command has, so `FRAGMENTS 4294967295` in a log allocates 32 GiB; \
-     the non-strict check skips such logs",
-];
-
 impl Harness {
     fn step(&mut self, op: Op) {
-        let used_before = self.engine.memory().used;
+        // Memory other than markers (which are never refused, so they may exceed the limit).
+        let used_before = self.engine.memory().used - marker_bytes(&self.engine);
+        if self.trace {
+            eprintln!("{op:?}");
+        }
         match op {
             Op::Command(words) => self.command(&words),
             Op::Advance(ms) => {
@@ -722,7 +692,6 @@ impl Harness {
                     self.log.rewrite = Some(RewriteFile {
                         bytes: Vec::new(),
                         walked: false,
-                        cursor: 0,
                     });
                 }
             }
@@ -750,16 +719,8 @@ impl Harness {
                 // As the server does: log from here on, then serve (the comparison reads keys,
                 // which may reclaim expired entries and log that).
                 back.enable_log();
-                compare_replay(
-                    "a restart",
-                    &mut self.engine,
-                    &mut back,
-                    self.now,
-                    &self.forgotten,
-                    self.strict,
-                );
+                compare_replay("a restart", &mut self.engine, &mut back, self.now);
                 self.engine = back;
-                self.forgotten.clear();
             }
         }
         self.after_step(used_before);
@@ -777,32 +738,6 @@ impl Harness {
                 Ok(Some((_, used))) => assert_eq!(used, out.len(), "a reply is read whole"),
                 other => panic!("reply {out:?} does not read back: {other:?}"),
             }
-            // A session command may take (and, aborting, drop again) an exclusive lease within the
-            // command; the log records tell which values it made the log forget.
-            let mut records = Vec::new();
-            self.engine.drain_log(&mut records);
-            let mut deleted: HashSet<Vec<u8>> = HashSet::new();
-            for args in records_of(&records) {
-                match (args.first().map(Vec::as_slice), args.get(1)) {
-                    (Some(b"DEL"), Some(key)) => {
-                        deleted.insert(key.clone());
-                    }
-                    (Some(b"PUT"), Some(key)) => {
-                        deleted.remove(key);
-                    }
-                    _ => {}
-                }
-            }
-            self.note_records(&records);
-            let leasing = cmd.spec().group == Group::Session || cmd.spec().group == Group::Iq;
-            if leasing {
-                for key in deleted {
-                    if self.engine.store.entries().any(|e| *e.key == *key) {
-                        self.forgotten.insert(key);
-                    }
-                }
-            }
-            self.log.file.extend_from_slice(&records);
         }
     }
 
@@ -810,7 +745,6 @@ impl Harness {
     fn flush(&mut self) {
         let mut records = Vec::new();
         self.engine.drain_log(&mut records);
-        self.note_records(&records);
         self.log.file.extend_from_slice(&records);
     }
 
@@ -821,69 +755,28 @@ impl Harness {
             return;
         };
         if !rw.walked {
-            let end = self.engine.store.slot_end();
-            let early = rw.cursor >= end;
             rw.walked = self.engine.rewrite_step(slots);
-            if !early {
-                let stop = rw.cursor.saturating_add(slots).min(end);
-                rw.cursor = if stop >= end { u32::MAX } else { stop };
-            }
-            assert_eq!(
-                rw.walked,
-                rw.cursor >= end,
-                "the walk is over when its cursor is"
-            );
-            if rw.walked && rw.cursor != u32::MAX && !self.strict {
-                // Known bug rewrite-early-return: this rewritten log would miss changes.
-                self.log.rewrite = None;
-                self.engine.end_rewrite();
-                return;
-            }
         }
         self.engine.drain_rewrite(&mut rw.bytes);
-    }
-
-    /// A PUT record restores a key's value, so the log no longer forgets it.
-    fn note_records(&mut self, records: &[u8]) {
-        for args in records_of(records) {
-            if args.first().is_some_and(|a| a == b"PUT") && args.len() > 1 {
-                self.forgotten.remove(&args[1]);
-            }
-        }
     }
 
     fn after_step(&mut self, used_before: usize) {
         self.flush_with_step(0);
         let e = &self.engine;
+        if self.trace {
+            eprintln!("    {:?} leases {:?}", e.memory(), e.leases);
+        }
         e.check_invariants();
         let m = e.memory();
         if m.maxmemory != 0 {
-            let markers: usize = e.markers.iter().map(|k| k.len() + MARKER_OVERHEAD).sum();
+            // Within the limit, or (after the limit was lowered below what is held) not growing.
+            let markers = marker_bytes(e);
             assert!(
-                m.used <= (m.maxmemory + markers).max(used_before),
-                "used {} beyond maxmemory {} (+{markers} of markers), was {used_before}",
+                m.used - markers <= m.maxmemory.max(used_before),
+                "used {} ({markers} of them markers) beyond maxmemory {}, was {used_before}",
                 m.used,
                 m.maxmemory
             );
-        }
-        // Track which values the log may have forgotten: an unpinned entry under an exclusive
-        // lease is logged as deleted (Store::log_exclusive_lease).
-        for key in KEYS {
-            let present = e.store.entries().find(|en| &*en.key == key);
-            match present {
-                None => {
-                    self.forgotten.remove(key);
-                }
-                Some(entry) => {
-                    if !entry.pinned
-                        && e.leases
-                            .get(key)
-                            .is_some_and(|l| l.kind == LeaseKind::Exclusive)
-                    {
-                        self.forgotten.insert(key.to_vec());
-                    }
-                }
-            }
         }
     }
 
@@ -893,14 +786,7 @@ impl Harness {
         let replayed = back.replay(&self.log.file).expect("the log replays");
         assert!(!replayed.truncated, "the log is whole");
         assert_eq!(replayed.valid_bytes, self.log.file.len());
-        compare_replay(
-            "the log",
-            &mut self.engine,
-            &mut back,
-            self.now,
-            &self.forgotten,
-            self.strict,
-        );
+        compare_replay("the log", &mut self.engine, &mut back, self.now);
         // A finished rewrite's log replays to the same state too.
         if let Some(RewriteFile {
             bytes: mut new,
@@ -916,8 +802,6 @@ impl Harness {
                 &mut self.engine,
                 &mut from_new,
                 self.now,
-                &self.forgotten,
-                self.strict,
             );
         }
         // Ending every session leaves no lease, session or pending byte behind.
@@ -925,9 +809,13 @@ impl Harness {
             let cmd = Command::LAbort(sid);
             self.engine.execute(&cmd, self.now);
         }
-        self.now += 10_000_000;
-        self.engine.tick(self.now);
-        self.engine.check_invariants();
+        // Raw commands may have used other session ids: their leases run out, then their
+        // tombstones go.
+        for _ in 0..2 {
+            self.now += 10_000_000;
+            self.engine.tick(self.now);
+            self.engine.check_invariants();
+        }
         assert_eq!(
             self.engine.lease_count(),
             0,
@@ -941,28 +829,8 @@ impl Harness {
     }
 }
 
-/// Splits log bytes into records (arguments); stops at anything that is not a whole record.
-fn records_of(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
-    let limits = Limits {
-        max_bulk: usize::MAX,
-        max_args: 16,
-        max_inline: 0,
-    };
-    let mut out = Vec::new();
-    let mut ranges = Vec::new();
-    let mut pos = 0;
-    while pos < bytes.len() {
-        let rest = &bytes[pos..];
-        match resp::parse_request(rest, &limits, &mut ranges) {
-            Ok(Parsed::Request { consumed }) => {
-                out.push(ranges.iter().map(|r| rest[r.clone()].to_vec()).collect());
-                pos += consumed;
-            }
-            Ok(Parsed::Empty { consumed }) => pos += consumed,
-            _ => break,
-        }
-    }
-    out
+fn marker_bytes(e: &Engine) -> usize {
+    e.markers.iter().map(|k| k.len() + MARKER_OVERHEAD).sum()
 }
 
 /// Compares a live engine with one restored from its log. The restored one must hold:
@@ -970,21 +838,13 @@ fn records_of(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
 /// - the same configuration ids, fragment ids and markers;
 /// - no entry the live one lacks, and each entry equal to the live one's (value, expiry,
 ///   configuration id, pin): a restart must never serve a value the live CMI would not;
-/// - every live entry, except unpinned ones in `forgotten`: the log forgets a value when a writer
-///   takes an exclusive lease on it (the writer may change the data store before it commits), and
-///   only a later PUT brings it back, so a value whose exclusive lease ended without a write is
-///   legitimately missing after a restart.
+/// - every live entry, except unpinned ones a writer holds an exclusive lease on: the log forgets
+///   such a value while the lease lasts (the writer may change the data store before it commits,
+///   see `Store::log_exclusive_lease`), and learns it again when the lease ends.
 ///
 /// Then DBSIZE agrees, and GET and INSPECT agree on every key both hold (INSPECT where no lease
 /// is held: a restart ends leases).
-fn compare_replay(
-    what: &str,
-    live: &mut Engine,
-    back: &mut Engine,
-    now: u64,
-    forgotten: &HashSet<Vec<u8>>,
-    strict: bool,
-) {
+fn compare_replay(what: &str, live: &mut Engine, back: &mut Engine, now: u64) {
     back.check_invariants();
     assert_eq!(
         back.store.config.latest, live.store.config.latest,
@@ -997,7 +857,6 @@ fn compare_replay(
     );
     assert_eq!(back.markers, live.markers, "markers restored by {what}");
     let live_entries: HashMap<&[u8], &Entry> = live.store.entries().map(|e| (&*e.key, e)).collect();
-    let mut tolerated: HashSet<Vec<u8>> = HashSet::new();
     for entry in back.store.entries() {
         let key = &*entry.key;
         let Some(original) = live_entries.get(key) else {
@@ -1007,18 +866,10 @@ fn compare_replay(
             && entry.expire_at == original.expire_at
             && entry.config_id == original.config_id
             && entry.pinned == original.pinned;
-        if !same {
-            // Known bug append-after-forgotten: the restored value is the appended tail only.
-            let known = !strict
-                && forgotten.contains(key)
-                && !original.pinned
-                && original.value.ends_with(&entry.value);
-            assert!(
-                known,
-                "{what} restores {key:?} as {entry:?}, but the live CMI has {original:?}"
-            );
-            tolerated.insert(key.to_vec());
-        }
+        assert!(
+            same,
+            "{what} restores {key:?} as {entry:?}, but the live CMI has {original:?}"
+        );
     }
     let back_keys: HashSet<&[u8]> = back.store.entries().map(|e| &*e.key).collect();
     let mut missing = 0;
@@ -1029,8 +880,8 @@ fn compare_replay(
                 "{what} loses pinned {key:?} ({original:?})"
             );
             assert!(
-                forgotten.contains(*key),
-                "{what} loses {key:?} ({original:?}), though no writer held it"
+                live.exclusively_leased(key),
+                "{what} loses {key:?} ({original:?}), which no writer holds"
             );
             missing += 1;
         }
@@ -1039,7 +890,6 @@ fn compare_replay(
         .keys()
         .filter(|k| !back_keys.contains(*k))
         .map(|k| k.to_vec())
-        .chain(tolerated)
         .collect();
     assert_eq!(
         back.key_count() + missing,
@@ -1074,31 +924,13 @@ fn compare_replay(
 // =============================================================================================
 // Log replay
 
-/// Replays `data` as an append-only log; panics on a bug. Known open bugs (see [`KNOWN_BUGS`])
-/// are tolerated unless the environment sets `CADS_FUZZ_STRICT=1`.
+/// Replays `data` as an append-only log; panics on a bug.
 pub fn check_log_replay(data: &[u8]) {
-    check_log_replay_with(data, strict_from_env());
-}
-
-/// As [`check_log_replay`], choosing whether known open bugs are reported.
-pub fn check_log_replay_with(data: &[u8], strict: bool) {
-    if !strict {
-        // Known bug replay-fragments-unbounded: such a log exhausts memory.
-        let huge = records_of(data).iter().any(|r| {
-            r.len() == 2
-                && r[0] == b"FRAGMENTS"
-                && cads_protocol::parse_i64(&r[1])
-                    .is_some_and(|n| n > i64::from(crate::config_ids::MAX_FRAGMENTS))
-        });
-        if huge {
-            return;
-        }
-    }
     let mut engine = Engine::new(EngineConfig::default());
     let result = engine.replay(data);
     engine.check_invariants();
-    // The command refuses more fragments; a log asking for more is damaged (known bug
-    // replay-fragments-unbounded: replay applies it, and a large count exhausts memory).
+    // The command refuses more fragments; a log asking for more is damaged (a large count once
+    // exhausted memory here).
     assert!(
         engine.fragments() <= crate::config_ids::MAX_FRAGMENTS,
         "replay set {} fragments, beyond MAX_FRAGMENTS",

@@ -2,13 +2,11 @@
 //! cargo-fuzz targets run (`cads_engine::fuzzing`), on stable Rust: a fast smoke for CI that needs
 //! neither nightly nor cargo-fuzz.
 //!
-//! `fuzz/regressions/<target>/*` holds minimized inputs of bugs the fuzzers found that are still
-//! open. They run (strictly, without the tolerances of `fuzzing::KNOWN_BUGS`) in the ignored test
-//! `open_bug_reproducers`: `cargo test -p cads-engine --test fuzz_corpus -- --ignored`. Once a bug
-//! is fixed, move its input into the corpus, and drop its entry from `KNOWN_BUGS`.
+//! The corpora include the minimized inputs of the bugs the fuzzers found (`regression-*`).
 //!
 //! To read an engine input: `FUZZ_INPUT=path cargo test -p cads-engine --test fuzz_corpus
-//! decode_one -- --ignored --nocapture` prints its configuration and operations.
+//! decode_one -- --ignored --nocapture` prints its configuration and operations, then runs it
+//! (with `CADS_FUZZ_TRACE=1`, printing the memory and leases after every operation).
 
 use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -70,25 +68,6 @@ fn every_corpus_input_passes_the_fuzz_checks() {
 }
 
 #[test]
-#[ignore = "reproduces open bugs: fails until they are fixed"]
-fn open_bug_reproducers() {
-    let root = fuzz_dir().join("regressions");
-    let (count, failures) = run_all(&root, |target, data| match target {
-        "engine_commands" => fuzzing::check_engine_ops_with(data, true),
-        "log_replay" => fuzzing::check_log_replay_with(data, true),
-        _ => {
-            fuzzing::check_input(target, data);
-        }
-    });
-    assert!(
-        failures.is_empty(),
-        "{} of {count} reproducers still fail:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-}
-
-#[test]
 #[ignore = "a debugging aid: set FUZZ_INPUT to an engine_commands input"]
 fn decode_one() {
     let Some(path) = std::env::var_os("FUZZ_INPUT") else {
@@ -109,4 +88,6 @@ fn decode_one() {
             other => println!("{other:?}"),
         }
     }
+    // Then run it (CADS_FUZZ_TRACE=1 prints the memory after every operation).
+    fuzzing::check_engine_ops(&data);
 }
