@@ -1,0 +1,259 @@
+//! The document face: collections of JSON documents keyed by id (DESIGN.md §6).
+
+use std::ops::Bound;
+
+use serde_json::Value;
+
+use crate::changes::{get_path, split_path, Changes};
+use crate::error::{Result, StoreError};
+
+/// A JSON document: an object. Its id is kept apart from it (it is not a field of the document).
+pub type Document = serde_json::Map<String, Value>;
+
+/// The longest document id, in bytes.
+pub const MAX_ID_LEN: usize = 512;
+/// The longest value of a [`FieldKind::Text`] indexed field, in bytes.
+pub const MAX_INDEXED_TEXT_LEN: usize = 512;
+/// The longest collection name, in bytes (collection names become table names, which PostgreSQL and
+/// MySQL limit to 63 and 64 bytes).
+pub const MAX_COLLECTION_NAME_LEN: usize = 48;
+/// The table that records each collection's indexed fields; no collection may have this name.
+pub const CATALOG_TABLE: &str = "cads_collections";
+
+/// The type of an indexed field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FieldKind {
+    /// A JSON integer that fits in an `i64`.
+    Int,
+    /// A JSON string of at most [`MAX_INDEXED_TEXT_LEN`] bytes, ordered by its UTF-8 bytes.
+    Text,
+}
+
+impl FieldKind {
+    fn name(self) -> &'static str {
+        match self {
+            FieldKind::Int => "int",
+            FieldKind::Text => "text",
+        }
+    }
+}
+
+/// A field of a collection's documents that the store keeps in an indexed column, so that
+/// [`DocumentStore::scan`] can walk the documents in the order of that field.
+///
+/// In a document, an indexed field is either missing (or null), and the document is left out of
+/// scans by that field, or of its kind; a value of another kind makes the write
+/// [`StoreError::Invalid`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IndexedField {
+    /// The field, a dotted path (`"profile.age"`) of ASCII letters, digits and underscores.
+    pub name: String,
+    /// Its type.
+    pub kind: FieldKind,
+}
+
+impl IndexedField {
+    /// An indexed integer field.
+    pub fn int(name: impl Into<String>) -> IndexedField {
+        IndexedField {
+            name: name.into(),
+            kind: FieldKind::Int,
+        }
+    }
+
+    /// An indexed text field.
+    pub fn text(name: impl Into<String>) -> IndexedField {
+        IndexedField {
+            name: name.into(),
+            kind: FieldKind::Text,
+        }
+    }
+}
+
+/// Collections of JSON documents keyed by string ids, with change operators applied atomically per
+/// document (the document face of DESIGN.md §6).
+///
+/// Every backend passes the same conformance suite (`tests/conformance.rs`), so callers see the same
+/// behaviour on each. Ids are non-empty strings of at most [`MAX_ID_LEN`] bytes, ordered by their
+/// UTF-8 bytes. Using a collection that was not created is [`StoreError::Invalid`].
+pub trait DocumentStore: Send + Sync {
+    /// Creates a collection with the given indexed fields, unless it exists. Creating an existing
+    /// collection with the same indexed fields (in any order) does nothing; with different ones it is
+    /// [`StoreError::Invalid`]. Names are 1 to [`MAX_COLLECTION_NAME_LEN`] characters of `[a-z0-9_]`,
+    /// not [`CATALOG_TABLE`]; a collection is a table of that name, visible to the SQL face.
+    fn create_collection(&self, name: &str, indexed: &[IndexedField]) -> Result<()>;
+
+    /// Drops a collection and its documents; dropping a missing collection does nothing.
+    fn drop_collection(&self, name: &str) -> Result<()>;
+
+    /// The document with this id, if any.
+    fn get(&self, coll: &str, id: &str) -> Result<Option<Document>>;
+
+    /// The documents with these ids, in the order of `ids` (None where missing), in one round trip
+    /// for up to 500 ids.
+    fn get_many(&self, coll: &str, ids: &[&str]) -> Result<Vec<Option<Document>>>;
+
+    /// Inserts a new document; [`StoreError::Constraint`] if the id exists.
+    fn insert(&self, coll: &str, id: &str, doc: &Document) -> Result<()>;
+
+    /// Inserts the document or replaces the one with this id.
+    fn put(&self, coll: &str, id: &str, doc: &Document) -> Result<()>;
+
+    /// Applies `changes` to the document atomically (no concurrent update of the same document
+    /// interleaves) and returns the new document, or None (and changes nothing) if there is no
+    /// document with this id. If a change does not apply (a type mismatch), nothing is changed and
+    /// the error is [`StoreError::Invalid`].
+    fn update(&self, coll: &str, id: &str, changes: &Changes) -> Result<Option<Document>>;
+
+    /// Deletes the document; whether it existed.
+    fn delete(&self, coll: &str, id: &str) -> Result<bool>;
+
+    /// Documents in order of `field` (an indexed field; None: the id), then of id, whose field lies
+    /// within `from`..`to`, at most `limit` of them. Bounds on the id are JSON strings; bounds on an
+    /// indexed field are values of its kind. Documents without the field are not in the scan.
+    fn scan(
+        &self,
+        coll: &str,
+        field: Option<&str>,
+        from: Bound<&Value>,
+        to: Bound<&Value>,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>>;
+
+    /// The number of documents in the collection.
+    fn count(&self, coll: &str) -> Result<u64>;
+
+    /// Inserts many documents in one transaction (the bulk load of benchmarks); if any id exists, or
+    /// appears twice, nothing is inserted and the error is [`StoreError::Constraint`].
+    fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> Result<()>;
+}
+
+/// Checks a collection name: `[a-z0-9_]+`, at most [`MAX_COLLECTION_NAME_LEN`] bytes, not the
+/// catalog.
+pub fn validate_collection_name(name: &str) -> Result<()> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if name.is_empty() || name.len() > MAX_COLLECTION_NAME_LEN || !ok_chars {
+        return Err(StoreError::Invalid(format!(
+            "bad collection name {name:?}: use 1 to {MAX_COLLECTION_NAME_LEN} characters of [a-z0-9_]"
+        )));
+    }
+    if name == CATALOG_TABLE {
+        return Err(StoreError::Invalid(format!("{CATALOG_TABLE} is reserved")));
+    }
+    Ok(())
+}
+
+/// Checks a document id: non-empty, at most [`MAX_ID_LEN`] bytes.
+pub fn validate_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(StoreError::Invalid(format!(
+            "bad document id {:?}: ids are 1 to {MAX_ID_LEN} bytes",
+            id.chars().take(40).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks indexed fields: valid paths of `[A-Za-z0-9_]` names, no two the same (ignoring case, as
+/// MySQL column names do).
+pub(crate) fn validate_indexed(indexed: &[IndexedField]) -> Result<()> {
+    for (i, f) in indexed.iter().enumerate() {
+        split_path(&f.name)?;
+        let ok = column_name(&f.name).len() <= 60
+            && f.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+        if !ok {
+            return Err(StoreError::Invalid(format!(
+                "bad indexed field {:?}: use up to 57 characters of [A-Za-z0-9_.], each '.' counting twice",
+                f.name
+            )));
+        }
+        if indexed[..i]
+            .iter()
+            .any(|g| column_name(&g.name).eq_ignore_ascii_case(&column_name(&f.name)))
+        {
+            return Err(StoreError::Invalid(format!(
+                "indexed field {:?} given twice",
+                f.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The column that holds an indexed field: `ix_` and the path with `.` spelled `__`.
+pub(crate) fn column_name(field: &str) -> String {
+    format!("ix_{}", field.replace('.', "__"))
+}
+
+/// The indexed fields as JSON for the catalog, sorted by name so that the order they were given in
+/// does not matter.
+pub(crate) fn indexed_to_json(indexed: &[IndexedField]) -> String {
+    let mut fields: Vec<&IndexedField> = indexed.iter().collect();
+    fields.sort_by(|a, b| a.name.cmp(&b.name));
+    let list: Vec<Value> = fields
+        .iter()
+        .map(|f| serde_json::json!({"name": f.name, "kind": f.kind.name()}))
+        .collect();
+    Value::Array(list).to_string()
+}
+
+/// Reads the catalog's JSON back.
+pub(crate) fn indexed_from_json(text: &str) -> Result<Vec<IndexedField>> {
+    let bad = || StoreError::Backend(format!("bad catalog entry {text:?}"));
+    let v: Value = serde_json::from_str(text).map_err(|_| bad())?;
+    let mut out = Vec::new();
+    for item in v.as_array().ok_or_else(bad)? {
+        let name = item.get("name").and_then(Value::as_str).ok_or_else(bad)?;
+        let kind = match item.get("kind").and_then(Value::as_str) {
+            Some("int") => FieldKind::Int,
+            Some("text") => FieldKind::Text,
+            _ => return Err(bad()),
+        };
+        out.push(IndexedField {
+            name: name.to_owned(),
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// The column value of an indexed field of `doc`: None if missing or null, an error if of the
+/// wrong kind.
+pub(crate) fn indexed_value(doc: &Document, field: &IndexedField) -> Result<Option<IndexKey>> {
+    match get_path(doc, &field.name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => key_of(v, field).map(Some),
+    }
+}
+
+/// A value of an indexed column.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum IndexKey {
+    Int(i64),
+    Text(String),
+}
+
+/// Converts a JSON value to a key of the field's kind (used for documents and for scan bounds).
+pub(crate) fn key_of(v: &Value, field: &IndexedField) -> Result<IndexKey> {
+    match (field.kind, v) {
+        (FieldKind::Int, Value::Number(n)) if n.as_i64().is_some() => {
+            Ok(IndexKey::Int(n.as_i64().expect("checked")))
+        }
+        (FieldKind::Text, Value::String(s)) if s.len() <= MAX_INDEXED_TEXT_LEN => {
+            Ok(IndexKey::Text(s.clone()))
+        }
+        (FieldKind::Text, Value::String(_)) => Err(StoreError::Invalid(format!(
+            "indexed field {:?} holds more than {MAX_INDEXED_TEXT_LEN} bytes",
+            field.name
+        ))),
+        (kind, v) => Err(StoreError::Invalid(format!(
+            "indexed field {:?} is of kind {}, not {v}",
+            field.name,
+            kind.name()
+        ))),
+    }
+}

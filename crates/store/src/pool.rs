@@ -1,0 +1,245 @@
+//! A small blocking connection pool with a checkout timeout, and a timed lock; shared by the
+//! backends.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Result, StoreError};
+
+struct State<C> {
+    idle: Vec<C>,
+    /// Connections open: idle plus checked out plus being opened.
+    open: usize,
+}
+
+/// At most `size` connections, opened lazily; a checkout waits at most `timeout` for one.
+pub(crate) struct Pool<C> {
+    state: Mutex<State<C>>,
+    freed: Condvar,
+    size: usize,
+    timeout: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<C> Pool<C> {
+    pub(crate) fn new(size: usize, timeout: Duration) -> Pool<C> {
+        Pool {
+            state: Mutex::new(State {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            freed: Condvar::new(),
+            size: size.max(1),
+            timeout,
+        }
+    }
+
+    /// An idle connection, a new one from `connect` if fewer than `size` are open, or, after waiting
+    /// up to the timeout for one to be returned, [`StoreError::Timeout`].
+    pub(crate) fn get(&self, connect: impl FnOnce() -> Result<C>) -> Result<Pooled<'_, C>> {
+        let deadline = Instant::now() + self.timeout;
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(Pooled {
+                    pool: self,
+                    conn: Some(conn),
+                    broken: false,
+                });
+            }
+            if state.open < self.size {
+                state.open += 1;
+                drop(state);
+                return match connect() {
+                    Ok(conn) => Ok(Pooled {
+                        pool: self,
+                        conn: Some(conn),
+                        broken: false,
+                    }),
+                    Err(e) => {
+                        lock(&self.state).open -= 1;
+                        self.freed.notify_one();
+                        Err(e)
+                    }
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::Timeout(self.timeout));
+            }
+            state = self
+                .freed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Closes every idle connection (after one turned out dead, the others likely are too: the server
+    /// restarted).
+    pub(crate) fn discard_idle(&self) {
+        let idle = {
+            let mut state = lock(&self.state);
+            let idle = std::mem::take(&mut state.idle);
+            state.open -= idle.len();
+            idle
+        };
+        if !idle.is_empty() {
+            self.freed.notify_all();
+        }
+        drop(idle);
+    }
+
+    fn put_back(&self, conn: Option<C>) {
+        let mut state = lock(&self.state);
+        match conn {
+            Some(conn) => state.idle.push(conn),
+            None => state.open -= 1,
+        }
+        drop(state);
+        self.freed.notify_one();
+    }
+}
+
+/// A checked-out connection; returned to the pool on drop, or closed if marked broken.
+pub(crate) struct Pooled<'p, C> {
+    pool: &'p Pool<C>,
+    conn: Option<C>,
+    broken: bool,
+}
+
+impl<C> Pooled<'_, C> {
+    /// Passes `r` through, closing the connection on drop if the error leaves it in an unknown state
+    /// (lost, or timed out with a statement possibly still running).
+    pub(crate) fn check<T>(&mut self, r: Result<T>) -> Result<T> {
+        match &r {
+            Err(StoreError::Unavailable(_)) => {
+                self.broken = true;
+                self.pool.discard_idle();
+            }
+            Err(StoreError::Timeout(_)) => self.broken = true,
+            _ => {}
+        }
+        r
+    }
+
+    /// Closes the connection on drop instead of returning it.
+    pub(crate) fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+
+    /// Whether the connection will be closed (lost, or in doubt after a timeout).
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
+    }
+}
+
+impl<C> Deref for Pooled<'_, C> {
+    type Target = C;
+    fn deref(&self) -> &C {
+        self.conn.as_ref().expect("present until drop")
+    }
+}
+
+impl<C> DerefMut for Pooled<'_, C> {
+    fn deref_mut(&mut self) -> &mut C {
+        self.conn.as_mut().expect("present until drop")
+    }
+}
+
+impl<C> Drop for Pooled<'_, C> {
+    fn drop(&mut self) {
+        let conn = self.conn.take();
+        if self.broken {
+            drop(conn);
+            self.pool.put_back(None);
+        } else {
+            self.pool.put_back(conn);
+        }
+    }
+}
+
+/// A lock that a thread waits for at most a timeout (SQLite's single writer).
+pub(crate) struct TimedLock {
+    held: Mutex<bool>,
+    released: Condvar,
+}
+
+impl TimedLock {
+    pub(crate) fn new() -> TimedLock {
+        TimedLock {
+            held: Mutex::new(false),
+            released: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn acquire(&self, timeout: Duration) -> Result<TimedGuard<'_>> {
+        let deadline = Instant::now() + timeout;
+        let mut held = lock(&self.held);
+        while *held {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::Timeout(timeout));
+            }
+            held = self
+                .released
+                .wait_timeout(held, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *held = true;
+        Ok(TimedGuard { lock: self })
+    }
+}
+
+/// Holds a [`TimedLock`] until dropped.
+pub(crate) struct TimedGuard<'l> {
+    lock: &'l TimedLock,
+}
+
+impl Drop for TimedGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.lock.held) = false;
+        self.lock.released.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkout_times_out_and_reuses() {
+        let pool: Pool<u32> = Pool::new(1, Duration::from_millis(50));
+        let a = pool.get(|| Ok(7)).unwrap();
+        assert!(matches!(pool.get(|| Ok(8)), Err(StoreError::Timeout(_))));
+        drop(a);
+        assert_eq!(*pool.get(|| Ok(9)).unwrap(), 7);
+        let mut b = pool.get(|| Ok(9)).unwrap();
+        b.mark_broken();
+        drop(b);
+        assert_eq!(*pool.get(|| Ok(10)).unwrap(), 10);
+    }
+
+    #[test]
+    fn failed_connect_frees_its_slot() {
+        let pool: Pool<u32> = Pool::new(1, Duration::from_millis(50));
+        assert!(pool
+            .get(|| Err(StoreError::Unavailable("down".into())))
+            .is_err());
+        assert_eq!(*pool.get(|| Ok(1)).unwrap(), 1);
+    }
+
+    #[test]
+    fn timed_lock() {
+        let l = TimedLock::new();
+        let g = l.acquire(Duration::from_millis(10)).unwrap();
+        assert!(l.acquire(Duration::from_millis(10)).is_err());
+        drop(g);
+        assert!(l.acquire(Duration::from_millis(10)).is_ok());
+    }
+}
