@@ -233,6 +233,7 @@ conformance!(
     collections,
     concurrent_inc_is_atomic,
     concurrent_push_keeps_every_element,
+    many_threads_mixed,
     sql_commit_rollback_drop,
     sql_parameters_round_trip,
     sql_dates_and_times_read_as_text,
@@ -997,6 +998,76 @@ fn concurrent_push_keeps_every_element(cx: &Ctx) {
     items.sort();
     items.dedup();
     assert_eq!(items.len(), 320);
+}
+
+/// 32 threads mixing reads, writes, scans and SQL transactions: no error at all (SQLite's "database
+/// is locked" must never reach the caller), and the counts add up.
+fn many_threads_mixed(cx: &Ctx) {
+    let c = cx.coll("mixed", &[IndexedField::int("n")]);
+    let t = cx.table("mixed_sql");
+    cx.store
+        .execute_batch(&format!(
+            "CREATE TABLE {t} (id BIGINT PRIMARY KEY, v BIGINT NOT NULL){}; INSERT INTO {t} VALUES (1, 0)",
+            cx.engine_suffix()
+        ))
+        .unwrap();
+    cx.store
+        .insert(&c, "shared", &doc(json!({"n": 0})))
+        .unwrap();
+    let (threads, rounds) = (32, 12);
+    thread::scope(|s| {
+        for th in 0..threads {
+            let (c, t) = (&c, &t);
+            s.spawn(move || {
+                let mine = format!("t{th}");
+                cx.store.put(c, &mine, &doc(json!({"n": th}))).unwrap();
+                for i in 0..rounds {
+                    match (th + i) % 4 {
+                        0 => {
+                            cx.store
+                                .update(c, "shared", &changes(json!({"$inc": {"n": 1}})))
+                                .unwrap();
+                        }
+                        1 => {
+                            let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+                            tx.execute(
+                                &format!("UPDATE {t} SET v = v + 1 WHERE id = ?"),
+                                &[1.into()],
+                            )
+                            .unwrap();
+                            tx.commit().unwrap();
+                        }
+                        2 => {
+                            cx.store
+                                .update(c, &mine, &changes(json!({"$push": {"log": i}})))
+                                .unwrap();
+                            assert!(cx.store.get(c, &mine).unwrap().is_some());
+                        }
+                        _ => {
+                            cx.store
+                                .scan(c, Some("n"), Unbounded, Unbounded, 10)
+                                .unwrap();
+                            cx.store.get_many(c, &["shared", &mine]).unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let per_kind = threads * rounds / 4;
+    assert_eq!(
+        cx.store.get(&c, "shared").unwrap().unwrap()["n"],
+        json!(per_kind)
+    );
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    let v = tx
+        .query(&format!("SELECT v FROM {t} WHERE id = 1"), &[])
+        .unwrap()[0]
+        .get::<i64>(0)
+        .unwrap();
+    assert_eq!(v, per_kind as i64);
+    tx.commit().unwrap();
+    assert_eq!(cx.store.count(&c).unwrap(), threads as u64 + 1);
 }
 
 // ---------------------------------------------------------------------------------------------
