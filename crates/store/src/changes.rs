@@ -105,8 +105,8 @@ impl Change {
         self.op.idempotent()
     }
 
-    /// Applies this change to `doc`. On error `doc` may be partly changed only if the error is
-    /// raised after the change began, which never happens: every check precedes the write.
+    /// Applies this change to `doc`. On error (a field of the wrong type on the way or at the end,
+    /// a bad path, an overflowing `$inc`) `doc` is left as it was: every check precedes the write.
     pub fn apply(&self, doc: &mut Document) -> Result<()> {
         let path = split_path(&self.field)?;
         let (last, parents) = path
