@@ -32,6 +32,8 @@ pub(crate) trait Conn: Send {
     fn batch(&mut self, sql: &str) -> Result<()>;
     /// Begins a transaction.
     fn begin(&mut self, isolation: Isolation) -> Result<()>;
+    /// Begins a read-only transaction.
+    fn begin_read(&mut self, isolation: Isolation) -> Result<()>;
     /// Commits the transaction.
     fn commit(&mut self) -> Result<()> {
         self.batch("COMMIT")
@@ -630,6 +632,7 @@ struct Tx<'s, C: Conn> {
     conn: Pooled<'s, C>,
     _writer: Option<TimedGuard<'s>>,
     open: bool,
+    read_only: bool,
     /// The first error of a statement: it spoils the transaction on every backend, as on
     /// PostgreSQL (MySQL and SQLite would let it go on and commit the rest).
     failed: Option<StoreError>,
@@ -670,6 +673,11 @@ impl<C: Conn> SqlTransaction for Tx<'_, C> {
     }
 
     fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64> {
+        if self.read_only {
+            return Err(StoreError::Invalid(
+                "execute in a read-only transaction (begin one with begin, not begin_read)".into(),
+            ));
+        }
         self.run(|c| c.execute(sql, params))
     }
 
@@ -714,6 +722,20 @@ impl<E: Engine> SqlStore for SqlBacked<E> {
             conn,
             _writer,
             open: true,
+            read_only: false,
+            failed: None,
+        }))
+    }
+
+    fn begin_read(&self, isolation: Isolation) -> Result<Box<dyn SqlTransaction + '_>> {
+        let mut conn = self.read_conn()?;
+        let r = conn.begin_read(isolation);
+        conn.check(r)?;
+        Ok(Box::new(Tx {
+            conn,
+            _writer: None,
+            open: true,
+            read_only: true,
             failed: None,
         }))
     }

@@ -330,6 +330,12 @@ impl SqlStore for FaultyStore {
         Ok(Box::new(FaultyTx { inner, store: self }))
     }
 
+    fn begin_read(&self, isolation: Isolation) -> Result<Box<dyn SqlTransaction + '_>> {
+        self.enter(Kind::Begin)?;
+        let inner = self.inner.begin_read(isolation)?;
+        Ok(Box::new(FaultyTx { inner, store: self }))
+    }
+
     fn execute_batch(&self, sql: &str) -> Result<()> {
         self.enter(Kind::Write)?;
         self.inner.execute_batch(sql)

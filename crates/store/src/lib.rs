@@ -35,7 +35,8 @@
 //!
 //! A thread that holds an open [`SqlTransaction`] on SQLite holds the database's only writer slot:
 //! a write through the same store from that thread waits for itself and fails with
-//! [`StoreError::Timeout`]. Do the writes in the transaction.
+//! [`StoreError::Conflict`] (as any writer does that waited the whole timeout for the slot). Do the
+//! writes in the transaction. Read-only transactions ([`SqlStore::begin_read`]) take no writer slot.
 //!
 //! Cargo features `postgres` and `mysql` (both on by default) compile those backends; SQLite is
 //! always there.

@@ -199,6 +199,13 @@ impl Conn for MyConn {
             isolation.sql()
         ))
     }
+
+    fn begin_read(&mut self, isolation: Isolation) -> Result<()> {
+        self.batch(&format!(
+            "SET TRANSACTION ISOLATION LEVEL {}; START TRANSACTION READ ONLY",
+            isolation.sql()
+        ))
+    }
 }
 
 /// Maps a MySQL error (by server error number where there is one) to a [`StoreError`].

@@ -183,7 +183,10 @@ impl TimedLock {
         while *held {
             let now = Instant::now();
             if now >= deadline {
-                return Err(StoreError::Timeout(timeout));
+                // Another writer held the database that long: contention, so retry the work.
+                return Err(StoreError::Conflict(format!(
+                    "waited {timeout:?} for the database's single writer"
+                )));
             }
             held = self
                 .released

@@ -214,6 +214,10 @@ impl Conn for PgConn {
     fn begin(&mut self, isolation: Isolation) -> Result<()> {
         self.batch(&format!("BEGIN ISOLATION LEVEL {}", isolation.sql()))
     }
+
+    fn begin_read(&mut self, isolation: Isolation) -> Result<()> {
+        self.batch(&format!("BEGIN ISOLATION LEVEL {} READ ONLY", isolation.sql()))
+    }
 }
 
 /// A column value as the server sent it (binary format), or NULL.

@@ -304,6 +304,11 @@ pub trait SqlStore: Send + Sync {
     /// Begins a transaction. Dropping it without commit rolls it back.
     fn begin(&self, isolation: Isolation) -> Result<Box<dyn SqlTransaction + '_>>;
 
+    /// Begins a read-only transaction: its `execute` fails with [`StoreError::Invalid`], and it
+    /// never waits for writers (on SQLite it takes no writer lock), so readers can run while a
+    /// writer holds its transaction open.
+    fn begin_read(&self, isolation: Isolation) -> Result<Box<dyn SqlTransaction + '_>>;
+
     /// Runs a script of statements separated by `;` outside any transaction, without parameters
     /// (DDL: creating tables and indexes).
     fn execute_batch(&self, sql: &str) -> Result<()>;

@@ -228,6 +228,11 @@ impl Conn for SqliteConn {
         self.batch("BEGIN IMMEDIATE")
     }
 
+    fn begin_read(&mut self, _isolation: Isolation) -> Result<()> {
+        // A deferred transaction reads from a WAL snapshot and never takes the write lock.
+        self.batch("BEGIN DEFERRED")
+    }
+
     fn rollback(&mut self) -> Result<()> {
         if self.conn.is_autocommit() {
             return Ok(()); // SQLite already rolled back (some errors end the transaction)
