@@ -1,1 +1,294 @@
-//! cads: the framework (write policies, write-back, TARDIS, Gemini, CPR, SAS). Not built yet; the crate exists so that the dependency direction of `DESIGN.md` §2 holds from the start.
+//! cads: a cache-augmented data store framework.
+//!
+//! An application describes its data with [`CacheStore`]s (or uses the document layer,
+//! [`documents`]), and runs [`Session`]s: atomic units of work whose reads come from the cache when
+//! they can and whose writes keep the cache consistent with the data store under the chosen
+//! [`Policy`]. The papers' NgCache (000 §5.2) is the model: Algorithms 8-11 are
+//! [`Session::read`], [`Session::write`], [`Session::pre_commit`] and [`Session::commit`];
+//! [`Cads::run`] is the form most code wants, re-running a session that a lease conflict aborted.
+//!
+//! Consistency comes from the CMI's leases: a read that misses takes a shared (I) lease before it
+//! queries the data store, a write takes exclusive (Q/X) leases on the keys it changes, and an
+//! exclusive lease voids shared ones, so a value computed from data a writer is changing is never
+//! cached (001 §3.3). Reads that cannot reach the cache are served by the data store.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use cads::{Cads, Config, Policy, documents::Collection};
+//! use cads_store::{open, Changes, StoreOptions};
+//!
+//! let store = open("sqlite:/tmp/app.db", &StoreOptions::default())?;
+//! let cmis = vec!["127.0.0.1:7379".parse().unwrap()];
+//! let cads = Cads::connect(store, &cmis, Policy::WriteThrough, Config::default());
+//! let users = Collection::create(&cads, "users")?;
+//! let changes = Changes::from_json(&serde_json::json!({"$inc": {"visits": 1}}))?;
+//! let visits = cads.run(|s| {
+//!     users.update(s, "alice", changes.clone())?;
+//!     Ok(users.get(s, "alice")?.and_then(|d| d["visits"].as_i64()))
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod cache_store;
+pub mod documents;
+mod error;
+mod session;
+mod tx;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cads_client::{Backoff, Client, ClientConfig, RetryPolicy};
+use cads_coord::Coordinator;
+use cads_store::{DataStore, Isolation};
+
+pub use cache_store::{CacheChange, CacheStore, Modifier};
+pub use error::{Error, Result};
+pub use session::Session;
+pub use tx::{DocWrite, StoreTx};
+
+/// How writes keep the cache and the data store consistent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// No cache: every read and write goes to the data store (the baseline).
+    DataStoreOnly,
+    /// Writes delete the cached entries they make stale; the next read refills them.
+    WriteAround,
+    /// Writes update the cached entries they change, synchronously with the data store.
+    WriteThrough,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::DataStoreOnly => "none",
+            Policy::WriteAround => "write-around",
+            Policy::WriteThrough => "write-through",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Policy> {
+        match name {
+            "none" | "data-store" => Some(Policy::DataStoreOnly),
+            "write-around" => Some(Policy::WriteAround),
+            "write-through" => Some(Policy::WriteThrough),
+            _ => None,
+        }
+    }
+
+    /// The lease mode the CMIs must run for this policy.
+    pub fn cmi_mode(self) -> &'static str {
+        match self {
+            Policy::WriteAround => "write-around",
+            _ => "write-through",
+        }
+    }
+}
+
+/// Framework settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Isolation of the sessions' SQL transactions. READ COMMITTED lets every miss be cached; with
+    /// a snapshot fixed for the whole transaction, misses read after the snapshot was taken are
+    /// served but not cached (see `Session::read`).
+    pub isolation: Isolation,
+    /// How many times `Cads::run` runs a session that keeps being aborted.
+    pub max_attempts: usize,
+    /// Backoff between attempts.
+    pub retry: RetryPolicy,
+    /// Leases on. Only the race tests turn them off, to show what they prevent.
+    #[doc(hidden)]
+    pub leases: bool,
+    /// Test hook, run between querying the data store on a miss and filling the cache: the
+    /// window of the read-write race of 001 §3.3.
+    #[doc(hidden)]
+    pub fill_hook: Option<FillHook>,
+}
+
+/// A callback for [`Config::fill_hook`].
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct FillHook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for FillHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FillHook")
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            isolation: Isolation::ReadCommitted,
+            max_attempts: 100,
+            retry: RetryPolicy::default(),
+            leases: true,
+            fill_hook: None,
+        }
+    }
+}
+
+/// The framework for one application process (an AppNode).
+pub struct Cads {
+    store: Arc<dyn DataStore>,
+    cache: Option<Client>,
+    policy: Policy,
+    config: Config,
+    /// CMIs that missed writes of this process while unreachable; see [`Cads::missed_cmi`].
+    missed: Vec<AtomicBool>,
+    /// When a missed CMI was last tried, in ms since `started`.
+    last_heal: AtomicU64,
+    started: Instant,
+}
+
+/// How often a process tries to reach CMIs that missed its writes.
+const HEAL_EVERY: Duration = Duration::from_millis(500);
+
+impl Cads {
+    /// The framework over a data store and, unless the policy is `DataStoreOnly`, a cache client.
+    pub fn new(
+        store: Arc<dyn DataStore>,
+        cache: Option<Client>,
+        policy: Policy,
+        config: Config,
+    ) -> Cads {
+        let cache = if policy == Policy::DataStoreOnly {
+            None
+        } else {
+            cache
+        };
+        let cmis = cache.as_ref().map_or(0, Client::cmis);
+        Cads {
+            store,
+            cache,
+            policy,
+            config,
+            missed: (0..cmis).map(|_| AtomicBool::new(false)).collect(),
+            last_heal: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    /// The framework over a data store and the CMIs at `cmis` (started in the policy's lease mode),
+    /// with session ids from the process's coordinator.
+    pub fn connect(
+        store: Arc<dyn DataStore>,
+        cmis: &[SocketAddr],
+        policy: Policy,
+        config: Config,
+    ) -> Cads {
+        let client = (policy != Policy::DataStoreOnly)
+            .then(|| Client::new(ClientConfig::new(cmis.to_vec()), Coordinator::process()));
+        Cads::new(store, client, policy, config)
+    }
+
+    pub fn store(&self) -> &Arc<dyn DataStore> {
+        &self.store
+    }
+
+    pub fn cache(&self) -> Option<&Client> {
+        self.cache.as_ref()
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Starts a session (Algorithm 8, `startSession`).
+    pub fn session(&self) -> Session<'_> {
+        self.heal();
+        Session::new(self)
+    }
+
+    /// Runs `work` in a session and commits it; a session aborted by a lease conflict or a
+    /// data-store serialization conflict is rolled back and run again after a backoff, up to
+    /// `max_attempts` times. Other errors end it at once.
+    pub fn run<T>(&self, mut work: impl FnMut(&mut Session<'_>) -> Result<T>) -> Result<T> {
+        let mut attempt = 0;
+        let mut backoff = Backoff::new(&self.config.retry);
+        loop {
+            attempt += 1;
+            let mut session = self.session();
+            let outcome = match work(&mut session) {
+                Ok(value) => session.commit().map(|()| value),
+                Err(e) => {
+                    session.abort();
+                    Err(e)
+                }
+            };
+            match outcome {
+                Err(e) if e.is_retryable() && attempt < self.config.max_attempts => {
+                    backoff.wait();
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Records that CMI `cmi` missed a write of this process (it was unreachable): until this
+    /// process has flushed it, reads of its keys go to the data store, so that a CMI coming back
+    /// with old entries never serves them to this process. Other processes rely on the CMI
+    /// having lost its entries; a persistent CMI needs Gemini's recovery (004).
+    pub(crate) fn missed_cmi(&self, cmi: usize) {
+        if let Some(flag) = self.missed.get(cmi) {
+            flag.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether any of these keys lives on a CMI that missed writes.
+    pub(crate) fn any_missed(&self, keys: &[Vec<u8>]) -> bool {
+        let Some(client) = &self.cache else {
+            return false;
+        };
+        if !self.missed.iter().any(|m| m.load(Ordering::Acquire)) {
+            return false;
+        }
+        keys.iter()
+            .any(|k| self.missed[client.route(k)].load(Ordering::Acquire))
+    }
+
+    /// Flushes CMIs that missed writes once they answer again (at most every `HEAL_EVERY`).
+    fn heal(&self) {
+        let Some(client) = &self.cache else {
+            return;
+        };
+        if !self.missed.iter().any(|m| m.load(Ordering::Acquire)) {
+            return;
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.last_heal.load(Ordering::Relaxed);
+        if now < last + HEAL_EVERY.as_millis() as u64
+            || self
+                .last_heal
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        for (cmi, flag) in self.missed.iter().enumerate() {
+            if flag.load(Ordering::Acquire)
+                && client
+                    .execute(cmi, &cads_protocol::Command::FlushAll)
+                    .is_ok()
+            {
+                tracing::info!(
+                    cmi,
+                    "CMI reachable again; flushed the entries it may hold stale"
+                );
+                flag.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    pub(crate) fn pause_before_fill(&self) {
+        if let Some(hook) = &self.config.fill_hook {
+            (hook.0)();
+        }
+    }
+}

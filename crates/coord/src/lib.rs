@@ -3,9 +3,16 @@
 //! It hands out disjoint ranges of session ids to clients (000 §5.1). It runs embedded in the
 //! application process for now, behind `cads_client::RangeSource`; configurations, fragment leases
 //! and range leases (Gemini, CPR) join it with those issues.
+//!
+//! Every client of a process must draw from the same coordinator: two clients numbering sessions
+//! from separate counters would give two sessions the same id, and a CMI would take them for one.
+//! [`Coordinator::process`] is that shared coordinator. Until the coordinator runs as its own
+//! service, processes are kept apart by starting each process's ids in a block of 2^32 chosen at
+//! random.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use cads_client::RangeSource;
 use cads_protocol::SessionId;
@@ -26,10 +33,18 @@ impl Default for Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator whose id space starts fresh. Processes that share CMIs must share one
-    /// coordinator (or be given disjoint id spaces with [`Coordinator::starting_at`]).
+    /// The process's coordinator, shared by every client in it.
+    pub fn process() -> Arc<Coordinator> {
+        static PROCESS: OnceLock<Arc<Coordinator>> = OnceLock::new();
+        PROCESS
+            .get_or_init(|| Arc::new(Coordinator::embedded()))
+            .clone()
+    }
+
+    /// A coordinator of its own, numbering from a random block of 2^32 ids. Prefer
+    /// [`Coordinator::process`]: clients of one process must share a coordinator.
     pub fn embedded() -> Coordinator {
-        Coordinator::starting_at(1, DEFAULT_RANGE)
+        Coordinator::starting_at(random_block() << 32 | 1, DEFAULT_RANGE)
     }
 
     /// A coordinator handing out ranges of `range` ids from `first` on.
@@ -40,6 +55,20 @@ impl Coordinator {
             range,
         }
     }
+}
+
+/// A block number from the clock and the process id (no randomness source is needed beyond
+/// spreading processes apart).
+fn random_block() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut h = nanos ^ (std::process::id() as u64).rotate_left(32);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    // Below 2^31 blocks, so ids stay below 2^63 (the protocol parses them as signed decimals).
+    h % (1 << 31)
 }
 
 impl RangeSource for Coordinator {
@@ -57,6 +86,14 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
     use std::sync::Arc;
+
+    #[test]
+    fn the_process_coordinator_is_shared() {
+        let a = Coordinator::process().next_range();
+        let b = Coordinator::process().next_range();
+        assert!(a.end <= b.start || b.end <= a.start);
+        assert!(a.start < 1 << 63);
+    }
 
     #[test]
     fn ranges_are_disjoint_across_threads() {

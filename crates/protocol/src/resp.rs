@@ -483,7 +483,11 @@ fn parse_reply_at(
             if len < 0 {
                 return Ok(Some((Reply::Nil, next)));
             }
-            let count = if prefix == b'%' { len.saturating_mul(2) } else { len };
+            let count = if prefix == b'%' {
+                len.saturating_mul(2)
+            } else {
+                len
+            };
             let mut items = Vec::with_capacity((count as usize).min(4096));
             let mut pos = next;
             for _ in 0..count {

@@ -65,7 +65,12 @@ pub fn log_path(dir: &Path, index: usize) -> PathBuf {
 impl Aof {
     /// Opens (creating if needed) the log of CMI `index`, replays it into `engine`, cuts off a torn
     /// last record, and starts logging.
-    pub fn open(dir: &Path, index: usize, engine: &mut Engine, settings: AofSettings) -> Result<Aof> {
+    pub fn open(
+        dir: &Path,
+        index: usize,
+        engine: &mut Engine,
+        settings: AofSettings,
+    ) -> Result<Aof> {
         fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the log directory {}", dir.display()))?;
         let path = log_path(dir, index);
@@ -285,7 +290,10 @@ impl Aof {
     pub fn close(&mut self, engine: &mut Engine) {
         self.flush(engine);
         if !self.buf.is_empty() {
-            tracing::error!(bytes = self.buf.len(), "could not write the end of the log at shutdown");
+            tracing::error!(
+                bytes = self.buf.len(),
+                "could not write the end of the log at shutdown"
+            );
         }
         if let Err(e) = self.file.sync_all() {
             tracing::error!(error = %e, "could not sync the log at shutdown");

@@ -10,9 +10,7 @@ use std::time::Instant;
 use cads_engine::Engine;
 use cads_protocol::resp::{write_error, write_reply_as, Protocol};
 use cads_protocol::spec::{self, CommandSpec};
-use cads_protocol::{
-    ClientSub, Command, CommandSub, ConfigSub, ErrorKind, ErrorReply, Reply,
-};
+use cads_protocol::{ClientSub, Command, CommandSub, ConfigSub, ErrorKind, ErrorReply, Reply};
 
 use crate::aof::Aof;
 use crate::config::{parse_size, Config};
@@ -126,7 +124,12 @@ impl Cmi {
 
     /// AUTH as Redis's default user: without `requirepass` it takes any password when named
     /// (`AUTH default x`), and refuses the one-argument form with Redis's explanation.
-    fn auth(&mut self, client: &mut Client, username: Option<&[u8]>, password: &[u8]) -> Reply<'static> {
+    fn auth(
+        &mut self,
+        client: &mut Client,
+        username: Option<&[u8]>,
+        password: &[u8],
+    ) -> Reply<'static> {
         let wrong = || {
             ErrorReply::new(
                 ErrorKind::WrongPass,
@@ -195,10 +198,16 @@ impl Cmi {
             text("server", SERVER_NAME),
             text("version", VERSION),
             (Reply::owned_bulk(b"proto".to_vec()), Reply::Int(proto)),
-            (Reply::owned_bulk(b"id".to_vec()), Reply::Int(client.id as i64)),
+            (
+                Reply::owned_bulk(b"id".to_vec()),
+                Reply::Int(client.id as i64),
+            ),
             text("mode", "standalone"),
             text("role", "master"),
-            (Reply::owned_bulk(b"modules".to_vec()), Reply::Array(Vec::new())),
+            (
+                Reply::owned_bulk(b"modules".to_vec()),
+                Reply::Array(Vec::new()),
+            ),
         ])
     }
 
@@ -270,7 +279,10 @@ impl Cmi {
             ("maxmemory", e.maxmemory.to_string()),
             ("max-pinned-memory", e.max_pinned_memory.to_string()),
             // Redis's name for evicting any key by LRU; cads's own setting is `eviction`.
-            ("maxmemory-policy", format!("allkeys-{}", self.engine.eviction_policy())),
+            (
+                "maxmemory-policy",
+                format!("allkeys-{}", self.engine.eviction_policy()),
+            ),
             ("eviction", self.engine.eviction_policy().to_string()),
             ("lease-ms", e.lease_ms.to_string()),
             ("tombstone-ms", e.tombstone_ms.to_string()),
@@ -278,17 +290,23 @@ impl Cmi {
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             ("client-query-buffer-limit", c.max_request.to_string()),
             ("timeout", c.idle_timeout_secs.to_string()),
-            ("appendonly", if c.appendonly { "yes" } else { "no" }.to_string()),
+            (
+                "appendonly",
+                if c.appendonly { "yes" } else { "no" }.to_string(),
+            ),
             ("appendfsync", c.appendfsync.name().to_string()),
             ("dir", c.dir.display().to_string()),
-            ("auto-aof-rewrite-percentage", c.aof_rewrite_percentage.to_string()),
-            ("auto-aof-rewrite-min-size", c.aof_rewrite_min_size.to_string()),
+            (
+                "auto-aof-rewrite-percentage",
+                c.aof_rewrite_percentage.to_string(),
+            ),
+            (
+                "auto-aof-rewrite-min-size",
+                c.aof_rewrite_min_size.to_string(),
+            ),
             ("save", String::new()),
             ("databases", "1".to_string()),
-            (
-                "requirepass",
-                c.requirepass.clone().unwrap_or_default(),
-            ),
+            ("requirepass", c.requirepass.clone().unwrap_or_default()),
         ]
     }
 
@@ -438,7 +456,10 @@ impl Cmi {
             Some(aof) => vec![
                 ("aof_enabled", "1".into()),
                 ("aof_fsync", aof.fsync_policy().name().into()),
-                ("aof_rewrite_in_progress", (aof.rewriting() as u8).to_string()),
+                (
+                    "aof_rewrite_in_progress",
+                    (aof.rewriting() as u8).to_string(),
+                ),
                 ("aof_rewrites", aof.rewrites.to_string()),
                 (
                     "aof_last_bgrewrite_status",
@@ -446,7 +467,12 @@ impl Cmi {
                 ),
                 (
                     "aof_last_write_status",
-                    if aof.write_error.is_none() { "ok" } else { "err" }.into(),
+                    if aof.write_error.is_none() {
+                        "ok"
+                    } else {
+                        "err"
+                    }
+                    .into(),
                 ),
                 ("aof_current_size", aof.size().to_string()),
                 ("aof_base_size", aof.base_size().to_string()),
@@ -456,11 +482,23 @@ impl Cmi {
         section(
             "Stats",
             vec![
-                ("total_connections_received", net.total_connections_received.to_string()),
+                (
+                    "total_connections_received",
+                    net.total_connections_received.to_string(),
+                ),
                 ("total_commands_processed", stats.commands.to_string()),
-                ("instantaneous_ops_per_sec", self.instantaneous_ops().to_string()),
-                ("total_net_input_bytes", net.total_net_input_bytes.to_string()),
-                ("total_net_output_bytes", net.total_net_output_bytes.to_string()),
+                (
+                    "instantaneous_ops_per_sec",
+                    self.instantaneous_ops().to_string(),
+                ),
+                (
+                    "total_net_input_bytes",
+                    net.total_net_input_bytes.to_string(),
+                ),
+                (
+                    "total_net_output_bytes",
+                    net.total_net_output_bytes.to_string(),
+                ),
                 ("rejected_connections", net.rejected_connections.to_string()),
                 ("expired_keys", store.expired.to_string()),
                 ("evicted_keys", store.evicted.to_string()),
@@ -586,7 +624,13 @@ impl Handler for Cmi {
         }
     }
 
-    fn on_request(&mut self, client: &mut Client, args: &[&[u8]], out: &mut Vec<u8>, now_ms: u64) -> Flow {
+    fn on_request(
+        &mut self,
+        client: &mut Client,
+        args: &[&[u8]],
+        out: &mut Vec<u8>,
+        now_ms: u64,
+    ) -> Flow {
         let cmd = match Command::parse(args) {
             Ok(cmd) => cmd,
             Err(e) => {
@@ -594,7 +638,12 @@ impl Handler for Cmi {
                 return Flow::Continue;
             }
         };
-        if !client.authenticated && !matches!(cmd, Command::Auth { .. } | Command::Hello { .. } | Command::Quit) {
+        if !client.authenticated
+            && !matches!(
+                cmd,
+                Command::Auth { .. } | Command::Hello { .. } | Command::Quit
+            )
+        {
             write_error(out, &noauth());
             return Flow::Continue;
         }

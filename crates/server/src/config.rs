@@ -232,8 +232,7 @@ impl Options {
     pub fn from_file(path: &Path) -> Result<Options> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
-        toml::from_str(&text)
-            .with_context(|| format!("bad configuration file {}", path.display()))
+        toml::from_str(&text).with_context(|| format!("bad configuration file {}", path.display()))
     }
 }
 
@@ -389,7 +388,10 @@ mod tests {
             ..Options::default()
         };
         let c = Config::resolve(flags.with_file().unwrap()).unwrap();
-        assert_eq!((c.port, c.cmis, c.maxmemory, c.appendonly), (9000, 2, 10 << 20, true));
+        assert_eq!(
+            (c.port, c.cmis, c.maxmemory, c.appendonly),
+            (9000, 2, 10 << 20, true)
+        );
         std::fs::write(&path, "prot = 1\n").unwrap();
         let err = Options {
             config: Some(path),

@@ -125,7 +125,11 @@ fn leases_conflict_across_connections() {
     let mut b = Conn::open(server.addrs()[0]);
     a.cmd("SET k v");
     assert_eq!(a.cmd("LGET 1 k"), bulk("v"));
-    assert_eq!(b.cmd("LDEL 2 k"), Reply::Int(1), "X voids the reader's S lease");
+    assert_eq!(
+        b.cmd("LDEL 2 k"),
+        Reply::Int(1),
+        "X voids the reader's S lease"
+    );
     assert_eq!(a.error_kind("LCOMMIT 1"), ErrorKind::Abort);
     assert_eq!(b.cmd("LCOMMIT 2"), Reply::OK);
     assert_eq!(a.cmd("IQGET 3 k"), Reply::Int(0), "miss, I lease granted");
@@ -173,7 +177,11 @@ fn bad_input_gets_errors_and_never_takes_the_server_down() {
     assert_eq!(c.error_kind("NOSUCH a"), ErrorKind::Err);
     assert_eq!(c.error_kind("GET"), ErrorKind::Err);
     assert_eq!(c.error_kind("LGET notanumber k"), ErrorKind::Err);
-    assert_eq!(c.cmd("PING"), Reply::status("PONG"), "those errors keep the connection");
+    assert_eq!(
+        c.cmd("PING"),
+        Reply::status("PONG"),
+        "those errors keep the connection"
+    );
 
     let check_closed = |bytes: &[u8], expect: &str| {
         let mut c = Conn::open(addr);
@@ -214,7 +222,10 @@ fn max_clients_and_auth() {
     assert_eq!(a.cmd("AUTH s3cret"), Reply::OK);
     assert_eq!(a.cmd("GET k"), Reply::Nil);
     let mut b = Conn::open(addr);
-    assert!(matches!(b.cmd("HELLO 2 AUTH default s3cret"), Reply::Array(_)));
+    assert!(matches!(
+        b.cmd("HELLO 2 AUTH default s3cret"),
+        Reply::Array(_)
+    ));
     let mut c = Conn::open(addr);
     match c.read() {
         Some(Reply::Error(e)) => assert!(e.message.contains("max number of clients")),
@@ -250,7 +261,10 @@ fn a_full_cmi_answers_notstored() {
     assert!(i >= 2);
     assert_eq!(c.cmd("LCOMMIT 1"), Reply::OK);
     for j in 0..i {
-        assert!(matches!(c.cmd(&format!("GET bw{j}")), Reply::Bulk(_)), "pinned bw{j} kept");
+        assert!(
+            matches!(c.cmd(&format!("GET bw{j}")), Reply::Bulk(_)),
+            "pinned bw{j} kept"
+        );
     }
     assert_eq!(info_field(&mut c, "notstored"), "1");
     server.stop();
@@ -272,7 +286,11 @@ fn lease_expiry_over_tcp() {
         assert!(Instant::now() < deadline, "the lease never expired");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(c.cmd("GET k"), Reply::Nil, "an expired Q lease deletes the key");
+    assert_eq!(
+        c.cmd("GET k"),
+        Reply::Nil,
+        "an expired Q lease deletes the key"
+    );
     assert_eq!(c.error_kind("DAR 1 k"), ErrorKind::Abort);
     server.stop();
     server.join().unwrap();

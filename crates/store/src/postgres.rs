@@ -216,7 +216,10 @@ impl Conn for PgConn {
     }
 
     fn begin_read(&mut self, isolation: Isolation) -> Result<()> {
-        self.batch(&format!("BEGIN ISOLATION LEVEL {} READ ONLY", isolation.sql()))
+        self.batch(&format!(
+            "BEGIN ISOLATION LEVEL {} READ ONLY",
+            isolation.sql()
+        ))
     }
 }
 

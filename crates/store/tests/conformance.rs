@@ -1094,8 +1094,15 @@ fn sql_read_transactions_run_beside_a_writer(cx: &Ctx) {
     let rows = reader
         .query(&format!("SELECT v FROM {t} WHERE id = 1"), &[])
         .unwrap();
-    assert_eq!(rows[0].get::<i64>(0).unwrap(), 10, "uncommitted data is not read");
-    assert!(start.elapsed() < Duration::from_millis(500), "the reader did not wait");
+    assert_eq!(
+        rows[0].get::<i64>(0).unwrap(),
+        10,
+        "uncommitted data is not read"
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "the reader did not wait"
+    );
     assert!(is_invalid(reader.execute(&format!("DELETE FROM {t}"), &[])));
     reader.rollback().unwrap();
     writer.commit().unwrap();

@@ -1,0 +1,94 @@
+//! What an application tells the framework about its data (000 §5.2, Table 5.2): which cache keys a
+//! query reads and a write changes, how to run both against the data store, and how cached values
+//! relate to query results.
+
+use cads_store::StoreError;
+
+use crate::tx::StoreTx;
+
+/// The application's description of one kind of query and write. A session may use several.
+pub trait CacheStore: Send + Sync {
+    /// A read: what the application asks for.
+    type Query;
+    /// A write: what the application changes.
+    type Write;
+    /// A query's result.
+    type Output;
+
+    /// The cache keys a query's result is built from (`getReferencedKeysFromQuery`).
+    fn keys_read(&self, query: &Self::Query) -> Vec<Vec<u8>>;
+
+    /// The result, from the cached values of `keys_read` in order (`computeQueryResult`). `None`
+    /// if they do not make a result; the query then goes to the data store.
+    fn result_from_cache(&self, query: &Self::Query, values: &[Vec<u8>]) -> Option<Self::Output>;
+
+    /// Runs the query against the data store, inside the session's transaction.
+    fn query_store(
+        &self,
+        query: &Self::Query,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Self::Output, StoreError>;
+
+    /// The cache entries a result yields (`computeCacheEntries`): normally one per `keys_read`.
+    /// Only the keys the read missed are filled.
+    fn entries(&self, query: &Self::Query, output: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// The cache keys whose values a write changes (`getImpactedKeysFromDml`).
+    fn keys_written(&self, write: &Self::Write) -> Vec<Vec<u8>>;
+
+    /// Runs the write against the data store, inside the session's transaction (`dmlDataStore`).
+    fn write_store(&self, write: &Self::Write, tx: &mut StoreTx<'_>) -> Result<(), StoreError>;
+
+    /// How the write changes the cached value of `key`, one of its `keys_written`
+    /// (`modifyCacheEntries`; write-through only: write-around deletes every written key).
+    fn cache_change(&self, write: &Self::Write, key: &[u8]) -> CacheChange;
+}
+
+/// A read-modify-write step: from the cached value to the new one (`None` deletes the entry).
+pub type Modifier = Box<dyn FnOnce(&[u8]) -> Option<Vec<u8>> + Send>;
+
+/// A change to one cached value, applied under an exclusive lease at pre-commit and made visible
+/// at commit. The incremental forms take one round trip; `Modify` reads the value first.
+pub enum CacheChange {
+    /// Delete the entry: the next read refills it from the data store.
+    Delete,
+    /// Replace the value.
+    Set(Vec<u8>),
+    /// Append bytes to the value (if it is cached).
+    Append(Vec<u8>),
+    /// Add to an integer value (if it is cached).
+    Incr(i64),
+    /// Read-modify-write: from the cached value to the new one (`None` deletes the entry).
+    Modify(Modifier),
+}
+
+impl CacheChange {
+    /// Applies the change to a cached value, as the CMI would. `None` means no entry.
+    pub fn apply(self, value: Option<Vec<u8>>) -> Option<Vec<u8>> {
+        match self {
+            CacheChange::Delete => None,
+            CacheChange::Set(v) => Some(v),
+            CacheChange::Append(bytes) => value.map(|mut v| {
+                v.extend_from_slice(&bytes);
+                v
+            }),
+            CacheChange::Incr(delta) => value.and_then(|v| {
+                let n: i64 = std::str::from_utf8(&v).ok()?.parse().ok()?;
+                Some(n.checked_add(delta)?.to_string().into_bytes())
+            }),
+            CacheChange::Modify(f) => value.and_then(|v| f(&v)),
+        }
+    }
+}
+
+impl std::fmt::Debug for CacheChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheChange::Delete => write!(f, "Delete"),
+            CacheChange::Set(v) => write!(f, "Set({} bytes)", v.len()),
+            CacheChange::Append(v) => write!(f, "Append({} bytes)", v.len()),
+            CacheChange::Incr(n) => write!(f, "Incr({n})"),
+            CacheChange::Modify(_) => write!(f, "Modify(..)"),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The document layer (DESIGN.md §5): a collection of JSON documents keyed by id, cached one
+//! entry per document, written with change operators (`$set`, `$inc`, ...; 000 Table 3.2). An
+//! application gets consistent caching of its documents without writing key logic: the cache key
+//! of a document is `<collection>:<id>`, and a write-through update applies the same change
+//! operators to the cached document as to the stored one.
+
+use cads_store::{Changes, Document, FieldKind, IndexedField, StoreError};
+
+use crate::cache_store::{CacheChange, CacheStore};
+use crate::error::Result;
+use crate::tx::{DocWrite, StoreTx};
+use crate::{Cads, Session};
+
+/// A collection of documents, cached per document.
+#[derive(Clone, Debug)]
+pub struct Collection {
+    name: String,
+}
+
+/// A write to one document.
+#[derive(Clone, Debug)]
+pub enum DocOp {
+    Insert(Document),
+    Put(Document),
+    Update(Changes),
+    Delete,
+}
+
+impl Collection {
+    /// Creates the collection in the data store if needed.
+    pub fn create(cads: &Cads, name: &str) -> Result<Collection> {
+        Collection::create_indexed(cads, name, &[])
+    }
+
+    /// Creates the collection with fields indexed for range scans.
+    pub fn create_indexed(
+        cads: &Cads,
+        name: &str,
+        indexed: &[(&str, FieldKind)],
+    ) -> Result<Collection> {
+        let fields: Vec<IndexedField> = indexed
+            .iter()
+            .map(|(n, kind)| IndexedField {
+                name: n.to_string(),
+                kind: *kind,
+            })
+            .collect();
+        cads.store().create_collection(name, &fields)?;
+        Ok(Collection::named(name))
+    }
+
+    /// A handle to a collection that exists.
+    pub fn named(name: &str) -> Collection {
+        Collection {
+            name: name.to_string(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cache key of a document.
+    pub fn key(&self, id: &str) -> Vec<u8> {
+        format!("{}:{id}", self.name).into_bytes()
+    }
+
+    /// Reads a document, from the cache when it holds it.
+    pub fn get(&self, s: &mut Session<'_>, id: &str) -> Result<Option<Document>> {
+        s.read(self, &id.to_string())
+    }
+
+    /// Applies change operators to a document (atomically in the data store; to the cached copy
+    /// under write-through).
+    pub fn update(&self, s: &mut Session<'_>, id: &str, changes: Changes) -> Result<()> {
+        s.write(self, &(id.to_string(), DocOp::Update(changes)))
+    }
+
+    /// Inserts a new document (the commit fails with a constraint error if it exists).
+    pub fn insert(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
+        s.write(self, &(id.to_string(), DocOp::Insert(document)))
+    }
+
+    /// Inserts or replaces a document.
+    pub fn put(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
+        s.write(self, &(id.to_string(), DocOp::Put(document)))
+    }
+
+    pub fn delete(&self, s: &mut Session<'_>, id: &str) -> Result<()> {
+        s.write(self, &(id.to_string(), DocOp::Delete))
+    }
+}
+
+fn encode(document: &Document) -> Vec<u8> {
+    serde_json::to_vec(document).expect("a JSON map serializes")
+}
+
+fn decode(bytes: &[u8]) -> Option<Document> {
+    serde_json::from_slice(bytes).ok()
+}
+
+impl CacheStore for Collection {
+    type Query = String;
+    type Write = (String, DocOp);
+    type Output = Option<Document>;
+
+    fn keys_read(&self, id: &String) -> Vec<Vec<u8>> {
+        vec![self.key(id)]
+    }
+
+    fn result_from_cache(&self, _id: &String, values: &[Vec<u8>]) -> Option<Option<Document>> {
+        values.first().and_then(|v| decode(v)).map(Some)
+    }
+
+    fn query_store(
+        &self,
+        id: &String,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Option<Document>, StoreError> {
+        tx.documents().get(&self.name, id)
+    }
+
+    fn entries(&self, id: &String, output: &Option<Document>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        // A missing document is not cached: its absence is cheap to confirm and rare in practice.
+        output
+            .iter()
+            .map(|doc| (self.key(id), encode(doc)))
+            .collect()
+    }
+
+    fn keys_written(&self, (id, _): &(String, DocOp)) -> Vec<Vec<u8>> {
+        vec![self.key(id)]
+    }
+
+    fn write_store(
+        &self,
+        (id, op): &(String, DocOp),
+        tx: &mut StoreTx<'_>,
+    ) -> Result<(), StoreError> {
+        let collection = self.name.clone();
+        let id = id.clone();
+        tx.write_document(match op {
+            DocOp::Insert(document) => DocWrite::Insert {
+                collection,
+                id,
+                document: document.clone(),
+            },
+            DocOp::Put(document) => DocWrite::Put {
+                collection,
+                id,
+                document: document.clone(),
+            },
+            DocOp::Update(changes) => DocWrite::Update {
+                collection,
+                id,
+                changes: changes.clone(),
+            },
+            DocOp::Delete => DocWrite::Delete { collection, id },
+        });
+        Ok(())
+    }
+
+    fn cache_change(&self, (_, op): &(String, DocOp), _key: &[u8]) -> CacheChange {
+        match op {
+            DocOp::Insert(document) | DocOp::Put(document) => CacheChange::Set(encode(document)),
+            DocOp::Delete => CacheChange::Delete,
+            DocOp::Update(changes) => {
+                let changes = changes.clone();
+                CacheChange::Modify(Box::new(move |cached| {
+                    let mut document = decode(cached)?;
+                    // A change the cached copy cannot take (a type error) drops the entry; the data
+                    // store reports the error to the writer.
+                    changes.apply(&mut document).ok()?;
+                    Some(encode(&document))
+                }))
+            }
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! A session over the cache and the data store: NgCache's `startSession`, `readStatement`,
+//! `writeStatement`, `preCommitSession`, `commitSession` and `abortSession` (000 §5.2,
+//! Algorithms 8-11).
+
+use cads_client::ClientError;
+
+use crate::cache_store::{CacheChange, CacheStore};
+use crate::error::{Error, Result};
+use crate::tx::StoreTx;
+use crate::{Cads, Policy};
+
+/// One atomic unit of work: reads and writes through [`CacheStore`]s, at most one data-store
+/// transaction. Use [`Cads::run`] for the form that retries aborted sessions; use this directly
+/// for Algorithm 8's explicit steps.
+pub struct Session<'a> {
+    cads: &'a Cads,
+    cache: Option<cads_client::Session<'a>>,
+    tx: StoreTx<'a>,
+    /// Write-around: keys deleted at commit.
+    deletes: Vec<Vec<u8>>,
+    /// Write-through: changes to cached values, in the order the writes were made.
+    changes: Vec<(Vec<u8>, CacheChange)>,
+    /// The cache could not be reached: this session works on the data store alone.
+    degraded: bool,
+    prepared: bool,
+}
+
+impl<'a> Session<'a> {
+    pub(crate) fn new(cads: &'a Cads) -> Session<'a> {
+        let cache = match cads.policy() {
+            Policy::DataStoreOnly => None,
+            _ => cads.cache().map(|c| c.session()),
+        };
+        Session {
+            cads,
+            cache,
+            tx: StoreTx::new(cads.store().as_ref(), cads.config().isolation),
+            deletes: Vec::new(),
+            changes: Vec::new(),
+            degraded: false,
+            prepared: false,
+        }
+    }
+
+    /// The session's data-store transaction, for statements the application runs itself.
+    pub fn tx(&mut self) -> &mut StoreTx<'a> {
+        &mut self.tx
+    }
+
+    /// Whether the cache was found down during this session, which then worked on the data store
+    /// alone.
+    pub fn degraded(&self) -> bool {
+        self.degraded
+    }
+
+    /// A cache failure that the session survives by working on the data store alone.
+    fn degrade(&mut self, e: &ClientError) {
+        tracing::warn!(error = %e, "cache unreachable; this session uses the data store alone");
+        if let (ClientError::Unavailable { cmi, .. } | ClientError::Io { cmi, .. }, Some(_)) =
+            (e, &self.cache)
+        {
+            self.cads.missed_cmi(*cmi);
+        }
+        self.degraded = true;
+    }
+
+    fn use_cache(&self) -> bool {
+        self.cache.is_some() && !self.degraded && self.cads.config().leases
+    }
+
+    /// `readStatement` (Algorithm 9): the cached result if every key hits, else the data store's,
+    /// filling the keys that missed. Misses take shared (I) leases, so concurrent misses on one
+    /// key query the data store once, and a writer's exclusive lease voids a fill computed from
+    /// data it is about to change (001 §3.3).
+    pub fn read<C: CacheStore>(&mut self, cs: &C, query: &C::Query) -> Result<C::Output> {
+        if !self.cads.config().leases && self.cache.is_some() {
+            return self.read_without_leases(cs, query);
+        }
+        let keys = cs.keys_read(query);
+        if !self.use_cache() || keys.is_empty() || self.cads.any_missed(&keys) {
+            return Ok(cs.query_store(query, &mut self.tx)?);
+        }
+        let step = self.tx.next_step();
+        let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let cache = self.cache.as_mut().expect("use_cache checked it");
+        let values = match cache.mget(&key_refs, false) {
+            Ok(values) => values,
+            Err(e) if e.is_unavailable() => {
+                self.degrade(&e);
+                return Ok(cs.query_store(query, &mut self.tx)?);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if values.iter().all(Option::is_some) {
+            let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
+            if let Some(output) = cs.result_from_cache(query, &cached) {
+                return Ok(output);
+            }
+        }
+        let output = cs.query_store(query, &mut self.tx)?;
+        self.cads.pause_before_fill();
+        // A transaction reading from a snapshot older than our leases could have read data that a
+        // writer changed and released before we asked: such a result is not cached.
+        if self.tx.snapshot_before(step) {
+            return Ok(output);
+        }
+        let missed: Vec<&[u8]> = keys
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.as_slice())
+            .collect();
+        let fills: Vec<(Vec<u8>, Vec<u8>)> = cs
+            .entries(query, &output)
+            .into_iter()
+            .filter(|(k, _)| missed.contains(&k.as_slice()))
+            .collect();
+        if !fills.is_empty() {
+            let pairs: Vec<(&[u8], &[u8])> = fills
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            match self.cache.as_mut().expect("checked").mset(&pairs, false) {
+                Ok(()) => {}
+                // No room to cache the result: the read still succeeds.
+                Err(ClientError::NotStored) => {}
+                Err(e) if e.is_unavailable() => self.degrade(&e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(output)
+    }
+
+    /// The test-only path without leases: plain GET, and SET of what the data store returned.
+    fn read_without_leases<C: CacheStore>(
+        &mut self,
+        cs: &C,
+        query: &C::Query,
+    ) -> Result<C::Output> {
+        let client = self.cads.cache().expect("a cache");
+        let keys = cs.keys_read(query);
+        let mut values = Vec::new();
+        for key in &keys {
+            values.push(client.get(key).map_err(Error::from)?);
+        }
+        if values.iter().all(Option::is_some) {
+            let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
+            if let Some(output) = cs.result_from_cache(query, &cached) {
+                return Ok(output);
+            }
+        }
+        let output = cs.query_store(query, &mut self.tx)?;
+        self.cads.pause_before_fill();
+        for (key, value) in cs.entries(query, &output) {
+            client.set(&key, &value).map_err(Error::from)?;
+        }
+        Ok(output)
+    }
+
+    /// `writeStatement` (Algorithm 10): runs the write in the data-store transaction and records
+    /// what it does to the cache, applied at pre-commit.
+    pub fn write<C: CacheStore>(&mut self, cs: &C, write: &C::Write) -> Result<()> {
+        let keys = cs.keys_written(write);
+        match self.cads.policy() {
+            Policy::DataStoreOnly => {}
+            Policy::WriteAround => self.deletes.extend(keys),
+            Policy::WriteThrough => {
+                for key in keys {
+                    let change = cs.cache_change(write, &key);
+                    self.changes.push((key, change));
+                }
+            }
+        }
+        cs.write_store(write, &mut self.tx)?;
+        Ok(())
+    }
+
+    /// `preCommitSession` (Algorithm 11): takes the exclusive leases and stages the cache changes,
+    /// then validates on every CMI the session touched. After this the session can only fail by
+    /// its data-store commit.
+    pub fn pre_commit(&mut self) -> Result<()> {
+        if self.prepared {
+            return Ok(());
+        }
+        self.prepared = true;
+        if !self.cads.config().leases {
+            return Ok(());
+        }
+        if self.cache.is_none() || self.degraded {
+            self.note_missed_writes();
+            return Ok(());
+        }
+        let staged = match self.cads.policy() {
+            Policy::DataStoreOnly => Ok(()),
+            Policy::WriteAround => self.stage_deletes(),
+            Policy::WriteThrough => self.stage_changes(),
+        };
+        let validated = staged.and_then(|()| self.cache.as_mut().expect("checked").validate());
+        match validated {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_unavailable() => {
+                self.degrade(&e);
+                self.note_missed_writes();
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The CMIs of keys this session wrote without reaching the cache missed those writes.
+    fn note_missed_writes(&mut self) {
+        let Some(client) = self.cads.cache() else {
+            return;
+        };
+        let written = self
+            .deletes
+            .iter()
+            .chain(self.changes.iter().map(|(k, _)| k));
+        for key in written {
+            self.cads.missed_cmi(client.route(key));
+        }
+    }
+
+    fn stage_deletes(&mut self) -> Result<(), ClientError> {
+        if self.deletes.is_empty() {
+            return Ok(());
+        }
+        let mut keys: Vec<&[u8]> = self.deletes.iter().map(Vec::as_slice).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        self.cache.as_mut().expect("checked").mdelete(&keys)
+    }
+
+    /// Write-through: one incremental command for a key with a single incremental change, a
+    /// read-modify-write under an exclusive lease otherwise.
+    fn stage_changes(&mut self) -> Result<(), ClientError> {
+        let mut per_key: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
+        for (key, change) in std::mem::take(&mut self.changes) {
+            match per_key.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, list)) => list.push(change),
+                None => per_key.push((key, vec![change])),
+            }
+        }
+        // Every session takes its exclusive leases in key order, so two writers of the same keys
+        // meet on the first one instead of each holding one the other needs (001 §3.3).
+        per_key.sort_by(|a, b| a.0.cmp(&b.0));
+        let cache = self.cache.as_mut().expect("checked");
+        let mut modify: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
+        for (key, mut list) in per_key {
+            if list.len() == 1 {
+                match list.pop().expect("one change") {
+                    CacheChange::Delete => {
+                        cache.delete(&key)?;
+                    }
+                    CacheChange::Set(v) => cache.set(&key, &v, false)?,
+                    CacheChange::Append(bytes) => {
+                        cache.append(&key, &bytes)?;
+                    }
+                    CacheChange::Incr(delta) => {
+                        cache.incr(&key, delta)?;
+                    }
+                    change @ CacheChange::Modify(_) => modify.push((key, vec![change])),
+                }
+            } else {
+                modify.push((key, list));
+            }
+        }
+        if modify.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<&[u8]> = modify.iter().map(|(k, _)| k.as_slice()).collect();
+        let values = cache.mget(&keys, true)?;
+        let mut sets: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut deletes: Vec<Vec<u8>> = Vec::new();
+        for ((key, list), value) in modify.into_iter().zip(values) {
+            let Some(current) = value else {
+                // Not cached: nothing to change; the exclusive lease keeps fills out until commit.
+                continue;
+            };
+            let mut next = Some(current);
+            for change in list {
+                next = change.apply(next);
+            }
+            match next {
+                Some(v) => sets.push((key, v)),
+                None => deletes.push(key),
+            }
+        }
+        if !sets.is_empty() {
+            let pairs: Vec<(&[u8], &[u8])> = sets
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            cache.mset(&pairs, false)?;
+        }
+        if !deletes.is_empty() {
+            let keys: Vec<&[u8]> = deletes.iter().map(Vec::as_slice).collect();
+            cache.mdelete(&keys)?;
+        }
+        Ok(())
+    }
+
+    /// Pre-commits (if not done yet), commits the data-store transaction, then the cache session
+    /// (`commitSession`). If the data store refuses, the cache session is aborted: nothing of the
+    /// session is visible anywhere.
+    pub fn commit(mut self) -> Result<()> {
+        if let Err(e) = self.pre_commit() {
+            self.abort();
+            return Err(e);
+        }
+        let tx = std::mem::replace(
+            &mut self.tx,
+            StoreTx::new(self.cads.store().as_ref(), self.cads.config().isolation),
+        );
+        if let Err(e) = tx.commit() {
+            if let Some(cache) = self.cache.as_mut() {
+                cache.abort();
+            }
+            return Err(e.into());
+        }
+        if !self.cads.config().leases {
+            return self.apply_without_leases();
+        }
+        if let Some(cache) = self.cache.take() {
+            match cache.commit() {
+                Ok(()) => {}
+                // The data store has committed: that is the truth. A CMI that did not take the
+                // commit drops the session's changes when its leases expire (deleting the keys it
+                // held exclusively), so no reader sees a stale value.
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache commit incomplete after data-store commit")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The test-only path without leases: plain DEL of written keys after the data store commits
+    /// (write-through's changes become deletes too: without leases a read-modify-write is unsafe
+    /// anyway, and the point of this path is to show what leases prevent).
+    fn apply_without_leases(&mut self) -> Result<()> {
+        if let Some(client) = self.cads.cache() {
+            let keys = self
+                .deletes
+                .iter()
+                .chain(self.changes.iter().map(|(k, _)| k));
+            for key in keys {
+                client.delete(key).map_err(Error::from)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `abortSession`: rolls the data-store transaction back and releases the cache session.
+    pub fn abort(mut self) {
+        self.abort_in_place();
+    }
+
+    fn abort_in_place(&mut self) {
+        if let Some(cache) = self.cache.as_mut() {
+            cache.abort();
+        }
+        self.cache = None;
+        let tx = std::mem::replace(
+            &mut self.tx,
+            StoreTx::new(self.cads.store().as_ref(), self.cads.config().isolation),
+        );
+        tx.rollback();
+    }
+}

@@ -1,0 +1,169 @@
+//! The data-store side of a session: at most one SQL transaction, begun when first needed, and the
+//! session's document writes, which are applied when the session commits (a document store has no
+//! multi-statement transaction, so deferring them is what keeps an aborted session from having
+//! written anything; each document write stays atomic on its own, 000 §3.2 Design 1).
+
+use cads_store::{
+    Changes, DataStore, Dialect, Document, DocumentStore, Isolation, SqlTransaction, StoreError,
+};
+
+/// A document write waiting for the session to commit.
+#[derive(Clone, Debug)]
+pub enum DocWrite {
+    Insert {
+        collection: String,
+        id: String,
+        document: Document,
+    },
+    Put {
+        collection: String,
+        id: String,
+        document: Document,
+    },
+    Update {
+        collection: String,
+        id: String,
+        changes: Changes,
+    },
+    Delete {
+        collection: String,
+        id: String,
+    },
+}
+
+pub struct StoreTx<'s> {
+    store: &'s dyn DataStore,
+    isolation: Isolation,
+    /// The transaction the session writes in (and reads in, once it exists).
+    sql: Option<Box<dyn SqlTransaction + 's>>,
+    /// A read-only transaction for reads before the session writes: it never waits for writers.
+    read: Option<Box<dyn SqlTransaction + 's>>,
+    documents: Vec<DocWrite>,
+    /// The session steps at which the two transactions began, when their isolation reads from a
+    /// snapshot fixed at the start (see `Session::read`).
+    sql_snapshot: Option<u64>,
+    read_snapshot: Option<u64>,
+    step: u64,
+}
+
+impl<'s> StoreTx<'s> {
+    pub(crate) fn new(store: &'s dyn DataStore, isolation: Isolation) -> StoreTx<'s> {
+        StoreTx {
+            store,
+            isolation,
+            sql: None,
+            read: None,
+            documents: Vec::new(),
+            sql_snapshot: None,
+            read_snapshot: None,
+            step: 0,
+        }
+    }
+
+    /// Document reads, straight from the store (each is its own snapshot).
+    pub fn documents(&self) -> &dyn DocumentStore {
+        self.store
+    }
+
+    /// Queues a document write for commit.
+    pub fn write_document(&mut self, write: DocWrite) {
+        self.documents.push(write);
+    }
+
+    /// The session's SQL transaction, for writes (and reads that must see them), begun on first
+    /// use. Statements that depend on one another (read a row, then update it) belong here.
+    pub fn sql(&mut self) -> Result<&mut (dyn SqlTransaction + 's), StoreError> {
+        if self.sql.is_none() {
+            self.sql = Some(self.store.begin(self.isolation)?);
+            if self.fixes_snapshot() {
+                self.sql_snapshot = Some(self.step);
+            }
+        }
+        Ok(self.sql.as_deref_mut().expect("just begun"))
+    }
+
+    /// A transaction for reads: the write transaction if the session has begun one, else a
+    /// read-only transaction that never waits for writers (on SQLite, the single writer may be a
+    /// session waiting for a lease this reader holds).
+    pub fn read_sql(&mut self) -> Result<&mut (dyn SqlTransaction + 's), StoreError> {
+        if self.sql.is_some() {
+            return Ok(self.sql.as_deref_mut().expect("checked"));
+        }
+        if self.read.is_none() {
+            self.read = Some(self.store.begin_read(self.isolation)?);
+            if self.fixes_snapshot() {
+                self.read_snapshot = Some(self.step);
+            }
+        }
+        Ok(self.read.as_deref_mut().expect("just begun"))
+    }
+
+    /// Whether the transaction reads from one snapshot for its whole life (SQLite always;
+    /// the others above READ COMMITTED).
+    fn fixes_snapshot(&self) -> bool {
+        self.store.dialect() == Dialect::Sqlite || self.isolation != Isolation::ReadCommitted
+    }
+
+    /// Numbers the session's steps; leases and snapshots are compared by step.
+    pub(crate) fn next_step(&mut self) -> u64 {
+        self.step += 1;
+        self.step
+    }
+
+    /// Whether the data reads see may predate `step` (a snapshot fixed before it).
+    pub(crate) fn snapshot_before(&self, step: u64) -> bool {
+        let snapshot = if self.sql.is_some() {
+            self.sql_snapshot
+        } else {
+            self.read_snapshot
+        };
+        snapshot.is_some_and(|s| s < step)
+    }
+
+    /// Commits the SQL transaction, then applies the document writes in order.
+    pub(crate) fn commit(mut self) -> Result<(), StoreError> {
+        if let Some(tx) = self.read.take() {
+            let _ = tx.rollback();
+        }
+        if let Some(tx) = self.sql.take() {
+            tx.commit()?;
+        }
+        for write in std::mem::take(&mut self.documents) {
+            match write {
+                DocWrite::Insert {
+                    collection,
+                    id,
+                    document,
+                } => self.store.insert(&collection, &id, &document)?,
+                DocWrite::Put {
+                    collection,
+                    id,
+                    document,
+                } => self.store.put(&collection, &id, &document)?,
+                DocWrite::Update {
+                    collection,
+                    id,
+                    changes,
+                } => {
+                    self.store.update(&collection, &id, &changes)?;
+                }
+                DocWrite::Delete { collection, id } => {
+                    self.store.delete(&collection, &id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn rollback(mut self) {
+        if let Some(tx) = self.read.take() {
+            let _ = tx.rollback();
+        }
+        if let Some(tx) = self.sql.take() {
+            if let Err(e) = tx.rollback() {
+                tracing::debug!(error = %e, "rollback failed (the transaction is gone anyway)");
+            }
+        }
+        self.documents.clear();
+    }
+}

@@ -1,0 +1,181 @@
+//! Failures: a data store that is down or hangs gives a typed error within its timeout and leaves
+//! the cache consistent; a cache that cannot be reached degrades to the data store and never
+//! serves a stale value, even when the CMI comes back with the entries it had.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cads::{Cads, Config, Error, Policy};
+use cads_client::{Client, ClientConfig, ConsistentHash};
+use cads_coord::Coordinator;
+use cads_store::{FaultMode, StoreError};
+use common::{counter_key, Counters, Deployment};
+
+#[test]
+fn a_data_store_that_is_down_gives_a_typed_error_and_leaves_the_cache_consistent() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        d.counters(1);
+        let cads = d.cads(Config::default());
+        let c0 = "c0".to_string();
+        assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 0);
+        d.faults.set(FaultMode::FailAll);
+        let err = cads.run(|s| s.write(&Counters, &c0)).unwrap_err();
+        assert!(
+            matches!(err, Error::Store(StoreError::Unavailable(_))),
+            "{err}"
+        );
+        // Reads still hit the cache, which was left as it was.
+        assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 0);
+        d.faults.set(FaultMode::Healthy);
+        cads.run(|s| s.write(&Counters, &c0)).unwrap();
+        assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 1);
+        assert_eq!(d.stored("c0"), 1);
+    }
+}
+
+#[test]
+fn a_data_store_that_hangs_times_out_within_its_timeout() {
+    let d = Deployment::start(Policy::WriteThrough);
+    d.counters(1);
+    let cads = d.cads(Config::default());
+    d.faults.set(FaultMode::Hang);
+    let started = Instant::now();
+    let err = cads
+        .run(|s| s.read(&Counters, &"c0".to_string()))
+        .unwrap_err();
+    assert!(matches!(err, Error::Store(StoreError::Timeout(_))), "{err}");
+    let timeout = common::STORE_TIMEOUT;
+    assert!(
+        started.elapsed() < timeout + Duration::from_secs(2),
+        "{:?} for a timeout of {timeout:?}",
+        started.elapsed()
+    );
+    d.faults.set(FaultMode::Healthy);
+    assert_eq!(
+        cads.run(|s| s.read(&Counters, &"c0".to_string())).unwrap(),
+        0
+    );
+}
+
+/// A TCP relay that can cut the path to a CMI while the CMI keeps running with its entries, as a
+/// network partition would.
+struct Relay {
+    addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Relay {
+    fn new(target: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (cut2, conns2) = (cut.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if cut2.load(Ordering::Acquire) {
+                    continue; // dropped: the client sees its connection closed
+                }
+                let Ok(server) = TcpStream::connect(target) else {
+                    continue;
+                };
+                conns2.lock().unwrap().push(client.try_clone().unwrap());
+                conns2.lock().unwrap().push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { addr, cut, conns }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::Release);
+        if cut {
+            for c in self.conns.lock().unwrap().drain(..) {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+#[test]
+fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        d.counters(4);
+        let addrs = d.server.as_ref().unwrap().addrs().to_vec();
+        let relays: Vec<Relay> = addrs.iter().map(|a| Relay::new(*a)).collect();
+        let mut config = ClientConfig::new(relays.iter().map(|r| r.addr).collect());
+        config.connect_timeout = Duration::from_millis(300);
+        config.io_timeout = Duration::from_millis(500);
+        let client = Client::new(config, Coordinator::process());
+        let cads = Cads::new(d.store.clone(), Some(client), policy, Config::default());
+        let names: Vec<String> = (0..4).map(|i| format!("c{i}")).collect();
+        for n in &names {
+            assert_eq!(
+                cads.run(|s| s.read(&Counters, n)).unwrap(),
+                0,
+                "cached at 0"
+            );
+        }
+        for r in &relays {
+            r.set_cut(true);
+        }
+        // Cut off: reads come from the data store, writes still succeed.
+        for n in &names {
+            cads.run(|s| s.write(&Counters, n)).unwrap();
+            assert_eq!(cads.run(|s| s.read(&Counters, n)).unwrap(), 1);
+        }
+        // The CMIs still hold 0 for every counter. Once they are reachable again, no read of this
+        // process may return it.
+        for r in &relays {
+            r.set_cut(false);
+        }
+        // A client straight to the CMIs, routing keys as the relayed one does.
+        let relay_names: Vec<String> = relays.iter().map(|r| r.addr.to_string()).collect();
+        let direct = Client::with_router(
+            ClientConfig::new(addrs.clone()),
+            Arc::new(ConsistentHash::new(&relay_names)),
+            Coordinator::process(),
+        );
+        assert_eq!(
+            direct.get(&counter_key("c0")).unwrap(),
+            Some(b"0".to_vec()),
+            "{policy:?}: the CMI still holds the old value"
+        );
+        for _ in 0..20 {
+            for n in &names {
+                assert_eq!(
+                    cads.run(|s| s.read(&Counters, n)).unwrap(),
+                    1,
+                    "{policy:?} {n}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let after = direct.get(&counter_key("c0")).unwrap();
+        assert!(
+            after.is_none() || after.as_deref() == Some(&b"1"[..]),
+            "{after:?}"
+        );
+    }
+}
