@@ -43,6 +43,7 @@ mod router;
 mod session;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +90,7 @@ pub struct Client {
     router: Arc<dyn Router>,
     ids: SessionIds,
     retry: RetryPolicy,
+    round_trips: AtomicU64,
 }
 
 impl Client {
@@ -131,7 +133,18 @@ impl Client {
             router,
             ids: SessionIds::new(ranges),
             retry: config.retry,
+            round_trips: AtomicU64::new(0),
         }
+    }
+
+    /// Network round trips made so far: one per request waited for, and one per batch of
+    /// requests sent to several CMIs at once (they travel in parallel).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_round_trip(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn cmis(&self) -> usize {
@@ -155,6 +168,7 @@ impl Client {
     pub fn execute(&self, cmi: usize, cmd: &Command<'_>) -> Result<Reply<'static>> {
         let pool = &self.pools[cmi];
         let mut conn = pool.take()?;
+        self.count_round_trip();
         match conn.call(cmd) {
             Ok(reply) => {
                 pool.put(conn);

@@ -130,6 +130,7 @@ impl<'c> Session<'c> {
 
     fn call(&mut self, cmi: usize, cmd: &Command<'_>) -> Result<Reply<'static>> {
         self.touched[cmi] = true;
+        self.client.count_round_trip();
         let result = self.link(cmi).and_then(|conn| conn.call(cmd));
         result.map_err(|e| self.broken(cmi, e))
     }
@@ -139,6 +140,9 @@ impl<'c> Session<'c> {
         &mut self,
         cmds: Vec<(usize, Command<'_>)>,
     ) -> Result<Vec<(usize, Reply<'static>)>> {
+        if !cmds.is_empty() {
+            self.client.count_round_trip();
+        }
         for (cmi, cmd) in &cmds {
             self.touched[*cmi] = true;
             let sent = self.link(*cmi).and_then(|conn| {

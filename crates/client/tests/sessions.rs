@@ -189,3 +189,18 @@ fn an_unreachable_cmi_is_reported_quickly() {
     assert!(s.get(b"k", false).unwrap_err().is_unavailable());
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[test]
+fn round_trips_are_counted_once_per_wait() {
+    let c = cluster("write-through");
+    let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));
+    let before = c.client.round_trips();
+    let mut s = c.client.session();
+    s.mget(&[&a, &b], false).unwrap();
+    s.commit().unwrap();
+    // One parallel LMGET to both CMIs, one validate to both, one commit to both.
+    assert_eq!(c.client.round_trips() - before, 3);
+    let before = c.client.round_trips();
+    c.client.get(&a).unwrap();
+    assert_eq!(c.client.round_trips() - before, 1);
+}
