@@ -215,3 +215,51 @@ fn randomized_concurrent_sessions_never_read_a_stale_value() {
         assert!(history.reads.len() > 1000, "enough reads were checked");
     }
 }
+
+/// A session writing counters on two CMIs, aborted on one of them (a validated reader holds a
+/// golden lease there): neither the data store nor either CMI shows any of its writes.
+#[test]
+fn a_session_aborted_on_one_cmi_commits_nowhere() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        let names = d.counters(8);
+        let cads = d.cads(Config::default());
+        let client = cads.cache().unwrap();
+        let on = |cmi| {
+            names
+                .iter()
+                .find(|n| client.route(&counter_key(n)) == cmi)
+                .unwrap()
+                .clone()
+        };
+        let (a, b) = (on(0), on(1));
+        for n in [&a, &b] {
+            assert_eq!(cads.run(|s| s.read(&Counters, n)).unwrap(), 0);
+        }
+        let mut reader = client.session();
+        reader.get(&counter_key(&b), false).unwrap();
+        reader.validate().unwrap();
+        let mut s = cads.session();
+        s.write(&Counters, &a).unwrap();
+        s.write(&Counters, &b).unwrap();
+        let outcome = s.commit();
+        assert!(
+            matches!(outcome, Err(cads::Error::Aborted)),
+            "{policy:?}: {outcome:?}"
+        );
+        reader.commit().unwrap();
+        assert_eq!(
+            (d.stored(&a), d.stored(&b)),
+            (0, 0),
+            "{policy:?}: the data store rolled back"
+        );
+        for n in [&a, &b] {
+            let cached = client.get(&counter_key(n)).unwrap();
+            assert_eq!(
+                cached.as_deref(),
+                Some(&b"0"[..]),
+                "{policy:?}: {n} untouched in the cache"
+            );
+        }
+    }
+}

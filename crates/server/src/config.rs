@@ -96,7 +96,7 @@ pub struct Options {
     #[arg(long, value_name = "POLICY")]
     pub appendfsync: Option<String>,
 
-    /// Directory of the append-only logs (cmi-<i>.aof). [default: .]
+    /// Directory of the append-only logs (`cmi-<i>.aof`). [default: .]
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
