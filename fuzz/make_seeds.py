@@ -237,6 +237,10 @@ REQUESTS = {
     "server": resp("HELLO", "2", "AUTH", "u", "p", "SETNAME", "n") + resp("CONFIG", "SET", "maxmemory", "10")
     + resp("CLIENT", "SETINFO", "lib-name", "x") + resp("COMMAND", "DOCS", "get")
     + resp("EXPIRE", "k", "5", "XX", "GT") + resp("FRAGMENTID", "3", "7"),
+    "server-subcommands": resp("CLIENT", "ID") + resp("CLIENT", "GETNAME") + resp("CLIENT", "SETNAME", "n")
+    + resp("CLIENT", "LIST") + resp("CONFIG", "RESETSTAT") + resp("CONFIG", "GET", "maxmemory")
+    + resp("COMMAND", "COUNT") + resp("COMMAND", "LIST") + resp("COMMAND", "INFO", "get", "set")
+    + resp("COMMAND") + resp("INFO", "memory") + resp("PING", "hi") + resp("ECHO", "x"),
     "empty-and-partial": b"*0\r\n*-1\r\n\r\n" + resp("GET", "k")[:-3],
     "replies": b"+OK\r\n:-42\r\n$5\r\nhello\r\n$-1\r\n*3\r\n-ERR bad\r\n*0\r\n*-1\r\n-ABORT session aborted\r\n",
 }
