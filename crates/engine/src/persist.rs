@@ -1,8 +1,9 @@
 //! The append-only log of a CMI, without I/O: the engine encodes every change as a record, the
 //! server writes the records to a file, and on restart the engine replays the file.
 //!
-//! Records are RESP arrays (so a log can be read with any RESP tool) holding resulting state, not
-//! commands, so replaying one twice is harmless:
+//! Records are RESP arrays (so a log can be read with any RESP tool). All but `APPEND` hold
+//! resulting state rather than commands; `APPEND` carries only the appended bytes, so that a long
+//! value growing by appends does not rewrite itself into the log each time:
 //!
 //! | record | effect |
 //! | --- | --- |

@@ -784,7 +784,7 @@ mod tests {
     fn obsolete_configuration_reads_as_missing() {
         let mut s = store(0, 0);
         s.config.latest = 5;
-        s.config.set_fragments(4);
+        s.config.set_fragments(4).unwrap();
         s.put(b"k", b"v".to_vec(), plain()).unwrap();
         let fragment = cads_protocol::fragment::fragment_of(b"k", 4);
         s.config.set_fragment_id(fragment, 5).unwrap();
