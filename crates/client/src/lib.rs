@@ -160,6 +160,11 @@ impl Client {
         self.router.route(key)
     }
 
+    /// The CMIs that keep replicas of `key`, its own first (see [`Router::replicas`]).
+    pub fn replicas(&self, key: &[u8], count: usize) -> Vec<usize> {
+        self.router.replicas(key, count)
+    }
+
     pub fn retry_policy(&self) -> &RetryPolicy {
         &self.retry
     }

@@ -8,6 +8,13 @@ pub trait Router: Send + Sync {
     fn route(&self, key: &[u8]) -> usize;
     /// How many CMIs keys are spread over.
     fn cmis(&self) -> usize;
+    /// The CMIs that keep replicas of `key`: its own CMI first, then `count - 1` others (fewer if
+    /// there are fewer CMIs), always the same ones for the same key.
+    fn replicas(&self, key: &[u8], count: usize) -> Vec<usize> {
+        let n = self.cmis();
+        let first = self.route(key);
+        (0..count.min(n)).map(|i| (first + i) % n).collect()
+    }
 }
 
 /// Points each CMI owns on the ring: enough for an even spread with few CMIs.
@@ -61,11 +68,46 @@ impl Router for ConsistentHash {
     fn cmis(&self) -> usize {
         self.cmis
     }
+
+    /// The first `count` distinct CMIs met walking the ring from the key's point, so that a CMI's
+    /// replicas spread over the others instead of all landing on its neighbour in the list.
+    fn replicas(&self, key: &[u8], count: usize) -> Vec<usize> {
+        let want = count.min(self.cmis);
+        let mut found = Vec::with_capacity(want);
+        if want == 0 {
+            return found;
+        }
+        let h = mix(fnv1a64(key));
+        let start = self.ring.partition_point(|&(point, _)| point < h);
+        for i in 0..self.ring.len() {
+            let cmi = self.ring[(start + i) % self.ring.len()].1;
+            if !found.contains(&cmi) {
+                found.push(cmi);
+                if found.len() == want {
+                    break;
+                }
+            }
+        }
+        found
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_start_with_the_owner_and_are_distinct() {
+        let ring = ConsistentHash::new(&["a", "b", "c", "d"]);
+        for i in 0..1000 {
+            let key = format!("k{i}");
+            let r = ring.replicas(key.as_bytes(), 3);
+            assert_eq!(r.len(), 3);
+            assert_eq!(r[0], ring.route(key.as_bytes()));
+            assert!(r[0] != r[1] && r[1] != r[2] && r[0] != r[2]);
+        }
+        assert_eq!(ring.replicas(b"k", 9).len(), 4);
+    }
 
     #[test]
     fn spread_and_stability() {

@@ -85,6 +85,8 @@ pub struct Session<'c> {
     touched: Vec<bool>,
     validated: bool,
     finished: bool,
+    /// Set by [`Session::on`]: every key goes to this CMI instead of its routed one.
+    target: Option<usize>,
 }
 
 impl<'c> Session<'c> {
@@ -98,7 +100,22 @@ impl<'c> Session<'c> {
             touched: vec![false; n],
             validated: false,
             finished: false,
+            target: None,
         }
+    }
+
+    /// Runs `work` with every key of this session sent to CMI `cmi`, whatever the router says:
+    /// for replicas of an entry kept on several CMIs (write-back's buffered writes).
+    pub fn on<T>(&mut self, cmi: usize, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let previous = self.target.replace(cmi);
+        let result = work(self);
+        self.target = previous;
+        result
+    }
+
+    /// The CMI a key's commands go to.
+    fn cmi_of(&self, key: &[u8]) -> usize {
+        self.target.unwrap_or_else(|| self.client.route(key))
     }
 
     pub fn id(&self) -> SessionId {
@@ -179,7 +196,7 @@ impl<'c> Session<'c> {
 
     /// Runs a single-key command, backing off on RETRY; ABORT aborts the whole session.
     fn keyed(&mut self, key: &[u8], cmd: &Command<'_>) -> Result<Reply<'static>> {
-        let cmi = self.client.route(key);
+        let cmi = self.cmi_of(key);
         let policy = self.client.retry_policy().clone();
         let mut backoff = Backoff::new(&policy);
         loop {
@@ -204,13 +221,13 @@ impl<'c> Session<'c> {
     }
 
     fn hold(&mut self, key: &[u8]) {
-        let cmi = self.client.route(key);
+        let cmi = self.cmi_of(key);
         self.held[cmi].insert(key.to_vec());
         self.validated = false;
     }
 
     fn release(&mut self, key: &[u8]) {
-        let cmi = self.client.route(key);
+        let cmi = self.cmi_of(key);
         self.held[cmi].remove(key);
     }
 
@@ -327,7 +344,7 @@ impl<'c> Session<'c> {
     fn group(&self, indexes: &[usize], keys: &[&[u8]]) -> Vec<(usize, Vec<usize>)> {
         let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
         for &i in indexes {
-            let cmi = self.client.route(keys[i]);
+            let cmi = self.cmi_of(keys[i]);
             match groups.iter_mut().find(|(c, _)| *c == cmi) {
                 Some((_, idx)) => idx.push(i),
                 None => groups.push((cmi, vec![i])),
@@ -559,7 +576,7 @@ impl<'c> Session<'c> {
     /// IQSET: fills a miss under the I lease and releases it. Returns false when the lease was
     /// voided by a writer (or expired): the value, possibly stale, was not stored.
     pub fn iq_set(&mut self, key: &[u8], value: &[u8]) -> Result<bool> {
-        let cmi = self.client.route(key);
+        let cmi = self.cmi_of(key);
         let reply = self.call(
             cmi,
             &Command::IqSet {

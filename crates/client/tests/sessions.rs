@@ -204,3 +204,26 @@ fn round_trips_are_counted_once_per_wait() {
     c.client.get(&a).unwrap();
     assert_eq!(c.client.round_trips() - before, 1);
 }
+
+#[test]
+fn a_session_can_keep_a_key_on_several_cmis() {
+    let c = cluster("write-through");
+    let key = b"replicated".to_vec();
+    let mut s = c.client.session();
+    for cmi in [0, 1] {
+        s.on(cmi, |s| s.set(&key, b"v", true)).unwrap();
+    }
+    assert_eq!(s.cmis_with_leases(), vec![0, 1]);
+    s.commit().unwrap();
+    for cmi in 0..2 {
+        let reply = c
+            .client
+            .execute(cmi, &cads_protocol::Command::Get(&key))
+            .unwrap();
+        assert_eq!(
+            reply,
+            cads_protocol::Reply::owned_bulk(b"v".to_vec()),
+            "CMI {cmi}"
+        );
+    }
+}
