@@ -2,9 +2,15 @@
 //! query reads and a write changes, how to run both against the data store, and how cached values
 //! relate to query results.
 
-use cads_store::StoreError;
-
 use crate::tx::StoreTx;
+use cads_store::{DocOp, StoreError};
+
+/// A document, the unit of write-back's Design 1: writes are buffered per document (000 §3.2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DocRef {
+    pub collection: String,
+    pub id: String,
+}
 
 /// The application's description of one kind of query and write. A session may use several.
 pub trait CacheStore: Send + Sync {
@@ -40,8 +46,22 @@ pub trait CacheStore: Send + Sync {
     fn write_store(&self, write: &Self::Write, tx: &mut StoreTx<'_>) -> Result<(), StoreError>;
 
     /// How the write changes the cached value of `key`, one of its `keys_written`
-    /// (`modifyCacheEntries`; write-through only: write-around deletes every written key).
+    /// (`modifyCacheEntries`; write-through and write-back: write-around deletes every written key).
     fn cache_change(&self, write: &Self::Write, key: &[u8]) -> CacheChange;
+
+    /// Write-back, Design 1: the document operations this write buffers in the cache instead of
+    /// running `write_store` (`rationalizeWrite`, 000 Table 5.3). Empty, the default: the write
+    /// cannot be buffered and runs as write-through.
+    fn buffer(&self, _write: &Self::Write) -> Vec<(DocRef, DocOp)> {
+        Vec::new()
+    }
+
+    /// Write-back: the documents whose buffered writes a query's result depends on
+    /// (`rationalizeRead`; the mapping of 000 §3.2). A read that misses applies their buffered
+    /// writes to the data store before querying it.
+    fn buffered_reads(&self, _query: &Self::Query) -> Vec<DocRef> {
+        Vec::new()
+    }
 }
 
 /// A read-modify-write step: from the cached value to the new one (`None` deletes the entry).

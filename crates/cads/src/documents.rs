@@ -4,11 +4,11 @@
 //! of a document is `<collection>:<id>`, and a write-through update applies the same change
 //! operators to the cached document as to the stored one.
 
-use cads_store::{Changes, Document, FieldKind, IndexedField, StoreError};
+use cads_store::{Changes, DocWrite, Document, FieldKind, IndexedField, StoreError};
 
-use crate::cache_store::{CacheChange, CacheStore};
+use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::Result;
-use crate::tx::{DocWrite, StoreTx};
+use crate::tx::StoreTx;
 use crate::{Cads, Session};
 
 /// A collection of documents, cached per document.
@@ -17,14 +17,7 @@ pub struct Collection {
     name: String,
 }
 
-/// A write to one document.
-#[derive(Clone, Debug)]
-pub enum DocOp {
-    Insert(Document),
-    Put(Document),
-    Update(Changes),
-    Delete,
-}
+pub use cads_store::DocOp;
 
 impl Collection {
     /// Creates the collection in the data store if needed.
@@ -63,6 +56,13 @@ impl Collection {
     /// The cache key of a document.
     pub fn key(&self, id: &str) -> Vec<u8> {
         format!("{}:{id}", self.name).into_bytes()
+    }
+
+    pub fn doc_ref(&self, id: &str) -> DocRef {
+        DocRef {
+            collection: self.name.clone(),
+            id: id.to_string(),
+        }
     }
 
     /// Reads a document, from the cache when it holds it.
@@ -137,27 +137,20 @@ impl CacheStore for Collection {
         (id, op): &(String, DocOp),
         tx: &mut StoreTx<'_>,
     ) -> Result<(), StoreError> {
-        let collection = self.name.clone();
-        let id = id.clone();
-        tx.write_document(match op {
-            DocOp::Insert(document) => DocWrite::Insert {
-                collection,
-                id,
-                document: document.clone(),
-            },
-            DocOp::Put(document) => DocWrite::Put {
-                collection,
-                id,
-                document: document.clone(),
-            },
-            DocOp::Update(changes) => DocWrite::Update {
-                collection,
-                id,
-                changes: changes.clone(),
-            },
-            DocOp::Delete => DocWrite::Delete { collection, id },
+        tx.write_document(DocWrite {
+            collection: self.name.clone(),
+            id: id.clone(),
+            op: op.clone(),
         });
         Ok(())
+    }
+
+    fn buffer(&self, (id, op): &(String, DocOp)) -> Vec<(DocRef, DocOp)> {
+        vec![(self.doc_ref(id), op.clone())]
+    }
+
+    fn buffered_reads(&self, id: &String) -> Vec<DocRef> {
+        vec![self.doc_ref(id)]
     }
 
     fn cache_change(&self, (_, op): &(String, DocOp), _key: &[u8]) -> CacheChange {

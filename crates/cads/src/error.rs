@@ -16,6 +16,10 @@ pub enum Error {
     /// The cache failed in a way the policy cannot work around.
     #[error("cache: {0}")]
     Cache(ClientError),
+    /// Write-back could not buffer the session's writes: the CMIs' pinned memory is full.
+    /// [`Cads::run`](crate::Cads::run) re-runs such a session as write-through.
+    #[error("no room to buffer the writes (pinned memory full)")]
+    BufferFull,
     /// The application's own code in a session failed.
     #[error("{0}")]
     App(String),

@@ -34,6 +34,7 @@ pub mod documents;
 mod error;
 mod session;
 mod tx;
+pub mod writeback;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,10 +45,11 @@ use cads_client::{Backoff, Client, ClientConfig, RetryPolicy};
 use cads_coord::Coordinator;
 use cads_store::{DataStore, Isolation};
 
-pub use cache_store::{CacheChange, CacheStore, Modifier};
+pub use cache_store::{CacheChange, CacheStore, DocRef, Modifier};
 pub use error::{Error, Result};
 pub use session::Session;
-pub use tx::{DocWrite, StoreTx};
+pub use tx::StoreTx;
+pub use writeback::{Workers, WriteBackConfig, WriteBackCounts, WriteBackStats};
 
 /// How writes keep the cache and the data store consistent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +60,9 @@ pub enum Policy {
     WriteAround,
     /// Writes update the cached entries they change, synchronously with the data store.
     WriteThrough,
+    /// Writes update the cached entries and leave their changes in the cache as buffered writes,
+    /// which background workers apply to the data store (000 ch. 3; see [`writeback`]).
+    WriteBack,
 }
 
 impl Policy {
@@ -66,6 +71,7 @@ impl Policy {
             Policy::DataStoreOnly => "none",
             Policy::WriteAround => "write-around",
             Policy::WriteThrough => "write-through",
+            Policy::WriteBack => "write-back",
         }
     }
 
@@ -74,6 +80,7 @@ impl Policy {
             "none" | "data-store" => Some(Policy::DataStoreOnly),
             "write-around" => Some(Policy::WriteAround),
             "write-through" => Some(Policy::WriteThrough),
+            "write-back" => Some(Policy::WriteBack),
             _ => None,
         }
     }
@@ -98,6 +105,8 @@ pub struct Config {
     pub max_attempts: usize,
     /// Backoff between attempts.
     pub retry: RetryPolicy,
+    /// Write-back's settings (used with [`Policy::WriteBack`]).
+    pub write_back: WriteBackConfig,
     /// Leases on. Only the race tests turn them off, to show what they prevent.
     #[doc(hidden)]
     pub leases: bool,
@@ -124,6 +133,7 @@ impl Default for Config {
             isolation: Isolation::ReadCommitted,
             max_attempts: 100,
             retry: RetryPolicy::default(),
+            write_back: WriteBackConfig::default(),
             leases: true,
             fill_hook: None,
         }
@@ -141,6 +151,7 @@ pub struct Cads {
     /// When a missed CMI was last tried, in ms since `started`.
     last_heal: AtomicU64,
     started: Instant,
+    write_back: WriteBackStats,
 }
 
 /// How often a process tries to reach CMIs that missed its writes.
@@ -168,6 +179,7 @@ impl Cads {
             missed: (0..cmis).map(|_| AtomicBool::new(false)).collect(),
             last_heal: AtomicU64::new(0),
             started: Instant::now(),
+            write_back: WriteBackStats::default(),
         }
     }
 
@@ -200,10 +212,41 @@ impl Cads {
         &self.config
     }
 
+    /// Write-back's counters in this process.
+    pub fn write_back_stats(&self) -> &WriteBackStats {
+        &self.write_back
+    }
+
+    /// Pinned bytes on every CMI (buffered writes, PendingWrites, markers), from their INFO.
+    pub fn pinned_bytes(&self) -> u64 {
+        let Some(client) = &self.cache else {
+            return 0;
+        };
+        let sections: [&[u8]; 1] = [b"memory"];
+        (0..client.cmis())
+            .filter_map(|cmi| {
+                client
+                    .execute(cmi, &cads_protocol::Command::Info(&sections))
+                    .ok()
+            })
+            .filter_map(|reply| match reply {
+                cads_protocol::Reply::Bulk(text) => {
+                    String::from_utf8_lossy(&text).lines().find_map(|l| {
+                        l.strip_prefix("used_memory_pinned:")?
+                            .trim()
+                            .parse::<u64>()
+                            .ok()
+                    })
+                }
+                _ => None,
+            })
+            .sum()
+    }
+
     /// Starts a session (Algorithm 8, `startSession`).
     pub fn session(&self) -> Session<'_> {
         self.heal();
-        Session::new(self)
+        Session::new(self, false)
     }
 
     /// Runs `work` in a session and commits it; a session aborted by a lease conflict or a
@@ -212,9 +255,11 @@ impl Cads {
     pub fn run<T>(&self, mut work: impl FnMut(&mut Session<'_>) -> Result<T>) -> Result<T> {
         let mut attempt = 0;
         let mut backoff = Backoff::new(&self.config.retry);
+        let mut write_through = false;
         loop {
             attempt += 1;
-            let mut session = self.session();
+            self.heal();
+            let mut session = Session::new(self, write_through);
             let outcome = match work(&mut session) {
                 Ok(value) => session.commit().map(|()| value),
                 Err(e) => {
@@ -223,6 +268,12 @@ impl Cads {
                 }
             };
             match outcome {
+                // Write-back's pinned memory is full: the session runs again as write-through
+                // (000 §3.3.4.1), applying the buffered writes of its documents first.
+                Err(Error::BufferFull) if !write_through => {
+                    self.write_back.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    write_through = true;
+                }
                 Err(e) if e.is_retryable() && attempt < self.config.max_attempts => {
                     backoff.wait();
                 }

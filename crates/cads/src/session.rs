@@ -2,11 +2,15 @@
 //! `writeStatement`, `preCommitSession`, `commitSession` and `abortSession` (000 §5.2,
 //! Algorithms 8-11).
 
-use cads_client::ClientError;
+use std::sync::atomic::Ordering;
 
-use crate::cache_store::{CacheChange, CacheStore};
+use cads_client::ClientError;
+use cads_store::DocOp;
+
+use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::{Error, Result};
 use crate::tx::StoreTx;
+use crate::writeback::design1;
 use crate::{Cads, Policy};
 
 /// One atomic unit of work: reads and writes through [`CacheStore`]s, at most one data-store
@@ -20,13 +24,20 @@ pub struct Session<'a> {
     deletes: Vec<Vec<u8>>,
     /// Write-through: changes to cached values, in the order the writes were made.
     changes: Vec<(Vec<u8>, CacheChange)>,
+    /// Write-back: document operations to buffer at pre-commit.
+    buffered: Vec<(DocRef, DocOp)>,
+    /// Write-back: the documents this session writes.
+    written_docs: Vec<DocRef>,
+    /// Write-back found pinned memory full: this session writes through, after applying the
+    /// buffered writes of its documents.
+    write_through: bool,
     /// The cache could not be reached: this session works on the data store alone.
     degraded: bool,
     prepared: bool,
 }
 
 impl<'a> Session<'a> {
-    pub(crate) fn new(cads: &'a Cads) -> Session<'a> {
+    pub(crate) fn new(cads: &'a Cads, write_through: bool) -> Session<'a> {
         let cache = match cads.policy() {
             Policy::DataStoreOnly => None,
             _ => cads.cache().map(|c| c.session()),
@@ -37,9 +48,26 @@ impl<'a> Session<'a> {
             tx: StoreTx::new(cads.store().as_ref(), cads.config().isolation),
             deletes: Vec::new(),
             changes: Vec::new(),
+            buffered: Vec::new(),
+            written_docs: Vec::new(),
+            write_through,
             degraded: false,
             prepared: false,
         }
+    }
+
+    /// Write-back, before a read queries the data store: the buffered writes its result depends
+    /// on go to the data store first (000 Algorithm 1, with the application-side mapping).
+    fn apply_buffered_for<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<()> {
+        if self.cads.policy() != Policy::WriteBack {
+            return Ok(());
+        }
+        for doc in cs.buffered_reads(query) {
+            if design1::has_buffered(self.cads, &doc)? {
+                design1::apply_buffered(self.cads, &doc)?;
+            }
+        }
+        Ok(())
     }
 
     /// The session's data-store transaction, for statements the application runs itself.
@@ -78,6 +106,7 @@ impl<'a> Session<'a> {
         }
         let keys = cs.keys_read(query);
         if !self.use_cache() || keys.is_empty() || self.cads.any_missed(&keys) {
+            self.apply_buffered_for(cs, query)?;
             return Ok(cs.query_store(query, &mut self.tx)?);
         }
         let step = self.tx.next_step();
@@ -87,6 +116,7 @@ impl<'a> Session<'a> {
             Ok(values) => values,
             Err(e) if e.is_unavailable() => {
                 self.degrade(&e);
+                self.apply_buffered_for(cs, query)?;
                 return Ok(cs.query_store(query, &mut self.tx)?);
             }
             Err(e) => return Err(e.into()),
@@ -97,6 +127,7 @@ impl<'a> Session<'a> {
                 return Ok(output);
             }
         }
+        self.apply_buffered_for(cs, query)?;
         let output = cs.query_store(query, &mut self.tx)?;
         self.cads.pause_before_fill();
         // A transaction reading from a snapshot older than our leases could have read data that a
@@ -149,6 +180,7 @@ impl<'a> Session<'a> {
                 return Ok(output);
             }
         }
+        self.apply_buffered_for(cs, query)?;
         let output = cs.query_store(query, &mut self.tx)?;
         self.cads.pause_before_fill();
         for (key, value) in cs.entries(query, &output) {
@@ -164,11 +196,21 @@ impl<'a> Session<'a> {
         match self.cads.policy() {
             Policy::DataStoreOnly => {}
             Policy::WriteAround => self.deletes.extend(keys),
-            Policy::WriteThrough => {
+            Policy::WriteThrough | Policy::WriteBack => {
                 for key in keys {
                     let change = cs.cache_change(write, &key);
                     self.changes.push((key, change));
                 }
+            }
+        }
+        if self.cads.policy() == Policy::WriteBack {
+            let ops = cs.buffer(write);
+            self.written_docs
+                .extend(ops.iter().map(|(doc, _)| doc.clone()));
+            if !ops.is_empty() && !self.write_through {
+                // Buffered in the cache at pre-commit instead of written to the data store.
+                self.buffered.extend(ops);
+                return Ok(());
             }
         }
         cs.write_store(write, &mut self.tx)?;
@@ -190,10 +232,12 @@ impl<'a> Session<'a> {
             self.note_missed_writes();
             return Ok(());
         }
+        if self.cads.policy() == Policy::WriteBack {
+            return self.pre_commit_write_back();
+        }
         let staged = match self.cads.policy() {
-            Policy::DataStoreOnly => Ok(()),
             Policy::WriteAround => self.stage_deletes(),
-            Policy::WriteThrough => self.stage_changes(),
+            _ => self.stage_changes(),
         };
         let validated = staged.and_then(|()| self.cache.as_mut().expect("checked").validate());
         match validated {
@@ -205,6 +249,34 @@ impl<'a> Session<'a> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Write-back's pre-commit: the cached values change as with write-through, and the buffered
+    /// writes are staged on their replicas, all under the session's exclusive leases. With pinned
+    /// memory full, the session's documents have their buffered writes applied (while this session
+    /// holds their exclusive leases, so none can be added) and the session writes through.
+    fn pre_commit_write_back(&mut self) -> Result<()> {
+        self.stage_changes().map_err(Error::from)?;
+        if self.write_through {
+            let mut docs = self.written_docs.clone();
+            docs.sort();
+            docs.dedup();
+            for doc in &docs {
+                design1::apply_buffered(self.cads, doc)?;
+            }
+        } else {
+            let cache = self.cache.as_mut().expect("checked");
+            match design1::stage(self.cads, cache, &self.buffered) {
+                Ok(()) => {}
+                Err(ClientError::NotStored) => return Err(Error::BufferFull),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.cache
+            .as_mut()
+            .expect("checked")
+            .validate()
+            .map_err(Error::from)
     }
 
     /// The CMIs of keys this session wrote without reaching the cache missed those writes.
@@ -323,7 +395,11 @@ impl<'a> Session<'a> {
         }
         if let Some(cache) = self.cache.take() {
             match cache.commit() {
-                Ok(()) => {}
+                Ok(()) => {
+                    let stats = self.cads.write_back_stats();
+                    let buffered = self.buffered.len() as u64;
+                    stats.buffered.fetch_add(buffered, Ordering::Relaxed);
+                }
                 // The data store has committed: that is the truth. A CMI that did not take the
                 // commit drops the session's changes when its leases expire (deleting the keys it
                 // held exclusively), so no reader sees a stale value.

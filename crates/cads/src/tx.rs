@@ -1,35 +1,11 @@
 //! The data-store side of a session: at most one SQL transaction, begun when first needed, and the
-//! session's document writes, which are applied when the session commits (a document store has no
-//! multi-statement transaction, so deferring them is what keeps an aborted session from having
-//! written anything; each document write stays atomic on its own, 000 §3.2 Design 1).
+//! session's document writes, which are applied together, in one data-store transaction, when the
+//! session commits: an aborted session has written nothing, and a session re-run after a conflict
+//! cannot have applied part of its writes before.
 
 use cads_store::{
-    Changes, DataStore, Dialect, Document, DocumentStore, Isolation, SqlTransaction, StoreError,
+    DataStore, Dialect, DocWrite, DocumentStore, Isolation, SqlTransaction, StoreError,
 };
-
-/// A document write waiting for the session to commit.
-#[derive(Clone, Debug)]
-pub enum DocWrite {
-    Insert {
-        collection: String,
-        id: String,
-        document: Document,
-    },
-    Put {
-        collection: String,
-        id: String,
-        document: Document,
-    },
-    Update {
-        collection: String,
-        id: String,
-        changes: Changes,
-    },
-    Delete {
-        collection: String,
-        id: String,
-    },
-}
 
 pub struct StoreTx<'s> {
     store: &'s dyn DataStore,
@@ -120,7 +96,7 @@ impl<'s> StoreTx<'s> {
         snapshot.is_some_and(|s| s < step)
     }
 
-    /// Commits the SQL transaction, then applies the document writes in order.
+    /// Commits the SQL transaction, then applies the document writes, in order, atomically.
     pub(crate) fn commit(mut self) -> Result<(), StoreError> {
         if let Some(tx) = self.read.take() {
             let _ = tx.rollback();
@@ -128,31 +104,10 @@ impl<'s> StoreTx<'s> {
         if let Some(tx) = self.sql.take() {
             tx.commit()?;
         }
-        for write in std::mem::take(&mut self.documents) {
-            match write {
-                DocWrite::Insert {
-                    collection,
-                    id,
-                    document,
-                } => self.store.insert(&collection, &id, &document)?,
-                DocWrite::Put {
-                    collection,
-                    id,
-                    document,
-                } => self.store.put(&collection, &id, &document)?,
-                DocWrite::Update {
-                    collection,
-                    id,
-                    changes,
-                } => {
-                    self.store.update(&collection, &id, &changes)?;
-                }
-                DocWrite::Delete { collection, id } => {
-                    self.store.delete(&collection, &id)?;
-                }
-            }
+        if self.documents.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.store.write_batch(&self.documents)
     }
 
     pub(crate) fn rollback(mut self) {

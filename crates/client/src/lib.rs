@@ -165,6 +165,12 @@ impl Client {
         self.router.replicas(key, count)
     }
 
+    /// Whether CMI `cmi` failed within the last second (a connection could not be made, or one
+    /// broke). Callers that keep replicas skip such CMIs.
+    pub fn is_down(&self, cmi: usize) -> bool {
+        self.pools[cmi].is_down()
+    }
+
     pub fn retry_policy(&self) -> &RetryPolicy {
         &self.retry
     }
@@ -184,6 +190,33 @@ impl Client {
                 Err(e)
             }
         }
+    }
+
+    /// Runs one command on each of several CMIs, all sent before any reply is read (one round
+    /// trip), returning each CMI's reply or error in order.
+    pub fn execute_many(&self, commands: &[(usize, Command<'_>)]) -> Vec<Result<Reply<'static>>> {
+        self.count_round_trip();
+        let mut conns = Vec::with_capacity(commands.len());
+        for (cmi, cmd) in commands {
+            let sent = self.pools[*cmi].take().and_then(|mut conn| {
+                conn.queue(cmd);
+                conn.flush().map(|()| conn)
+            });
+            conns.push(sent);
+        }
+        commands
+            .iter()
+            .zip(conns)
+            .map(|((cmi, _), conn)| {
+                let mut conn = conn?;
+                let reply = conn.read();
+                match &reply {
+                    Ok(_) => self.pools[*cmi].put(conn),
+                    Err(_) => self.pools[*cmi].clear(),
+                }
+                reply
+            })
+            .collect()
     }
 
     /// Runs one command on the CMI owning `key`, mapping error replies to errors.

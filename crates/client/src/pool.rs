@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::conn::Connection;
 use crate::error::Result;
@@ -15,7 +15,12 @@ pub struct Pool {
     connect_timeout: Duration,
     io_timeout: Duration,
     password: Option<String>,
+    /// Until when the CMI counts as down after a failure (see [`Pool::mark_down`]).
+    down_until: Mutex<Option<Instant>>,
 }
+
+/// How long a CMI that failed counts as down before it is tried again.
+const DOWN_FOR: Duration = Duration::from_secs(1);
 
 impl Pool {
     pub fn new(
@@ -34,7 +39,21 @@ impl Pool {
             connect_timeout,
             io_timeout,
             password,
+            down_until: Mutex::new(None),
         }
+    }
+
+    /// Records that the CMI failed: for a while, callers that can do without it (replicas) skip it.
+    pub fn mark_down(&self) {
+        *self.down_until.lock().expect("pool lock") = Some(Instant::now() + DOWN_FOR);
+    }
+
+    /// Whether the CMI failed recently.
+    pub fn is_down(&self) -> bool {
+        self.down_until
+            .lock()
+            .expect("pool lock")
+            .is_some_and(|until| Instant::now() < until)
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -46,13 +65,17 @@ impl Pool {
         if let Some(conn) = self.idle.lock().expect("pool lock").pop() {
             return Ok(conn);
         }
-        Connection::open(
+        let opened = Connection::open(
             self.cmi,
             self.addr,
             self.connect_timeout,
             self.io_timeout,
             self.password.as_deref(),
-        )
+        );
+        if opened.is_err() {
+            self.mark_down();
+        }
+        opened
     }
 
     /// Returns a healthy connection (one whose every reply was read) for reuse.
@@ -63,8 +86,9 @@ impl Pool {
         }
     }
 
-    /// Drops every idle connection (after the CMI failed, for instance).
+    /// Drops every idle connection and marks the CMI down (after it failed).
     pub fn clear(&self) {
         self.idle.lock().expect("pool lock").clear();
+        self.mark_down();
     }
 }

@@ -14,8 +14,8 @@ use serde_json::Value;
 use crate::changes::Changes;
 use crate::document::{
     column_name, indexed_from_json, indexed_to_json, indexed_value, key_of,
-    validate_collection_name, validate_id, validate_indexed, Document, DocumentStore, FieldKind,
-    IndexKey, IndexedField, CATALOG_TABLE,
+    validate_collection_name, validate_id, validate_indexed, DocOp, DocWrite, Document,
+    DocumentStore, FieldKind, IndexKey, IndexedField, CATALOG_TABLE,
 };
 use crate::error::{Result, StoreError};
 use crate::pool::{Pool, Pooled, TimedGuard, TimedLock};
@@ -205,6 +205,25 @@ fn parse_doc(v: &SqlValue) -> Result<Document> {
         }
     };
     parsed.map_err(|e| StoreError::Backend(format!("stored document is not a JSON object: {e}")))
+}
+
+/// Locks a document, applies changes to it and writes it back, inside the caller's transaction.
+fn update_in<C: Conn>(
+    conn: &mut C,
+    c: &Collection,
+    id: &str,
+    changes: &Changes,
+) -> Result<Option<Document>> {
+    let rows = conn.query(&c.lock, &[SqlValue::Text(id.to_owned())])?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let mut doc = parse_doc(&row.values()[0])?;
+    changes.apply(&mut doc)?;
+    let mut params = c.row_params(id, &doc)?;
+    params.rotate_left(1); // the id goes last, in the WHERE clause
+    conn.execute(&c.update, &params)?;
+    Ok(Some(doc))
 }
 
 /// A data store over a SQL backend: the documents and SQL faces for every [`Engine`].
@@ -541,18 +560,7 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
     fn update(&self, coll: &str, id: &str, changes: &Changes) -> Result<Option<Document>> {
         let c = self.collection(coll)?;
         validate_id(id)?;
-        self.in_transaction(|conn| {
-            let rows = conn.query(&c.lock, &[SqlValue::Text(id.to_owned())])?;
-            let Some(row) = rows.first() else {
-                return Ok(None);
-            };
-            let mut doc = parse_doc(&row.values()[0])?;
-            changes.apply(&mut doc)?;
-            let mut params = c.row_params(id, &doc)?;
-            params.rotate_left(1); // the id goes last, in the WHERE clause
-            conn.execute(&c.update, &params)?;
-            Ok(Some(doc))
-        })
+        self.in_transaction(|conn| update_in(conn, &c, id, changes))
     }
 
     fn delete(&self, coll: &str, id: &str) -> Result<bool> {
@@ -592,6 +600,37 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
         rows.first()
             .ok_or_else(|| StoreError::Backend("COUNT(*) returned no row".into()))?
             .get::<u64>(0)
+    }
+
+    fn write_batch(&self, writes: &[DocWrite]) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut planned = Vec::with_capacity(writes.len());
+        for w in writes {
+            validate_id(&w.id)?;
+            planned.push((self.collection(&w.collection)?, w));
+        }
+        self.in_transaction(|conn| {
+            for (c, w) in &planned {
+                let id = SqlValue::Text(w.id.clone());
+                match &w.op {
+                    DocOp::Insert(doc) => {
+                        conn.execute(&c.insert, &c.row_params(&w.id, doc)?)?;
+                    }
+                    DocOp::Put(doc) => {
+                        conn.execute(&c.put, &c.row_params(&w.id, doc)?)?;
+                    }
+                    DocOp::Update(changes) => {
+                        update_in(conn, c, &w.id, changes)?;
+                    }
+                    DocOp::Delete => {
+                        conn.execute(&c.delete, &[id])?;
+                    }
+                }
+            }
+            Ok(())
+        })
     }
 
     fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> Result<()> {

@@ -126,6 +126,91 @@ pub trait DocumentStore: Send + Sync {
     /// Inserts many documents in one transaction (the bulk load of benchmarks); if any id exists, or
     /// appears twice, nothing is inserted and the error is [`StoreError::Constraint`].
     fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> Result<()>;
+
+    /// Applies writes to several documents, in order, in one transaction: all of them or none.
+    /// An update of a missing document changes nothing; an insert of an existing one fails the
+    /// batch with [`StoreError::Constraint`].
+    fn write_batch(&self, writes: &[DocWrite]) -> Result<()>;
+}
+
+/// A write to one document.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DocOp {
+    /// Insert a new document ([`StoreError::Constraint`] if it exists).
+    Insert(Document),
+    /// Insert or replace the document.
+    Put(Document),
+    /// Apply change operators to the document (nothing if it is missing).
+    Update(Changes),
+    /// Delete the document (nothing if it is missing).
+    Delete,
+}
+
+/// A write to the document `id` of `collection`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DocWrite {
+    /// The collection.
+    pub collection: String,
+    /// The document's id.
+    pub id: String,
+    /// What happens to it.
+    pub op: DocOp,
+}
+
+impl DocOp {
+    /// Whether applying the operation twice leaves the document as applying it once. An insert
+    /// counts as idempotent: replayed, it is applied as a put.
+    pub fn is_idempotent(&self) -> bool {
+        match self {
+            DocOp::Put(_) | DocOp::Delete | DocOp::Insert(_) => true,
+            DocOp::Update(changes) => changes.is_idempotent(),
+        }
+    }
+
+    /// The operation applied to a document (`None`: no document).
+    pub fn apply(&self, document: Option<Document>) -> Result<Option<Document>> {
+        match self {
+            DocOp::Insert(d) | DocOp::Put(d) => Ok(Some(d.clone())),
+            DocOp::Delete => Ok(None),
+            DocOp::Update(changes) => match document {
+                Some(mut d) => {
+                    changes.apply(&mut d)?;
+                    Ok(Some(d))
+                }
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// The operation as JSON: `{"insert": doc}`, `{"put": doc}`, `{"update": changes}`,
+    /// `{"delete": true}`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            DocOp::Insert(d) => serde_json::json!({ "insert": d }),
+            DocOp::Put(d) => serde_json::json!({ "put": d }),
+            DocOp::Update(changes) => serde_json::json!({ "update": changes.to_json() }),
+            DocOp::Delete => serde_json::json!({ "delete": true }),
+        }
+    }
+
+    /// Reads what [`DocOp::to_json`] wrote.
+    pub fn from_json(value: &Value) -> Result<DocOp> {
+        let bad = || StoreError::Invalid(format!("not a document operation: {value}"));
+        let object = value.as_object().ok_or_else(bad)?;
+        let (name, arg) = object
+            .iter()
+            .next()
+            .filter(|_| object.len() == 1)
+            .ok_or_else(bad)?;
+        let document = || arg.as_object().cloned().ok_or_else(bad);
+        match name.as_str() {
+            "insert" => Ok(DocOp::Insert(document()?)),
+            "put" => Ok(DocOp::Put(document()?)),
+            "update" => Ok(DocOp::Update(Changes::from_json(arg)?)),
+            "delete" => Ok(DocOp::Delete),
+            _ => Err(bad()),
+        }
+    }
 }
 
 /// Checks a collection name: `[a-z0-9_]+`, at most [`MAX_COLLECTION_NAME_LEN`] bytes, not the

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::changes::Changes;
-use crate::document::{Document, DocumentStore, IndexedField};
+use crate::document::{DocWrite, Document, DocumentStore, IndexedField};
 use crate::error::{Result, StoreError};
 use crate::sql::{Dialect, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
 use crate::DataStore;
@@ -287,6 +287,11 @@ impl DocumentStore for FaultyStore {
     fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> Result<()> {
         self.enter(Kind::Write)?;
         self.inner.insert_many(coll, docs)
+    }
+
+    fn write_batch(&self, writes: &[DocWrite]) -> Result<()> {
+        self.enter(Kind::Write)?;
+        self.inner.write_batch(writes)
     }
 }
 

@@ -76,8 +76,8 @@ mod sqlite;
 
 pub use changes::{Change, Changes, Op};
 pub use document::{
-    validate_collection_name, validate_id, Document, DocumentStore, FieldKind, IndexedField,
-    CATALOG_TABLE, MAX_COLLECTION_NAME_LEN, MAX_ID_LEN, MAX_INDEXED_TEXT_LEN,
+    validate_collection_name, validate_id, DocOp, DocWrite, Document, DocumentStore, FieldKind,
+    IndexedField, CATALOG_TABLE, MAX_COLLECTION_NAME_LEN, MAX_ID_LEN, MAX_INDEXED_TEXT_LEN,
 };
 pub use error::{Result, StoreError};
 pub use fault::{CallCounts, FaultMode, Faults, FaultyStore};

@@ -227,6 +227,7 @@ conformance!(
     documents_round_trip_exactly,
     get_many_in_order,
     insert_many_bulk,
+    write_batch_is_all_or_nothing,
     scan_by_id,
     scan_by_indexed_field,
     indexed_field_kinds_are_checked,
@@ -611,6 +612,45 @@ fn documents_round_trip_exactly(cx: &Ctx) {
     }
     let got = cx.store.get(&c, "plain").unwrap().unwrap();
     assert!(got["whole_float"].is_f64() && got["big"].is_i64() && got["huge"].is_u64());
+}
+
+/// Several document writes in one transaction: a failing one undoes those before it.
+fn write_batch_is_all_or_nothing(cx: &Ctx) {
+    use cads_store::{DocOp, DocWrite};
+    let c = cx.coll("batch", &[]);
+    cx.store.insert(&c, "a", &doc(json!({"n": 1}))).unwrap();
+    cx.store.insert(&c, "b", &doc(json!({"n": 1}))).unwrap();
+    let write = |id: &str, op: DocOp| DocWrite {
+        collection: c.clone(),
+        id: id.into(),
+        op,
+    };
+    let failing = [
+        write("a", DocOp::Update(changes(json!({"$inc": {"n": 10}})))),
+        write("c", DocOp::Put(doc(json!({"n": 3})))),
+        write("b", DocOp::Insert(doc(json!({"n": 9})))),
+    ];
+    let r = cx.store.write_batch(&failing);
+    assert!(matches!(r, Err(StoreError::Constraint(_))), "{r:?}");
+    assert_eq!(
+        cx.store.get(&c, "a").unwrap().unwrap()["n"],
+        json!(1),
+        "rolled back"
+    );
+    assert!(cx.store.get(&c, "c").unwrap().is_none());
+    cx.store
+        .write_batch(&[
+            write("a", DocOp::Update(changes(json!({"$inc": {"n": 10}})))),
+            write("b", DocOp::Delete),
+            write("c", DocOp::Insert(doc(json!({"n": 3})))),
+            write("missing", DocOp::Update(changes(json!({"$set": {"x": 1}})))),
+        ])
+        .unwrap();
+    assert_eq!(cx.store.get(&c, "a").unwrap().unwrap()["n"], json!(11));
+    assert!(cx.store.get(&c, "b").unwrap().is_none());
+    assert_eq!(cx.store.get(&c, "c").unwrap().unwrap()["n"], json!(3));
+    assert!(cx.store.get(&c, "missing").unwrap().is_none());
+    cx.store.write_batch(&[]).unwrap();
 }
 
 fn get_many_in_order(cx: &Ctx) {

@@ -28,6 +28,15 @@ pub const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(
 impl Deployment {
     /// Two CMIs in the policy's lease mode and a SQLite database with a `counters` table.
     pub fn start(policy: Policy) -> Deployment {
+        Deployment::start_with(policy, 2, |_| {})
+    }
+
+    /// `cmis` CMIs configured by `configure`, and the SQLite database.
+    pub fn start_with(
+        policy: Policy,
+        cmis: usize,
+        configure: impl FnOnce(&mut Options),
+    ) -> Deployment {
         let dir = std::env::temp_dir().join(format!(
             "cads-framework-{}-{}",
             std::process::id(),
@@ -35,16 +44,14 @@ impl Deployment {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let server = Server::start(
-            cads_server::Config::resolve(Options {
-                port: Some(0),
-                cmis: Some(2),
-                mode: Some(policy.cmi_mode().into()),
-                ..Options::default()
-            })
-            .unwrap(),
-        )
-        .unwrap();
+        let mut options = Options {
+            port: Some(0),
+            cmis: Some(cmis),
+            mode: Some(policy.cmi_mode().into()),
+            ..Options::default()
+        };
+        configure(&mut options);
+        let server = Server::start(cads_server::Config::resolve(options).unwrap()).unwrap();
         let url = format!("sqlite:{}", dir.join("data.db").display());
         let inner = open(&url, &StoreOptions::default().with_timeout(STORE_TIMEOUT)).unwrap();
         let faulty = FaultyStore::new(inner);

@@ -1,0 +1,273 @@
+//! The value of a buffered write (Design 1, 000 Definition 3.2.1): the operations pending on one
+//! document, in the order they were made, one JSON object per line so that a write can append to
+//! it without reading it.
+
+use cads_store::{Change, Changes, DocOp, Document, Op, StoreError};
+
+/// Encodes operations as lines.
+pub fn encode(ops: &[DocOp]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for op in ops {
+        serde_json::to_writer(&mut out, &op.to_json()).expect("JSON serializes");
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Decodes the lines of a buffered write.
+pub fn decode(bytes: &[u8]) -> Result<Vec<DocOp>, StoreError> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let value = serde_json::from_slice(line)
+                .map_err(|e| StoreError::Invalid(format!("a buffered write is not JSON: {e}")))?;
+            DocOp::from_json(&value)
+        })
+        .collect()
+}
+
+/// Removes operations that later ones make redundant (000 Example 3.2.1): everything before a
+/// `put`, `insert` or `delete` (they replace the whole document); consecutive updates become one;
+/// within it, when nothing in between touches the field, `$set` after `$set` keeps the last,
+/// `$inc` after `$inc` adds up, and `$push`/`$addToSet` of a value followed by `$pull` of it no
+/// longer carries the value (the `$pull` removes every copy anyway). The result always equals
+/// applying the operations as they were.
+pub fn compact(ops: Vec<DocOp>) -> Vec<DocOp> {
+    let mut out: Vec<DocOp> = Vec::new();
+    for op in ops {
+        match op {
+            DocOp::Update(changes) => match out.last_mut() {
+                Some(DocOp::Update(previous)) => previous.extend(&changes),
+                _ => out.push(DocOp::Update(changes)),
+            },
+            whole => {
+                out.clear();
+                out.push(whole);
+            }
+        }
+    }
+    for op in &mut out {
+        if let DocOp::Update(changes) = op {
+            *changes = compact_changes(changes);
+        }
+    }
+    out
+}
+
+/// Whether two paths address overlapping parts of a document (equal, or one inside the other).
+fn overlaps(a: &str, b: &str) -> bool {
+    let inside = |outer: &str, inner: &str| {
+        inner.len() > outer.len()
+            && inner.starts_with(outer)
+            && inner.as_bytes()[outer.len()] == b'.'
+    };
+    a == b || inside(a, b) || inside(b, a)
+}
+
+/// What a later change leaves of an earlier one when nothing in between touches their field:
+/// `$set` after `$set` leaves nothing; `$pull` of a value after `$push`/`$addToSet` of it leaves
+/// only the earlier change's side effect of creating a missing array (`$addToSet` of no elements).
+/// `None`: the earlier change stays as it is.
+fn superseded(later: &Change, earlier: &Change) -> Option<Option<Change>> {
+    if earlier.field != later.field {
+        return None;
+    }
+    match later.op {
+        Op::Set if earlier.op == Op::Set => Some(None),
+        Op::Pull
+            if (earlier.op == Op::Push || earlier.op == Op::AddToSet)
+                && earlier.value == later.value =>
+        {
+            Some(Some(Change::new(
+                Op::AddToSet,
+                earlier.field.clone(),
+                serde_json::json!({ "$each": [] }),
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn compact_changes(changes: &Changes) -> Changes {
+    let mut kept: Vec<Change> = Vec::with_capacity(changes.len());
+    for change in changes.changes() {
+        // Only the last kept change overlapping this field can be dropped or merged: anything
+        // between them would see a different document otherwise.
+        while let Some(i) = kept.iter().rposition(|c| overlaps(&c.field, &change.field)) {
+            match superseded(change, &kept[i]) {
+                Some(None) => {
+                    kept.remove(i);
+                }
+                Some(Some(rest)) => {
+                    kept[i] = rest;
+                    break;
+                }
+                None => break,
+            }
+        }
+        if change.op == Op::Inc {
+            if let Some(i) = kept.iter().rposition(|c| overlaps(&c.field, &change.field)) {
+                let last = &mut kept[i];
+                if last.op == Op::Inc && last.field == change.field {
+                    if let (Some(a), Some(b)) = (last.value.as_i64(), change.value.as_i64()) {
+                        if let Some(sum) = a.checked_add(b) {
+                            last.value = sum.into();
+                            continue;
+                        }
+                    }
+                }
+            }
+        }
+        kept.push(change.clone());
+    }
+    Changes(kept)
+}
+
+/// Whether applying the operations twice leaves the document as applying them once.
+pub fn is_idempotent(ops: &[DocOp]) -> bool {
+    match ops {
+        [] => true,
+        [op] => op.is_idempotent(),
+        // A replacement followed by idempotent changes is idempotent as a whole only if the
+        // changes are: `put` resets the document before they apply again.
+        [DocOp::Put(_) | DocOp::Insert(_) | DocOp::Delete, rest @ ..] => {
+            rest.iter().all(DocOp::is_idempotent)
+        }
+        _ => false,
+    }
+}
+
+/// The document after the operations, from `before` (the data store's version).
+pub fn final_state(
+    ops: &[DocOp],
+    before: Option<Document>,
+) -> Result<Option<Document>, StoreError> {
+    ops.iter().try_fold(before, |doc, op| op.apply(doc))
+}
+
+/// The idempotent equivalent of the operations on `before`: the final document, or its deletion
+/// (000 §3.2: a non-idempotent buffered write is replaced by the final values before it is
+/// applied, so that applying it twice does no harm).
+pub fn idempotent_form(ops: &[DocOp], before: Option<Document>) -> Result<Vec<DocOp>, StoreError> {
+    Ok(match final_state(ops, before)? {
+        Some(document) => vec![DocOp::Put(document)],
+        None => vec![DocOp::Delete],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn update(v: serde_json::Value) -> DocOp {
+        DocOp::Update(Changes::from_json(&v).unwrap())
+    }
+
+    fn doc(v: serde_json::Value) -> Document {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn encodes_and_decodes_lines() {
+        let ops = vec![
+            update(json!({"$inc": {"n": 1}})),
+            DocOp::Put(doc(json!({"a": [1, 2]}))),
+            DocOp::Delete,
+        ];
+        let mut bytes = encode(&ops[..1]);
+        bytes.extend(encode(&ops[1..]));
+        assert_eq!(decode(&bytes).unwrap(), ops);
+        assert!(decode(b"{not json}\n").is_err());
+    }
+
+    #[test]
+    fn compaction_of_example_3_2_1() {
+        // Bob invites Alice, then Alice accepts: the pending entry cancels out.
+        let ops = vec![
+            update(json!({"$addToSet": {"pendingfriends": "Bob"}})),
+            update(json!({"$pull": {"pendingfriends": "Bob"}, "$addToSet": {"friends": "Bob"}})),
+        ];
+        let compacted = compact(ops.clone());
+        assert_eq!(compacted.len(), 1);
+        let DocOp::Update(changes) = &compacted[0] else {
+            panic!()
+        };
+        assert!(
+            !changes.changes().iter().any(|c| c.value == json!("Bob")
+                && c.field == "pendingfriends"
+                && c.op == Op::AddToSet),
+            "Bob's pending entry cancels out: {changes:?}"
+        );
+        // Compaction never changes the outcome.
+        for before in [
+            doc(json!({})),
+            doc(json!({"pendingfriends": ["Bob", "Carl"]})),
+        ] {
+            assert_eq!(
+                final_state(&compacted, Some(before.clone())).unwrap(),
+                final_state(&ops, Some(before)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn compaction_merges_increments_and_drops_overwritten_sets() {
+        let ops = vec![
+            update(json!({"$inc": {"n": 1}})),
+            update(json!({"$inc": {"n": 2}})),
+            update(json!({"$set": {"s": 1}})),
+            update(json!({"$set": {"s": 2}})),
+        ];
+        let compacted = compact(ops.clone());
+        let DocOp::Update(changes) = &compacted[0] else {
+            panic!()
+        };
+        assert_eq!(changes.len(), 2);
+        let before = doc(json!({"n": 5}));
+        assert_eq!(
+            final_state(&compacted, Some(before.clone())).unwrap(),
+            final_state(&ops, Some(before)).unwrap()
+        );
+        let replaced = compact(vec![update(json!({"$inc": {"n": 1}})), DocOp::Delete]);
+        assert_eq!(replaced, vec![DocOp::Delete]);
+    }
+
+    #[test]
+    fn compaction_keeps_changes_that_others_depend_on() {
+        // `$set a` in between sees `a.b`: the first `$set a.b` may not go.
+        let ops = vec![update(json!([
+            {"$set": {"a.b": 1}},
+            {"$inc": {"a.b": 1}},
+            {"$set": {"a.b": 5}}
+        ]))];
+        let compacted = compact(ops.clone());
+        let DocOp::Update(changes) = &compacted[0] else {
+            panic!()
+        };
+        assert_eq!(changes.len(), 3);
+        let empty = Some(doc(json!({})));
+        assert_eq!(
+            final_state(&compacted, empty.clone()).unwrap(),
+            final_state(&ops, empty).unwrap()
+        );
+    }
+
+    #[test]
+    fn idempotent_forms() {
+        let inc = vec![update(json!({"$inc": {"n": 1}, "$push": {"l": 1}}))];
+        assert!(!is_idempotent(&inc));
+        let before = Some(doc(json!({"n": 1, "l": []})));
+        let form = idempotent_form(&inc, before.clone()).unwrap();
+        assert!(is_idempotent(&form));
+        let once = final_state(&form, before.clone()).unwrap();
+        let twice = final_state(&form, once.clone()).unwrap();
+        assert_eq!(once, twice);
+        assert_eq!(once, final_state(&inc, before).unwrap());
+        assert!(is_idempotent(&[
+            DocOp::Put(doc(json!({}))),
+            update(json!({"$set": {"a": 1}}))
+        ]));
+    }
+}
