@@ -232,6 +232,10 @@ impl<'a> Session<'a> {
             self.note_missed_writes();
             return Ok(());
         }
+        if self.read_only() {
+            // Nothing to stage or to commit on all CMIs or none: commit checks the reads.
+            return Ok(());
+        }
         if self.cads.policy() == Policy::WriteBack {
             return self.pre_commit_write_back();
         }
@@ -249,6 +253,14 @@ impl<'a> Session<'a> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Whether the session wrote nothing.
+    fn read_only(&self) -> bool {
+        self.deletes.is_empty()
+            && self.changes.is_empty()
+            && self.buffered.is_empty()
+            && self.written_docs.is_empty()
     }
 
     /// Write-back's pre-commit: the cached values change as with write-through, and the buffered
@@ -393,22 +405,31 @@ impl<'a> Session<'a> {
         if !self.cads.config().leases {
             return self.apply_without_leases();
         }
-        if let Some(cache) = self.cache.take() {
-            match cache.commit() {
-                Ok(()) => {
-                    let stats = self.cads.write_back_stats();
-                    let buffered = self.buffered.len() as u64;
-                    stats.buffered.fetch_add(buffered, Ordering::Relaxed);
-                }
-                // The data store has committed: that is the truth. A CMI that did not take the
-                // commit drops the session's changes when its leases expire (deleting the keys it
-                // held exclusively), so no reader sees a stale value.
-                Err(e) => {
-                    tracing::warn!(error = %e, "cache commit incomplete after data-store commit")
-                }
+        let Some(cache) = self.cache.take() else {
+            return Ok(());
+        };
+        if self.read_only() {
+            // A writer voided one of the reads: they may not fit together, so run again.
+            return cache.commit_read_only().map_err(|_| Error::Aborted);
+        }
+        match cache.commit() {
+            Ok(()) => {
+                let stats = self.cads.write_back_stats();
+                let buffered = self.buffered.len() as u64;
+                stats.buffered.fetch_add(buffered, Ordering::Relaxed);
+                Ok(())
+            }
+            // Buffered writes are acknowledged by this commit: if it failed, they are not (those
+            // that reached some replicas may still be applied, as after a timeout).
+            Err(e) if !self.buffered.is_empty() => Err(e.into()),
+            // The data store has committed: that is the truth. A CMI that did not take the
+            // commit drops the session's changes when its leases expire (deleting the keys it
+            // held exclusively), so no reader sees a stale value.
+            Err(e) => {
+                tracing::warn!(error = %e, "cache commit incomplete after data-store commit");
+                Ok(())
             }
         }
-        Ok(())
     }
 
     /// The test-only path without leases: plain DEL of written keys after the data store commits

@@ -707,6 +707,38 @@ impl<'c> Session<'c> {
         }
     }
 
+    /// Ends a session that staged no change: LCOMMIT on every CMI at once, without validating
+    /// first (there is nothing to commit on all or none). An ABORT from any CMI means a writer
+    /// voided one of the session's shared leases, so its reads may not fit together: the result is
+    /// `Aborted`, and the session should run again.
+    pub fn commit_read_only(mut self) -> Result<()> {
+        let cmis = self.cmis_with_leases();
+        let commands = cmis
+            .iter()
+            .map(|&c| (c, Command::LCommit(self.id)))
+            .collect();
+        let replies = self.call_each(commands);
+        let all_ok = matches!(&replies, Ok(r) if r.iter().all(|(_, reply)| matches!(reply, Reply::Status(_))));
+        for cmi in cmis {
+            self.held[cmi].clear();
+            self.touched[cmi] = false;
+        }
+        match replies {
+            Ok(_) if all_ok => {
+                self.finish();
+                Ok(())
+            }
+            Ok(_) => {
+                self.abort();
+                Err(ClientError::Aborted)
+            }
+            Err(e) => {
+                self.abort();
+                Err(e)
+            }
+        }
+    }
+
     /// LABORT on every CMI that may know the session. Best effort: a CMI that cannot be reached
     /// drops the session when its leases expire.
     pub fn abort(&mut self) {
