@@ -24,6 +24,8 @@ pub struct Session<'a> {
     deletes: Vec<Vec<u8>>,
     /// Write-through: changes to cached values, in the order the writes were made.
     changes: Vec<(Vec<u8>, CacheChange)>,
+    /// Every cache key this session's writes change (for the record of CMIs that missed writes).
+    written_keys: Vec<Vec<u8>>,
     /// Write-back: document operations to buffer at pre-commit.
     buffered: Vec<(DocRef, DocOp)>,
     /// Write-back: the documents this session writes.
@@ -48,6 +50,7 @@ impl<'a> Session<'a> {
             tx: StoreTx::new(cads.store().as_ref(), cads.config().isolation),
             deletes: Vec::new(),
             changes: Vec::new(),
+            written_keys: Vec::new(),
             buffered: Vec::new(),
             written_docs: Vec::new(),
             write_through,
@@ -193,6 +196,7 @@ impl<'a> Session<'a> {
     /// what it does to the cache, applied at pre-commit.
     pub fn write<C: CacheStore>(&mut self, cs: &C, write: &C::Write) -> Result<()> {
         let keys = cs.keys_written(write);
+        self.written_keys.extend(keys.iter().cloned());
         match self.cads.policy() {
             Policy::DataStoreOnly => {}
             Policy::WriteAround => self.deletes.extend(keys),
@@ -257,10 +261,7 @@ impl<'a> Session<'a> {
 
     /// Whether the session wrote nothing.
     fn read_only(&self) -> bool {
-        self.deletes.is_empty()
-            && self.changes.is_empty()
-            && self.buffered.is_empty()
-            && self.written_docs.is_empty()
+        self.written_keys.is_empty() && self.written_docs.is_empty()
     }
 
     /// Write-back's pre-commit: the cached values change as with write-through, and the buffered
@@ -296,22 +297,40 @@ impl<'a> Session<'a> {
         let Some(client) = self.cads.cache() else {
             return;
         };
-        let written = self
-            .deletes
-            .iter()
-            .chain(self.changes.iter().map(|(k, _)| k));
-        for key in written {
+        for key in &self.written_keys {
             self.cads.missed_cmi(client.route(key));
         }
+    }
+
+    /// Leaves out keys on CMIs that just failed: the session goes on without them, and the CMI is
+    /// recorded as having missed this session's write (see `Cads::missed_cmi`).
+    fn reachable(&self, key: &[u8]) -> bool {
+        let Some(client) = self.cads.cache() else {
+            return true;
+        };
+        let cmi = client.route(key);
+        if client.is_down(cmi) {
+            self.cads.missed_cmi(cmi);
+            return false;
+        }
+        true
     }
 
     fn stage_deletes(&mut self) -> Result<(), ClientError> {
         if self.deletes.is_empty() {
             return Ok(());
         }
-        let mut keys: Vec<&[u8]> = self.deletes.iter().map(Vec::as_slice).collect();
+        let mut keys: Vec<&[u8]> = self
+            .deletes
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|k| self.reachable(k))
+            .collect();
         keys.sort_unstable();
         keys.dedup();
+        if keys.is_empty() {
+            return Ok(());
+        }
         self.cache.as_mut().expect("checked").mdelete(&keys)
     }
 
@@ -325,6 +344,7 @@ impl<'a> Session<'a> {
                 None => per_key.push((key, vec![change])),
             }
         }
+        per_key.retain(|(key, _)| self.reachable(key));
         // Every session takes its exclusive leases in key order, so two writers of the same keys
         // meet on the first one instead of each holding one the other needs (001 §3.3).
         per_key.sort_by(|a, b| a.0.cmp(&b.0));
@@ -437,11 +457,7 @@ impl<'a> Session<'a> {
     /// anyway, and the point of this path is to show what leases prevent).
     fn apply_without_leases(&mut self) -> Result<()> {
         if let Some(client) = self.cads.cache() {
-            let keys = self
-                .deletes
-                .iter()
-                .chain(self.changes.iter().map(|(k, _)| k));
-            for key in keys {
+            for key in &self.written_keys {
                 client.delete(key).map_err(Error::from)?;
             }
         }

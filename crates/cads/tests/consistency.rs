@@ -263,3 +263,33 @@ fn a_session_aborted_on_one_cmi_commits_nowhere() {
         }
     }
 }
+
+/// A write whose leases expire between validation and the cache commit: the data store has
+/// committed, so the session succeeds (once: it is not re-run), and the expired leases took the
+/// stale cached value with them.
+#[test]
+fn a_cache_commit_lost_after_the_data_store_commit_is_not_retried() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(100));
+        d.counters(1);
+        let cads = d.cads(Config::default());
+        let c0 = "c0".to_string();
+        assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 0);
+        let mut attempts = 0;
+        cads.run(|s| {
+            attempts += 1;
+            s.write(&Counters, &c0)?;
+            s.pre_commit()?;
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(attempts, 1, "{policy:?}: not re-run");
+        assert_eq!(d.stored("c0"), 1, "{policy:?}: applied once");
+        assert_eq!(
+            cads.run(|s| s.read(&Counters, &c0)).unwrap(),
+            1,
+            "{policy:?}: no stale value"
+        );
+    }
+}
