@@ -1,1 +1,31 @@
-//! cads-bench: YCSB, BG and TPC-C workloads, drivers, validation and reports. Not built yet; the crate exists so that the dependency direction of `DESIGN.md` §2 holds from the start.
+//! cads-bench: the benchmarks `cads bench` runs, natively, against any policy and data store
+//! (DESIGN.md §7; `../shared/benchmarks.md` fixes what each benchmark means).
+//!
+//! Today: YCSB ([`ycsb`]): YCSB's generators ([`generator`]), workloads A–F, the papers'
+//! Workload S and CPR's scan variants, load and run phases on the document layer under every
+//! policy, HDR latency histograms, driver-counted cache hits, data-store calls, write-back's
+//! buffered writes and pinned memory, and validation of every read and of the data store's final
+//! state.
+//!
+//! The entry point for the CLI is [`ycsb::run_ycsb`]:
+//!
+//! ```no_run
+//! use cads_bench::ycsb::{print_progress, run_ycsb, YcsbOptions};
+//! let opts = YcsbOptions {
+//!     workload: "B".into(),
+//!     records: 10_000,
+//!     ..YcsbOptions::default()
+//! };
+//! for record in run_ycsb(&opts, &print_progress)? {
+//!     println!("{}: {:.0} ops/s, {} stale reads", record.policy, record.throughput, record.stale_reads);
+//! }
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod deploy;
+pub mod generator;
+pub mod ycsb;
+
+pub use deploy::{CacheSpec, CmiSettings};

@@ -1,0 +1,386 @@
+//! A deployment for one policy: the data store (behind a call-counting [`FaultyStore`] and a
+//! wrapper that counts the benchmark's cache misses), the CMIs (started in this process in the
+//! policy's lease mode, or running elsewhere) and the framework.
+
+use std::cell::Cell;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use cads::{Cads, Config, Policy};
+use cads_client::Client;
+use cads_protocol::{Command, Reply};
+use cads_server::{Options, Server};
+use cads_store::{
+    Changes, DataStore, Dialect, DocWrite, Document, DocumentStore, Faults, FaultyStore,
+    IndexedField, Isolation, SqlStore, SqlTransaction,
+};
+use serde_json::Value;
+
+/// Where the cache is (`--cache`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheSpec {
+    /// `embedded:N`: N CMIs started in this process on loopback, on free ports, in the lease mode
+    /// of each policy (fresh ones for every policy run).
+    Embedded {
+        /// How many.
+        cmis: usize,
+    },
+    /// `host:port,host:port,...`: CMIs already running. They must run in the lease mode of every
+    /// policy given, and are emptied (FLUSHALL) before each run.
+    External(Vec<SocketAddr>),
+}
+
+impl Default for CacheSpec {
+    fn default() -> Self {
+        CacheSpec::Embedded { cmis: 2 }
+    }
+}
+
+impl CacheSpec {
+    /// Parses `embedded:N` or a comma-separated list of `host:port`.
+    pub fn parse(text: &str) -> Result<CacheSpec> {
+        if let Some(n) = text.strip_prefix("embedded:") {
+            let cmis: usize = n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| anyhow!("--cache embedded:N needs a positive N, not {n:?}"))?;
+            return Ok(CacheSpec::Embedded { cmis });
+        }
+        if text == "embedded" {
+            return Ok(CacheSpec::default());
+        }
+        let mut addrs = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let addr = item
+                .to_socket_addrs()
+                .with_context(|| format!("--cache: cannot resolve {item:?} (use host:port)"))?
+                .next()
+                .ok_or_else(|| anyhow!("--cache: {item:?} resolves to no address"))?;
+            addrs.push(addr);
+        }
+        if addrs.is_empty() {
+            bail!("--cache: give embedded:N or host:port,host:port,...");
+        }
+        Ok(CacheSpec::External(addrs))
+    }
+
+    /// The spelling [`parse`](Self::parse) reads.
+    pub fn describe(&self) -> String {
+        match self {
+            CacheSpec::Embedded { cmis } => format!("embedded:{cmis}"),
+            CacheSpec::External(addrs) => addrs
+                .iter()
+                .map(SocketAddr::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+}
+
+/// Settings of embedded CMIs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CmiSettings {
+    /// `--maxmemory` of each CMI (the server's default when None).
+    pub maxmemory: Option<String>,
+    /// `--max-pinned-memory` of each CMI (the server's default when None).
+    pub max_pinned_memory: Option<String>,
+}
+
+thread_local! {
+    /// Set on the benchmark's own threads, so that their data-store reads can be told apart from
+    /// the write-back workers'.
+    static DRIVER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as a benchmark thread (its `get`s on the table are misses).
+pub(crate) fn mark_driver_thread() {
+    DRIVER.with(|d| d.set(true));
+}
+
+/// A data store that counts the `get` calls benchmark threads make on one collection. The
+/// document layer queries the data store for a single record exactly when its read missed the
+/// cache (or the policy has no cache), so these are the driver's cache misses; write-back's
+/// workers and INFO-visible bookkeeping reads (PendingWrites, buffered writes) do not count.
+pub(crate) struct MissCountingStore {
+    inner: Arc<dyn DataStore>,
+    collection: String,
+    misses: AtomicU64,
+}
+
+impl MissCountingStore {
+    pub(crate) fn new(inner: Arc<dyn DataStore>, collection: &str) -> MissCountingStore {
+        MissCountingStore {
+            inner,
+            collection: collection.to_string(),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+}
+
+impl DocumentStore for MissCountingStore {
+    fn create_collection(&self, name: &str, indexed: &[IndexedField]) -> cads_store::Result<()> {
+        self.inner.create_collection(name, indexed)
+    }
+    fn drop_collection(&self, name: &str) -> cads_store::Result<()> {
+        self.inner.drop_collection(name)
+    }
+    fn get(&self, coll: &str, id: &str) -> cads_store::Result<Option<Document>> {
+        if coll == self.collection && DRIVER.with(Cell::get) {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.get(coll, id)
+    }
+    fn get_many(&self, coll: &str, ids: &[&str]) -> cads_store::Result<Vec<Option<Document>>> {
+        self.inner.get_many(coll, ids)
+    }
+    fn insert(&self, coll: &str, id: &str, doc: &Document) -> cads_store::Result<()> {
+        self.inner.insert(coll, id, doc)
+    }
+    fn put(&self, coll: &str, id: &str, doc: &Document) -> cads_store::Result<()> {
+        self.inner.put(coll, id, doc)
+    }
+    fn update(
+        &self,
+        coll: &str,
+        id: &str,
+        changes: &Changes,
+    ) -> cads_store::Result<Option<Document>> {
+        self.inner.update(coll, id, changes)
+    }
+    fn delete(&self, coll: &str, id: &str) -> cads_store::Result<bool> {
+        self.inner.delete(coll, id)
+    }
+    fn scan(
+        &self,
+        coll: &str,
+        field: Option<&str>,
+        from: Bound<&Value>,
+        to: Bound<&Value>,
+        limit: usize,
+    ) -> cads_store::Result<Vec<(String, Document)>> {
+        self.inner.scan(coll, field, from, to, limit)
+    }
+    fn count(&self, coll: &str) -> cads_store::Result<u64> {
+        self.inner.count(coll)
+    }
+    fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> cads_store::Result<()> {
+        self.inner.insert_many(coll, docs)
+    }
+    fn write_batch(&self, writes: &[DocWrite]) -> cads_store::Result<()> {
+        self.inner.write_batch(writes)
+    }
+}
+
+impl SqlStore for MissCountingStore {
+    fn dialect(&self) -> Dialect {
+        self.inner.dialect()
+    }
+    fn begin(&self, isolation: Isolation) -> cads_store::Result<Box<dyn SqlTransaction + '_>> {
+        self.inner.begin(isolation)
+    }
+    fn begin_read(&self, isolation: Isolation) -> cads_store::Result<Box<dyn SqlTransaction + '_>> {
+        self.inner.begin_read(isolation)
+    }
+    fn execute_batch(&self, sql: &str) -> cads_store::Result<()> {
+        self.inner.execute_batch(sql)
+    }
+}
+
+impl DataStore for MissCountingStore {
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+}
+
+/// The data store, the cache and the framework for one policy.
+pub struct Deployment {
+    /// The framework (in an `Arc` for write-back's workers).
+    pub cads: Arc<Cads>,
+    /// Counts every call the data store receives (benchmark threads and workers).
+    pub faults: Faults,
+    misses: Arc<MissCountingStore>,
+    server: Option<Server>,
+}
+
+impl Deployment {
+    /// Wraps `store`, starts or reaches the CMIs (none for `DataStoreOnly`) and builds the
+    /// framework; external CMIs are checked to run in the policy's lease mode.
+    pub fn start(
+        policy: Policy,
+        store: Arc<dyn DataStore>,
+        collection: &str,
+        cache: &CacheSpec,
+        cmi: &CmiSettings,
+        config: Config,
+    ) -> Result<Deployment> {
+        let faulty = FaultyStore::new(store);
+        let faults = faulty.faults();
+        let misses = Arc::new(MissCountingStore::new(Arc::new(faulty), collection));
+        let (server, addrs) = match (policy, cache) {
+            (Policy::DataStoreOnly, _) => (None, Vec::new()),
+            (_, CacheSpec::Embedded { cmis }) => {
+                let config = cads_server::Config::resolve(Options {
+                    port: Some(0),
+                    cmis: Some(*cmis),
+                    mode: Some(policy.cmi_mode().into()),
+                    maxmemory: cmi.maxmemory.clone(),
+                    max_pinned_memory: cmi.max_pinned_memory.clone(),
+                    ..Options::default()
+                })
+                .context("configuring the embedded CMIs")?;
+                let server = Server::start(config).context("starting the embedded CMIs")?;
+                let addrs = server.addrs().to_vec();
+                (Some(server), addrs)
+            }
+            (_, CacheSpec::External(addrs)) => (None, addrs.clone()),
+        };
+        let cads = Cads::connect(misses.clone(), &addrs, policy, config);
+        if let (Some(client), CacheSpec::External(_)) = (cads.cache(), cache) {
+            for index in 0..client.cmis() {
+                let addr = client.cmi_addr(index);
+                let text = info(client, index)
+                    .with_context(|| format!("cannot reach the CMI at {addr}"))?;
+                let mode = info_field(&text, "mode").unwrap_or_default();
+                if mode != policy.cmi_mode() {
+                    bail!(
+                        "the CMI at {addr} runs in {mode:?} mode, but policy {} needs {} mode \
+                         (cads server --mode {})",
+                        policy.name(),
+                        policy.cmi_mode(),
+                        policy.cmi_mode()
+                    );
+                }
+            }
+            client
+                .flush_all()
+                .context("cannot empty the external CMIs (FLUSHALL)")?;
+        }
+        Ok(Deployment {
+            cads: Arc::new(cads),
+            faults,
+            misses,
+            server,
+        })
+    }
+
+    /// Data-store `get`s of the benchmark's collection made by benchmark threads so far.
+    pub fn driver_misses(&self) -> u64 {
+        self.misses.misses()
+    }
+
+    /// Cache round trips so far ([`Client::round_trips`]), all threads.
+    pub fn cache_round_trips(&self) -> u64 {
+        self.cads.cache().map_or(0, Client::round_trips)
+    }
+
+    /// `keyspace_hits` and `keyspace_misses` summed over the CMIs (None without a cache). These
+    /// count every read command, write-back's bookkeeping included.
+    pub fn keyspace(&self) -> Option<(u64, u64)> {
+        let client = self.cads.cache()?;
+        let (mut hits, mut misses) = (0, 0);
+        for index in 0..client.cmis() {
+            let text = info(client, index).ok()?;
+            hits += info_field(&text, "keyspace_hits")?.parse::<u64>().ok()?;
+            misses += info_field(&text, "keyspace_misses")?.parse::<u64>().ok()?;
+        }
+        Some((hits, misses))
+    }
+
+    /// Stops embedded CMIs (also done on drop).
+    pub fn stop(mut self) -> Result<()> {
+        match self.server.take() {
+            Some(server) => {
+                server.stop();
+                server
+                    .join()
+                    .context("an embedded CMI stopped with an error")
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.stop();
+            if let Err(e) = server.join() {
+                eprintln!("warning: an embedded CMI stopped with an error: {e:#}");
+            }
+        }
+    }
+}
+
+/// The INFO text of one CMI.
+fn info(client: &Client, cmi: usize) -> Result<String> {
+    match client.execute(cmi, &Command::Info(&[]))? {
+        Reply::Bulk(text) => Ok(String::from_utf8_lossy(&text).into_owned()),
+        other => bail!("unexpected INFO reply {other:?}"),
+    }
+}
+
+/// The value of `name` in an INFO text (`name:value` lines).
+fn info_field<'t>(info: &'t str, name: &str) -> Option<&'t str> {
+    info.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key == name).then(|| value.trim())
+    })
+}
+
+/// A store URL with its password hidden, for messages and run records.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    match (rest.find('@'), rest.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_specs_parse() {
+        assert_eq!(
+            CacheSpec::parse("embedded:3").unwrap(),
+            CacheSpec::Embedded { cmis: 3 }
+        );
+        assert!(CacheSpec::parse("embedded:0").is_err());
+        assert_eq!(
+            CacheSpec::parse("127.0.0.1:7379,127.0.0.1:7380").unwrap(),
+            CacheSpec::External(vec![
+                "127.0.0.1:7379".parse().unwrap(),
+                "127.0.0.1:7380".parse().unwrap()
+            ])
+        );
+        assert!(CacheSpec::parse("").is_err());
+        assert_eq!(CacheSpec::default().describe(), "embedded:2");
+    }
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            redact("postgres://cads:secret@127.0.0.1:5432/cads"),
+            "postgres://cads:***@127.0.0.1:5432/cads"
+        );
+        assert_eq!(redact("sqlite:/tmp/x.db"), "sqlite:/tmp/x.db");
+    }
+}

@@ -1,0 +1,146 @@
+//! Short YCSB runs on SQLite with embedded CMIs: every workload under every policy reads nothing
+//! stale and loses nothing (write-back: after its drain), and a deliberately broken policy is
+//! caught by the validator.
+
+use cads::Policy;
+use cads_bench::ycsb::{run_ycsb, Fields, Progress, RunRecord, YcsbOptions, SCAN_NOTE};
+
+fn quiet(_: Progress) {}
+
+fn short(workload: &str) -> YcsbOptions {
+    YcsbOptions {
+        workload: workload.into(),
+        records: 200,
+        // Workload E scans up to 100 records per operation.
+        operations: Some(if workload == "E" { 120 } else { 300 }),
+        duration: None,
+        threads: 4,
+        workers: 2,
+        ..YcsbOptions::default()
+    }
+}
+
+fn check_clean(records: &[RunRecord]) {
+    for r in records {
+        let what = format!("workload {} policy {}", r.workload, r.policy);
+        assert_eq!(r.stale_reads, 0, "{what}: {:?}", r.stale_examples);
+        assert_eq!(r.lost_writes, 0, "{what}: {:?}", r.lost_examples);
+        assert_eq!(r.failed, 0, "{what}: {:?}", r.errors);
+        assert!(r.operations >= 100, "{what}: {} operations", r.operations);
+        assert!(r.reads > 0, "{what}");
+        if r.policy == "none" {
+            assert_eq!(r.hit_ratio, None, "{what}");
+        } else {
+            assert!(r.hit_ratio.is_some_and(|h| h > 0.0), "{what}");
+        }
+        if r.policy == "write-back" {
+            let wb = r.write_back.as_ref().expect("write-back record");
+            assert!(wb.buffered_ops > 0 || r.workload == "C", "{what}");
+            assert!(!wb.pinned_bytes.samples.is_empty() || r.elapsed_s < 1.0);
+        } else {
+            assert!(r.write_back.is_none(), "{what}");
+        }
+    }
+}
+
+#[test]
+fn workloads_a_b_c_under_every_policy() {
+    for workload in ["A", "B", "C"] {
+        let records = run_ycsb(&short(workload), &quiet).unwrap();
+        assert_eq!(records.len(), 4);
+        check_clean(&records);
+    }
+}
+
+#[test]
+fn workloads_d_e_f_under_every_policy() {
+    for workload in ["D", "E", "F"] {
+        let records = run_ycsb(&short(workload), &quiet).unwrap();
+        check_clean(&records);
+        if workload == "E" {
+            assert!(records.iter().all(|r| r.scan == Some(SCAN_NOTE)));
+            assert!(records.iter().all(|r| r.latency_us.contains_key("INSERT")));
+        }
+    }
+}
+
+#[test]
+fn scan_workloads_s_and_cpr_under_every_policy() {
+    check_clean(&run_ycsb(&short("S"), &quiet).unwrap());
+    let cpr = YcsbOptions {
+        scan_share: Some(0.5),
+        scan_length: Some(10),
+        projection: Some(Fields::One),
+        ..short("CPR")
+    };
+    let records = run_ycsb(&cpr, &quiet).unwrap();
+    check_clean(&records);
+    assert_eq!(records[0].workload, "CPR-scan50%");
+}
+
+#[test]
+fn one_field_updates_and_uniform_keys() {
+    let opts = YcsbOptions {
+        update_fields: Some(Fields::One),
+        distribution: Some(cads_bench::ycsb::Distribution::Uniform),
+        zipfian_constant: 0.75,
+        policies: vec![Policy::WriteThrough, Policy::WriteBack],
+        ..short("A")
+    };
+    check_clean(&run_ycsb(&opts, &quiet).unwrap());
+}
+
+#[test]
+fn run_records_have_the_documented_keys() {
+    let opts = YcsbOptions {
+        policies: vec![Policy::WriteBack],
+        ..short("B")
+    };
+    let records = run_ycsb(&opts, &quiet).unwrap();
+    let json = serde_json::to_value(&records[0]).unwrap();
+    for key in [
+        "benchmark",
+        "workload",
+        "policy",
+        "store",
+        "throughput",
+        "latency_us",
+        "hit_ratio",
+        "reads",
+        "stale_reads",
+        "config",
+        "write_back",
+        "store_calls",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key} in {json}");
+    }
+    assert_eq!(json["benchmark"], "ycsb");
+    for q in ["p50", "p95", "p99", "p999"] {
+        assert!(json["latency_us"]["READ"][q].is_u64(), "{q}");
+    }
+    assert!(json["write_back"]["applied_share"].is_f64());
+}
+
+#[test]
+fn updates_behind_the_frameworks_back_are_caught() {
+    // Updates write the data store directly: cached copies keep old versions, so reads through
+    // the cache are stale. Few records, so that reads meet updated records often.
+    let opts = YcsbOptions {
+        records: 50,
+        operations: Some(1000),
+        sabotage: true,
+        distribution: Some(cads_bench::ycsb::Distribution::Uniform),
+        policies: vec![Policy::DataStoreOnly, Policy::WriteThrough],
+        ..short("A")
+    };
+    let records = run_ycsb(&opts, &quiet).unwrap();
+    let (none, through) = (&records[0], &records[1]);
+    assert_eq!(none.stale_reads, 0, "{:?}", none.stale_examples);
+    assert!(
+        through.stale_reads > 100,
+        "the validator missed stale reads: {} of {}",
+        through.stale_reads,
+        through.reads
+    );
+    assert!(!through.stale_examples.is_empty());
+}
