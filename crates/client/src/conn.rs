@@ -31,6 +31,7 @@ impl Connection {
             ClientError::Unavailable {
                 cmi,
                 reason: format!("cannot connect to {addr}: {e}"),
+                refused: e.kind() == io::ErrorKind::ConnectionRefused,
             }
         })?;
         let io = |source| ClientError::Io { cmi, source };

@@ -10,7 +10,12 @@ pub enum ClientError {
     Aborted,
     /// A CMI cannot be reached (connection refused, connect timeout).
     #[error("CMI {cmi} unavailable: {reason}")]
-    Unavailable { cmi: usize, reason: String },
+    Unavailable {
+        cmi: usize,
+        reason: String,
+        /// The connection was refused: no process listens at the CMI's address.
+        refused: bool,
+    },
     /// The CMI has no room for the value (memory full of pinned, leased or pending data).
     #[error("not stored: the CMI is out of memory for this value")]
     NotStored,

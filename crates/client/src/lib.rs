@@ -165,8 +165,8 @@ impl Client {
         self.router.replicas(key, count)
     }
 
-    /// Whether CMI `cmi` failed within the last second (a connection could not be made, or one
-    /// broke). Callers that keep replicas skip such CMIs.
+    /// Whether CMI `cmi` refused a connection within the last second (no process listens there).
+    /// Callers that keep replicas skip such CMIs.
     pub fn is_down(&self, cmi: usize) -> bool {
         self.pools[cmi].is_down()
     }

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::conn::Connection;
-use crate::error::Result;
+use crate::error::{ClientError, Result};
 
 pub struct Pool {
     cmi: usize,
@@ -72,7 +72,9 @@ impl Pool {
             self.io_timeout,
             self.password.as_deref(),
         );
-        if opened.is_err() {
+        if let Err(ClientError::Unavailable { refused: true, .. }) = &opened {
+            // Nothing listens there: the CMI process is gone. (A timeout proves nothing: a CMI
+            // that is only slow keeps its entries, and skipping it would let its copies go stale.)
             self.mark_down();
         }
         opened
@@ -86,9 +88,8 @@ impl Pool {
         }
     }
 
-    /// Drops every idle connection and marks the CMI down (after it failed).
+    /// Drops every idle connection (after the CMI failed).
     pub fn clear(&self) {
         self.idle.lock().expect("pool lock").clear();
-        self.mark_down();
     }
 }

@@ -167,6 +167,10 @@ impl<'c> Session<'c> {
                 conn.flush()
             });
             if let Err(e) = sent {
+                // Connections already written to owe a reply nobody will read: never reuse them.
+                for (other, _) in &cmds {
+                    self.links[*other] = None;
+                }
                 return Err(self.broken(*cmi, e));
             }
         }

@@ -227,3 +227,31 @@ fn a_session_can_keep_a_key_on_several_cmis() {
         );
     }
 }
+
+/// A batch whose request to one CMI cannot be sent must not leave the request already written to
+/// another CMI with its reply unread on a pooled connection: the next user of that connection
+/// would read it as its own.
+#[test]
+fn a_failed_batch_leaves_no_unread_reply_behind() {
+    let c = cluster("write-through");
+    let live = c.server.as_ref().unwrap().addrs()[0];
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let client = Client::new(ClientConfig::new(vec![live, dead]), ranges());
+    let (a, b) = (key_on(&client, 0, "a"), key_on(&client, 1, "b"));
+    client.set(&a, b"value-of-a").unwrap();
+    for _ in 0..5 {
+        let mut s = client.session();
+        assert!(s.mget(&[&a, &b], false).is_err());
+        drop(s);
+        assert_eq!(client.get(&a).unwrap(), Some(b"value-of-a".to_vec()));
+        assert_eq!(
+            client
+                .execute(0, &cads_protocol::Command::Ping(None))
+                .unwrap(),
+            cads_protocol::Reply::status("PONG")
+        );
+    }
+}

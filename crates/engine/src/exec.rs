@@ -240,7 +240,7 @@ impl Engine {
                     }
                 }
             }
-            C::LValidate(sid) => self.validate_session(sid).map(|_| Reply::OK),
+            C::LValidate(sid) => self.validate_session(sid, now).map(|_| Reply::OK),
             C::LCommit(sid) => self.commit_session(sid).map(|_| Reply::OK),
             C::LAbort(sid) => {
                 self.end_session(sid, EndCause::ClientAbort, now);

@@ -11,8 +11,8 @@
 //! | shared | grant if the value is cached; RETRY if a holder is filling it | session: ABORT the requester; IQ: RETRY |
 //! | exclusive | void (wound) the holders and grant, unless one is golden: then ABORT the requester | write-around: grant too; write-through: ABORT the requester |
 //!
-//! A session's leases live `lease_ms` from its first grant. When they run out the session is
-//! aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
+//! A session's leases live `lease_ms` from its first grant, and a fresh `lease_ms` from its
+//! validation. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
 //! store already, so the cached value can no longer be trusted (000 §3.1). Wounding does the same
 //! for the same reason. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
 //! still get ABORT rather than silently starting a new session with the same id.
@@ -505,10 +505,19 @@ impl Engine {
         }
     }
 
-    /// LVALIDATE: the session's shared leases become golden.
-    pub(crate) fn validate_session(&mut self, sid: SessionId) -> Result<(), ErrorReply> {
+    /// LVALIDATE: the session's shared leases become golden, and its leases are renewed for a
+    /// full lifetime: validation proves the client alive, and what remains (the data-store
+    /// commit, then LCOMMIT on every CMI) must not be cut short by leases that a long session has
+    /// almost used up. Otherwise a session could commit on one CMI after its leases expired on
+    /// another, leaving its changes on some CMIs only.
+    pub(crate) fn validate_session(&mut self, sid: SessionId, now: u64) -> Result<(), ErrorReply> {
         self.live_session(sid)?;
-        self.sessions.get_mut(&sid).expect("checked live").state = SessionState::Validated;
+        let renewed = now.saturating_add(self.lease_ms());
+        let session = self.sessions.get_mut(&sid).expect("checked live");
+        session.state = SessionState::Validated;
+        let old = std::mem::replace(&mut session.deadline, renewed);
+        self.deadlines.remove(&(old, sid));
+        self.deadlines.insert((renewed, sid));
         Ok(())
     }
 }

@@ -370,3 +370,31 @@ fn plain_writes_refuse_leased_keys() {
     cmi.ok("LCOMMIT 1");
     cmi.ok("SET k x");
 }
+
+#[test]
+fn validation_renews_the_leases() {
+    let mut cmi = Cmi::with(EngineConfig {
+        lease_ms: 100,
+        ..EngineConfig::default()
+    });
+    cmi.ok("SET k 1");
+    cmi.value("LGET 1 k RMW");
+    cmi.advance(90);
+    cmi.ok("LVALIDATE 1");
+    cmi.advance(90);
+    cmi.ok("LSET 1 k 2");
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(
+        cmi.cached("k").as_deref(),
+        Some("2"),
+        "180 ms after the first grant, still held"
+    );
+    cmi.value("LGET 2 k RMW");
+    cmi.ok("LVALIDATE 2");
+    cmi.advance(100);
+    assert_eq!(
+        cmi.err("LCOMMIT 2"),
+        ErrorKind::Abort,
+        "a renewed lease still expires"
+    );
+}

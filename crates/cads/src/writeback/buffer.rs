@@ -1,6 +1,8 @@
 //! The value of a buffered write (Design 1, 000 Definition 3.2.1): the operations pending on one
 //! document, in the order they were made, one JSON object per line so that a write can append to
-//! it without reading it.
+//! it without reading it. Writes that read it first (read-modify-write) put a header line
+//! `{"v": version, "n": writes}` in front: the version tells the newest of several replicas, and
+//! `n` counts the operations writes buffered, which compaction and conversion merge.
 
 use cads_store::{Change, Changes, DocOp, Document, Op, StoreError};
 
@@ -14,17 +16,53 @@ pub fn encode(ops: &[DocOp]) -> Vec<u8> {
     out
 }
 
-/// Decodes the lines of a buffered write.
+/// A buffered write read back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffered {
+    /// 0 when written by appends only.
+    pub version: u64,
+    /// Operations writes put in it (before compaction and conversion).
+    pub writes: u64,
+    pub ops: Vec<DocOp>,
+}
+
+/// Encodes operations after a header line.
+pub fn encode_versioned(version: u64, writes: u64, ops: &[DocOp]) -> Vec<u8> {
+    let mut out = serde_json::json!({ "v": version, "n": writes })
+        .to_string()
+        .into_bytes();
+    out.push(b'\n');
+    out.extend(encode(ops));
+    out
+}
+
+/// Decodes a buffered write (appended lines after the header count one write each).
+pub fn decode_versioned(bytes: &[u8]) -> Result<Buffered, StoreError> {
+    let mut buffered = Buffered {
+        version: 0,
+        writes: 0,
+        ops: Vec::new(),
+    };
+    for line in bytes.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+        let value: serde_json::Value = serde_json::from_slice(line)
+            .map_err(|e| StoreError::Invalid(format!("a buffered write is not JSON: {e}")))?;
+        match (value.get("v"), value.get("n")) {
+            (Some(v), Some(n)) => {
+                buffered.version = v.as_u64().unwrap_or(0);
+                buffered.writes = n.as_u64().unwrap_or(0);
+            }
+            _ => {
+                buffered.ops.push(DocOp::from_json(&value)?);
+                buffered.writes += 1;
+            }
+        }
+    }
+    Ok(buffered)
+}
+
+/// Decodes the operations of a buffered write.
 pub fn decode(bytes: &[u8]) -> Result<Vec<DocOp>, StoreError> {
-    bytes
-        .split(|&b| b == b'\n')
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let value = serde_json::from_slice(line)
-                .map_err(|e| StoreError::Invalid(format!("a buffered write is not JSON: {e}")))?;
-            DocOp::from_json(&value)
-        })
-        .collect()
+    decode_versioned(bytes).map(|b| b.ops)
 }
 
 /// Removes operations that later ones make redundant (000 Example 3.2.1): everything before a
@@ -180,6 +218,12 @@ mod tests {
         bytes.extend(encode(&ops[1..]));
         assert_eq!(decode(&bytes).unwrap(), ops);
         assert!(decode(b"{not json}\n").is_err());
+        let mut versioned = encode_versioned(7, 5, &ops);
+        versioned.extend(encode(&ops[..1]));
+        let read = decode_versioned(&versioned).unwrap();
+        assert_eq!((read.version, read.writes), (7, 9));
+        assert_eq!(read.ops.len(), 4);
+        assert_eq!(decode_versioned(&bytes).unwrap().writes, 3);
     }
 
     #[test]

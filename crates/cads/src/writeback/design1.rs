@@ -79,8 +79,9 @@ pub(crate) fn stage(
     Ok(())
 }
 
-/// Appends the operations on every replica; creates the buffered write where there is none.
-/// Returns whether the document had no buffered write before.
+/// Appends the operations on every replica. Returns whether the document had no buffered write
+/// before. A replica without a copy while another has one lost it (a CMI that restarted empty):
+/// it gets the whole buffered write.
 fn stage_append(
     session: &mut CacheSession<'_>,
     key: &[u8],
@@ -88,49 +89,77 @@ fn stage_append(
     ops: &[DocOp],
 ) -> Result<bool, ClientError> {
     let lines = buffer::encode(ops);
-    let primary = cmis[0];
-    let created = session.on(primary, |s| s.append(key, &lines))?.is_none();
-    if created {
-        session.on(primary, |s| s.set(key, &lines, true))?;
-    }
-    for &cmi in &cmis[1..] {
+    let mut missing = Vec::new();
+    let mut holder = None;
+    for &cmi in cmis {
         if session.on(cmi, |s| s.append(key, &lines))?.is_none() {
-            // This replica lost its copy (a restarted CMI): give it the whole buffered write.
-            let whole = session
-                .on(primary, |s| s.get(key, true))?
-                .unwrap_or_else(|| lines.clone());
-            session.on(cmi, |s| s.set(key, &whole, true))?;
+            missing.push(cmi);
+        } else if holder.is_none() {
+            holder = Some(cmi);
         }
     }
-    Ok(created)
+    let whole = match holder {
+        // A new buffered write starts with its creation version (see `new_version`).
+        None => buffer::encode_versioned(new_version(), ops.len() as u64, ops),
+        Some(h) => session
+            .on(h, |s| s.get(key, true))?
+            .expect("the holder has the buffered write"),
+    };
+    for cmi in missing {
+        session.on(cmi, |s| s.set(key, &whole, true))?;
+    }
+    Ok(holder.is_none())
 }
 
-/// Reads the buffered write (from the first replica that has it), adds the operations, compacts,
-/// and writes the result to every replica.
+/// Reads the buffered write from every replica and keeps the newest (a replica may lag behind
+/// after a commit that failed on it), adds the operations, compacts, and writes the result, one
+/// version newer, to every replica.
 fn stage_rmw(
     session: &mut CacheSession<'_>,
     key: &[u8],
     cmis: &[usize],
     ops: Vec<DocOp>,
 ) -> Result<bool, ClientError> {
-    let mut current = None;
+    let mut newest: Option<buffer::Buffered> = None;
     for &cmi in cmis {
-        let value = session.on(cmi, |s| s.get(key, true))?;
-        if current.is_none() {
-            current = value;
+        let Some(bytes) = session.on(cmi, |s| s.get(key, true))? else {
+            continue;
+        };
+        let held =
+            buffer::decode_versioned(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        if newest.as_ref().is_none_or(|n| held.version > n.version) {
+            newest = Some(held);
         }
     }
-    let created = current.is_none();
-    let mut all = match current {
-        Some(bytes) => buffer::decode(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))?,
-        None => Vec::new(),
-    };
+    let created = newest.is_none();
+    let held = newest.unwrap_or(buffer::Buffered {
+        version: 0,
+        writes: 0,
+        ops: Vec::new(),
+    });
+    let writes = held.writes + ops.len() as u64;
+    let mut all = held.ops;
     all.extend(ops);
-    let value = buffer::encode(&buffer::compact(all));
+    let version = if created {
+        new_version()
+    } else {
+        held.version + 1
+    };
+    let value = buffer::encode_versioned(version, writes, &buffer::compact(all));
     for &cmi in cmis {
         session.on(cmi, |s| s.set(key, &value, true))?;
     }
     Ok(created)
+}
+
+/// The version a new buffered write starts at: the time in microseconds, so that a new buffered
+/// write of a document is newer than any copy of an earlier one that a failed cleanup left behind
+/// (see `clean_up`).
+fn new_version() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+        .max(1)
 }
 
 /// Lists a new buffered write in its PendingWrites partition, on every replica of the partition.
@@ -175,6 +204,7 @@ pub(crate) fn has_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
         Err(Error::Cache(ClientError::Unavailable {
             cmi: commands[0].0,
             reason: "no replica of the buffered write can be reached".into(),
+            refused: false,
         }))
     }
 }
@@ -228,25 +258,30 @@ fn apply_once(cads: &Cads, doc: &DocRef) -> Result<Step> {
     let key = bw_key(doc);
     let cmis = replicas(cads, client, &key);
     let mut session = client.session();
-    // Exclusive leases on every replica; the first replica that has the buffered write gives it.
-    let mut current = None;
+    // Exclusive leases on every replica; the newest copy is the buffered write.
+    let mut newest: Option<buffer::Buffered> = None;
     for &cmi in &cmis {
-        let value = session.on(cmi, |s| s.get(&key, true))?;
-        if current.is_none() {
-            current = value;
+        let Some(bytes) = session.on(cmi, |s| s.get(&key, true))? else {
+            continue;
+        };
+        let held = buffer::decode_versioned(&bytes)?;
+        if newest.as_ref().is_none_or(|n| held.version > n.version) {
+            newest = Some(held);
         }
     }
-    let Some(bytes) = current else {
+    let Some(held) = newest else {
         remove_pending_line(cads, client, &mut session, &key)?;
         session.commit()?;
         return Ok(Step::Applied(false));
     };
-    let ops = buffer::compact(buffer::decode(&bytes)?);
+    let (version, writes) = (held.version, held.writes);
+    let ops = buffer::compact(held.ops);
     if !buffer::is_idempotent(&ops) {
         // The data store has none of these operations yet (a buffered write is applied only once
         // it is idempotent), so its document is the state they apply to.
         let before = store.get(&doc.collection, &doc.id)?;
-        let idempotent = buffer::encode(&buffer::idempotent_form(&ops, before)?);
+        let idempotent =
+            buffer::encode_versioned(version + 1, writes, &buffer::idempotent_form(&ops, before)?);
         for &cmi in &cmis {
             session.on(cmi, |s| s.set(&key, &idempotent, true))?;
         }
@@ -278,25 +313,52 @@ fn apply_once(cads: &Cads, doc: &DocRef) -> Result<Step> {
         session.on(cmi, |s| s.delete(&key))?;
     }
     remove_pending_line(cads, client, &mut session, &key)?;
-    session.commit()?;
+    match session.commit() {
+        Ok(()) => {}
+        // Deleted on some replicas only (one's leases ran out): the copies left are applied
+        // already and must go before a write mistakes them for a pending buffered write.
+        Err(cads_client::ClientError::PartialCommit { .. }) => clean_up(cads, &key, version)?,
+        Err(e) => return Err(e.into()),
+    }
     let stats = cads.write_back_stats();
     stats
         .applied_writes
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    stats.applied_ops.fetch_add(
-        count_ops(&bytes) as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    stats
+        .applied_ops
+        .fetch_add(writes, std::sync::atomic::Ordering::Relaxed);
     Ok(Step::Applied(true))
 }
 
-/// How many operations writes buffered into this value (each wrote one line; compaction and
-/// conversion merge lines, so this counts what is left).
-fn count_ops(bytes: &[u8]) -> usize {
-    bytes
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .count()
+/// Deletes the copies of an applied buffered write (version up to `applied`) that a partial
+/// commit left on some replicas. A newer copy is a new buffered write and stays.
+fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
+    let client = cads.cache().expect("write-back has a cache");
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut session = client.session();
+        let result = (|| {
+            for cmi in replicas(cads, client, key) {
+                let Some(bytes) = session.on(cmi, |s| s.get(key, true))? else {
+                    continue;
+                };
+                let held = buffer::decode_versioned(&bytes)?;
+                if held.version <= applied {
+                    session.on(cmi, |s| s.delete(key))?;
+                }
+            }
+            Ok::<(), Error>(())
+        })();
+        let outcome = result.and_then(|()| session.commit().map_err(Error::from));
+        match outcome {
+            Ok(()) => return Ok(()),
+            Err(_) if attempts < cads.config().max_attempts => {
+                cads_client::Backoff::new(&cads.config().retry).wait();
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Applies idempotent operations to the data store.
@@ -377,6 +439,7 @@ pub(crate) fn pending_in(cads: &Cads, partition: usize) -> Result<Vec<DocRef>> {
         return Err(Error::Cache(ClientError::Unavailable {
             cmi: commands[0].0,
             reason: "no replica of the PendingWrites partition can be reached".into(),
+            refused: false,
         }));
     }
     Ok(docs)
