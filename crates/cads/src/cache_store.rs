@@ -3,6 +3,7 @@
 //! relate to query results.
 
 use crate::tx::StoreTx;
+use crate::writeback::SqlBuffer;
 use cads_store::{DocOp, StoreError};
 
 /// A document, the unit of write-back's Design 1: writes are buffered per document (000 §3.2).
@@ -61,6 +62,41 @@ pub trait CacheStore: Send + Sync {
     /// writes to the data store before querying it.
     fn buffered_reads(&self, _query: &Self::Query) -> Vec<DocRef> {
         Vec::new()
+    }
+
+    /// Write-back, Design 2: the SQL statements this write buffers in the cache instead of
+    /// running `write_store`, and the queue its session joins (000 §3.2, Definition 3.2). `None`,
+    /// the default: the write is not buffered this way.
+    ///
+    /// The statements run later, in commit order within the queue, so they must not depend on
+    /// reading the data store now (compute them from cached values), and rows that sessions of
+    /// different queues both change must be changed commutatively (`x = x + ?`). Every cache key
+    /// whose value depends on the rows they change must be among `keys_written` (or
+    /// `result_changes`): a read that misses such a key applies the pending sessions it maps to.
+    fn buffer_sql(&self, _write: &Self::Write) -> Option<SqlBuffer> {
+        None
+    }
+
+    /// Write-back, Design 2: query result changes (QRC, 000 Algorithm 3) this write leaves for
+    /// cached query results it affects, as `(cache key of the result, change)`. A read that
+    /// misses such a key while the session is pending queries the data store and folds the
+    /// changes in with [`fold_result_changes`](CacheStore::fold_result_changes), instead of
+    /// applying the session first.
+    fn result_changes(&self, _write: &Self::Write) -> Vec<(Vec<u8>, Vec<u8>)> {
+        Vec::new()
+    }
+
+    /// Folds the query result changes of sessions not yet applied into a result the data store
+    /// computed without them (`changes` in the order the sessions will be applied), and returns
+    /// true. The default returns false, which fails the read with an error: a `CacheStore` that
+    /// returns `result_changes` must implement this.
+    fn fold_result_changes(
+        &self,
+        _query: &Self::Query,
+        _output: &mut Self::Output,
+        _changes: &[Vec<u8>],
+    ) -> bool {
+        false
     }
 }
 

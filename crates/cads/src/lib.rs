@@ -49,7 +49,9 @@ pub use cache_store::{CacheChange, CacheStore, DocRef, Modifier};
 pub use error::{Error, Result};
 pub use session::Session;
 pub use tx::StoreTx;
-pub use writeback::{Workers, WriteBackConfig, WriteBackCounts, WriteBackStats};
+pub use writeback::{
+    SqlBuffer, Statement, Workers, WriteBackConfig, WriteBackCounts, WriteBackStats,
+};
 
 /// How writes keep the cache and the data store consistent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +154,8 @@ pub struct Cads {
     last_heal: AtomicU64,
     started: Instant,
     write_back: WriteBackStats,
+    /// Write-back, Design 2: `cads_applied_sessions` exists.
+    pub(crate) applied_sessions_ready: AtomicBool,
 }
 
 /// How often a process tries to reach CMIs that missed its writes.
@@ -180,6 +184,7 @@ impl Cads {
             last_heal: AtomicU64::new(0),
             started: Instant::now(),
             write_back: WriteBackStats::default(),
+            applied_sessions_ready: AtomicBool::new(false),
         }
     }
 

@@ -11,6 +11,8 @@ use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::{Error, Result};
 use crate::tx::StoreTx;
 use crate::writeback::design1;
+use crate::writeback::design2::{self, SessionWrites};
+use crate::writeback::SqlBuffer;
 use crate::{Cads, Policy};
 
 /// One atomic unit of work: reads and writes through [`CacheStore`]s, at most one data-store
@@ -30,6 +32,10 @@ pub struct Session<'a> {
     buffered: Vec<(DocRef, DocOp)>,
     /// Write-back: the documents this session writes.
     written_docs: Vec<DocRef>,
+    /// Write-back, Design 2: the session's buffered statements and what they affect.
+    sql_writes: SessionWrites,
+    /// Write-back's fallback to write-through: queues this session holds and has applied.
+    held_queues: Vec<String>,
     /// Write-back found pinned memory full: this session writes through, after applying the
     /// buffered writes of its documents.
     write_through: bool,
@@ -53,24 +59,94 @@ impl<'a> Session<'a> {
             written_keys: Vec::new(),
             buffered: Vec::new(),
             written_docs: Vec::new(),
+            sql_writes: SessionWrites::default(),
+            held_queues: Vec::new(),
             write_through,
             degraded: false,
             prepared: false,
         }
     }
 
-    /// Write-back, before a read queries the data store: the buffered writes its result depends
-    /// on go to the data store first (000 Algorithm 1, with the application-side mapping).
-    fn apply_buffered_for<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<()> {
+    /// Write-back, before a read of `keys` queries the data store: the buffered writes its result
+    /// depends on go to the data store first (000 Algorithm 1, with the mappings), or, when
+    /// `may_fold` and every pending session left query result changes for the keys, those
+    /// changes are returned, to be folded into the data store's result (Algorithm 3).
+    fn before_store_read<C: CacheStore>(
+        &mut self,
+        cs: &C,
+        query: &C::Query,
+        keys: &[Vec<u8>],
+        may_fold: bool,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
         if self.cads.policy() != Policy::WriteBack {
-            return Ok(());
+            return Ok(None);
         }
         for doc in cs.buffered_reads(query) {
             if design1::has_buffered(self.cads, &doc)? {
                 design1::apply_buffered(self.cads, &doc)?;
             }
         }
-        Ok(())
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let pending = design2::pending_for(self.cads, keys)?;
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let pending = design2::in_queue_order(self.cads, pending)?;
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        if may_fold && design2::all_foldable(&pending, keys) {
+            let cache = self.cache.as_mut().expect("folding needs the cache");
+            let held = design2::lease_pending(self.cads, cache, pending)?;
+            self.refresh_reads()?;
+            let unapplied = design2::not_applied(self.cads, self.tx.read_sql()?, held)?;
+            let changes = unapplied
+                .into_iter()
+                .flat_map(|p| p.writes.result_changes)
+                .filter(|(key, _)| keys.contains(key))
+                .map(|(_, change)| change)
+                .collect();
+            return Ok(Some(changes));
+        }
+        for p in &pending {
+            design2::apply_queue(self.cads, &p.writes.queue, Some(&p.id))?;
+        }
+        self.refresh_reads()?;
+        Ok(None)
+    }
+
+    /// Makes the session's next data-store read see what was applied just now. A session whose
+    /// write transaction reads from an older snapshot cannot: it runs again.
+    fn refresh_reads(&mut self) -> Result<()> {
+        if self.tx.refresh_reads() {
+            Ok(())
+        } else {
+            Err(Error::Aborted)
+        }
+    }
+
+    /// Queries the data store for a read the cache cannot serve, after write-back's buffered writes
+    /// for `keys` are applied or folded in.
+    fn query_store<C: CacheStore>(
+        &mut self,
+        cs: &C,
+        query: &C::Query,
+        keys: &[Vec<u8>],
+        may_fold: bool,
+    ) -> Result<C::Output> {
+        let changes = self.before_store_read(cs, query, keys, may_fold)?;
+        let mut output = cs.query_store(query, &mut self.tx)?;
+        if let Some(changes) = changes {
+            if !changes.is_empty() && !cs.fold_result_changes(query, &mut output, &changes) {
+                return Err(Error::App(
+                    "a CacheStore returns result_changes but does not implement fold_result_changes"
+                        .into(),
+                ));
+            }
+        }
+        Ok(output)
     }
 
     /// The session's data-store transaction, for statements the application runs itself.
@@ -109,8 +185,7 @@ impl<'a> Session<'a> {
         }
         let keys = cs.keys_read(query);
         if !self.use_cache() || keys.is_empty() || self.cads.any_missed(&keys) {
-            self.apply_buffered_for(cs, query)?;
-            return Ok(cs.query_store(query, &mut self.tx)?);
+            return self.query_store(cs, query, &keys, false);
         }
         let step = self.tx.next_step();
         let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -119,8 +194,7 @@ impl<'a> Session<'a> {
             Ok(values) => values,
             Err(e) if e.is_unavailable() => {
                 self.degrade(&e);
-                self.apply_buffered_for(cs, query)?;
-                return Ok(cs.query_store(query, &mut self.tx)?);
+                return self.query_store(cs, query, &keys, false);
             }
             Err(e) => return Err(e.into()),
         };
@@ -130,24 +204,23 @@ impl<'a> Session<'a> {
                 return Ok(output);
             }
         }
-        self.apply_buffered_for(cs, query)?;
-        let output = cs.query_store(query, &mut self.tx)?;
+        let missed: Vec<Vec<u8>> = keys
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let output = self.query_store(cs, query, &missed, true)?;
         self.cads.pause_before_fill();
         // A transaction reading from a snapshot older than our leases could have read data that a
         // writer changed and released before we asked: such a result is not cached.
         if self.tx.snapshot_before(step) {
             return Ok(output);
         }
-        let missed: Vec<&[u8]> = keys
-            .iter()
-            .zip(&values)
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.as_slice())
-            .collect();
         let fills: Vec<(Vec<u8>, Vec<u8>)> = cs
             .entries(query, &output)
             .into_iter()
-            .filter(|(k, _)| missed.contains(&k.as_slice()))
+            .filter(|(k, _)| missed.contains(k))
             .collect();
         if !fills.is_empty() {
             let pairs: Vec<(&[u8], &[u8])> = fills
@@ -183,8 +256,7 @@ impl<'a> Session<'a> {
                 return Ok(output);
             }
         }
-        self.apply_buffered_for(cs, query)?;
-        let output = cs.query_store(query, &mut self.tx)?;
+        let output = self.query_store(cs, query, &keys, false)?;
         self.cads.pause_before_fill();
         for (key, value) in cs.entries(query, &output) {
             client.set(&key, &value).map_err(Error::from)?;
@@ -216,8 +288,45 @@ impl<'a> Session<'a> {
                 self.buffered.extend(ops);
                 return Ok(());
             }
+            if ops.is_empty() {
+                if let Some(buffer) = cs.buffer_sql(write) {
+                    design2::check_queue_name(&buffer.queue)?;
+                    if self.write_through {
+                        self.hold_queue(&buffer.queue)?;
+                    } else {
+                        self.buffer_statements(cs, write, buffer);
+                        return Ok(());
+                    }
+                }
+            }
         }
         cs.write_store(write, &mut self.tx)?;
+        Ok(())
+    }
+
+    /// Design 2: adds a write's statements to the session's buffered write, which joins the queue
+    /// of its first write; the write's keys and query result keys get mappings to the session.
+    fn buffer_statements<C: CacheStore>(&mut self, cs: &C, write: &C::Write, buffer: SqlBuffer) {
+        let writes = &mut self.sql_writes;
+        if writes.queue.is_empty() {
+            writes.queue = buffer.queue;
+        }
+        writes.statements.extend(buffer.statements);
+        writes.mapped.extend(cs.keys_written(write));
+        let changes = cs.result_changes(write);
+        writes.mapped.extend(changes.iter().map(|(k, _)| k.clone()));
+        writes.result_changes.extend(changes);
+    }
+
+    /// Write-back's fallback for a Design 2 write: before it goes to the data store, its queue is
+    /// held and emptied (see `design2::hold_and_apply`).
+    fn hold_queue(&mut self, queue: &str) -> Result<()> {
+        if self.held_queues.iter().any(|q| q == queue) || !self.use_cache() {
+            return Ok(());
+        }
+        let cache = self.cache.as_mut().expect("use_cache checked it");
+        design2::hold_and_apply(self.cads, cache, queue)?;
+        self.held_queues.push(queue.to_string());
         Ok(())
     }
 
@@ -261,7 +370,7 @@ impl<'a> Session<'a> {
 
     /// Whether the session wrote nothing.
     fn read_only(&self) -> bool {
-        self.written_keys.is_empty() && self.written_docs.is_empty()
+        self.written_keys.is_empty() && self.written_docs.is_empty() && self.sql_writes.is_empty()
     }
 
     /// Write-back's pre-commit: the cached values change as with write-through, and the buffered
@@ -283,6 +392,11 @@ impl<'a> Session<'a> {
                 Ok(()) => {}
                 Err(ClientError::NotStored) => return Err(Error::BufferFull),
                 Err(e) => return Err(e.into()),
+            }
+            if !self.sql_writes.is_empty() {
+                self.sql_writes.mapped.sort();
+                self.sql_writes.mapped.dedup();
+                design2::stage(self.cads, cache, &self.sql_writes)?;
             }
         }
         self.cache
@@ -437,11 +551,14 @@ impl<'a> Session<'a> {
                 let stats = self.cads.write_back_stats();
                 let buffered = self.buffered.len() as u64;
                 stats.buffered.fetch_add(buffered, Ordering::Relaxed);
+                if !self.sql_writes.is_empty() {
+                    stats.buffered_sessions.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(())
             }
             // Buffered writes are acknowledged by this commit: if it failed, they are not (those
             // that reached some replicas may still be applied, as after a timeout).
-            Err(e) if !self.buffered.is_empty() => Err(e.into()),
+            Err(e) if !self.buffered.is_empty() || !self.sql_writes.is_empty() => Err(e.into()),
             // The data store has committed: that is the truth. A CMI that did not take the
             // commit drops the session's changes when its leases expire (deleting the keys it
             // held exclusively), so no reader sees a stale value.

@@ -74,6 +74,20 @@ impl<'s> StoreTx<'s> {
         Ok(self.read.as_deref_mut().expect("just begun"))
     }
 
+    /// Makes the next read see what is committed now: ends the read-only transaction, if any.
+    /// False if the session's write transaction reads from a snapshot fixed earlier (it cannot
+    /// be moved forward).
+    pub(crate) fn refresh_reads(&mut self) -> bool {
+        if self.sql.is_some() {
+            return self.sql_snapshot.is_none();
+        }
+        if let Some(tx) = self.read.take() {
+            let _ = tx.rollback();
+        }
+        self.read_snapshot = None;
+        true
+    }
+
     /// Whether the transaction reads from one snapshot for its whole life (SQLite always;
     /// the others above READ COMMITTED).
     fn fixes_snapshot(&self) -> bool {

@@ -29,6 +29,7 @@ fn config(buffering: Buffering, crash: Option<CrashHook>) -> Config {
             partitions: 8,
             buffering,
             crash,
+            ..WriteBackConfig::default()
         },
         ..Config::default()
     }

@@ -81,6 +81,7 @@ fn killing_a_cmi_loses_no_acknowledged_write() {
                 partitions: 16,
                 buffering: Buffering::ReadModifyWrite,
                 crash: None,
+                ..WriteBackConfig::default()
             },
             ..Config::default()
         },

@@ -69,6 +69,38 @@ fn is_retry(reply: &Reply<'_>) -> bool {
     matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Retry)
 }
 
+/// Groups the indexes of placed keys by CMI, keeping their order within a CMI.
+fn group(indexes: &[usize], keys: &[(usize, &[u8])]) -> Vec<(usize, Vec<usize>)> {
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    for &i in indexes {
+        let cmi = keys[i].0;
+        match groups.iter_mut().find(|(c, _)| *c == cmi) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((cmi, vec![i])),
+        }
+    }
+    groups
+}
+
+/// Groups placed key-value pairs by CMI: the groups of indexes, and each CMI's arguments
+/// `key value key value ...`.
+#[allow(clippy::type_complexity)]
+fn group_pairs<'k>(
+    pairs: &[(usize, &'k [u8], &'k [u8])],
+) -> (Vec<(usize, Vec<usize>)>, Vec<(usize, Vec<&'k [u8]>)>) {
+    let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
+    let all: Vec<usize> = (0..pairs.len()).collect();
+    let groups = group(&all, &keys);
+    let args = groups
+        .iter()
+        .map(|(cmi, idx)| {
+            let args = idx.iter().flat_map(|&i| [pairs[i].1, pairs[i].2]).collect();
+            (*cmi, args)
+        })
+        .collect();
+    (groups, args)
+}
+
 fn is_abort(reply: &Reply<'_>) -> bool {
     matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Abort)
 }
@@ -225,7 +257,10 @@ impl<'c> Session<'c> {
     }
 
     fn hold(&mut self, key: &[u8]) {
-        let cmi = self.cmi_of(key);
+        self.hold_at(self.cmi_of(key), key);
+    }
+
+    fn hold_at(&mut self, cmi: usize, key: &[u8]) {
         self.held[cmi].insert(key.to_vec());
         self.validated = false;
     }
@@ -276,16 +311,23 @@ impl<'c> Session<'c> {
     /// LMGET over every CMI the keys live on, in parallel. Keys told to RETRY are asked again
     /// after a backoff.
     pub fn mget(&mut self, keys: &[&[u8]], rmw: bool) -> Result<Vec<Option<Vec<u8>>>> {
+        let placed = self.place(keys);
+        self.mget_at(&placed, rmw)
+    }
+
+    /// LMGET of keys on chosen CMIs (a key may appear once per CMI: replicas of an entry kept on
+    /// several CMIs).
+    pub fn mget_at(&mut self, keys: &[(usize, &[u8])], rmw: bool) -> Result<Vec<Option<Vec<u8>>>> {
         let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
         let mut pending: Vec<usize> = (0..keys.len()).collect();
         let policy = self.client.retry_policy().clone();
         let mut backoff = Backoff::new(&policy);
         while !pending.is_empty() {
-            let groups = self.group(&pending, keys);
+            let groups = group(&pending, keys);
             let cmds = groups
                 .iter()
                 .map(|(cmi, idx)| {
-                    let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i]).collect();
+                    let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i].1).collect();
                     (*cmi, ks)
                 })
                 .collect::<Vec<_>>();
@@ -313,7 +355,7 @@ impl<'c> Session<'c> {
                 }
             };
             let mut retry = Vec::new();
-            for ((_, reply), (_, idx)) in replies.into_iter().zip(&groups) {
+            for ((_, reply), (cmi, idx)) in replies.into_iter().zip(&groups) {
                 match reply {
                     Reply::Array(items) if items.len() == idx.len() => {
                         for (item, &i) in items.into_iter().zip(idx) {
@@ -321,7 +363,7 @@ impl<'c> Session<'c> {
                                 retry.push(i);
                                 continue;
                             }
-                            self.hold(keys[i]);
+                            self.hold_at(*cmi, keys[i].1);
                             values[i] = bulk(item)?;
                         }
                     }
@@ -344,17 +386,9 @@ impl<'c> Session<'c> {
         Ok(values)
     }
 
-    /// Groups key indexes by CMI, keeping their order within a CMI.
-    fn group(&self, indexes: &[usize], keys: &[&[u8]]) -> Vec<(usize, Vec<usize>)> {
-        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-        for &i in indexes {
-            let cmi = self.cmi_of(keys[i]);
-            match groups.iter_mut().find(|(c, _)| *c == cmi) {
-                Some((_, idx)) => idx.push(i),
-                None => groups.push((cmi, vec![i])),
-            }
-        }
-        groups
+    /// Each key with the CMI its commands go to.
+    fn place<'k>(&self, keys: &[&'k [u8]]) -> Vec<(usize, &'k [u8])> {
+        keys.iter().map(|&k| (self.cmi_of(k), k)).collect()
     }
 
     // --- writes ---
@@ -376,20 +410,15 @@ impl<'c> Session<'c> {
 
     /// LSET of several keys, sent to their CMIs in parallel (LMSET per CMI).
     pub fn mset(&mut self, pairs: &[(&[u8], &[u8])], pin: bool) -> Result<()> {
-        let keys: Vec<&[u8]> = pairs.iter().map(|(k, _)| *k).collect();
-        let all: Vec<usize> = (0..pairs.len()).collect();
-        let groups = self.group(&all, &keys);
-        let flat: Vec<(usize, Vec<&[u8]>)> = groups
-            .iter()
-            .map(|(cmi, idx)| {
-                let mut args = Vec::with_capacity(idx.len() * 2);
-                for &i in idx {
-                    args.push(pairs[i].0);
-                    args.push(pairs[i].1);
-                }
-                (*cmi, args)
-            })
-            .collect();
+        let placed: Vec<(usize, &[u8], &[u8])> =
+            pairs.iter().map(|&(k, v)| (self.cmi_of(k), k, v)).collect();
+        self.mset_at(&placed, pin)
+    }
+
+    /// LSET of keys on chosen CMIs, in parallel (LMSET per CMI).
+    pub fn mset_at(&mut self, pairs: &[(usize, &[u8], &[u8])], pin: bool) -> Result<()> {
+        let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
+        let (_, flat) = group_pairs(pairs);
         let commands = flat
             .iter()
             .map(|(cmi, args)| {
@@ -404,8 +433,8 @@ impl<'c> Session<'c> {
             })
             .collect();
         let replies = self.multi(commands)?;
-        for key in keys {
-            self.hold(key);
+        for (cmi, key) in keys {
+            self.hold_at(cmi, key);
         }
         let mut result = Ok(());
         for (_, reply) in replies {
@@ -470,11 +499,17 @@ impl<'c> Session<'c> {
 
     /// LDEL of several keys, in parallel (LMDEL per CMI).
     pub fn mdelete(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let placed = self.place(keys);
+        self.mdelete_at(&placed)
+    }
+
+    /// LDEL of keys on chosen CMIs, in parallel (LMDEL per CMI).
+    pub fn mdelete_at(&mut self, keys: &[(usize, &[u8])]) -> Result<()> {
         let all: Vec<usize> = (0..keys.len()).collect();
-        let groups = self.group(&all, keys);
+        let groups = group(&all, keys);
         let lists: Vec<(usize, Vec<&[u8]>)> = groups
             .iter()
-            .map(|(cmi, idx)| (*cmi, idx.iter().map(|&i| keys[i]).collect()))
+            .map(|(cmi, idx)| (*cmi, idx.iter().map(|&i| keys[i].1).collect()))
             .collect();
         let commands = lists
             .iter()
@@ -489,10 +524,45 @@ impl<'c> Session<'c> {
             })
             .collect();
         self.multi(commands)?;
-        for key in keys {
-            self.hold(key);
+        for &(cmi, key) in keys {
+            self.hold_at(cmi, key);
         }
         Ok(())
+    }
+
+    /// LAPPEND of keys on chosen CMIs, in parallel (LMAPPEND per CMI): each key's new length, or
+    /// `None` where the key has no value.
+    pub fn mappend_at(&mut self, pairs: &[(usize, &[u8], &[u8])]) -> Result<Vec<Option<usize>>> {
+        let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
+        let (groups, flat) = group_pairs(pairs);
+        let commands = flat
+            .iter()
+            .map(|(cmi, args)| {
+                (
+                    *cmi,
+                    Command::LMAppend {
+                        sid: self.id,
+                        pairs: args,
+                    },
+                )
+            })
+            .collect();
+        let replies = self.multi(commands)?;
+        for &(cmi, key) in &keys {
+            self.hold_at(cmi, key);
+        }
+        let mut lengths = vec![None; pairs.len()];
+        for ((_, reply), (_, idx)) in replies.into_iter().zip(&groups) {
+            match reply {
+                Reply::Array(items) if items.len() == idx.len() => {
+                    for (item, &i) in items.into_iter().zip(idx) {
+                        lengths[i] = optional_int(item)?.map(|n| n as usize);
+                    }
+                }
+                other => return self.map(Err(unexpected(&other))),
+            }
+        }
+        Ok(lengths)
     }
 
     /// LAPPEND: the new length, or `None` if the key has no value.

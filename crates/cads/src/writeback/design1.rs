@@ -6,6 +6,7 @@ use cads_client::{Client, ClientError, Session as CacheSession};
 use cads_protocol::{Command, Reply};
 use cads_store::{DataStore, DocOp, StoreError};
 
+use super::replicated::{join_lines, lines, read_all, replicas};
 use super::{buffer, ApplyStep, Buffering};
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
@@ -32,22 +33,6 @@ fn pw_key(partition: usize) -> Vec<u8> {
 fn partition_of(cads: &Cads, bw_key: &[u8]) -> usize {
     let partitions = cads.config().write_back.partitions.max(1);
     (cads_protocol::fragment::fnv1a64(bw_key) % partitions as u64) as usize
-}
-
-/// The CMIs keeping replicas of `key`, its own first, leaving out CMIs that just failed (a write
-/// proceeds on the replicas that remain; when all are down, all are tried).
-fn replicas(cads: &Cads, client: &Client, key: &[u8]) -> Vec<usize> {
-    let all = client.replicas(key, cads.config().write_back.replicas.max(1));
-    let up: Vec<usize> = all
-        .iter()
-        .copied()
-        .filter(|&c| !client.is_down(c))
-        .collect();
-    if up.is_empty() {
-        all
-    } else {
-        up
-    }
 }
 
 /// Stages the buffered writes of a session (000 Algorithm 11, write-back): the operations are
@@ -389,18 +374,14 @@ fn remove_pending_line(
         let Some(list) = session.on(cmi, |s| s.get(&pw, true))? else {
             continue;
         };
-        let mut lines: Vec<&[u8]> = list
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .collect();
-        if let Some(i) = lines.iter().position(|l| *l == key) {
-            lines.remove(i);
+        let mut listed = lines(&list);
+        if let Some(i) = listed.iter().position(|l| *l == key) {
+            listed.remove(i);
         }
-        if lines.is_empty() {
+        if listed.is_empty() {
             session.on(cmi, |s| s.delete(&pw))?;
         } else {
-            let mut value = lines.join(&b'\n');
-            value.push(b'\n');
+            let value = join_lines(&listed);
             session.on(cmi, |s| s.set(&pw, &value, true))?;
         }
     }
@@ -410,37 +391,13 @@ fn remove_pending_line(
 /// The documents with buffered writes listed in PendingWrites partition `partition` (the union
 /// over its reachable replicas).
 pub(crate) fn pending_in(cads: &Cads, partition: usize) -> Result<Vec<DocRef>> {
-    let client = cads.cache().expect("write-back has a cache");
-    let pw = pw_key(partition);
-    let commands: Vec<(usize, Command<'_>)> = replicas(cads, client, &pw)
-        .into_iter()
-        .map(|cmi| (cmi, Command::Get(&pw)))
-        .collect();
     let mut docs: Vec<DocRef> = Vec::new();
-    let mut reachable = false;
-    for reply in client.execute_many(&commands) {
-        match reply {
-            Ok(Reply::Bulk(list)) => {
-                reachable = true;
-                for line in list.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                    if let Some(doc) = doc_of(line) {
-                        if !docs.contains(&doc) {
-                            docs.push(doc);
-                        }
-                    }
-                }
+    for list in read_all(cads, &pw_key(partition))?.into_iter().flatten() {
+        for doc in lines(&list).into_iter().filter_map(doc_of) {
+            if !docs.contains(&doc) {
+                docs.push(doc);
             }
-            Ok(_) => reachable = true,
-            Err(e) if e.is_unavailable() => {}
-            Err(e) => return Err(e.into()),
         }
-    }
-    if !reachable {
-        return Err(Error::Cache(ClientError::Unavailable {
-            cmi: commands[0].0,
-            reason: "no replica of the PendingWrites partition can be reached".into(),
-            refused: false,
-        }));
     }
     Ok(docs)
 }

@@ -3,9 +3,10 @@
 //! later. A read that misses applies the buffered writes its value depends on first (the mapping,
 //! 000 Algorithm 1), so it never reads a data store that lags behind an acknowledged write.
 //!
-//! This module implements Design 1, per document (000 §3.2), for writes expressed as document
-//! operations (the document layer, or any [`CacheStore`](crate::CacheStore) that implements
-//! `buffer`):
+//! Two designs (000 §3.2), chosen per write by the [`CacheStore`](crate::CacheStore):
+//!
+//! **Design 1, per document**, for writes expressed as document operations (the document layer,
+//! or a `CacheStore` that implements `buffer`):
 //!
 //! - the buffered write of a document `D` is the pinned entry `BW:<collection>:<id>`, its pending
 //!   operations one JSON line each ([`buffer`]), appended to or rewritten (read-modify-write, with
@@ -20,15 +21,24 @@
 //!   from the data store's version), then applied, then deleted with its PendingWrites entry. A
 //!   worker that dies anywhere in between leaves either the original or the idempotent form behind,
 //!   never a half-applied one, so nothing is applied twice.
+//!
+//! **Design 2, per session**, for writes expressed as SQL statements (a `CacheStore` that
+//! implements `buffer_sql`): a session's statements are one session object, queued in commit
+//! order and applied in batches, exactly once through the `cads_applied_sessions` table (003
+//! Algorithm 4); reads that miss apply what they depend on or fold in query result changes
+//! (Algorithms 1 and 3). See the `design2` module's source for the layout of its entries.
 
 pub mod buffer;
 pub(crate) mod design1;
+pub(crate) mod design2;
+mod replicated;
 mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use design1::{apply_buffered, bw_key, pending};
+pub use design2::{pending_sessions, SqlBuffer, Statement, APPLIED_SESSIONS};
 pub use workers::Workers;
 
 /// How a write adds its changes to a buffered write (000 §3.2).
@@ -50,14 +60,18 @@ impl Buffering {
     }
 }
 
-/// A point inside Algorithm 2 where tests make a worker die.
+/// A point inside Algorithm 2 or 4 where tests make a worker die.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApplyStep {
-    /// The buffered write was rewritten in idempotent form, not yet committed.
+    /// Design 1: the buffered write was rewritten in idempotent form, not yet committed.
     Converted,
-    /// The idempotent form is committed; it was not applied yet.
+    /// Design 1: the idempotent form is committed; it was not applied yet.
     ConvertedCommitted,
+    /// Design 2: the batch's session objects are leased; nothing was applied.
+    Leased,
+    /// Design 2: the batch's statements ran; its data-store transaction is not committed.
+    Running,
     /// The data store has the changes; the buffered write is still in the cache.
     Applied,
 }
@@ -83,6 +97,11 @@ pub struct WriteBackConfig {
     /// contending.
     pub partitions: usize,
     pub buffering: Buffering,
+    /// Design 2: sessions applied per data-store transaction (alpha of 003 Algorithm 4).
+    pub batch: usize,
+    /// Design 2: applied sessions removed from their queue, mappings and
+    /// `cads_applied_sessions` together, once this many have accumulated (beta of Algorithm 4).
+    pub compact_every: usize,
     #[doc(hidden)]
     pub crash: Option<CrashHook>,
 }
@@ -93,6 +112,8 @@ impl Default for WriteBackConfig {
             replicas: 3,
             partitions: 64,
             buffering: Buffering::ReadModifyWrite,
+            batch: 8,
+            compact_every: 64,
             crash: None,
         }
     }
@@ -109,6 +130,10 @@ pub struct WriteBackStats {
     pub applied_ops: AtomicU64,
     /// Non-idempotent buffered writes turned into their idempotent form.
     pub conversions: AtomicU64,
+    /// Design 2: sessions whose statements committed sessions buffered.
+    pub buffered_sessions: AtomicU64,
+    /// Design 2: buffered sessions applied to the data store.
+    pub applied_sessions: AtomicU64,
     /// Sessions that found pinned memory full and ran as write-through instead.
     pub fallbacks: AtomicU64,
 }
@@ -120,6 +145,8 @@ pub struct WriteBackCounts {
     pub applied_writes: u64,
     pub applied_ops: u64,
     pub conversions: u64,
+    pub buffered_sessions: u64,
+    pub applied_sessions: u64,
     pub fallbacks: u64,
 }
 
@@ -131,18 +158,22 @@ impl WriteBackStats {
             applied_writes: get(&self.applied_writes),
             applied_ops: get(&self.applied_ops),
             conversions: get(&self.conversions),
+            buffered_sessions: get(&self.buffered_sessions),
+            applied_sessions: get(&self.applied_sessions),
             fallbacks: get(&self.fallbacks),
         }
     }
 }
 
 impl WriteBackCounts {
-    /// The share of buffered operations already in the data store.
+    /// The share of buffered writes already in the data store: Design 1's operations and
+    /// Design 2's sessions.
     pub fn applied_share(&self) -> f64 {
-        if self.buffered == 0 {
+        let buffered = self.buffered + self.buffered_sessions;
+        if buffered == 0 {
             1.0
         } else {
-            (self.applied_ops as f64 / self.buffered as f64).min(1.0)
+            ((self.applied_ops + self.applied_sessions) as f64 / buffered as f64).min(1.0)
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Background workers (BGTs, 000 §3.2): threads that find buffered writes through the
-//! PendingWrites partitions and apply them with Algorithm 2. Each worker owns the partitions
-//! `p` with `p % workers == its index`, so two workers never scan the same partition (and the
-//! exclusive leases of Algorithm 2 keep them apart should they meet on a document anyway).
+//! PendingWrites partitions (Design 1) and the session queues (Design 2) and apply them with
+//! Algorithms 2 and 4. Each worker owns the partitions `p` with `p % workers == its index` and the
+//! queues whose name hashes to its index, so two workers never scan the same list (and the
+//! exclusive leases of the algorithms keep them apart should they meet anyway).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::design1::{apply_buffered, pending, pending_in};
+use super::design2;
 use crate::error::{Error, Result};
 use crate::Cads;
 
@@ -24,7 +26,7 @@ const MAX_IDLE: Duration = Duration::from_millis(50);
 
 impl Workers {
     /// Starts `count` workers. Buffered writes left by a process that stopped are found and
-    /// applied like any other: they are listed in PendingWrites.
+    /// applied like any other: they are listed in PendingWrites and the queues.
     pub fn start(cads: Arc<Cads>, count: usize) -> Workers {
         let stop = Arc::new(AtomicBool::new(false));
         let count = count.max(1);
@@ -76,20 +78,31 @@ impl Drop for Workers {
 /// Applies buffered writes until none is left or `timeout` passes.
 pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
+    let mut last_error = None;
     loop {
-        let left = pending(cads)?;
-        if left.is_empty() {
+        let documents = pending(cads)?;
+        let sessions = design2::pending_sessions(cads)?;
+        if documents.is_empty() && sessions == 0 {
             return Ok(());
         }
         if Instant::now() >= deadline {
+            let cause = last_error.map_or(String::new(), |e: Error| format!("; last error: {e}"));
             return Err(Error::App(format!(
-                "{} documents still have buffered writes after {timeout:?}",
-                left.len()
+                "{} documents and {sessions} sessions still have buffered writes after \
+                 {timeout:?}{cause}",
+                documents.len()
             )));
         }
-        for doc in &left {
+        for doc in &documents {
             if let Err(e) = apply_buffered(cads, doc) {
                 tracing::debug!(error = %e, ?doc, "drain: applying a buffered write failed; retrying");
+                last_error = Some(e);
+            }
+        }
+        for queue in design2::queues(cads)? {
+            if let Err(e) = design2::apply_queue(cads, &queue, None) {
+                tracing::debug!(error = %e, queue, "drain: applying a queue failed; retrying");
+                last_error = Some(e);
             }
         }
     }
@@ -121,6 +134,7 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
                 }
             }
         }
+        applied |= work_on_queues(cads, index, count);
         if applied {
             idle = Duration::from_millis(1);
         } else {
@@ -128,4 +142,27 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
             idle = (idle * 2).min(MAX_IDLE);
         }
     }
+}
+
+/// One pass over this worker's Design 2 queues. Returns whether it applied anything.
+fn work_on_queues(cads: &Cads, index: usize, count: usize) -> bool {
+    let queues = match design2::queues(cads) {
+        Ok(queues) => queues,
+        Err(e) => {
+            tracing::debug!(error = %e, "worker: cannot read the list of queues");
+            return false;
+        }
+    };
+    let mut applied = false;
+    for queue in queues {
+        let owner = cads_protocol::fragment::fnv1a64(queue.as_bytes()) % count as u64;
+        if owner != index as u64 {
+            continue;
+        }
+        match design2::apply_queue(cads, &queue, None) {
+            Ok(n) => applied |= n > 0,
+            Err(e) => tracing::debug!(error = %e, queue, "worker: applying a queue failed"),
+        }
+    }
+    applied
 }
