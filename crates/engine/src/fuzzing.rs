@@ -14,7 +14,7 @@
 //!   `maxmemory` changes, log rewrites and restarts, run on one engine with small memory limits.
 //!   After every step: `check_invariants`, memory within `maxmemory`, the command round trip. At
 //!   restarts and at the end: the log replays into a fresh engine holding the same state (see
-//!   [`compare_replay`] for what "the same" allows).
+//!   `compare_replay` for what "the same" allows).
 //! - [`check_log_replay`]: the bytes are an append-only log file. Replay must not panic, must
 //!   report a consistent result, and a replayed state must survive a full rewrite unchanged.
 //!
