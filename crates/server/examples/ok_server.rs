@@ -39,19 +39,26 @@ impl Handler for OkHandler {
 fn main() -> anyhow::Result<()> {
     let mut port: u16 = 7000;
     let mut bind = String::from("127.0.0.1");
+    let mut config = LoopConfig::default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--port" => port = args.next().context("--port needs a value")?.parse()?,
             "--bind" => bind = args.next().context("--bind needs a value")?,
+            "--busy-poll-us" => {
+                config.busy_poll_us = args
+                    .next()
+                    .context("--busy-poll-us needs a value")?
+                    .parse()?
+            }
             other => {
-                bail!("unknown argument {other:?} (usage: ok_server [--port P] [--bind ADDR])")
+                bail!("unknown argument {other:?} (usage: ok_server [--port P] [--bind ADDR] [--busy-poll-us N])")
             }
         }
     }
     let listener = TcpListener::bind((bind.as_str(), port))
         .with_context(|| format!("binding {bind}:{port}"))?;
-    let mut event_loop = EventLoop::new(listener, LoopConfig::default())?;
+    let mut event_loop = EventLoop::new(listener, config)?;
     eprintln!("ok_server listening on {}", event_loop.local_addr()?);
     let stop = AtomicBool::new(false);
     event_loop.run(&mut OkHandler, &stop)?;
