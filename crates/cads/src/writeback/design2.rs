@@ -1,0 +1,918 @@
+//! Design 2 (000 §3.2, 003 Algorithms 3 and 4): one buffered write per session, for sessions
+//! whose data-store transaction changes several rows (TPC-C).
+//!
+//! - A committing session's SQL statements become one *session object* `BS:<id>` (Definition
+//!   3.2), pinned on R CMIs, with the cache keys it affects and its query result changes.
+//! - The *queue* `SQ:<name>` lists session ids in commit order: a session appends its id under an
+//!   exclusive lease held until its commit, so two sessions of a queue are listed in the order
+//!   they committed. `SQS` lists the queues, for workers to find them.
+//! - The *mapping* `SM:<cache key>` lists the sessions with pending changes to that key's value,
+//!   for every key the session wrote or left a query result change for.
+//! - Workers apply a queue's sessions in order, `batch` at a time, each batch in one data-store
+//!   transaction that also inserts the session ids into `cads_applied_sessions`; an id already
+//!   there was applied by a worker that died before deleting the session object, and is skipped
+//!   (Algorithm 4). Exactly-once rests on that table's primary key, not on leases.
+//! - Every `compact_every` applied sessions (or when the queue runs dry), the ids leave the queue,
+//!   the mappings and the table.
+//! - A read that misses a key with pending sessions either applies them, with every session
+//!   queued before them, and then queries the data store (Algorithm 1), or, when each of them left
+//!   a query result change for the key, queries the data store and folds the changes in
+//!   (Algorithm 3).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use cads_client::{Backoff, ClientError, Session as CacheSession};
+use cads_store::{SqlTransaction, SqlValue, StoreError};
+use serde_json::{json, Value};
+
+use super::replicated::{join_lines, lines, placed, read_all, read_many};
+use super::ApplyStep;
+use crate::error::{Error, Result};
+use crate::Cads;
+
+/// A SQL statement buffered by a write-back session, with its `?` parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Statement {
+    pub sql: String,
+    pub params: Vec<SqlValue>,
+}
+
+impl Statement {
+    pub fn new(sql: impl Into<String>, params: Vec<SqlValue>) -> Statement {
+        Statement {
+            sql: sql.into(),
+            params,
+        }
+    }
+}
+
+/// What a write buffers under write-back's Design 2 (see
+/// [`CacheStore::buffer_sql`](crate::CacheStore::buffer_sql)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SqlBuffer {
+    /// The queue the session joins (TPC-C: one per warehouse). Sessions of a queue reach the data
+    /// store in the order they committed; queues are applied independently of one another.
+    pub queue: String,
+    pub statements: Vec<Statement>,
+}
+
+/// The table that records applied sessions.
+pub const APPLIED_SESSIONS: &str = "cads_applied_sessions";
+
+/// The longest queue name.
+pub const MAX_QUEUE_NAME: usize = 200;
+
+const QUEUES_KEY: &[u8] = b"SQS";
+
+fn session_key(id: &str) -> Vec<u8> {
+    format!("BS:{id}").into_bytes()
+}
+
+fn queue_key(queue: &str) -> Vec<u8> {
+    format!("SQ:{queue}").into_bytes()
+}
+
+fn mapping_key(key: &[u8]) -> Vec<u8> {
+    let mut m = b"SM:".to_vec();
+    m.extend_from_slice(key);
+    m
+}
+
+/// A session's buffered write: the value of `BS:<id>`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct SessionWrites {
+    pub queue: String,
+    pub statements: Vec<Statement>,
+    /// The cache keys whose mappings list the session.
+    pub mapped: Vec<Vec<u8>>,
+    /// Query result changes: (cache key of a query result, change), in the order made.
+    pub result_changes: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl SessionWrites {
+    pub fn is_empty(&self) -> bool {
+        self.statements.is_empty()
+    }
+
+    fn encode(&self) -> Result<Vec<u8>> {
+        let statements = self
+            .statements
+            .iter()
+            .map(|s| {
+                let params = s
+                    .params
+                    .iter()
+                    .map(encode_value)
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(json!([s.sql, params]))
+            })
+            .collect::<Result<Vec<Value>>>()?;
+        let mapped: Vec<String> = self.mapped.iter().map(|k| hex(k)).collect();
+        let changes: Vec<Value> = self
+            .result_changes
+            .iter()
+            .map(|(k, c)| json!([hex(k), hex(c)]))
+            .collect();
+        Ok(
+            json!({"q": self.queue, "s": statements, "m": mapped, "r": changes})
+                .to_string()
+                .into_bytes(),
+        )
+    }
+
+    fn decode(bytes: &[u8]) -> Result<SessionWrites> {
+        let bad = |what: &str| {
+            Error::Store(StoreError::Invalid(format!(
+                "a buffered session is malformed: {what}"
+            )))
+        };
+        let value: Value = serde_json::from_slice(bytes).map_err(|_| bad("not JSON"))?;
+        let queue = value["q"].as_str().ok_or_else(|| bad("queue"))?.to_string();
+        let mut statements = Vec::new();
+        for s in value["s"].as_array().ok_or_else(|| bad("statements"))? {
+            let sql = s[0].as_str().ok_or_else(|| bad("statement text"))?;
+            let params = s[1]
+                .as_array()
+                .ok_or_else(|| bad("parameters"))?
+                .iter()
+                .map(decode_value)
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| bad("a parameter"))?;
+            statements.push(Statement::new(sql, params));
+        }
+        let mapped = value["m"]
+            .as_array()
+            .ok_or_else(|| bad("mapped keys"))?
+            .iter()
+            .map(|k| k.as_str().and_then(unhex))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("a mapped key"))?;
+        let result_changes = value["r"]
+            .as_array()
+            .ok_or_else(|| bad("result changes"))?
+            .iter()
+            .map(|pair| Some((unhex(pair[0].as_str()?)?, unhex(pair[1].as_str()?)?)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("a result change"))?;
+        Ok(SessionWrites {
+            queue,
+            statements,
+            mapped,
+            result_changes,
+        })
+    }
+}
+
+/// Parameters as JSON: integers and strings as themselves, floats and bytes tagged so that they
+/// come back as the same SQL type.
+fn encode_value(value: &SqlValue) -> Result<Value> {
+    Ok(match value {
+        SqlValue::Null => Value::Null,
+        SqlValue::Int(n) => json!(n),
+        SqlValue::Float(f) if f.is_finite() => json!({ "f": f }),
+        SqlValue::Float(f) => {
+            return Err(Error::App(format!(
+                "a buffered statement parameter must be finite, not {f}"
+            )))
+        }
+        SqlValue::Text(s) => json!(s),
+        SqlValue::Bytes(b) => json!({ "b": hex(b) }),
+    })
+}
+
+fn decode_value(value: &Value) -> Option<SqlValue> {
+    Some(match value {
+        Value::Null => SqlValue::Null,
+        Value::Number(n) => SqlValue::Int(n.as_i64()?),
+        Value::String(s) => SqlValue::Text(s.clone()),
+        Value::Object(o) => match (o.get("f"), o.get("b")) {
+            (Some(f), None) => SqlValue::Float(f.as_f64()?),
+            (None, Some(b)) => SqlValue::Bytes(unhex(b.as_str()?)?),
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// A new session id: unique across processes and restarts (a random 64-bit tag per process and a
+/// counter), since a reused id found in `cads_applied_sessions` would make a new session look
+/// applied.
+fn new_session_id() -> String {
+    static TAG: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let tag = TAG.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let local = 0u8;
+        let mut h = nanos ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64);
+        // splitmix64's finalizer: spreads nearby inputs over the whole range.
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^ (h >> 31)
+    });
+    format!("{tag:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Checks a queue name: it is part of cache keys and of list lines.
+pub(crate) fn check_queue_name(queue: &str) -> Result<()> {
+    if queue.is_empty() || queue.len() > MAX_QUEUE_NAME || queue.contains(['\n', '\r']) {
+        return Err(Error::App(format!(
+            "a write-back queue name must have 1 to {MAX_QUEUE_NAME} bytes and no line break: {queue:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Stages a committing session's buffered write (000 Algorithm 11 under Design 2): the session
+/// object on its replicas, its id appended to the mapping of every key it affects and, last (the
+/// queue's exclusive lease is the one writers of a queue contend for), to its queue. Everything
+/// becomes visible at the session's commit, with the cached values it changed.
+pub(crate) fn stage(
+    cads: &Cads,
+    session: &mut CacheSession<'_>,
+    writes: &SessionWrites,
+) -> Result<()> {
+    let client = cads.cache().expect("write-back has a cache");
+    let id = new_session_id();
+    let object = writes.encode()?;
+    let object_key = [session_key(&id)];
+    let sets: Vec<(usize, &[u8], &[u8])> = placed(cads, client, &object_key)
+        .into_iter()
+        .map(|(cmi, key)| (cmi, key, object.as_slice()))
+        .collect();
+    session.mset_at(&sets, true).map_err(buffer_error)?;
+
+    let mut lists: Vec<Vec<u8>> = writes.mapped.iter().map(|k| mapping_key(k)).collect();
+    lists.sort();
+    lists.dedup();
+    lists.push(queue_key(&writes.queue));
+    let line = join_lines(&[id.as_bytes()]);
+    let places = placed(cads, client, &lists);
+    let appends: Vec<(usize, &[u8], &[u8])> = places
+        .iter()
+        .map(|&(cmi, key)| (cmi, key, line.as_slice()))
+        .collect();
+    let lengths = session.mappend_at(&appends).map_err(buffer_error)?;
+    // A list missing on a replica is new, or was lost with a CMI that restarted: it starts with
+    // this session (what it held before is applied or kept on the other replicas).
+    let created: Vec<(usize, &[u8], &[u8])> = appends
+        .iter()
+        .zip(&lengths)
+        .filter(|(_, len)| len.is_none())
+        .map(|(&a, _)| a)
+        .collect();
+    if !created.is_empty() {
+        session.mset_at(&created, true).map_err(buffer_error)?;
+    }
+    let queue = queue_key(&writes.queue);
+    let queue_is_new = places
+        .iter()
+        .zip(&lengths)
+        .filter(|((_, key), _)| *key == queue.as_slice())
+        .all(|(_, len)| len.is_none());
+    if queue_is_new {
+        register_queue(cads, session, &writes.queue).map_err(buffer_error)?;
+    }
+    Ok(())
+}
+
+/// NOTSTORED while staging means pinned memory is full: the session runs as write-through.
+fn buffer_error(e: ClientError) -> Error {
+    match e {
+        ClientError::NotStored => Error::BufferFull,
+        other => other.into(),
+    }
+}
+
+/// Adds a queue to `SQS`, on every replica.
+fn register_queue(
+    cads: &Cads,
+    session: &mut CacheSession<'_>,
+    queue: &str,
+) -> Result<(), ClientError> {
+    let client = cads.cache().expect("write-back has a cache");
+    let line = join_lines(&[queue.as_bytes()]);
+    let keys = [QUEUES_KEY.to_vec()];
+    let appends: Vec<(usize, &[u8], &[u8])> = placed(cads, client, &keys)
+        .into_iter()
+        .map(|(cmi, key)| (cmi, key, line.as_slice()))
+        .collect();
+    let lengths = session.mappend_at(&appends)?;
+    let missing: Vec<(usize, &[u8], &[u8])> = appends
+        .into_iter()
+        .zip(lengths)
+        .filter(|(_, len)| len.is_none())
+        .map(|(a, _)| a)
+        .collect();
+    if !missing.is_empty() {
+        session.mset_at(&missing, true)?;
+    }
+    Ok(())
+}
+
+/// The queues sessions have used (the union over the reachable replicas of `SQS`).
+pub(crate) fn queues(cads: &Cads) -> Result<Vec<String>> {
+    let mut names = BTreeSet::new();
+    for list in read_all(cads, QUEUES_KEY)?.into_iter().flatten() {
+        for line in lines(&list) {
+            names.insert(String::from_utf8_lossy(line).into_owned());
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
+/// A queue's session ids in commit order: the longest of its replicas (a replica that restarted
+/// empty holds only what was queued since).
+fn queued(cads: &Cads, queue: &str) -> Result<Vec<String>> {
+    let longest = read_all(cads, &queue_key(queue))?
+        .into_iter()
+        .flatten()
+        .map(|list| {
+            lines(&list)
+                .into_iter()
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+                .collect::<Vec<_>>()
+        })
+        .max_by_key(Vec::len);
+    Ok(longest.unwrap_or_default())
+}
+
+/// A session object read back.
+pub(crate) struct Pending {
+    pub id: String,
+    pub writes: SessionWrites,
+}
+
+/// The sessions with changes pending to any of `keys` (through their mappings), read without
+/// leases. A session whose object is gone from every replica has been applied.
+pub(crate) fn pending_for(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Pending>> {
+    let mappings: Vec<Vec<u8>> = keys.iter().map(|k| mapping_key(k)).collect();
+    let mut listed: Vec<Vec<String>> = Vec::new();
+    for replicas in read_many(cads, &mappings)? {
+        let mut ids: Vec<String> = Vec::new();
+        for line in replicas.iter().flatten().flat_map(|list| lines(list)) {
+            let id = String::from_utf8_lossy(line).into_owned();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        listed.push(ids);
+    }
+    let mut ids: Vec<&String> = listed.iter().flatten().collect();
+    ids.sort();
+    ids.dedup();
+    let objects: Vec<Vec<u8>> = ids.iter().map(|id| session_key(id)).collect();
+    let mut pending = Vec::new();
+    for (id, replicas) in ids.iter().zip(read_many(cads, &objects)?) {
+        if let Some(bytes) = replicas.into_iter().flatten().next() {
+            pending.push(Pending {
+                writes: SessionWrites::decode(&bytes)?,
+                id: id.to_string(),
+            });
+        }
+    }
+    // A mapping that lists only applied sessions is left over from a worker that died before
+    // compacting: it goes now.
+    for (mapping, ids) in mappings.iter().zip(&listed) {
+        if !ids.is_empty() && !pending.iter().any(|p| ids.contains(&p.id)) {
+            drop_stale_mapping(cads, mapping, ids);
+        }
+    }
+    Ok(pending)
+}
+
+/// Deletes a mapping whose replicas list only `applied` ids (best effort: a writer that adds
+/// to it meanwhile keeps it).
+fn drop_stale_mapping(cads: &Cads, mapping: &[u8], applied: &[String]) {
+    let client = cads.cache().expect("write-back has a cache");
+    let keys = [mapping.to_vec()];
+    let places = placed(cads, client, &keys);
+    let mut session = client.session();
+    let outcome = session.mget_at(&places, true).and_then(|values| {
+        let stale = values.iter().flatten().all(|list| {
+            lines(list)
+                .iter()
+                .all(|l| applied.iter().any(|id| id.as_bytes() == *l))
+        });
+        if stale {
+            session.mdelete_at(&places)?;
+        }
+        session.commit()
+    });
+    if let Err(e) = outcome {
+        tracing::debug!(error = %e, "dropping a stale mapping failed; it stays");
+    }
+}
+
+/// Orders pending sessions as they will be applied: by queue, and in a queue by position. Sessions
+/// no longer queued (compacted away: applied) are dropped.
+pub(crate) fn in_queue_order(cads: &Cads, pending: Vec<Pending>) -> Result<Vec<Pending>> {
+    let mut by_queue: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
+    for p in pending {
+        by_queue.entry(p.writes.queue.clone()).or_default().push(p);
+    }
+    let mut ordered = Vec::new();
+    for (queue, mut sessions) in by_queue {
+        let positions: HashMap<String, usize> = queued(cads, &queue)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| (id, i))
+            .collect();
+        sessions.retain(|p| positions.contains_key(&p.id));
+        sessions.sort_by_key(|p| positions[&p.id]);
+        ordered.extend(sessions);
+    }
+    Ok(ordered)
+}
+
+/// Whether each pending session left a query result change for every one of `keys` it is
+/// mapped on: then a read can fold them in (Algorithm 3) instead of applying them first.
+pub(crate) fn all_foldable(pending: &[Pending], keys: &[Vec<u8>]) -> bool {
+    pending.iter().all(|p| {
+        keys.iter()
+            .filter(|k| p.writes.mapped.contains(k))
+            .all(|k| p.writes.result_changes.iter().any(|(rk, _)| rk == k))
+    })
+}
+
+/// Algorithm 3's guard: takes exclusive leases, in the reader's session, on the objects of the
+/// pending sessions, so that no worker applies them while the reader queries the data store and
+/// folds their changes in (a worker asking for them is refused; the reader's fill fails if its
+/// leases run out). Returns the sessions whose object is still there.
+pub(crate) fn lease_pending(
+    cads: &Cads,
+    session: &mut CacheSession<'_>,
+    pending: Vec<Pending>,
+) -> Result<Vec<Pending>> {
+    let client = cads.cache().expect("write-back has a cache");
+    let keys: Vec<Vec<u8>> = pending.iter().map(|p| session_key(&p.id)).collect();
+    let places = placed(cads, client, &keys);
+    let values = session.mget_at(&places, true)?;
+    let present: BTreeSet<&[u8]> = places
+        .iter()
+        .zip(&values)
+        .filter(|(_, v)| v.is_some())
+        .map(|(&(_, key), _)| key)
+        .collect();
+    Ok(pending
+        .into_iter()
+        .filter(|p| present.contains(session_key(&p.id).as_slice()))
+        .collect())
+}
+
+/// The sessions `cads_applied_sessions` does not list (those it lists were applied by a worker
+/// that died before deleting their objects).
+pub(crate) fn not_applied(
+    cads: &Cads,
+    tx: &mut dyn SqlTransaction,
+    pending: Vec<Pending>,
+) -> Result<Vec<Pending>> {
+    prepare(cads)?;
+    let ids: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
+    let applied = applied_among(tx, &ids)?;
+    Ok(pending
+        .into_iter()
+        .filter(|p| !applied.contains(&p.id))
+        .collect())
+}
+
+/// The ids among `ids` that `cads_applied_sessions` lists.
+fn applied_among(tx: &mut dyn SqlTransaction, ids: &[&str]) -> Result<BTreeSet<String>> {
+    if ids.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let marks = vec!["?"; ids.len()].join(", ");
+    let params: Vec<SqlValue> = ids
+        .iter()
+        .map(|id| SqlValue::Text(id.to_string()))
+        .collect();
+    let rows = tx.query(
+        &format!("SELECT id FROM {APPLIED_SESSIONS} WHERE id IN ({marks})"),
+        &params,
+    )?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| row.get::<String>(0).ok())
+        .collect())
+}
+
+/// Creates `cads_applied_sessions` once per process.
+fn prepare(cads: &Cads) -> Result<()> {
+    if cads.applied_sessions_ready.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    cads.store().execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS {APPLIED_SESSIONS} (id VARCHAR(64) PRIMARY KEY)"
+    ))?;
+    cads.applied_sessions_ready.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Applies `queue`'s pending sessions in order (Algorithm 4), through the session `through` if
+/// given (a read that depends on it), else through the end of the queue as it is now, and
+/// compacts what it applied. Returns how many sessions this call applied.
+pub(crate) fn apply_queue(cads: &Cads, queue: &str, through: Option<&str>) -> Result<usize> {
+    let mut done = Done::default();
+    let applied = apply_prefix(cads, queue, through, &mut done, true);
+    // The queue as read has been worked through (or a batch failed): compact what is done
+    // (Algorithm 4, line 25) while the mappings of the applied sessions are known.
+    compact(cads, queue, &mut done)?;
+    applied
+}
+
+/// Applies the queue's sessions up to `through` (or its end), batch by batch, noting in `done`
+/// what is applied; compacts every `compact_every` sessions if `compact_midway`.
+fn apply_prefix(
+    cads: &Cads,
+    queue: &str,
+    through: Option<&str>,
+    done: &mut Done,
+    compact_midway: bool,
+) -> Result<usize> {
+    prepare(cads)?;
+    let ids = queued(cads, queue)?;
+    let end = match through {
+        Some(id) => match ids.iter().position(|q| q == id) {
+            Some(i) => i + 1,
+            // Not queued any more: compacted away, so applied.
+            None => return Ok(0),
+        },
+        None => ids.len(),
+    };
+    let batch = cads.config().write_back.batch.max(1);
+    let mut applied = 0;
+    for chunk in ids[..end].chunks(batch) {
+        applied += with_retries(cads, || apply_batch(cads, chunk, done))?;
+        if compact_midway && done.ids.len() >= cads.config().write_back.compact_every.max(1) {
+            compact(cads, queue, done)?;
+        }
+    }
+    Ok(applied)
+}
+
+/// Sessions applied (or found applied) and not yet compacted away, with the mappings that list
+/// them.
+#[derive(Default)]
+struct Done {
+    ids: Vec<String>,
+    mapped: BTreeSet<Vec<u8>>,
+}
+
+/// Runs `step` again after a backoff while it loses lease races or data-store conflicts.
+fn with_retries<T>(cads: &Cads, mut step: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut backoff = Backoff::new(&cads.config().retry);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match step() {
+            Err(e) if retryable(&e) && attempts < cads.config().max_attempts => {
+                backoff.wait();
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Another applier got there first (a lease, a conflict, or the primary key of an id it is
+/// committing): trying again finds the state it left.
+fn retryable(e: &Error) -> bool {
+    e.is_retryable() || matches!(e, Error::Store(StoreError::Constraint(_)))
+}
+
+/// A worker dying at `step`: the cache session is abandoned without releasing anything, as a
+/// crashed process would leave it (its leases expire).
+fn crash_at(cads: &Cads, step: ApplyStep) -> bool {
+    cads.config()
+        .write_back
+        .crash
+        .as_ref()
+        .is_some_and(|hook| (hook.0)(step))
+}
+
+fn crashed() -> Error {
+    Error::App("the worker died (test crash hook)".into())
+}
+
+/// Applies one batch of consecutive queued sessions in one data-store transaction (Algorithm 4,
+/// lines 10-21). Returns how many it applied.
+fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
+    let client = cads.cache().expect("write-back has a cache");
+    let store = cads.store().as_ref();
+    let keys: Vec<Vec<u8>> = ids.iter().map(|id| session_key(id)).collect();
+    let places = placed(cads, client, &keys);
+    let mut session = client.session();
+    // Exclusive leases on every replica of every object: no other applier, and no reader folding
+    // them in, can work on these sessions until this one is done.
+    let values = session.mget_at(&places, true)?;
+    let mut objects: Vec<(&String, SessionWrites)> = Vec::new();
+    for (id, key) in ids.iter().zip(&keys) {
+        let value = places
+            .iter()
+            .zip(&values)
+            .find(|((_, k), v)| *k == key.as_slice() && v.is_some())
+            .and_then(|(_, v)| v.clone());
+        match value {
+            Some(bytes) => objects.push((id, SessionWrites::decode(&bytes)?)),
+            // Gone from every replica: applied and deleted already.
+            None => done.ids.push(id.clone()),
+        }
+    }
+    if objects.is_empty() {
+        session.commit()?;
+        return Ok(0);
+    }
+    if crash_at(cads, ApplyStep::Leased) {
+        std::mem::forget(session);
+        return Err(crashed());
+    }
+    let mut tx = store.begin(cads.config().isolation)?;
+    let object_ids: Vec<&str> = objects.iter().map(|(id, _)| id.as_str()).collect();
+    let applied_before = applied_among(tx.as_mut(), &object_ids)?;
+    let mut applied = 0;
+    for (id, writes) in &objects {
+        if applied_before.contains(id.as_str()) {
+            continue;
+        }
+        tx.execute(
+            &format!("INSERT INTO {APPLIED_SESSIONS} (id) VALUES (?)"),
+            &[SqlValue::Text(id.to_string())],
+        )?;
+        for statement in &writes.statements {
+            tx.execute(&statement.sql, &statement.params)
+                .map_err(|e| apply_error(id, statement, e))?;
+        }
+        applied += 1;
+    }
+    if crash_at(cads, ApplyStep::Running) {
+        std::mem::forget(session);
+        drop(tx);
+        return Err(crashed());
+    }
+    tx.commit()?;
+    if crash_at(cads, ApplyStep::Applied) {
+        std::mem::forget(session);
+        return Err(crashed());
+    }
+    let deletes: Vec<(usize, &[u8])> = places
+        .iter()
+        .zip(&values)
+        .filter(|(_, v)| v.is_some())
+        .map(|(&p, _)| p)
+        .collect();
+    session.mdelete_at(&deletes)?;
+    match session.commit() {
+        Ok(()) => {
+            for (id, writes) in objects {
+                done.ids.push(id.clone());
+                done.mapped.extend(writes.mapped);
+            }
+        }
+        // Some replicas kept their copy (a lease ran out): the ids stay in the queue and in
+        // cads_applied_sessions, so that the next pass finds them applied and deletes the copies.
+        Err(ClientError::PartialCommit { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let stats = cads.write_back_stats();
+    stats
+        .applied_sessions
+        .fetch_add(applied as u64, Ordering::Relaxed);
+    Ok(applied)
+}
+
+/// A statement the data store refused: the session's changes cannot be applied as buffered.
+fn apply_error(id: &str, statement: &Statement, e: StoreError) -> Error {
+    if e.is_retryable() || e.is_transient() {
+        return e.into();
+    }
+    tracing::error!(
+        session = id,
+        sql = %statement.sql,
+        error = %e,
+        "a buffered session cannot be applied; its queue waits behind it"
+    );
+    Error::Store(e)
+}
+
+/// Removes applied sessions from the queue and the mappings, then from `cads_applied_sessions`
+/// (Algorithm 4, lines 25-29). Only ids whose session objects are gone from every replica are
+/// here, so no applier can be led to them again.
+fn compact(cads: &Cads, queue: &str, done: &mut Done) -> Result<()> {
+    if done.ids.is_empty() {
+        return Ok(());
+    }
+    let client = cads.cache().expect("write-back has a cache");
+    with_retries(cads, || {
+        let mut session = client.session();
+        remove_ids(cads, &mut session, queue, done)?;
+        Ok(session.commit()?)
+    })?;
+    forget_applied(cads, &done.ids)?;
+    *done = Done::default();
+    Ok(())
+}
+
+/// Deletes ids from `cads_applied_sessions`.
+fn forget_applied(cads: &Cads, ids: &[String]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let marks = vec!["?"; ids.len()].join(", ");
+    let params: Vec<SqlValue> = ids.iter().map(|id| SqlValue::Text(id.clone())).collect();
+    with_retries(cads, || {
+        let mut tx = cads.store().begin(cads.config().isolation)?;
+        tx.execute(
+            &format!("DELETE FROM {APPLIED_SESSIONS} WHERE id IN ({marks})"),
+            &params,
+        )?;
+        Ok(tx.commit()?)
+    })
+}
+
+/// Rewrites, in `session`, the queue and the mappings without the ids in `done`. An emptied
+/// queue stays (empty), so that it is not registered again; an emptied mapping goes.
+fn remove_ids(cads: &Cads, session: &mut CacheSession<'_>, queue: &str, done: &Done) -> Result<()> {
+    let client = cads.cache().expect("write-back has a cache");
+    let ids: BTreeSet<&[u8]> = done.ids.iter().map(String::as_bytes).collect();
+    let queue = queue_key(queue);
+    let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
+    lists.extend(done.mapped.iter().map(|k| mapping_key(k)));
+    let places = placed(cads, client, &lists);
+    let values = session.mget_at(&places, true)?;
+    let mut sets: Vec<(usize, &[u8], Vec<u8>)> = Vec::new();
+    let mut deletes: Vec<(usize, &[u8])> = Vec::new();
+    for (&(cmi, key), value) in places.iter().zip(&values) {
+        let Some(value) = value else { continue };
+        let listed = lines(value);
+        let kept: Vec<&[u8]> = listed
+            .iter()
+            .copied()
+            .filter(|l| !ids.contains(l))
+            .collect();
+        if kept.len() == listed.len() {
+            continue;
+        }
+        if kept.is_empty() && key != queue.as_slice() {
+            deletes.push((cmi, key));
+        } else {
+            sets.push((cmi, key, join_lines(&kept)));
+        }
+    }
+    let sets: Vec<(usize, &[u8], &[u8])> = sets
+        .iter()
+        .map(|(cmi, key, value)| (*cmi, *key, value.as_slice()))
+        .collect();
+    if !sets.is_empty() {
+        session.mset_at(&sets, true)?;
+    }
+    if !deletes.is_empty() {
+        session.mdelete_at(&deletes)?;
+    }
+    Ok(())
+}
+
+/// Sessions still waiting in every queue.
+pub fn pending_sessions(cads: &Cads) -> Result<usize> {
+    let mut count = 0;
+    for queue in queues(cads)? {
+        for id in queued(cads, &queue)? {
+            if read_all(cads, &session_key(&id))?
+                .iter()
+                .any(Option::is_some)
+            {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// Write-back's fallback to write-through for a session of `queue`: takes exclusive leases on
+/// the queue in the session, which is going to write the data store directly, applies what the
+/// queue holds and removes it from the queue in the same session. No session can join the queue
+/// until this one commits, so the data store receives the queue's sessions and this one in
+/// commit order.
+pub(crate) fn hold_and_apply(
+    cads: &Cads,
+    session: &mut CacheSession<'_>,
+    queue: &str,
+) -> Result<()> {
+    let client = cads.cache().expect("write-back has a cache");
+    let keys = [queue_key(queue)];
+    session.mget_at(&placed(cads, client, &keys), true)?;
+    let mut done = Done::default();
+    apply_prefix(cads, queue, None, &mut done, false)?;
+    if !done.ids.is_empty() {
+        remove_ids(cads, session, queue, &done)?;
+        forget_applied(cads, &done.ids)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_objects_round_trip() {
+        let writes = SessionWrites {
+            queue: "w1".into(),
+            statements: vec![
+                Statement::new(
+                    "UPDATE t SET a = a + ?, b = ?, c = ? WHERE id = ?",
+                    vec![
+                        SqlValue::Int(-3),
+                        SqlValue::Float(2.5),
+                        SqlValue::Bytes(vec![0, 255, 10]),
+                        SqlValue::Text("x\ny".into()),
+                    ],
+                ),
+                Statement::new("DELETE FROM t WHERE v IS ?", vec![SqlValue::Null]),
+            ],
+            mapped: vec![b"k1".to_vec(), vec![0, 1, 2]],
+            result_changes: vec![(b"total".to_vec(), b"+3".to_vec())],
+        };
+        let bytes = writes.encode().unwrap();
+        assert_eq!(SessionWrites::decode(&bytes).unwrap(), writes);
+    }
+
+    #[test]
+    fn floats_stay_floats_and_integers_integers() {
+        let writes = SessionWrites {
+            queue: "q".into(),
+            statements: vec![Statement::new(
+                "x",
+                vec![SqlValue::Float(3.0), SqlValue::Int(3)],
+            )],
+            ..SessionWrites::default()
+        };
+        let back = SessionWrites::decode(&writes.encode().unwrap()).unwrap();
+        assert_eq!(
+            back.statements[0].params,
+            vec![SqlValue::Float(3.0), SqlValue::Int(3)]
+        );
+    }
+
+    #[test]
+    fn non_finite_parameters_are_refused() {
+        let writes = SessionWrites {
+            queue: "q".into(),
+            statements: vec![Statement::new("x", vec![SqlValue::Float(f64::NAN)])],
+            ..SessionWrites::default()
+        };
+        assert!(matches!(writes.encode(), Err(Error::App(_))));
+    }
+
+    #[test]
+    fn malformed_objects_are_errors() {
+        for bad in [
+            &b"not json"[..],
+            br#"{"q": 1}"#,
+            br#"{"q":"a","s":[["x",[[1]]]],"m":[],"r":[]}"#,
+        ] {
+            assert!(SessionWrites::decode(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn session_ids_do_not_repeat() {
+        let a = new_session_id();
+        let b = new_session_id();
+        assert_ne!(a, b);
+        assert!(a.len() < 64);
+    }
+
+    #[test]
+    fn queue_names_are_checked() {
+        assert!(check_queue_name("w1").is_ok());
+        assert!(check_queue_name("").is_err());
+        assert!(check_queue_name("a\nb").is_err());
+        assert!(check_queue_name(&"x".repeat(MAX_QUEUE_NAME + 1)).is_err());
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(
+            unhex(&hex(&[0, 1, 0xab, 0xff])).unwrap(),
+            vec![0, 1, 0xab, 0xff]
+        );
+        assert!(unhex("abc").is_none());
+        assert!(unhex("zz").is_none());
+    }
+}

@@ -1,0 +1,101 @@
+//! Entries kept on R CMIs (000 §3.3.4: buffered writes, mappings and the lists workers read are
+//! replicated so that losing a CMI loses no acknowledged write), and the newline-separated lists
+//! several of them hold.
+
+use cads_client::{Client, ClientError};
+use cads_protocol::{Command, Reply};
+
+use crate::error::{Error, Result};
+use crate::Cads;
+
+/// The CMIs keeping replicas of `key`, its own first, leaving out CMIs that just failed (a write
+/// proceeds on the replicas that remain; when all are down, all are tried).
+pub(crate) fn replicas(cads: &Cads, client: &Client, key: &[u8]) -> Vec<usize> {
+    let all = client.replicas(key, cads.config().write_back.replicas.max(1));
+    let up: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&c| !client.is_down(c))
+        .collect();
+    if up.is_empty() {
+        all
+    } else {
+        up
+    }
+}
+
+/// Each of the keys placed on every one of its replicas: `(cmi, key)` pairs, a key's replicas
+/// next to one another.
+pub(crate) fn placed<'k>(
+    cads: &Cads,
+    client: &Client,
+    keys: &'k [Vec<u8>],
+) -> Vec<(usize, &'k [u8])> {
+    keys.iter()
+        .flat_map(|key| {
+            replicas(cads, client, key)
+                .into_iter()
+                .map(move |cmi| (cmi, key.as_slice()))
+        })
+        .collect()
+}
+
+/// The values of `key` on its reachable replicas (plain GET, no lease; `None` where a replica
+/// has none). An error if no replica answers: the caller cannot know what is pending.
+pub(crate) fn read_all(cads: &Cads, key: &[u8]) -> Result<Vec<Option<Vec<u8>>>> {
+    let keys = [key.to_vec()];
+    Ok(read_many(cads, &keys)?.pop().expect("one key"))
+}
+
+/// [`read_all`] for several keys, in one round trip to each CMI.
+pub(crate) fn read_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
+    let client = cads.cache().expect("write-back has a cache");
+    let places = placed(cads, client, keys);
+    let commands: Vec<(usize, Command<'_>)> = places
+        .iter()
+        .map(|&(cmi, key)| (cmi, Command::Get(key)))
+        .collect();
+    let mut values: Vec<Vec<Option<Vec<u8>>>> = vec![Vec::new(); keys.len()];
+    let mut index = 0;
+    for (reply, (_, key)) in client.execute_many(&commands).into_iter().zip(&places) {
+        // Replicas of a key are next to one another, in the order of `keys`.
+        while keys[index].as_slice() != *key {
+            index += 1;
+        }
+        match reply {
+            Ok(Reply::Bulk(value)) => values[index].push(Some(value.into_owned())),
+            Ok(_) => values[index].push(None),
+            Err(e) if e.is_unavailable() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(i) = values.iter().position(Vec::is_empty) {
+        return Err(Error::Cache(ClientError::Unavailable {
+            cmi: client.route(&keys[i]),
+            reason: format!(
+                "no replica of {} can be reached",
+                String::from_utf8_lossy(&keys[i])
+            ),
+            refused: false,
+        }));
+    }
+    Ok(values)
+}
+
+/// The non-empty lines of a list value.
+pub(crate) fn lines(value: &[u8]) -> Vec<&[u8]> {
+    value
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// A list value from lines (each ends with a newline, so that appending a line keeps it a list).
+pub(crate) fn join_lines<L: AsRef<[u8]>>(lines: &[L]) -> Vec<u8> {
+    let mut value = Vec::new();
+    for line in lines {
+        value.extend_from_slice(line.as_ref());
+        value.push(b'\n');
+    }
+    value
+}
