@@ -86,6 +86,12 @@ struct Args {
     /// The collection.
     #[arg(long, default_value = "usertable")]
     table: String,
+    /// Bound on each data-store call.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    store_timeout: std::time::Duration,
+    /// How long write-back's drain may take after a run.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    drain_timeout: std::time::Duration,
     /// maxmemory of each embedded CMI (1gb by default).
     #[arg(long)]
     maxmemory: Option<String>,
@@ -128,6 +134,8 @@ fn main() -> Result<()> {
         repeat: a.repeat,
         seed: a.seed,
         table: a.table,
+        store_timeout: a.store_timeout,
+        drain_timeout: a.drain_timeout,
         out: a.out,
         json: a.json,
         ..YcsbOptions::default()

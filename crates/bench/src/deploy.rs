@@ -95,6 +95,8 @@ thread_local! {
     /// Set on the benchmark's own threads, so that their data-store reads can be told apart from
     /// the write-back workers'.
     static DRIVER: Cell<bool> = const { Cell::new(false) };
+    /// Data-store calls a benchmark thread has made.
+    static DRIVER_CALLS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Marks the calling thread as a benchmark thread (its `get`s on the table are misses).
@@ -102,10 +104,25 @@ pub(crate) fn mark_driver_thread() {
     DRIVER.with(|d| d.set(true));
 }
 
+/// Data-store calls the calling benchmark thread has made so far (every call, of any
+/// collection or SQL table): unchanged across an operation means the cache answered it alone.
+pub(crate) fn driver_store_calls() -> u64 {
+    DRIVER_CALLS.with(Cell::get)
+}
+
+/// Counts a data-store call if a benchmark thread makes it.
+fn count_call() {
+    if DRIVER.with(Cell::get) {
+        DRIVER_CALLS.with(|c| c.set(c.get() + 1));
+    }
+}
+
 /// A data store that counts the `get` calls benchmark threads make on one collection. The
 /// document layer queries the data store for a single record exactly when its read missed the
 /// cache (or the policy has no cache), so these are the driver's cache misses; write-back's
 /// workers and INFO-visible bookkeeping reads (PendingWrites, buffered writes) do not count.
+/// It also counts every call of each benchmark thread ([`driver_store_calls`]), for benchmarks
+/// whose reads miss through other calls (`get_many`, SQL).
 pub(crate) struct MissCountingStore {
     inner: Arc<dyn DataStore>,
     collection: String,
@@ -128,24 +145,30 @@ impl MissCountingStore {
 
 impl DocumentStore for MissCountingStore {
     fn create_collection(&self, name: &str, indexed: &[IndexedField]) -> cads_store::Result<()> {
+        count_call();
         self.inner.create_collection(name, indexed)
     }
     fn drop_collection(&self, name: &str) -> cads_store::Result<()> {
+        count_call();
         self.inner.drop_collection(name)
     }
     fn get(&self, coll: &str, id: &str) -> cads_store::Result<Option<Document>> {
+        count_call();
         if coll == self.collection && DRIVER.with(Cell::get) {
             self.misses.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.get(coll, id)
     }
     fn get_many(&self, coll: &str, ids: &[&str]) -> cads_store::Result<Vec<Option<Document>>> {
+        count_call();
         self.inner.get_many(coll, ids)
     }
     fn insert(&self, coll: &str, id: &str, doc: &Document) -> cads_store::Result<()> {
+        count_call();
         self.inner.insert(coll, id, doc)
     }
     fn put(&self, coll: &str, id: &str, doc: &Document) -> cads_store::Result<()> {
+        count_call();
         self.inner.put(coll, id, doc)
     }
     fn update(
@@ -154,9 +177,11 @@ impl DocumentStore for MissCountingStore {
         id: &str,
         changes: &Changes,
     ) -> cads_store::Result<Option<Document>> {
+        count_call();
         self.inner.update(coll, id, changes)
     }
     fn delete(&self, coll: &str, id: &str) -> cads_store::Result<bool> {
+        count_call();
         self.inner.delete(coll, id)
     }
     fn scan(
@@ -167,15 +192,19 @@ impl DocumentStore for MissCountingStore {
         to: Bound<&Value>,
         limit: usize,
     ) -> cads_store::Result<Vec<(String, Document)>> {
+        count_call();
         self.inner.scan(coll, field, from, to, limit)
     }
     fn count(&self, coll: &str) -> cads_store::Result<u64> {
+        count_call();
         self.inner.count(coll)
     }
     fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> cads_store::Result<()> {
+        count_call();
         self.inner.insert_many(coll, docs)
     }
     fn write_batch(&self, writes: &[DocWrite]) -> cads_store::Result<()> {
+        count_call();
         self.inner.write_batch(writes)
     }
 }
@@ -185,12 +214,15 @@ impl SqlStore for MissCountingStore {
         self.inner.dialect()
     }
     fn begin(&self, isolation: Isolation) -> cads_store::Result<Box<dyn SqlTransaction + '_>> {
+        count_call();
         self.inner.begin(isolation)
     }
     fn begin_read(&self, isolation: Isolation) -> cads_store::Result<Box<dyn SqlTransaction + '_>> {
+        count_call();
         self.inner.begin_read(isolation)
     }
     fn execute_batch(&self, sql: &str) -> cads_store::Result<()> {
+        count_call();
         self.inner.execute_batch(sql)
     }
 }

@@ -7,6 +7,14 @@
 //! buffered writes and pinned memory, and validation of every read and of the data store's final
 //! state.
 //!
+//! BG ([`bg`]): the social graph of the example application `cads-example-bg` under every
+//! policy, BG's mixes and model of relationships, validation of every count read, and the SoAR
+//! search; the entry point is [`bg::run_bg`].
+//!
+//! And TPC-C ([`tpcc`]): the nine tables on any SQL store, the five transactions as sessions over
+//! CacheStores of rows and per-district entries, tpmC, and the consistency conditions checked
+//! after every run ([`tpcc::run_tpcc`]).
+//!
 //! The entry point for the CLI is [`ycsb::run_ycsb`]:
 //!
 //! ```no_run
@@ -24,8 +32,12 @@
 
 #![warn(missing_docs)]
 
+pub mod bg;
+pub mod cpu;
 pub mod deploy;
 pub mod generator;
+pub mod report;
+pub mod tpcc;
 pub mod ycsb;
 
 pub use deploy::{CacheSpec, CmiSettings};

@@ -1,9 +1,7 @@
-//! The social graph of BG (001 §3): its shape, the seven actions of 001 Table 1, the mixes of
-//! 000 Table 3.5, and the in-memory model of relationships that keeps the write actions valid.
+//! The social graph of BG (001 §3): its shape, the members' profiles and counts, and the seven
+//! actions of 001 Table 1 with what each write does to the counts.
 
-use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 
@@ -128,6 +126,15 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The profile as View Profile shows it to `requester`: the pending count only to the member
+    /// itself (001 §3).
+    pub fn seen_by(mut self, requester: u32) -> Profile {
+        if requester != self.id {
+            self.pendingcount = None;
+        }
+        self
+    }
+
     /// The counts this profile shows, as reads to validate.
     pub fn count_reads(&self) -> impl Iterator<Item = CountRead> + '_ {
         let friends = self.friendcount.map(|value| CountRead {
@@ -159,6 +166,30 @@ impl fmt::Display for Count {
             Count::Friends => "friendcount",
             Count::Pending => "pendingcount",
         })
+    }
+}
+
+impl Count {
+    /// Both counts.
+    pub const BOTH: [Count; 2] = [Count::Friends, Count::Pending];
+}
+
+/// A member's two counts, as the data store holds them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Confirmed friends.
+    pub friends: i64,
+    /// Pending invitations received.
+    pub pending: i64,
+}
+
+impl Counts {
+    /// One of the two.
+    pub fn get(&self, count: Count) -> i64 {
+        match count {
+            Count::Friends => self.friends,
+            Count::Pending => self.pending,
+        }
     }
 }
 
@@ -236,11 +267,22 @@ impl ActionKind {
         )
     }
 
-    fn index(self) -> usize {
-        ActionKind::ALL
-            .iter()
-            .position(|k| *k == self)
-            .expect("every kind is in ALL")
+    /// BG's abbreviation (VP, LF, VFR, IF, AFR, RFR, TF).
+    pub fn abbreviation(self) -> &'static str {
+        match self {
+            ActionKind::ViewProfile => "VP",
+            ActionKind::ListFriends => "LF",
+            ActionKind::ViewFriendRequests => "VFR",
+            ActionKind::InviteFriend => "IF",
+            ActionKind::AcceptFriendRequest => "AFR",
+            ActionKind::RejectFriendRequest => "RFR",
+            ActionKind::ThawFriendship => "TF",
+        }
+    }
+
+    /// The kind's position in [`ActionKind::ALL`], to index per-kind tables.
+    pub fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -345,334 +387,60 @@ impl Action {
     }
 }
 
-/// A mix of actions: 000 Table 3.5.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Mix {
-    /// Percent of each action, in the order of [`ActionKind::ALL`].
-    pub percent: [f64; 7],
-}
-
-impl Mix {
-    /// The mixes of 000 Table 3.5 by their read percentage: `90`, `99` or `99.9`.
-    pub fn parse(name: &str) -> Option<Mix> {
-        let percent = match name {
-            "90" => [80.0, 5.0, 5.0, 4.0, 2.0, 2.0, 2.0],
-            "99" => [89.0, 5.0, 5.0, 0.4, 0.2, 0.2, 0.2],
-            "99.9" => [89.9, 5.0, 5.0, 0.04, 0.02, 0.02, 0.02],
-            _ => return None,
-        };
-        Some(Mix { percent })
-    }
-
-    /// The percentage of read actions (90, 99 or 99.9 for the mixes of 000 Table 3.5).
-    pub fn reads(&self) -> f64 {
-        let reads: f64 = self.percent[..3].iter().sum();
-        (reads * 1000.0).round() / 1000.0
-    }
-
-    /// An action kind drawn by the mix's weights.
-    pub fn pick(&self, rng: &mut Rng) -> ActionKind {
-        let total: f64 = self.percent.iter().sum();
-        let mut x = rng.unit() * total;
-        for (kind, p) in ActionKind::ALL.iter().zip(self.percent) {
-            if x < p {
-                return *kind;
-            }
-            x -= p;
-        }
-        ActionKind::ViewProfile
-    }
-}
-
-/// A small, fast, seedable generator (SplitMix64): workloads need spread, not secrecy.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u32) -> u32 {
-        (((self.next_u64() >> 32) * u64::from(n)) >> 32) as u32
-    }
-
-    /// A number in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A random element of a set, if it has any.
-    fn element(&mut self, set: &BTreeSet<u32>) -> Option<u32> {
-        if set.is_empty() {
-            return None;
-        }
-        set.iter()
-            .nth(self.below(set.len() as u32) as usize)
-            .copied()
-    }
-}
-
-/// How a write action ended, for the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// It committed: the relationship changed.
-    Committed,
-    /// It was rolled back: nothing changed.
-    RolledBack,
-    /// It failed in a way that leaves its effect unknown: its members are left out of further
-    /// writes, and their counts may or may not include it.
-    Unknown,
-}
-
-/// BG's in-memory model of relationships: which pairs are friends and which invitations are
-/// pending, so that write actions are valid, and which members are being written, so that two
-/// threads never write the same member at once (BG locks the members of an action).
-pub struct Model {
-    members: u32,
-    state: Mutex<ModelState>,
-}
-
-struct ModelState {
-    friends: Vec<BTreeSet<u32>>,
-    /// Inviters of each member (pending invitations received).
-    invited_by: Vec<BTreeSet<u32>>,
-    /// Invitees of each member (pending invitations sent).
-    invited: Vec<BTreeSet<u32>>,
-    busy: Vec<bool>,
-    /// Members whose state is unknown after a failed write.
-    frozen: Vec<bool>,
-}
-
-/// How many members a picker tries before it reports that it found no valid target.
-const PICK_ATTEMPTS: usize = 64;
-
-impl Model {
-    /// The model of a freshly loaded graph.
-    pub fn new(graph: &GraphParams) -> Model {
-        let n = graph.members as usize;
-        let mut state = ModelState {
-            friends: vec![BTreeSet::new(); n],
-            invited_by: vec![BTreeSet::new(); n],
-            invited: vec![BTreeSet::new(); n],
-            busy: vec![false; n],
-            frozen: vec![false; n],
-        };
-        for (i, j) in graph.confirmed() {
-            state.friends[i as usize].insert(j);
-            state.friends[j as usize].insert(i);
-        }
-        for (inviter, invitee) in graph.invitations() {
-            state.invited_by[invitee as usize].insert(inviter);
-            state.invited[inviter as usize].insert(invitee);
-        }
-        Model {
-            members: graph.members,
-            state: Mutex::new(state),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, ModelState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// An action of this kind with valid targets. A write action's two members are marked busy
-    /// until [`Model::finish`]; `None` if no valid target was found in a few tries.
-    pub fn pick(&self, kind: ActionKind, rng: &mut Rng) -> Option<Action> {
-        let m = self.members;
-        match kind {
-            ActionKind::ViewProfile => {
-                let owner = rng.below(m);
-                // Half the views are of one's own profile, which also shows the pending count.
-                let requester = if rng.below(2) == 0 {
-                    owner
-                } else {
-                    rng.below(m)
-                };
-                return Some(Action::ViewProfile { requester, owner });
-            }
-            ActionKind::ListFriends => {
-                return Some(Action::ListFriends {
-                    member: rng.below(m),
-                })
-            }
-            ActionKind::ViewFriendRequests => {
-                return Some(Action::ViewFriendRequests {
-                    member: rng.below(m),
-                })
-            }
-            _ => {}
-        }
-        let mut state = self.lock();
-        for _ in 0..PICK_ATTEMPTS {
-            let me = rng.below(m);
-            if !state.free(me) {
-                continue;
-            }
-            let action = match kind {
-                ActionKind::InviteFriend => {
-                    let other = rng.below(m);
-                    if other == me
-                        || state.friends[me as usize].contains(&other)
-                        || state.invited[me as usize].contains(&other)
-                        || state.invited_by[me as usize].contains(&other)
-                    {
-                        continue;
-                    }
-                    Action::InviteFriend {
-                        inviter: me,
-                        invitee: other,
-                    }
-                }
-                ActionKind::AcceptFriendRequest | ActionKind::RejectFriendRequest => {
-                    let Some(inviter) = rng.element(&state.invited_by[me as usize]) else {
-                        continue;
-                    };
-                    if kind == ActionKind::AcceptFriendRequest {
-                        Action::AcceptFriendRequest {
-                            inviter,
-                            invitee: me,
-                        }
-                    } else {
-                        Action::RejectFriendRequest {
-                            inviter,
-                            invitee: me,
-                        }
-                    }
-                }
-                _ => {
-                    let Some(friend) = rng.element(&state.friends[me as usize]) else {
-                        continue;
-                    };
-                    Action::ThawFriendship { member: me, friend }
-                }
-            };
-            let (a, b) = action.pair().expect("a write action");
-            if !state.free(a) || !state.free(b) {
-                continue;
-            }
-            state.busy[a as usize] = true;
-            state.busy[b as usize] = true;
-            return Some(action);
-        }
-        None
-    }
-
-    /// Records how a write action picked by [`Model::pick`] ended and frees its members.
-    pub fn finish(&self, action: &Action, outcome: Outcome) {
-        let Some((a, b)) = action.pair() else {
-            return;
-        };
-        let mut state = self.lock();
-        state.busy[a as usize] = false;
-        state.busy[b as usize] = false;
-        match outcome {
-            Outcome::RolledBack => {}
-            Outcome::Unknown => {
-                state.frozen[a as usize] = true;
-                state.frozen[b as usize] = true;
-            }
-            Outcome::Committed => state.apply(action),
-        }
-    }
-}
-
-impl ModelState {
-    fn free(&self, member: u32) -> bool {
-        !self.busy[member as usize] && !self.frozen[member as usize]
-    }
-
-    fn apply(&mut self, action: &Action) {
-        match *action {
-            Action::InviteFriend { inviter, invitee } => {
-                self.invited[inviter as usize].insert(invitee);
-                self.invited_by[invitee as usize].insert(inviter);
-            }
-            Action::AcceptFriendRequest { inviter, invitee } => {
-                self.invited[inviter as usize].remove(&invitee);
-                self.invited_by[invitee as usize].remove(&inviter);
-                self.friends[inviter as usize].insert(invitee);
-                self.friends[invitee as usize].insert(inviter);
-            }
-            Action::RejectFriendRequest { inviter, invitee } => {
-                self.invited[inviter as usize].remove(&invitee);
-                self.invited_by[invitee as usize].remove(&inviter);
-            }
-            Action::ThawFriendship { member, friend } => {
-                self.friends[member as usize].remove(&friend);
-                self.friends[friend as usize].remove(&member);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Per-kind counters, indexed by [`ActionKind`].
-#[derive(Clone, Debug, Default)]
-pub struct PerKind<T>(pub [T; 7]);
-
-impl<T> PerKind<T> {
-    /// The entry of one kind.
-    pub fn get(&self, kind: ActionKind) -> &T {
-        &self.0[kind.index()]
-    }
-
-    /// The entry of one kind, to change.
-    pub fn get_mut(&mut self, kind: ActionKind) -> &mut T {
-        &mut self.0[kind.index()]
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
     fn the_lattice_has_the_stated_degrees() {
         let g = GraphParams::default();
         g.check().unwrap();
-        let model = Model::new(&g);
-        let state = model.lock();
-        for i in 0..g.members as usize {
-            assert_eq!(state.friends[i].len(), g.friends as usize);
-            assert_eq!(state.invited_by[i].len(), g.pending as usize);
-            assert_eq!(state.invited[i].len(), g.pending as usize);
-            assert!(state.friends[i].is_disjoint(&state.invited_by[i]));
-            assert!(state.friends[i].is_disjoint(&state.invited[i]));
+        let n = g.members as usize;
+        let mut friends = vec![BTreeSet::new(); n];
+        let mut inviters = vec![BTreeSet::new(); n];
+        let mut invitees = vec![BTreeSet::new(); n];
+        for (i, j) in g.confirmed() {
+            assert!(friends[i as usize].insert(j) && friends[j as usize].insert(i));
         }
+        for (inviter, invitee) in g.invitations() {
+            inviters[invitee as usize].insert(inviter);
+            invitees[inviter as usize].insert(invitee);
+        }
+        for i in 0..n {
+            assert_eq!(friends[i].len(), g.friends as usize);
+            assert_eq!(inviters[i].len(), g.pending as usize);
+            assert_eq!(invitees[i].len(), g.pending as usize);
+            assert!(friends[i].is_disjoint(&inviters[i]));
+            assert!(friends[i].is_disjoint(&invitees[i]));
+            assert!(!friends[i].contains(&(i as u32)) && !inviters[i].contains(&(i as u32)));
+        }
+        assert!(GraphParams { members: 20, ..g }.check().is_err());
+        assert!(GraphParams { friends: 3, ..g }.check().is_err());
     }
 
     #[test]
-    fn picked_writes_are_valid_and_lock_their_members() {
-        let g = GraphParams::default();
-        let model = Model::new(&g);
-        let mut rng = Rng::new(7);
-        let a = model.pick(ActionKind::ThawFriendship, &mut rng).unwrap();
-        let (x, y) = a.pair().unwrap();
-        assert!(model.lock().friends[x as usize].contains(&y));
-        assert!(model.lock().busy[x as usize] && model.lock().busy[y as usize]);
-        model.finish(&a, Outcome::Committed);
-        assert!(!model.lock().friends[x as usize].contains(&y));
-        assert!(!model.lock().busy[x as usize]);
-    }
-
-    #[test]
-    fn mixes_sum_to_one_hundred() {
-        for name in ["90", "99", "99.9"] {
-            let total: f64 = Mix::parse(name).unwrap().percent.iter().sum();
-            assert!((total - 100.0).abs() < 1e-9, "{name}: {total}");
+    fn kinds_index_all_and_writes_change_counts() {
+        for (i, kind) in ActionKind::ALL.iter().enumerate() {
+            assert_eq!(kind.index(), i);
         }
-        assert!(Mix::parse("50").is_none());
+        let accept = Action::AcceptFriendRequest {
+            inviter: 1,
+            invitee: 2,
+        };
+        let changes = accept.count_changes();
+        let total = |member, count| -> i64 {
+            changes
+                .iter()
+                .filter(|c| c.member == member && c.count == count)
+                .map(|c| c.delta)
+                .sum()
+        };
+        assert_eq!(total(2, Count::Pending), -1);
+        assert_eq!(total(2, Count::Friends), 1);
+        assert_eq!(total(1, Count::Friends), 1);
+        assert!(Action::ListFriends { member: 3 }.count_changes().is_empty());
+        assert_eq!(accept.pair(), Some((1, 2)));
     }
 }

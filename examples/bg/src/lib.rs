@@ -1,27 +1,37 @@
 //! The BG social graph (001 §3) as an example cads application.
 //!
-//! BG's members, friendships and invitations, its seven core actions (001 Table 1) and its
-//! validation of what reads show, on two implementations of the actions:
+//! BG's members, friendships and invitations and its seven core actions (001 Table 1), written
+//! twice on the cads framework:
 //!
 //! - [`layout::documents`]: the document layer, one JSON document per member, written with change
-//!   operators; cads derives the cache keys and what a write does to them.
+//!   operators; cads derives the cache keys and what a write does to them, under every policy,
+//!   write-back included.
 //! - [`layout::sql`]: SQL tables with hand-written [`cads::CacheStore`]s and the cache key layouts
 //!   of 001 (Tables 2-3 for write-around, 5-6 for write-through).
 //!
-//! Both run under every policy (the data store alone, write-around, write-through) against SQLite,
-//! PostgreSQL or MySQL/MariaDB, with CMIs started in-process or running elsewhere. The `bg` binary
-//! has three commands: `run` (threads, a mix of 000 Table 3.5, validation of every count read and a
-//! final comparison of the cache with the data store), `latency` (000 Table 3.6: latency and round
-//! trips per action) and `ycsb` (000 Table 3.4: YCSB Read and Update).
+//! An application picks a [`Layout`] for its policy, loads the graph and performs [`Action`]s on a
+//! [`cads::Cads`]:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use cads::{Cads, Config, Policy};
+//! use cads_example_bg::{layout, Action, GraphParams, LayoutKind};
+//!
+//! let store = cads_store::open("sqlite:/tmp/bg.db", &Default::default())?;
+//! let cmis = vec!["127.0.0.1:7379".parse()?];
+//! let cads = Cads::connect(store, &cmis, Policy::WriteThrough, Config::default());
+//! let bg = layout(LayoutKind::Documents, Policy::WriteThrough);
+//! bg.load(&cads, &GraphParams::default())?;
+//! bg.perform(&cads, &Action::InviteFriend { inviter: 100, invitee: 2 })?;
+//! let counts = bg.perform(&cads, &Action::ViewProfile { requester: 2, owner: 2 })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The BG benchmark (`cads bench bg`, in `cads-bench`) drives these actions from many threads
+//! with BG's model of relationships, validates every count they read and finds the SoAR.
 
-pub mod deploy;
 pub mod graph;
-pub mod latency;
 pub mod layout;
-pub mod run;
-pub mod validate;
 
-pub use deploy::{CacheSpec, Deployment};
-pub use graph::{Action, ActionKind, GraphParams, Mix};
+pub use graph::{Action, ActionKind, Count, CountRead, Counts, GraphParams, Profile};
 pub use layout::{layout, Layout, LayoutKind};
-pub use run::{prepare, run, RunOptions, RunReport};

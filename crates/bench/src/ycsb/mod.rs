@@ -174,7 +174,9 @@ pub fn run_ycsb(opts: &YcsbOptions, progress: &dyn Fn(Progress)) -> Result<Vec<R
             format!("sqlite:{}", temp.0.join("ycsb.db").display())
         }
     };
-    let store_options = StoreOptions::default().with_pool_size(opts.threads + opts.workers + 4);
+    let store_options = StoreOptions::default()
+        .with_pool_size(opts.threads + opts.workers + 4)
+        .with_timeout(opts.store_timeout);
     let store = cads_store::open(&url, &store_options)
         .with_context(|| format!("cannot open the data store {}", crate::deploy::redact(&url)))?;
     let mut records = Vec::new();

@@ -65,6 +65,11 @@ pub struct YcsbOptions {
     pub table: String,
     /// `--drain-timeout`: how long write-back's drain may take after the run.
     pub drain_timeout: Duration,
+    /// `--store-timeout`: the bound on each data-store call (`StoreOptions::timeout`). Longer
+    /// than the store's 5 s default, so that a call caught behind a checkpoint on a busy disk
+    /// shows up as latency instead of failing the run (on PostgreSQL a `DROP TABLE` after a
+    /// write-heavy run took longer than 5 s here).
+    pub store_timeout: Duration,
     /// `--out DIR`: one JSON record per run and `summary.md`.
     pub out: Option<PathBuf>,
     /// `--json FILE`: every run record in one JSON array.
@@ -106,6 +111,7 @@ impl Default for YcsbOptions {
             seed: 0x00C0_FFEE,
             table: "usertable".into(),
             drain_timeout: Duration::from_secs(600),
+            store_timeout: Duration::from_secs(30),
             out: None,
             json: None,
             sabotage: false,
@@ -271,6 +277,8 @@ pub struct ConfigRecord {
     pub table: String,
     /// The generators' seed.
     pub seed: u64,
+    /// The bound on each data-store call, in seconds.
+    pub store_timeout_s: f64,
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::options::ConfigRecord;
+use crate::cpu::CpuRecord;
 
 /// Latency of one operation type, in microseconds, from an HDR histogram (3 significant digits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -165,6 +166,8 @@ pub struct RunRecord {
     pub store_calls: StoreCalls,
     /// Cache round trips in the run phase (`Client::round_trips`; INFO samples included).
     pub cache_round_trips: u64,
+    /// CPU use in the run phase (Linux), to tell what bounded it.
+    pub cpu: Option<CpuRecord>,
     /// How scans work on the framework, when the workload scans.
     pub scan: Option<&'static str>,
     /// Seconds the load took (drop, create, insert every record).
@@ -216,12 +219,38 @@ pub struct PolicySummary {
     pub lost_writes: u64,
     /// Median data-store calls per operation.
     pub store_calls_per_operation: f64,
+    /// Median cache round trips per operation (write-back's workers included).
+    pub cache_round_trips_per_operation: f64,
+    /// Median CPU µs per operation of this process (clients, embedded CMIs, workers) and of the
+    /// data store's server, when measured.
+    pub cpu_us_per_operation: Option<(f64, f64)>,
+    /// Median share of the machine's CPU that was busy.
+    pub machine_busy: Option<f64>,
     /// Write-back: median applied share (operations) at the end of the runs.
     pub applied_share: Option<f64>,
     /// Write-back: median of the runs' largest pinned-memory sample.
     pub pinned_max: Option<f64>,
     /// Median throughput over write-through's median, when write-through ran.
     pub vs_write_through: Option<f64>,
+}
+
+/// Median CPU µs per operation (this process, the data store's server) over the runs that
+/// measured it.
+fn cpu_per_op(runs: &[&RunRecord]) -> Option<(f64, f64)> {
+    let per_op: Vec<(f64, f64)> = runs
+        .iter()
+        .filter_map(|r| {
+            let c = r.cpu?;
+            let ops = r.operations.max(1) as f64;
+            Some((c.process_s * 1e6 / ops, c.data_store_s * 1e6 / ops))
+        })
+        .collect();
+    (!per_op.is_empty()).then(|| {
+        (
+            median(per_op.iter().map(|c| c.0).collect()),
+            median(per_op.iter().map(|c| c.1).collect()),
+        )
+    })
 }
 
 /// Medians per (workload, policy), in the order the records first name them.
@@ -265,6 +294,19 @@ pub fn summarize(records: &[RunRecord]) -> Vec<PolicySummary> {
                 store_calls_per_operation: median(
                     runs.iter().map(|r| r.store_calls.per_operation).collect(),
                 ),
+                cache_round_trips_per_operation: median(
+                    runs.iter()
+                        .map(|r| r.cache_round_trips as f64 / r.operations.max(1) as f64)
+                        .collect(),
+                ),
+                cpu_us_per_operation: cpu_per_op(&runs),
+                machine_busy: {
+                    let busy: Vec<f64> = runs
+                        .iter()
+                        .filter_map(|r| r.cpu.map(|c| c.machine_busy))
+                        .collect();
+                    (!busy.is_empty()).then(|| median(busy))
+                },
                 applied_share: (!wb.is_empty())
                     .then(|| median(wb.iter().map(|w| w.applied_share).collect())),
                 pinned_max: (!wb.is_empty())
@@ -307,13 +349,17 @@ pub fn render_summary(summaries: &[PolicySummary]) -> String {
     }
     let _ = writeln!(
         out,
-        " hit ratio | store calls/op | stale reads | lost writes | applied share | pinned max |"
+        " hit ratio | store calls/op | cache RT/op | CPU µs/op (cads + store) | busy | stale reads | \
+         lost writes | applied share | pinned max |"
     );
     let _ = write!(out, "| --- | --- | ---: | ---: | ---: |");
     for _ in &ops {
         let _ = write!(out, " ---: |");
     }
-    let _ = writeln!(out, " ---: | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        " ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for s in summaries {
         let _ = write!(
             out,
@@ -337,10 +383,15 @@ pub fn render_summary(summaries: &[PolicySummary]) -> String {
         }
         let _ = writeln!(
             out,
-            " {} | {:.2} | {} | {} | {} | {} |",
+            " {} | {:.2} | {:.1} | {} | {} | {} | {} | {} | {} |",
             s.hit_ratio
                 .map_or("-".into(), |h| format!("{:.1}%", h * 100.0)),
             s.store_calls_per_operation,
+            s.cache_round_trips_per_operation,
+            s.cpu_us_per_operation
+                .map_or("-".into(), |(a, b)| format!("{a:.0} + {b:.0}")),
+            s.machine_busy
+                .map_or("-".into(), |b| format!("{:.0}%", b * 100.0)),
             s.stale_reads,
             s.lost_writes,
             s.applied_share

@@ -24,6 +24,7 @@ use super::validate::{
 };
 use super::workload::{Fields, KeyChooser, Operation, Workload};
 use super::{Phase, Progress};
+use crate::cpu::CpuSample;
 use crate::deploy::{mark_driver_thread, redact, Deployment};
 use crate::generator::{key_name, AcknowledgedCounter, Rng};
 
@@ -96,8 +97,12 @@ fn with_progress<T: Send>(
 pub(crate) fn load(ctx: &RunContext<'_>, store: &Arc<dyn DataStore>) -> Result<Duration> {
     let opts = ctx.opts;
     let started = Instant::now();
-    store.drop_collection(&opts.table)?;
-    store.create_collection(&opts.table, &[])?;
+    store
+        .drop_collection(&opts.table)
+        .with_context(|| format!("dropping the table {}", opts.table))?;
+    store
+        .create_collection(&opts.table, &[])
+        .with_context(|| format!("creating the table {}", opts.table))?;
     let next = AtomicU64::new(0);
     let loaded = AtomicU64::new(0);
     let total = opts.records;
@@ -380,8 +385,7 @@ fn run_thread(shared: &Shared<'_>, t: usize) -> ThreadResult {
                     Ok(doc)
                 });
                 let end = shared.now();
-                let written = result.as_ref().map(|_| ()).map_err(clone_kind);
-                log_write(&mut out.log, &id, token, start, end, &written);
+                log_write(&mut out.log, &id, token, start, end, &result);
                 result.map(|doc| {
                     out.log.reads.push(ReadRecord {
                         key: id_hash(&id),
@@ -411,26 +415,18 @@ fn run_thread(shared: &Shared<'_>, t: usize) -> ThreadResult {
     out
 }
 
-/// The same outcome without the payload, for logging.
-fn clone_kind(e: &cads::Error) -> cads::Error {
-    match e {
-        cads::Error::Aborted => cads::Error::Aborted,
-        other => cads::Error::App(other.to_string()),
-    }
-}
-
 /// Logs a write: committed (known end), aborted (nothing written: not logged), or failed
 /// otherwise (it may have committed: unknown end).
-fn log_write(
+fn log_write<T>(
     log: &mut Log,
     id: &str,
     token: u64,
     start: Nanos,
     end: Nanos,
-    result: &Result<(), cads::Error>,
+    result: &Result<T, cads::Error>,
 ) {
     let end = match result {
-        Ok(()) => end,
+        Ok(_) => end,
         Err(cads::Error::Aborted) => return,
         Err(_) => UNKNOWN_END,
     };
@@ -459,6 +455,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
     let workers = write_back.then(|| Workers::start(cads.clone(), opts.workers));
 
     let expected_ops = opts.operations.unwrap_or(opts.records) as f64;
+    let cpu_before = CpuSample::now();
     let started = Instant::now();
     let shared = Shared {
         cads,
@@ -509,6 +506,9 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
     let elapsed = finished.duration_since(started).as_secs_f64();
 
     // Counters at the end of the run, before the drain.
+    let cpu = cpu_before
+        .zip(CpuSample::now())
+        .map(|(a, b)| a.until(&b, started.elapsed().as_secs_f64()));
     let calls = dep.faults.counts();
     let cache_misses = dep.driver_misses() - misses_before;
     let cache_round_trips = dep.cache_round_trips() - trips_before;
@@ -677,6 +677,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
                 / operations.max(1) as f64,
         },
         cache_round_trips,
+        cpu,
         scan: (workload.scan > 0.0).then_some(SCAN_NOTE),
         load_s: 0.0,
         warm_s: None,
@@ -704,6 +705,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
             cmi_max_pinned_memory: opts.cmi.max_pinned_memory.clone(),
             table: opts.table.clone(),
             seed: opts.seed,
+            store_timeout_s: opts.store_timeout.as_secs_f64(),
         },
     })
 }

@@ -166,6 +166,19 @@ impl WriteBackStats {
 }
 
 impl WriteBackCounts {
+    /// What happened between an earlier snapshot and this one.
+    pub fn since(&self, earlier: &WriteBackCounts) -> WriteBackCounts {
+        WriteBackCounts {
+            buffered: self.buffered - earlier.buffered,
+            applied_writes: self.applied_writes - earlier.applied_writes,
+            applied_ops: self.applied_ops - earlier.applied_ops,
+            conversions: self.conversions - earlier.conversions,
+            buffered_sessions: self.buffered_sessions - earlier.buffered_sessions,
+            applied_sessions: self.applied_sessions - earlier.applied_sessions,
+            fallbacks: self.fallbacks - earlier.fallbacks,
+        }
+    }
+
     /// The share of buffered writes already in the data store: Design 1's operations and
     /// Design 2's sessions.
     pub fn applied_share(&self) -> f64 {

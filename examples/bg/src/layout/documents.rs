@@ -8,7 +8,8 @@
 //! cached as one entry per document (`bg_members:<id>`). `pending` lists the members who invited
 //! this one. A write action is change operators (`$addToSet`, `$pull`, `$inc`) on the one or two
 //! members involved: write-around deletes their entries, write-through applies the same
-//! operators to the cached documents. List Friends and View Friend Requests read the member's
+//! operators to the cached documents, write-back buffers the operators in the cache (Design 1)
+//! for background workers to apply. List Friends and View Friend Requests read the member's
 //! document, then the first ten friends' (or inviters') documents in one cache round trip with
 //! [`MemberDocs`], a small `CacheStore` over the collection's own keys.
 
@@ -16,31 +17,35 @@ use std::convert::Infallible;
 
 use anyhow::{Context, Result};
 use cads::documents::Collection;
-use cads::{CacheChange, CacheStore, Cads, Session, StoreTx};
-use cads_store::{Changes, Document, StoreError};
+use cads::{CacheChange, CacheStore, Cads, DocRef, Session, StoreTx};
+use cads_store::{Changes, DataStore, Document, StoreError};
 use serde_json::{json, Value};
 
-use super::{CacheCheck, Layout, LIST_LIMIT};
-use crate::graph::{attribute_values, Action, CountRead, GraphParams, Profile, ATTRIBUTES};
+use super::{same_json, Entry, Layout, LIST_LIMIT};
+use crate::graph::{attribute_values, Action, CountRead, Counts, GraphParams, Profile, ATTRIBUTES};
 
 /// The collection's name.
 pub const COLLECTION: &str = "bg_members";
 
-/// Documents inserted per call while loading.
-const LOAD_CHUNK: usize = 500;
+/// Documents inserted or read per data-store call while loading and checking.
+const CHUNK: usize = 500;
 
 /// The document layout.
 pub struct DocumentLayout {
     members: Collection,
-    broken: bool,
+}
+
+impl Default for DocumentLayout {
+    fn default() -> Self {
+        DocumentLayout::new()
+    }
 }
 
 impl DocumentLayout {
-    /// The layout; `broken` writes the data store directly, leaving the cache alone.
-    pub fn new(broken: bool) -> DocumentLayout {
+    /// The layout over the collection [`COLLECTION`].
+    pub fn new() -> DocumentLayout {
         DocumentLayout {
             members: Collection::named(COLLECTION),
-            broken,
         }
     }
 
@@ -73,14 +78,8 @@ impl DocumentLayout {
             .collect()
     }
 
-    /// Applies change operators to members, in a session (or straight to the store when broken).
+    /// Applies change operators to members in one session.
     fn write(&self, cads: &Cads, changes: &[(u32, Changes)]) -> cads::Result<()> {
-        if self.broken {
-            for (member, c) in changes {
-                cads.store().update(COLLECTION, &member.to_string(), c)?;
-            }
-            return Ok(());
-        }
         cads.run(|s| {
             for (member, c) in changes {
                 self.members.update(s, &member.to_string(), c.clone())?;
@@ -114,14 +113,7 @@ fn profile(id: u32, doc: &Document) -> Profile {
 
 impl Layout for DocumentLayout {
     fn describe(&self) -> String {
-        format!(
-            "documents: collection {COLLECTION}, one document per member, cached per document{}",
-            if self.broken {
-                " (BROKEN: writes skip the cache)"
-            } else {
-                ""
-            }
-        )
+        format!("documents: collection {COLLECTION}, one document per member, cached per document")
     }
 
     fn load(&self, cads: &Cads, graph: &GraphParams) -> Result<()> {
@@ -154,7 +146,7 @@ impl Layout for DocumentLayout {
             doc.insert("pendingcount".into(), json!(graph.pending));
             docs.push((id.to_string(), doc));
         }
-        for chunk in docs.chunks(LOAD_CHUNK) {
+        for chunk in docs.chunks(CHUNK) {
             store
                 .insert_many(COLLECTION, chunk)
                 .context("inserting members")?;
@@ -164,9 +156,10 @@ impl Layout for DocumentLayout {
 
     fn perform(&self, cads: &Cads, action: &Action) -> cads::Result<Vec<CountRead>> {
         match *action {
-            Action::ViewProfile { owner, .. } => {
+            Action::ViewProfile { requester, owner } => {
                 let doc = cads.run(|s| self.get(s, owner))?;
-                Ok(profile(owner, &doc).count_reads().collect())
+                let shown = profile(owner, &doc).seen_by(requester);
+                Ok(shown.count_reads().collect())
             }
             Action::ListFriends { member } | Action::ViewFriendRequests { member } => {
                 let field = if matches!(action, Action::ListFriends { .. }) {
@@ -226,32 +219,43 @@ impl Layout for DocumentLayout {
         }
     }
 
-    fn check_cache(&self, cads: &Cads, graph: &GraphParams) -> Result<CacheCheck> {
-        let mut check = CacheCheck::default();
+    fn stored_counts(&self, store: &dyn DataStore, graph: &GraphParams) -> Result<Vec<Counts>> {
         let ids: Vec<String> = (0..graph.members).map(|i| i.to_string()).collect();
-        for chunk in ids.chunks(LOAD_CHUNK) {
+        let mut counts = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(CHUNK) {
             let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            let stored = cads.store().get_many(COLLECTION, &refs)?;
-            for (id, stored) in chunk.iter().zip(stored) {
-                check.keys += 1;
-                let key = self.members.key(id);
-                let Some(bytes) = super::cached(cads, &key)? else {
-                    continue;
+            let docs = store
+                .get_many(COLLECTION, &refs)
+                .context("reading the members' counts")?;
+            for (id, doc) in chunk.iter().zip(docs) {
+                let doc = doc.with_context(|| format!("member {id} has no document"))?;
+                let count = |field: &str| {
+                    doc.get(field)
+                        .and_then(Value::as_i64)
+                        .with_context(|| format!("member {id} has no {field}"))
                 };
-                check.cached += 1;
-                let cached: Option<Value> = serde_json::from_slice(&bytes).ok();
-                let stored = stored.map(Value::Object);
-                if cached != stored {
-                    check.mismatches.push(format!(
-                        "{}: cached {} but the data store has {}",
-                        String::from_utf8_lossy(&key),
-                        String::from_utf8_lossy(&bytes),
-                        stored.map_or("nothing".into(), |v| v.to_string()),
-                    ));
-                }
+                counts.push(Counts {
+                    friends: count("friendcount")?,
+                    pending: count("pendingcount")?,
+                });
             }
         }
-        Ok(check)
+        Ok(counts)
+    }
+
+    fn cache_keys(&self, member: u32) -> Vec<Vec<u8>> {
+        vec![self.members.key(&member.to_string())]
+    }
+
+    fn fresh_entries(&self, store_only: &Cads, member: u32) -> cads::Result<Vec<Entry>> {
+        let id = member.to_string();
+        let doc = store_only.run(|s| self.members.get(s, &id))?;
+        // Encoded as the collection caches a document.
+        Ok(self.members.entries(&id, &doc))
+    }
+
+    fn same_value(&self, _key: &[u8], a: &[u8], b: &[u8]) -> bool {
+        same_json(a, b)
     }
 }
 
@@ -269,10 +273,13 @@ impl CacheStore for MemberDocs<'_> {
         ids.iter().map(|id| self.0.key(&id.to_string())).collect()
     }
 
-    fn result_from_cache(&self, _: &Vec<u32>, values: &[Vec<u8>]) -> Option<Self::Output> {
-        values
-            .iter()
-            .map(|v| serde_json::from_slice::<Document>(v).ok().map(Some))
+    fn result_from_cache(&self, ids: &Vec<u32>, values: &[Vec<u8>]) -> Option<Self::Output> {
+        ids.iter()
+            .zip(values)
+            .map(|(id, v)| {
+                self.0
+                    .result_from_cache(&id.to_string(), std::slice::from_ref(v))
+            })
             .collect()
     }
 
@@ -286,14 +293,19 @@ impl CacheStore for MemberDocs<'_> {
         tx.documents().get_many(self.0.name(), &refs)
     }
 
-    fn entries(&self, ids: &Vec<u32>, docs: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)> {
+    fn entries(&self, ids: &Vec<u32>, docs: &Self::Output) -> Vec<Entry> {
         ids.iter()
             .zip(docs)
-            .filter_map(|(id, doc)| {
-                let doc = doc.as_ref()?;
-                let bytes = serde_json::to_vec(doc).ok()?;
-                Some((self.0.key(&id.to_string()), bytes))
-            })
+            .flat_map(|(id, doc)| self.0.entries(&id.to_string(), doc))
+            .collect()
+    }
+
+    /// Write-back: a miss must not read a member from the data store while that member's
+    /// buffered writes wait in the cache (000 Algorithm 1), so each listed document maps to its
+    /// own buffered write, as `Collection::get` does.
+    fn buffered_reads(&self, ids: &Vec<u32>) -> Vec<DocRef> {
+        ids.iter()
+            .map(|id| self.0.doc_ref(&id.to_string()))
             .collect()
     }
 

@@ -12,8 +12,9 @@ use std::fmt;
 
 use anyhow::Result;
 use cads::{Cads, Policy};
+use cads_store::DataStore;
 
-use crate::graph::{Action, CountRead, GraphParams};
+use crate::graph::{Action, CountRead, Counts, GraphParams};
 
 /// Which implementation of the actions to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,48 +50,54 @@ impl fmt::Display for LayoutKind {
     }
 }
 
-/// What the final check found: every cached key compared with what the data store says it should
-/// hold.
-#[derive(Clone, Debug, Default)]
-pub struct CacheCheck {
-    /// Keys looked up in the cache.
-    pub keys: usize,
-    /// Of those, keys the cache held (and that were compared).
-    pub cached: usize,
-    /// Keys whose cached value differs from the data store's, described.
-    pub mismatches: Vec<String>,
-}
+/// A cache entry: key and value.
+pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// An implementation of the seven actions over a data store and a cache.
+///
+/// Besides the actions, a layout says what it keeps where, so that a caller can check the cache
+/// and the data store against each other after a run: the counts the data store holds, the cache
+/// keys of a member, and what those keys would hold if filled from the data store now.
 pub trait Layout: Send + Sync {
-    /// One line saying what the layout is, for the run's header.
+    /// One line saying what the layout is.
     fn describe(&self) -> String;
 
     /// Creates the tables or collection (dropping old ones) and loads the graph into the data
-    /// store. The caller flushes the cache afterwards.
+    /// store. Nothing goes through the cache: the caller empties it (or starts with empty CMIs).
     fn load(&self, cads: &Cads, graph: &GraphParams) -> Result<()>;
 
     /// Runs one action as one session (`Cads::run`, re-run when a lease conflict aborts it) and
     /// returns the counts it read.
     fn perform(&self, cads: &Cads, action: &Action) -> cads::Result<Vec<CountRead>>;
 
-    /// Compares every key the cache holds for the graph's members with the data store. Run it
-    /// when no action is in flight.
-    fn check_cache(&self, cads: &Cads, graph: &GraphParams) -> Result<CacheCheck>;
+    /// Every member's counts as the data store holds them, indexed by member id.
+    fn stored_counts(&self, store: &dyn DataStore, graph: &GraphParams) -> Result<Vec<Counts>>;
+
+    /// The cache keys this layout may hold for `member`.
+    fn cache_keys(&self, member: u32) -> Vec<Vec<u8>>;
+
+    /// The entries of [`Layout::cache_keys`] as a read would fill them now, from the data store:
+    /// `store_only` must be a framework without a cache (`Policy::DataStoreOnly`).
+    fn fresh_entries(&self, store_only: &Cads, member: u32) -> cads::Result<Vec<Entry>>;
+
+    /// Whether two values of `key` say the same thing (a cached list may hold its ids in another
+    /// order than the data store returns them, a JSON object its fields).
+    fn same_value(&self, key: &[u8], a: &[u8], b: &[u8]) -> bool;
 }
 
-/// The implementation for a layout and policy. `broken` makes the writes skip the cache (no
-/// invalidation, no update): a deliberately wrong implementation that the validator must catch.
-pub fn layout(kind: LayoutKind, policy: Policy, broken: bool) -> Box<dyn Layout> {
+/// The implementation for a layout and policy. The SQL layout uses 001's Tables 2-3 keys where
+/// writes delete cached values (write-around, or no cache) and Tables 5-6 where they change them
+/// in place (write-through, and write-back, under which its SQL writes, having no documents to
+/// buffer, run as write-through).
+pub fn layout(kind: LayoutKind, policy: Policy) -> Box<dyn Layout> {
     match kind {
-        LayoutKind::Documents => Box::new(documents::DocumentLayout::new(broken)),
+        LayoutKind::Documents => Box::new(documents::DocumentLayout::new()),
         LayoutKind::Sql => {
-            let keys = if policy == Policy::WriteThrough {
-                sql::KeyLayout::Counters
-            } else {
-                sql::KeyLayout::Profile
+            let keys = match policy {
+                Policy::WriteThrough | Policy::WriteBack => sql::KeyLayout::Counters,
+                Policy::DataStoreOnly | Policy::WriteAround => sql::KeyLayout::Profile,
             };
-            Box::new(sql::SqlLayout::new(keys, broken))
+            Box::new(sql::SqlLayout::new(keys))
         }
     }
 }
@@ -98,10 +105,13 @@ pub fn layout(kind: LayoutKind, policy: Policy, broken: bool) -> Box<dyn Layout>
 /// First 10 elements of a list, as BG's List Friends and View Friend Requests show.
 pub(crate) const LIST_LIMIT: usize = 10;
 
-/// Reads a cached value without leases, for the final check.
-pub(crate) fn cached(cads: &Cads, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    match cads.cache() {
-        Some(client) => Ok(client.get(key)?),
-        None => Ok(None),
+/// Whether two byte strings hold the same JSON value.
+pub(crate) fn same_json(a: &[u8], b: &[u8]) -> bool {
+    match (
+        serde_json::from_slice::<serde_json::Value>(a),
+        serde_json::from_slice::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }

@@ -21,13 +21,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
-use anyhow::{Context, Result};
-use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx};
-use cads_store::{Isolation, Row, SqlValue, StoreError};
+use anyhow::{bail, Context, Result};
+use cads::{CacheChange, CacheStore, Cads, StoreTx};
+use cads_store::{DataStore, Isolation, Row, SqlValue, StoreError};
 use serde_json::{Map, Value};
 
-use super::{CacheCheck, Layout, LIST_LIMIT};
-use crate::graph::{attribute_values, Action, Count, CountRead, GraphParams, Profile, ATTRIBUTES};
+use super::{same_json, Entry, Layout, LIST_LIMIT};
+use crate::graph::{
+    attribute_values, Action, Count, CountRead, Counts, GraphParams, Profile, ATTRIBUTES,
+};
 
 const PROFILE: &str = "Profile";
 const FRD_LIST: &str = "FrdList";
@@ -186,7 +188,7 @@ impl CacheStore for ProfileRead {
         Ok(profile)
     }
 
-    fn entries(&self, q: &ProfileQuery, p: &Profile) -> Vec<(Vec<u8>, Vec<u8>)> {
+    fn entries(&self, q: &ProfileQuery, p: &Profile) -> Vec<Entry> {
         let mut entries = vec![(key(q.member, PROFILE), encode_profile(self.0, p))];
         if self.0 == KeyLayout::Counters {
             if let Some(n) = p.friendcount {
@@ -258,7 +260,7 @@ impl CacheStore for ListRead {
             .collect()
     }
 
-    fn entries(&self, &(member, list): &(u32, List), ids: &Vec<u32>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    fn entries(&self, &(member, list): &(u32, List), ids: &Vec<u32>) -> Vec<Entry> {
         vec![(key(member, list_suffix(list)), encode_list(ids))]
     }
 
@@ -337,7 +339,7 @@ impl CacheStore for ProfilesRead {
             .collect()
     }
 
-    fn entries(&self, _: &Vec<u32>, profiles: &Vec<Profile>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    fn entries(&self, _: &Vec<u32>, profiles: &Vec<Profile>) -> Vec<Entry> {
         profiles
             .iter()
             .map(|p| (key(p.id, PROFILE), encode_profile(self.0, p)))
@@ -362,9 +364,6 @@ impl CacheStore for ProfilesRead {
 pub struct FriendshipWrite {
     /// The key layout.
     pub layout: KeyLayout,
-    /// Report no keys at all, so the cache is neither invalidated nor updated (deliberately
-    /// wrong, for the validator to catch).
-    pub broken: bool,
 }
 
 fn expect_rows(n: u64, wanted: u64, what: &str) -> Result<(), StoreError> {
@@ -394,14 +393,11 @@ impl CacheStore for FriendshipWrite {
         match *q {}
     }
 
-    fn entries(&self, q: &Infallible, _: &()) -> Vec<(Vec<u8>, Vec<u8>)> {
+    fn entries(&self, q: &Infallible, _: &()) -> Vec<Entry> {
         match *q {}
     }
 
     fn keys_written(&self, action: &Action) -> Vec<Vec<u8>> {
-        if self.broken {
-            return Vec::new();
-        }
         let Some((a, b)) = action.pair() else {
             return Vec::new();
         };
@@ -548,14 +544,19 @@ pub struct SqlLayout {
 }
 
 impl SqlLayout {
-    /// The layout with these keys; `broken` makes writes leave the cache alone.
-    pub fn new(keys: KeyLayout, broken: bool) -> SqlLayout {
+    /// The layout with these keys.
+    pub fn new(keys: KeyLayout) -> SqlLayout {
         SqlLayout {
             keys,
-            write: FriendshipWrite {
-                layout: keys,
-                broken,
-            },
+            write: FriendshipWrite { layout: keys },
+        }
+    }
+
+    /// The suffixes of a member's keys.
+    fn suffixes(&self) -> &'static [&'static str] {
+        match self.keys {
+            KeyLayout::Profile => &[PROFILE, FRD_LIST, PND_LIST],
+            KeyLayout::Counters => &[PROFILE, FRD_LIST, PND_LIST, FRD_CNT, PND_CNT],
         }
     }
 
@@ -582,14 +583,7 @@ impl Layout for SqlLayout {
                 "keys of 001 Tables 5-6 (iProfile, iFrdCnt, iPndCnt, iFrdList, iPndList)"
             }
         };
-        format!(
-            "sql: tables bg_users and bg_friendship, {keys}{}",
-            if self.write.broken {
-                " (BROKEN: writes skip the cache)"
-            } else {
-                ""
-            }
-        )
+        format!("sql: tables bg_users and bg_friendship, {keys}")
     }
 
     fn load(&self, cads: &Cads, graph: &GraphParams) -> Result<()> {
@@ -661,7 +655,7 @@ impl Layout for SqlLayout {
                     with_pending: requester == owner,
                 };
                 let profile = cads.run(|s| s.read(&ProfileRead(self.keys), &query))?;
-                Ok(profile.count_reads().collect())
+                Ok(profile.seen_by(requester).count_reads().collect())
             }
             Action::ListFriends { member } => {
                 let profiles = self.list(cads, member, List::Friends)?;
@@ -678,81 +672,72 @@ impl Layout for SqlLayout {
         }
     }
 
-    fn check_cache(&self, cads: &Cads, graph: &GraphParams) -> Result<CacheCheck> {
-        let truth = Cads::new(
-            cads.store().clone(),
-            None,
-            Policy::DataStoreOnly,
-            Config::default(),
-        );
-        let mut suffixes = vec![PROFILE, FRD_LIST, PND_LIST];
-        if self.keys == KeyLayout::Counters {
-            suffixes.extend([FRD_CNT, PND_CNT]);
+    fn stored_counts(&self, store: &dyn DataStore, graph: &GraphParams) -> Result<Vec<Counts>> {
+        let mut tx = store.begin_read(Isolation::ReadCommitted)?;
+        let rows = tx
+            .query(
+                "SELECT userid, friendcount, pendingcount FROM bg_users ORDER BY userid",
+                &[],
+            )
+            .context("reading the members' counts")?;
+        let _ = tx.rollback();
+        if rows.len() != graph.members as usize {
+            bail!(
+                "bg_users has {} rows for {} members",
+                rows.len(),
+                graph.members
+            );
         }
-        let mut check = CacheCheck::default();
-        for member in 0..graph.members {
-            let mut cached = Vec::new();
-            for suffix in &suffixes {
-                check.keys += 1;
-                let k = key(member, suffix);
-                if let Some(v) = super::cached(cads, &k)? {
-                    cached.push((k, *suffix, v));
+        rows.iter()
+            .enumerate()
+            .map(|(i, row)| {
+                if row.get::<i64>(0)? != i as i64 {
+                    bail!("bg_users: member {i} is missing");
                 }
-            }
-            if cached.is_empty() {
-                continue;
-            }
-            check.cached += cached.len();
-            // What a miss would cache now, from the data store.
-            let expected: BTreeMap<Vec<u8>, Vec<u8>> = truth
-                .run(|s| {
-                    let query = ProfileQuery {
-                        member,
-                        with_pending: true,
-                    };
-                    let profile_read = ProfileRead(self.keys);
-                    let profile = s.read(&profile_read, &query)?;
-                    let mut entries = profile_read.entries(&query, &profile);
-                    for list in [List::Friends, List::Pending] {
-                        let ids = s.read(&ListRead, &(member, list))?;
-                        entries.extend(ListRead.entries(&(member, list), &ids));
-                    }
-                    Ok(entries)
+                Ok(Counts {
+                    friends: row.get(1)?,
+                    pending: row.get(2)?,
                 })
-                .with_context(|| format!("reading member {member} from the data store"))?
-                .into_iter()
-                .collect();
-            for (k, suffix, value) in cached {
-                let want = expected.get(&k);
-                let same = match (suffix, want) {
-                    (_, None) => false,
-                    (PROFILE, Some(w)) => {
-                        serde_json::from_slice::<Value>(&value).ok()
-                            == serde_json::from_slice::<Value>(w).ok()
-                    }
-                    // Appends put new ids at the end; the data store lists them in order.
-                    (FRD_LIST | PND_LIST, Some(w)) => {
-                        let sorted = |b: &[u8]| {
-                            decode_list(b).map(|mut ids| {
-                                ids.sort_unstable();
-                                ids
-                            })
-                        };
-                        sorted(&value) == sorted(w)
-                    }
-                    (_, Some(w)) => decode_count(&value) == decode_count(w),
-                };
-                if !same {
-                    check.mismatches.push(format!(
-                        "{}: cached {:?} but the data store gives {:?}",
-                        String::from_utf8_lossy(&k),
-                        String::from_utf8_lossy(&value),
-                        want.map(|w| String::from_utf8_lossy(w).into_owned()),
-                    ));
-                }
+            })
+            .collect()
+    }
+
+    fn cache_keys(&self, member: u32) -> Vec<Vec<u8>> {
+        self.suffixes().iter().map(|s| key(member, s)).collect()
+    }
+
+    fn fresh_entries(&self, store_only: &Cads, member: u32) -> cads::Result<Vec<Entry>> {
+        store_only.run(|s| {
+            let query = ProfileQuery {
+                member,
+                with_pending: true,
+            };
+            let profile_read = ProfileRead(self.keys);
+            let profile = s.read(&profile_read, &query)?;
+            let mut entries = profile_read.entries(&query, &profile);
+            for list in [List::Friends, List::Pending] {
+                let ids = s.read(&ListRead, &(member, list))?;
+                entries.extend(ListRead.entries(&(member, list), &ids));
             }
+            Ok(entries)
+        })
+    }
+
+    fn same_value(&self, key: &[u8], a: &[u8], b: &[u8]) -> bool {
+        match parse_key(key).map(|(_, suffix)| suffix) {
+            Some(PROFILE) => same_json(a, b),
+            // Appends put new ids at the end; the data store lists them in order.
+            Some(FRD_LIST | PND_LIST) => {
+                let sorted = |bytes: &[u8]| {
+                    decode_list(bytes).map(|mut ids| {
+                        ids.sort_unstable();
+                        ids
+                    })
+                };
+                sorted(a).is_some() && sorted(a) == sorted(b)
+            }
+            _ => decode_count(a).is_some() && decode_count(a) == decode_count(b),
         }
-        Ok(check)
     }
 }
 
@@ -798,7 +783,6 @@ mod tests {
         };
         let w = FriendshipWrite {
             layout: KeyLayout::Profile,
-            broken: false,
         };
         let names = |keys: Vec<Vec<u8>>| -> Vec<String> {
             keys.into_iter()
@@ -811,7 +795,6 @@ mod tests {
         );
         let w = FriendshipWrite {
             layout: KeyLayout::Counters,
-            broken: false,
         };
         assert_eq!(
             names(w.keys_written(&accept)),

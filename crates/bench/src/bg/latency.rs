@@ -1,25 +1,27 @@
-//! `bg latency` and `bg ycsb`: one thread, each action many times, mean latency and mean round
-//! trips per action, in the shape of 000 Tables 3.4 and 3.6.
+//! Latency and round trips of single actions, one thread, in the shape of 000 Table 3.6 (BG's
+//! actions) and Table 3.4 (YCSB's Read and Update on the document layer).
 //!
 //! Round trips are counted, not estimated: cache round trips from
 //! [`cads_client::Client::round_trips`] (one per request waited for; a batch sent to several CMIs
-//! in parallel is one), data-store calls from the [`cads_store::FaultyStore`] in front of the
-//! store ([`Deployment::store_calls`]: reads + writes + BEGIN and COMMIT/ROLLBACK of each
-//! transaction).
+//! in parallel is one), data-store calls from the `FaultyStore` in front of the store: reads +
+//! writes + 2 per transaction (its BEGIN, which `Faults` counts, and the COMMIT or ROLLBACK that
+//! ends it, which it does not).
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use cads::documents::Collection;
-use cads::Policy;
-use cads_store::{Changes, Document};
-use serde_json::Value;
+use cads::{Config, Policy};
+use cads_example_bg::{layout, ActionKind, GraphParams, LayoutKind};
+use cads_store::{Changes, DataStore, Document};
 
-use crate::deploy::{CacheSpec, Deployment};
-use crate::graph::{Action, ActionKind, GraphParams, Model, Outcome, Rng};
-use crate::layout::{layout, LayoutKind};
-use crate::run::prepare;
+use super::run::warm_cache;
+use super::workload::{MemberChooser, Model, Outcome, Popularity};
+use crate::deploy::{CacheSpec, CmiSettings, Deployment};
+use crate::generator::{key_name, Rng};
+use crate::ycsb::validate::{load_token, record, writer_token};
 
 /// One cell of a latency table: means per action.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -35,9 +37,15 @@ pub struct Cell {
 /// A measured row: an action's name and its cell.
 pub type Row = (&'static str, Cell);
 
-/// Runs `f` once and returns its cell (latency, cache round trips, store calls).
+/// Data-store calls so far, as described in the module's documentation.
+fn store_calls(dep: &Deployment) -> u64 {
+    let c = dep.faults.counts();
+    c.reads + c.writes + 2 * c.transactions
+}
+
+/// Runs `f` once and returns its result and cell.
 fn timed<T>(dep: &Deployment, f: impl FnOnce() -> Result<T>) -> Result<(T, Cell)> {
-    let (cache, store) = (dep.cache_round_trips(), dep.store_calls());
+    let (cache, store) = (dep.cache_round_trips(), store_calls(dep));
     let start = Instant::now();
     let value = f()?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
@@ -46,7 +54,7 @@ fn timed<T>(dep: &Deployment, f: impl FnOnce() -> Result<T>) -> Result<(T, Cell)
         Cell {
             ms,
             cache: (dep.cache_round_trips() - cache) as f64,
-            store: (dep.store_calls() - store) as f64,
+            store: (store_calls(dep) - store) as f64,
         },
     ))
 }
@@ -61,48 +69,58 @@ fn mean(cells: &[Cell]) -> Cell {
     }
 }
 
-/// BG: loads the graph, warms the cache with every member's read keys, then runs each action
-/// `actions` times in the order of [`ActionKind::ALL`] (reads first, on a warm cache).
-pub fn measure_bg(
+fn deploy(
+    policy: Policy,
+    store: &Arc<dyn DataStore>,
+    collection: &str,
+    cache: &CacheSpec,
+) -> Result<Deployment> {
+    Deployment::start(
+        policy,
+        store.clone(),
+        collection,
+        cache,
+        &CmiSettings::default(),
+        Config::default(),
+    )
+}
+
+/// BG (000 Table 3.6): loads the graph, warms the cache with every member's read keys, then runs
+/// each action `actions` times in the order of [`ActionKind::ALL`] (reads first, on a warm
+/// cache), on members drawn uniformly.
+pub fn measure_actions(
     policy: Policy,
     kind: LayoutKind,
-    url: &str,
+    store: &Arc<dyn DataStore>,
     cache: &CacheSpec,
     graph: &GraphParams,
     actions: usize,
     seed: u64,
 ) -> Result<Vec<Row>> {
-    let dep = Deployment::start(policy, url, cache)?;
-    let layout = layout(kind, policy, false);
-    prepare(&dep, layout.as_ref(), graph)?;
+    let dep = deploy(
+        policy,
+        store,
+        cads_example_bg::layout::documents::COLLECTION,
+        cache,
+    )?;
+    let bg = layout(kind, policy);
+    bg.load(&dep.cads, graph)
+        .context("loading the social graph")?;
     if policy != Policy::DataStoreOnly {
-        for member in 0..graph.members {
-            for action in [
-                Action::ViewProfile {
-                    requester: member,
-                    owner: member,
-                },
-                Action::ListFriends { member },
-                Action::ViewFriendRequests { member },
-            ] {
-                layout
-                    .perform(&dep.cads, &action)
-                    .with_context(|| format!("warming the cache with {action:?}"))?;
-            }
-        }
+        warm_cache(&*bg, &dep.cads, graph.members, 1)?;
     }
     let model = Model::new(graph);
+    let chooser = MemberChooser::new(Popularity::Uniform, graph.members);
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
     for kind in ActionKind::ALL {
         let mut cells = Vec::with_capacity(actions);
         for _ in 0..actions {
-            let Some(action) = model.pick(kind, &mut rng) else {
+            let Some(action) = model.pick(kind, &chooser, &mut rng) else {
                 bail!("found no valid pair for {}", kind.name());
             };
             let (_, cell) = timed(&dep, || {
-                layout
-                    .perform(&dep.cads, &action)
+                bg.perform(&dep.cads, &action)
                     .with_context(|| format!("{action:?}"))
             })?;
             model.finish(&action, Outcome::Committed);
@@ -110,78 +128,47 @@ pub fn measure_bg(
         }
         rows.push((kind.name(), mean(&cells)));
     }
+    dep.stop()?;
     Ok(rows)
 }
 
-/// The YCSB `usertable` of 000 §3.3.1: records of `fields` fields of `field_len` bytes.
-#[derive(Clone, Copy, Debug)]
-pub struct YcsbParams {
-    /// Records (`user0` .. `user<records-1>`).
-    pub records: u32,
-    /// Fields per record.
-    pub fields: usize,
-    /// Bytes per field.
-    pub field_len: usize,
-}
-
-impl Default for YcsbParams {
-    fn default() -> Self {
-        YcsbParams {
-            records: 10_000,
-            fields: 10,
-            field_len: 100,
-        }
-    }
-}
-
-/// The collection of the YCSB records.
+/// The collection of [`measure_ycsb`]'s records.
 pub const USERTABLE: &str = "usertable";
 
-fn ycsb_value(rng: &mut Rng, len: usize) -> Value {
-    let text: String = (0..len)
-        .map(|_| char::from(b'a' + rng.below(26) as u8))
-        .collect();
-    Value::String(text)
-}
+/// Fields per YCSB record (each of 100 bytes).
+const FIELDS: usize = 10;
+const FIELD_LENGTH: usize = 100;
 
-fn ycsb_record(rng: &mut Rng, p: &YcsbParams) -> Document {
-    (0..p.fields)
-        .map(|f| (format!("field{f}"), ycsb_value(rng, p.field_len)))
-        .collect()
-}
-
-/// YCSB Read and Update on the document layer: a read gets all fields of a record, an update
-/// sets all of them (`$set`). Records read or updated are read once first, so the cache is warm.
+/// YCSB Read and Update on the document layer (000 Table 3.4): `records` records of 10 fields of
+/// 100 bytes; a read gets all fields of a record, an update sets all of them (`$set`). Records read
+/// or updated are read once first, so the cache is warm.
 pub fn measure_ycsb(
     policy: Policy,
-    url: &str,
+    store: &Arc<dyn DataStore>,
     cache: &CacheSpec,
-    params: &YcsbParams,
+    records: u64,
     actions: usize,
     seed: u64,
 ) -> Result<Vec<Row>> {
-    let dep = Deployment::start(policy, url, cache)?;
+    let dep = deploy(policy, store, USERTABLE, cache)?;
     let cads = &dep.cads;
-    let mut rng = Rng::new(seed);
     cads.store().drop_collection(USERTABLE)?;
     let table = Collection::create(cads, USERTABLE)?;
-    let ids: Vec<String> = (0..params.records).map(|i| format!("user{i}")).collect();
-    for chunk in ids.chunks(500) {
+    let ids: Vec<String> = (0..records as i64).map(|k| key_name(k, true, 1)).collect();
+    for (chunk, first) in ids.chunks(500).zip((0..).step_by(500)) {
         let docs: Vec<(String, Document)> = chunk
             .iter()
-            .map(|id| (id.clone(), ycsb_record(&mut rng, params)))
+            .zip(first..)
+            .map(|(id, k)| (id.clone(), record(load_token(k), FIELDS, FIELD_LENGTH)))
             .collect();
         cads.store()
             .insert_many(USERTABLE, &docs)
             .context("loading usertable")?;
     }
-    dep.flush_cache()?;
-    let reads: Vec<&String> = (0..actions)
-        .map(|_| &ids[rng.below(params.records) as usize])
-        .collect();
-    let updates: Vec<&String> = (0..actions)
-        .map(|_| &ids[rng.below(params.records) as usize])
-        .collect();
+    let mut rng = Rng::new(seed);
+    let mut pick = || &ids[rng.below(records) as usize];
+    let reads: Vec<&String> = (0..actions).map(|_| pick()).collect();
+    let updates: Vec<&String> = (0..actions).map(|_| pick()).collect();
     if policy != Policy::DataStoreOnly {
         for id in reads.iter().chain(&updates) {
             cads.run(|s| table.get(s, id))?;
@@ -197,15 +184,39 @@ pub fn measure_ycsb(
     }
     let read = mean(&cells);
     cells.clear();
-    for id in &updates {
-        let set: serde_json::Map<String, Value> = ycsb_record(&mut rng, params);
-        let changes = Changes::from_json(&serde_json::json!({ "$set": set }))?;
+    for (seq, id) in updates.iter().enumerate() {
+        let fields = record(writer_token(0, seq as u64 + 1), FIELDS, FIELD_LENGTH);
+        let changes = Changes::from_json(&serde_json::json!({ "$set": fields }))?;
         let (_, cell) = timed(&dep, || {
             Ok(cads.run(|s| table.update(s, id, changes.clone()))?)
         })?;
         cells.push(cell);
     }
+    dep.stop()?;
     Ok(vec![("Read", read), ("Update", mean(&cells))])
+}
+
+/// Measures every policy `repeat` times, interleaved (none, around, through, none, ...), so that
+/// a noisy moment hits all of them; returns each policy's medians. `measure` gets the policy and
+/// the repetition's index.
+pub fn interleaved(
+    policies: &[Policy],
+    repeat: usize,
+    mut measure: impl FnMut(Policy, usize) -> Result<Vec<Row>>,
+) -> Result<Vec<(Policy, Vec<Row>)>> {
+    let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); policies.len()];
+    for r in 0..repeat {
+        for (i, policy) in policies.iter().enumerate() {
+            let rows =
+                measure(*policy, r).with_context(|| format!("measuring {}", policy.name()))?;
+            runs[i].push(rows);
+        }
+    }
+    Ok(policies
+        .iter()
+        .zip(runs)
+        .map(|(p, r)| (*p, median(&r)))
+        .collect())
 }
 
 /// The median of each cell over repeated measurements (latency and round trips separately).
@@ -215,12 +226,7 @@ pub fn median(runs: &[Vec<Row>]) -> Vec<Row> {
     };
     let med = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        }
+        (v[(v.len() - 1) / 2] + v[v.len() / 2]) / 2.0
     };
     first
         .iter()

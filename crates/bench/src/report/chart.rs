@@ -1,0 +1,537 @@
+//! Drawing the charts with plotters, once for a PNG (a bitmap, text rasterised from the embedded
+//! font) and once for an SVG (text left to the viewer's sans-serif font).
+
+use std::sync::Once;
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::{Group, RunPoint, PERCENTILES};
+
+/// DejaVu Sans cut down to Latin-1 and a few symbols (22 KB; see DejaVuSans-LICENSE.txt). PNG
+/// text is drawn with it, so charts need no fonts installed on the machine.
+static FONT: &[u8] = include_bytes!("DejaVuSans-subset.ttf");
+
+/// The family name every text style uses; the embedded font is registered under it.
+const FAMILY: &str = "sans-serif";
+
+fn register_font() -> Result<()> {
+    static REGISTER: Once = Once::new();
+    let mut result = Ok(());
+    REGISTER.call_once(|| {
+        result = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
+            .map_err(|_| anyhow!("the embedded chart font does not load"));
+    });
+    result
+}
+
+/// A chart of one group of runs.
+pub enum Chart<'g, 'r> {
+    /// Throughput by policy: one bar per policy (the mean of its runs, whiskers from the
+    /// slowest to the fastest when there are several), labelled with the speed-up over the
+    /// data store alone.
+    Throughput(&'g Group<'r>),
+    /// Latency percentiles by policy: a panel per action, a line per policy, log scale.
+    Latency(&'g Group<'r>),
+    /// Write-back's pinned memory over time (and applied share, when sampled): a line per run.
+    WriteBack(&'g Group<'r>),
+}
+
+/// Draws `chart` as a PNG file's bytes.
+pub fn render_png(chart: &Chart<'_, '_>) -> Result<Vec<u8>> {
+    register_font()?;
+    let (width, height) = chart.size();
+    let mut pixels = vec![0u8; width as usize * height as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
+        chart
+            .draw(&root)
+            .map_err(|e| anyhow!("drawing a chart: {e}"))?;
+        root.present()
+            .map_err(|e| anyhow!("drawing a chart: {e}"))?;
+    }
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header()?;
+    writer.write_image_data(&pixels)?;
+    writer.finish()?;
+    Ok(bytes)
+}
+
+/// Draws `chart` as an SVG document.
+pub fn render_svg(chart: &Chart<'_, '_>) -> Result<String> {
+    let mut text = String::new();
+    {
+        let root = SVGBackend::with_string(&mut text, chart.size()).into_drawing_area();
+        chart
+            .draw(&root)
+            .map_err(|e| anyhow!("drawing a chart: {e}"))?;
+        root.present()
+            .map_err(|e| anyhow!("drawing a chart: {e}"))?;
+    }
+    Ok(text)
+}
+
+type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+const TITLE_SIZE: u32 = 26;
+const PANEL_TITLE_SIZE: u32 = 20;
+const AXIS_TITLE_SIZE: u32 = 18;
+const LABEL_SIZE: u32 = 15;
+
+/// The order policies are shown in; others follow in the order met.
+const POLICY_ORDER: [&str; 4] = ["none", "write-around", "write-through", "write-back"];
+
+fn policy_color(policy: &str) -> RGBColor {
+    match policy {
+        "none" => RGBColor(127, 127, 127),
+        "write-around" => RGBColor(31, 119, 180),
+        "write-through" => RGBColor(255, 127, 14),
+        "write-back" => RGBColor(44, 160, 44),
+        _ => RGBColor(148, 103, 189),
+    }
+}
+
+fn policy_label(policy: &str) -> &str {
+    if policy == "none" {
+        "data store alone"
+    } else {
+        policy
+    }
+}
+
+/// The policies of a group in display order.
+fn policies<'r>(g: &Group<'r>) -> Vec<&'r str> {
+    let mut list: Vec<&str> = g.runs.iter().map(|r| r.policy.as_str()).collect();
+    list.sort_by_key(|p| {
+        POLICY_ORDER
+            .iter()
+            .position(|o| o == p)
+            .unwrap_or(POLICY_ORDER.len())
+    });
+    list.dedup();
+    list
+}
+
+fn runs_of<'a, 'r>(g: &'a Group<'r>, policy: &'a str) -> impl Iterator<Item = &'r RunPoint> + 'a {
+    g.runs.iter().copied().filter(move |r| r.policy == policy)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64
+    }
+}
+
+fn benchmark_name(benchmark: &str) -> String {
+    match benchmark {
+        "ycsb" => "YCSB".into(),
+        "bg" => "BG".into(),
+        "tpcc" => "TPC-C".into(),
+        other => other.to_string(),
+    }
+}
+
+fn workload_name(g: &Group<'_>) -> String {
+    match g.benchmark {
+        "bg" => format!("{} mix {}", benchmark_name(g.benchmark), g.workload),
+        _ => format!("{} workload {}", benchmark_name(g.benchmark), g.workload),
+    }
+}
+
+fn throughput_unit(benchmark: &str) -> &'static str {
+    match benchmark {
+        "bg" => "actions/s",
+        "tpcc" => "transactions/s",
+        _ => "operations/s",
+    }
+}
+
+/// `1234567.8` as `1,234,568`; below 10, one decimal.
+fn with_thousands(value: f64) -> String {
+    if value.abs() < 10.0 && value.fract() != 0.0 {
+        return format!("{value:.1}");
+    }
+    let digits = format!("{:.0}", value.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if value < 0.0 {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// Bytes in a unit that suits the largest value: (divisor, unit name).
+fn byte_unit(max: f64) -> (f64, &'static str) {
+    if max >= 1024.0 * 1024.0 * 1024.0 {
+        (1024.0 * 1024.0 * 1024.0, "GiB")
+    } else if max >= 1024.0 * 1024.0 {
+        (1024.0 * 1024.0, "MiB")
+    } else if max >= 1024.0 {
+        (1024.0, "KiB")
+    } else {
+        (1.0, "bytes")
+    }
+}
+
+impl Chart<'_, '_> {
+    fn size(&self) -> (u32, u32) {
+        match self {
+            Chart::Throughput(g) => (240 + 170 * policies(g).len() as u32, 560),
+            Chart::Latency(g) => {
+                let (rows, cols) = latency_grid(actions(g).len());
+                (40 + 460 * cols, 110 + 380 * rows)
+            }
+            Chart::WriteBack(g) => {
+                let panels = if has_applied_share(g) { 2 } else { 1 };
+                (1000, 90 + 400 * panels)
+            }
+        }
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Drawn<DB> {
+        root.fill(&WHITE)?;
+        match self {
+            Chart::Throughput(g) => draw_throughput(root, g),
+            Chart::Latency(g) => draw_latency(root, g),
+            Chart::WriteBack(g) => draw_write_back(root, g),
+        }
+    }
+}
+
+fn draw_throughput<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
+    struct Bar<'p> {
+        policy: &'p str,
+        mean: f64,
+        min: f64,
+        max: f64,
+        runs: usize,
+    }
+    let bars: Vec<Bar<'_>> = policies(g)
+        .into_iter()
+        .map(|policy| {
+            let values: Vec<f64> = runs_of(g, policy).map(|r| r.throughput).collect();
+            Bar {
+                policy,
+                mean: mean(values.iter().copied()),
+                min: values.iter().copied().fold(f64::INFINITY, f64::min),
+                max: values.iter().copied().fold(0.0, f64::max),
+                runs: values.len(),
+            }
+        })
+        .collect();
+    let baseline = bars.iter().find(|b| b.policy == "none").map(|b| b.mean);
+    let top = bars.iter().map(|b| b.max).fold(1.0, f64::max) * 1.15;
+    let repeated = bars.iter().any(|b| b.runs > 1);
+    let mut title = format!("{}: throughput by policy", workload_name(g));
+    if repeated {
+        title.push_str(" (mean of runs, whiskers min-max)");
+    }
+    let n = bars.len();
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, TITLE_SIZE))
+        .margin(20)
+        .x_label_area_size(60)
+        .y_label_area_size(100)
+        .build_cartesian_2d((0..n).into_segmented(), 0.0..top)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) if *i < n => policy_label(bars[*i].policy).to_string(),
+            _ => String::new(),
+        })
+        .y_label_formatter(&|v| with_thousands(*v))
+        .x_desc("policy")
+        .y_desc(format!("throughput ({})", throughput_unit(g.benchmark)))
+        .label_style((FAMILY, LABEL_SIZE))
+        .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
+        .draw()?;
+    chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
+        let mut bar = Rectangle::new(
+            [
+                (SegmentValue::Exact(i), 0.0),
+                (SegmentValue::Exact(i + 1), b.mean),
+            ],
+            policy_color(b.policy).filled(),
+        );
+        bar.set_margin(0, 0, 28, 28);
+        bar
+    }))?;
+    if repeated {
+        chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
+            PathElement::new(
+                vec![
+                    (SegmentValue::CenterOf(i), b.min),
+                    (SegmentValue::CenterOf(i), b.max),
+                ],
+                BLACK.stroke_width(2),
+            )
+        }))?;
+    }
+    let above = (FAMILY, LABEL_SIZE)
+        .into_font()
+        .into_text_style(root)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
+        let mut label = with_thousands(b.mean);
+        if let (Some(base), false) = (baseline, b.policy == "none") {
+            if base > 0.0 {
+                label.push_str(&format!(" ({:.1}×)", b.mean / base));
+            }
+        }
+        Text::new(
+            label,
+            (SegmentValue::CenterOf(i), b.max.max(b.mean)),
+            above.clone(),
+        )
+    }))?;
+    Ok(())
+}
+
+/// The actions with latencies in a group, in name order.
+fn actions(g: &Group<'_>) -> Vec<String> {
+    let mut list: Vec<String> = g
+        .runs
+        .iter()
+        .flat_map(|r| r.latency_us.keys().cloned())
+        .collect();
+    list.sort();
+    list.dedup();
+    list
+}
+
+/// (rows, columns) of the latency panels: up to three a row.
+fn latency_grid(panels: usize) -> (u32, u32) {
+    let cols = panels.clamp(1, 3) as u32;
+    (panels.max(1).div_ceil(cols as usize) as u32, cols)
+}
+
+fn draw_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
+    let title = format!("{}: latency percentiles by policy", workload_name(g));
+    let body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
+    let actions = actions(g);
+    let (rows, cols) = latency_grid(actions.len());
+    let panels = body.split_evenly((rows as usize, cols as usize));
+    let policies = policies(g);
+    for (action, panel) in actions.iter().zip(&panels) {
+        // Per policy, the mean of each percentile over the runs that measured this action.
+        let lines: Vec<(&str, [f64; 4])> = policies
+            .iter()
+            .filter_map(|&policy| {
+                let runs: Vec<&[f64; 4]> = runs_of(g, policy)
+                    .filter_map(|r| r.latency_us.get(action))
+                    .collect();
+                (!runs.is_empty()).then(|| {
+                    let mut values = [0.0; 4];
+                    for (k, value) in values.iter_mut().enumerate() {
+                        // A log axis has no 0: a sub-microsecond percentile shows as 1 µs.
+                        *value = mean(runs.iter().map(|v| v[k])).max(1.0);
+                    }
+                    (policy, values)
+                })
+            })
+            .collect();
+        let all = lines.iter().flat_map(|(_, v)| v.iter().copied());
+        let low = all.clone().fold(f64::INFINITY, f64::min);
+        let high = all.fold(1.0, f64::max);
+        let low = 10f64.powf(low.log10().floor());
+        let high = 10f64.powf((high.log10() + 1e-9).ceil()).max(low * 10.0);
+        let mut chart = ChartBuilder::on(panel)
+            .caption(action, (FAMILY, PANEL_TITLE_SIZE))
+            .margin(14)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d(
+                (0..PERCENTILES.len()).into_segmented(),
+                (low..high).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(PERCENTILES.len())
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) if *i < PERCENTILES.len() => PERCENTILES[*i].1.into(),
+                _ => String::new(),
+            })
+            .y_label_formatter(&|v| with_thousands(*v))
+            .x_desc("percentile")
+            .y_desc("latency (µs, log scale)")
+            .label_style((FAMILY, LABEL_SIZE))
+            .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
+            .draw()?;
+        for (policy, values) in &lines {
+            let color = policy_color(policy);
+            let points = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (SegmentValue::CenterOf(i), *v));
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))?
+                .label(policy_label(policy))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+                });
+            chart.draw_series(points.map(|p| Circle::new(p, 5, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font((FAMILY, LABEL_SIZE))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()?;
+    }
+    Ok(())
+}
+
+fn has_applied_share(g: &Group<'_>) -> bool {
+    g.runs.iter().any(|r| !r.applied_share.is_empty())
+}
+
+fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
+    let runs: Vec<&RunPoint> = g
+        .runs
+        .iter()
+        .copied()
+        .filter(|r| !r.pinned_bytes.is_empty() || !r.applied_share.is_empty())
+        .collect();
+    let several_policies = runs.iter().any(|r| r.policy != runs[0].policy);
+    let name = |r: &RunPoint| {
+        if several_policies {
+            format!("{} run {}", r.policy, r.run)
+        } else {
+            format!("run {}", r.run)
+        }
+    };
+    // Distinct colours for the runs, starting from write-back's.
+    let palette = [
+        policy_color("write-back"),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(23, 190, 207),
+    ];
+    let title = format!("{}: write-back over time", workload_name(g));
+    let body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
+    let end = runs
+        .iter()
+        .flat_map(|r| r.pinned_bytes.iter().chain(&r.applied_share).map(|s| s.0))
+        .fold(1.0, f64::max);
+    let panels = if has_applied_share(g) {
+        body.split_evenly((2, 1))
+    } else {
+        vec![body]
+    };
+
+    let max_bytes = runs
+        .iter()
+        .flat_map(|r| r.pinned_bytes.iter().map(|s| s.1))
+        .fold(1.0, f64::max);
+    let (divisor, unit) = byte_unit(max_bytes);
+    let mut chart = ChartBuilder::on(&panels[0])
+        .caption(
+            "pinned memory (buffered writes, summed over the CMIs)",
+            (FAMILY, PANEL_TITLE_SIZE),
+        )
+        .margin(14)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..end, 0.0..max_bytes / divisor * 1.1)?;
+    chart
+        .configure_mesh()
+        .x_desc("time into the run (s)")
+        .y_desc(format!("pinned memory ({unit})"))
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .label_style((FAMILY, LABEL_SIZE))
+        .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
+        .draw()?;
+    for (i, r) in runs.iter().enumerate() {
+        let color = palette[i % palette.len()];
+        chart
+            .draw_series(LineSeries::new(
+                r.pinned_bytes.iter().map(|&(t, b)| (t, b / divisor)),
+                color.stroke_width(3),
+            ))?
+            .label(name(r))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FAMILY, LABEL_SIZE))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .draw()?;
+
+    if let Some(panel) = panels.get(1) {
+        let mut chart = ChartBuilder::on(panel)
+            .caption(
+                "share of buffered writes applied to the data store",
+                (FAMILY, PANEL_TITLE_SIZE),
+            )
+            .margin(14)
+            .x_label_area_size(50)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0.0..end, 0.0..105.0)?;
+        chart
+            .configure_mesh()
+            .x_desc("time into the run (s)")
+            .y_desc("applied (%)")
+            .label_style((FAMILY, LABEL_SIZE))
+            .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
+            .draw()?;
+        for (i, r) in runs.iter().enumerate() {
+            let color = palette[i % palette.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    r.applied_share.iter().map(|&(t, s)| (t, s * 100.0)),
+                    color.stroke_width(3),
+                ))?
+                .label(name(r))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FAMILY, LABEL_SIZE))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(with_thousands(1_234_567.8), "1,234,568");
+        assert_eq!(with_thousands(999.0), "999");
+        assert_eq!(with_thousands(2.5), "2.5");
+        assert_eq!(with_thousands(-12_000.0), "-12,000");
+        assert_eq!(byte_unit(3.0 * 1024.0 * 1024.0), (1024.0 * 1024.0, "MiB"));
+        assert_eq!(byte_unit(100.0), (1.0, "bytes"));
+        assert_eq!(latency_grid(7), (3, 3));
+        assert_eq!(latency_grid(2), (1, 2));
+    }
+}

@@ -1,0 +1,261 @@
+//! Charts of run records (`cads report`, and `cads bench --out` and `cads demo` after their
+//! runs): throughput by policy, latency percentiles by policy for every action, and write-back's
+//! pinned memory (and applied share, when the records carry it) over time; each as PNG and SVG.
+//!
+//! The records are read as JSON, not as the benchmarks' record types, so that one reader takes
+//! the records of every benchmark (YCSB, BG, TPC-C) and of older runs: what a chart needs is
+//! `benchmark`, `workload`, `policy`, `run`, `throughput`, `latency_us.<action>.{p50,p95,p99,
+//! p999}` and `write_back.pinned_bytes.samples` (`[[seconds, bytes], ...]`); optional
+//! `write_back.applied_share_samples` (`[[seconds, share], ...]`, share in 0..=1) adds a panel.
+
+mod chart;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+pub use chart::{render_png, render_svg};
+
+/// The latency percentiles charted, as (JSON key, label).
+pub const PERCENTILES: [(&str, &str); 4] = [
+    ("p50", "p50"),
+    ("p95", "p95"),
+    ("p99", "p99"),
+    ("p999", "p99.9"),
+];
+
+/// What the charts use of one run record, whatever benchmark wrote it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunPoint {
+    /// `ycsb`, `bg`, `tpcc`, ...
+    pub benchmark: String,
+    /// The workload or mix.
+    pub workload: String,
+    /// The policy (`none`, `write-around`, `write-through`, `write-back`).
+    pub policy: String,
+    /// Which run of the policy (`--repeat`).
+    pub run: u64,
+    /// Completed operations (actions, transactions) per second.
+    pub throughput: f64,
+    /// Per action: p50, p95, p99 and p99.9 in µs.
+    pub latency_us: BTreeMap<String, [f64; 4]>,
+    /// Write-back: `(seconds into the run, pinned bytes)`.
+    pub pinned_bytes: Vec<(f64, f64)>,
+    /// Write-back: `(seconds into the run, share of buffered writes applied)`.
+    pub applied_share: Vec<(f64, f64)>,
+}
+
+impl RunPoint {
+    /// Reads a run record; `None` for JSON that is not one (a summary, a configuration).
+    pub fn from_json(record: &Value) -> Option<RunPoint> {
+        let text = |key: &str| record.get(key)?.as_str().map(str::to_string);
+        let latency_us = record
+            .get("latency_us")
+            .and_then(Value::as_object)
+            .map(|actions| {
+                actions
+                    .iter()
+                    .filter_map(|(action, l)| {
+                        let mut values = [0.0; 4];
+                        for (value, (key, _)) in values.iter_mut().zip(PERCENTILES) {
+                            *value = l.get(key)?.as_f64()?;
+                        }
+                        Some((action.clone(), values))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let write_back = record.get("write_back");
+        let samples = |path: &[&str]| -> Vec<(f64, f64)> {
+            let mut node = write_back;
+            for key in path {
+                node = node.and_then(|n| n.get(key));
+            }
+            node.and_then(Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|pair| Some((pair.get(0)?.as_f64()?, pair.get(1)?.as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        Some(RunPoint {
+            benchmark: text("benchmark")?,
+            workload: text("workload").unwrap_or_default(),
+            policy: text("policy")?,
+            run: record.get("run").and_then(Value::as_u64).unwrap_or(0),
+            throughput: record.get("throughput")?.as_f64()?,
+            latency_us,
+            pinned_bytes: samples(&["pinned_bytes", "samples"]),
+            applied_share: samples(&["applied_share_samples"]),
+        })
+    }
+}
+
+/// Reads every `*.json` file of `dir` (each a record or an array of records) and returns the run
+/// records in file-name order, each once: `--json FILE` and `--out DIR` may both hold a run.
+/// Errors: `dir` cannot be read, or a `.json` file is not JSON.
+pub fn load_records(dir: &Path) -> Result<Vec<RunPoint>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read the directory {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "json") && path.is_file())
+        .collect();
+    files.sort();
+    let mut seen: Vec<Value> = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let value: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let items = match value {
+            Value::Array(items) => items,
+            other => vec![other],
+        };
+        for item in items {
+            if RunPoint::from_json(&item).is_some() && !seen.contains(&item) {
+                seen.push(item);
+            }
+        }
+    }
+    Ok(seen.iter().filter_map(RunPoint::from_json).collect())
+}
+
+/// The runs of one benchmark and workload, charted together.
+#[derive(Clone, Debug)]
+pub struct Group<'r> {
+    /// The benchmark.
+    pub benchmark: &'r str,
+    /// The workload.
+    pub workload: &'r str,
+    /// Its runs, in the order given.
+    pub runs: Vec<&'r RunPoint>,
+}
+
+impl Group<'_> {
+    /// The stem of this group's chart files: `<benchmark>-<workload>`, with characters other
+    /// than letters, digits, `.` and `-` replaced (workloads such as `10:1` or `CPR-scan50%`).
+    pub fn file_stem(&self) -> String {
+        format!("{}-{}", self.benchmark, self.workload)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    }
+}
+
+/// The runs grouped by benchmark and workload, in the order the groups first appear.
+pub fn group(runs: &[RunPoint]) -> Vec<Group<'_>> {
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for run in runs {
+        match groups
+            .iter_mut()
+            .find(|g| g.benchmark == run.benchmark && g.workload == run.workload)
+        {
+            Some(g) => g.runs.push(run),
+            None => groups.push(Group {
+                benchmark: &run.benchmark,
+                workload: &run.workload,
+                runs: vec![run],
+            }),
+        }
+    }
+    groups
+}
+
+/// Draws every chart of `runs` into `out` (created if needed), as PNG and SVG, and returns the
+/// files written. Per benchmark and workload: `<stem>-throughput`, `<stem>-latency` (when the
+/// records have latencies) and `<stem>-write-back` (when a write-back run sampled pinned
+/// memory).
+pub fn draw_charts(runs: &[RunPoint], out: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut written = Vec::new();
+    for g in group(runs) {
+        let stem = g.file_stem();
+        let mut charts = vec![(format!("{stem}-throughput"), chart::Chart::Throughput(&g))];
+        if g.runs.iter().any(|r| !r.latency_us.is_empty()) {
+            charts.push((format!("{stem}-latency"), chart::Chart::Latency(&g)));
+        }
+        if g.runs.iter().any(|r| !r.pinned_bytes.is_empty()) {
+            charts.push((format!("{stem}-write-back"), chart::Chart::WriteBack(&g)));
+        }
+        for (name, c) in charts {
+            let png = out.join(format!("{name}.png"));
+            std::fs::write(&png, render_png(&c)?)
+                .with_context(|| format!("writing {}", png.display()))?;
+            let svg = out.join(format!("{name}.svg"));
+            std::fs::write(&svg, render_svg(&c)?)
+                .with_context(|| format!("writing {}", svg.display()))?;
+            written.extend([png, svg]);
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(policy: &str, run: u64, throughput: f64) -> Value {
+        json!({
+            "benchmark": "ycsb", "workload": "A", "policy": policy, "run": run,
+            "throughput": throughput,
+            "latency_us": {"READ": {"count": 10, "p50": 100, "p95": 200, "p99": 400, "p999": 900}},
+            "write_back": {"pinned_bytes": {"samples": [[0.0, 0], [1.0, 4096]]}},
+        })
+    }
+
+    #[test]
+    fn run_records_are_read_and_others_are_not() {
+        let r = RunPoint::from_json(&record("write-back", 1, 1234.5)).unwrap();
+        assert_eq!(
+            (r.policy.as_str(), r.run, r.throughput),
+            ("write-back", 1, 1234.5)
+        );
+        assert_eq!(r.latency_us["READ"], [100.0, 200.0, 400.0, 900.0]);
+        assert_eq!(r.pinned_bytes, vec![(0.0, 0.0), (1.0, 4096.0)]);
+        assert!(r.applied_share.is_empty());
+        // A summary row has no benchmark.
+        assert!(RunPoint::from_json(&json!({"workload": "A", "policy": "none"})).is_none());
+    }
+
+    #[test]
+    fn a_directory_is_read_once_per_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = record("none", 0, 10.0);
+        let b = record("write-through", 0, 30.0);
+        std::fs::write(dir.path().join("all.json"), json!([a, b]).to_string()).unwrap();
+        std::fs::write(dir.path().join("one.json"), b.to_string()).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "not JSON").unwrap();
+        let runs = load_records(dir.path()).unwrap();
+        assert_eq!(runs.len(), 2);
+        std::fs::write(dir.path().join("broken.json"), "{").unwrap();
+        let err = load_records(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("broken.json"), "{err:#}");
+    }
+
+    #[test]
+    fn groups_and_file_names() {
+        let mut bg = RunPoint::from_json(&record("none", 0, 1.0)).unwrap();
+        bg.benchmark = "bg".into();
+        bg.workload = "10:1".into();
+        let runs = vec![
+            RunPoint::from_json(&record("none", 0, 1.0)).unwrap(),
+            bg,
+            RunPoint::from_json(&record("write-back", 0, 2.0)).unwrap(),
+        ];
+        let groups = group(&runs);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0].runs.len(), 2);
+        assert_eq!(groups[0].file_stem(), "ycsb-A");
+        assert_eq!(groups[1].file_stem(), "bg-10_1");
+    }
+}

@@ -1,0 +1,1220 @@
+//! TPC-C's data as cache entries: the [`CacheStore`]s the transactions read through, and the one
+//! they write through.
+//!
+//! | key | value | read by | changed by |
+//! | --- | --- | --- | --- |
+//! | `W:<w>` | the WAREHOUSE row | New-Order, Payment | Payment (W_YTD) |
+//! | `D:<w>:<d>` | the DISTRICT row | New-Order, Payment | New-Order (D_NEXT_O_ID), Payment (D_YTD) |
+//! | `C:<w>:<d>:<c>` | the CUSTOMER row | New-Order, Payment, Order-Status | Payment, Delivery |
+//! | `CL:<w>:<d>:<last>` | ids of the district's customers with that last name, by C_FIRST | Payment, Order-Status | nothing (names never change) |
+//! | `I:<i>` | the ITEM row, or absent | New-Order | nothing |
+//! | `S:<w>:<i>` | the STOCK row | New-Order, Stock-Level | New-Order |
+//! | `O:<w>:<d>:<o>` | the ORDER with its ORDER-LINEs, or absent | Order-Status, Delivery | New-Order (created), Delivery |
+//! | `CO:<w>:<d>:<c>` | the customer's newest order id | Order-Status | New-Order |
+//! | `NO:<w>:<d>` | the district's oldest undelivered order id (D_NEXT_O_ID when none is) | Delivery | Delivery |
+//! | `RL:<w>:<d>` | the item ids of the district's last 20 orders | Stock-Level | New-Order |
+//!
+//! Rows are JSON ([`super::rows`]). The per-district entries replace the queries that are not
+//! lookups by key: NEW-ORDER's minimum (Delivery), the newest order of a customer (Order-Status),
+//! the lines of the last 20 orders (Stock-Level) and the customers by last name (Payment,
+//! Order-Status). Since undelivered orders are always the ids from the oldest one up to
+//! D_NEXT_O_ID − 1 (consistency condition 3), Delivery needs only the oldest id and the order
+//! entry: an absent order means the district has nothing to deliver.
+//!
+//! Every write changes the data store with statements computed from what the session read and
+//! from the write alone, never from the data store's current values: additions of deltas
+//! (`s_quantity = s_quantity + ?`) where several sessions change a row, so that write-back can
+//! apply the sessions of different warehouses in any order relative to one another. The cached
+//! values change the same way (`CacheChange::Modify`, batched by the framework into one
+//! read-modify-write round trip per CMI; `Set` for new entries).
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cads::{CacheChange, CacheStore, StoreTx};
+use cads_store::{SqlTransaction, SqlValue, StoreError};
+use serde::{Deserialize, Serialize};
+
+use super::options::Scale;
+use super::rows::{
+    column_list, decode, encode, entity_key, placeholders, Customer, District, Entity, History,
+    Order, OrderLine, OrderRow, RowExt, RowId, Stock, Warehouse,
+};
+use super::schema::Tables;
+
+/// Orders whose lines Stock-Level examines (clause 2.8.2.2).
+pub const STOCK_LEVEL_ORDERS: u32 = 20;
+
+/// What every CacheStore of one TPC-C database shares: its tables, its scale, and the count of
+/// reads that had to query the data store.
+#[derive(Debug)]
+pub struct Db {
+    /// The table names.
+    pub tables: Tables,
+    /// The scale it was loaded at.
+    pub scale: Scale,
+    store_queries: AtomicU64,
+}
+
+impl Db {
+    /// The database of `tables` at `scale`.
+    pub fn new(tables: Tables, scale: Scale) -> Db {
+        Db {
+            tables,
+            scale,
+            store_queries: AtomicU64::new(0),
+        }
+    }
+
+    /// Reads through these CacheStores that queried the data store (a miss, or any read of the
+    /// data store alone), all threads.
+    pub fn store_queries(&self) -> u64 {
+        self.store_queries.load(Ordering::Relaxed)
+    }
+
+    fn count_query(&self) {
+        self.store_queries.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys
+// ---------------------------------------------------------------------------------------------
+
+/// `W:<w>`.
+pub fn warehouse_key(w: u32) -> Vec<u8> {
+    entity_key::<Warehouse>(RowId::top(w))
+}
+/// `D:<w>:<d>`.
+pub fn district_key(w: u32, d: u32) -> Vec<u8> {
+    entity_key::<District>(RowId::in_warehouse(w, d))
+}
+/// `C:<w>:<d>:<c>`.
+pub fn customer_key(w: u32, d: u32, c: u32) -> Vec<u8> {
+    entity_key::<Customer>(RowId::in_district(w, d, c))
+}
+/// `S:<w>:<i>`.
+pub fn stock_key(w: u32, i: u32) -> Vec<u8> {
+    entity_key::<Stock>(RowId::in_warehouse(w, i))
+}
+/// `O:<w>:<d>:<o>`.
+pub fn order_key(w: u32, d: u32, o: u32) -> Vec<u8> {
+    format!("O:{w}:{d}:{o}").into_bytes()
+}
+/// `CO:<w>:<d>:<c>`.
+pub fn last_order_key(w: u32, d: u32, c: u32) -> Vec<u8> {
+    format!("CO:{w}:{d}:{c}").into_bytes()
+}
+/// `CL:<w>:<d>:<last>`.
+pub fn name_key(w: u32, d: u32, last: &str) -> Vec<u8> {
+    format!("CL:{w}:{d}:{last}").into_bytes()
+}
+/// `NO:<w>:<d>`.
+pub fn oldest_new_order_key(w: u32, d: u32) -> Vec<u8> {
+    format!("NO:{w}:{d}").into_bytes()
+}
+/// `RL:<w>:<d>`.
+pub fn recent_lines_key(w: u32, d: u32) -> Vec<u8> {
+    format!("RL:{w}:{d}").into_bytes()
+}
+
+fn decode_all<T: serde::de::DeserializeOwned>(values: &[Vec<u8>]) -> Option<Vec<Option<T>>> {
+    values.iter().map(|v| decode(v)).collect()
+}
+
+/// The data-store transaction a read runs in: the session's write transaction when the read
+/// locks rows it will change (the data store alone), else the one for reads.
+fn reader<'t, 's>(
+    tx: &'t mut StoreTx<'s>,
+    for_update: bool,
+) -> Result<&'t mut (dyn SqlTransaction + 's), StoreError> {
+    if for_update {
+        tx.sql()
+    } else {
+        tx.read_sql()
+    }
+}
+
+/// `a = ? AND b = ? AND id IN (?, ?, ...)`, with its parameters.
+fn scoped_in(
+    scope: &[&str],
+    id: &str,
+    scope_values: &[u32],
+    ids: &[u32],
+) -> (String, Vec<SqlValue>) {
+    let mut sql = String::new();
+    let mut params = Vec::with_capacity(scope.len() + ids.len());
+    for (column, value) in scope.iter().zip(scope_values) {
+        sql.push_str(column);
+        sql.push_str(" = ? AND ");
+        params.push((*value).into());
+    }
+    sql.push_str(id);
+    sql.push_str(" IN ");
+    sql.push_str(&placeholders(ids.len()));
+    params.extend(ids.iter().map(|&i| SqlValue::from(i)));
+    (sql, params)
+}
+
+/// Ids grouped by their leading key columns, in first-seen order.
+fn by_scope(ids: &[RowId]) -> Vec<([u32; 2], Vec<u32>)> {
+    let mut groups: Vec<([u32; 2], Vec<u32>)> = Vec::new();
+    for id in ids {
+        match groups.iter_mut().find(|(s, _)| *s == id.scope) {
+            Some((_, list)) => list.push(id.id),
+            None => groups.push((id.scope, vec![id.id])),
+        }
+    }
+    groups
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows by key
+// ---------------------------------------------------------------------------------------------
+
+/// Rows of one table by key, one cache entry per row.
+pub struct Rows<'a, E> {
+    db: &'a Db,
+    entity: PhantomData<fn() -> E>,
+}
+
+impl<'a, E> Rows<'a, E> {
+    /// The rows of `E` in `db`.
+    pub fn new(db: &'a Db) -> Self {
+        Rows {
+            db,
+            entity: PhantomData,
+        }
+    }
+}
+
+/// Which rows to read (distinct keys), and whether to lock them for the session's writes (the
+/// data store alone; with a cache the leases order the sessions).
+#[derive(Clone, Debug)]
+pub struct RowsQuery {
+    /// The keys, distinct.
+    pub ids: Vec<RowId>,
+    /// Lock the rows (`FOR UPDATE`) in the session's write transaction.
+    pub for_update: bool,
+}
+
+impl<E: Entity> CacheStore for Rows<'_, E> {
+    type Query = RowsQuery;
+    type Write = Infallible;
+    type Output = Vec<Option<E>>;
+
+    fn keys_read(&self, q: &RowsQuery) -> Vec<Vec<u8>> {
+        q.ids.iter().map(|&id| entity_key::<E>(id)).collect()
+    }
+
+    fn result_from_cache(&self, _: &RowsQuery, values: &[Vec<u8>]) -> Option<Vec<Option<E>>> {
+        decode_all(values)
+    }
+
+    fn query_store(
+        &self,
+        q: &RowsQuery,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Vec<Option<E>>, StoreError> {
+        self.db.count_query();
+        let t = &self.db.tables;
+        let lock = if q.for_update { t.for_update() } else { "" };
+        let mut found: HashMap<RowId, E> = HashMap::with_capacity(q.ids.len());
+        let tx = reader(tx, q.for_update)?;
+        for (scope, ids) in by_scope(&q.ids) {
+            let (filter, params) = scoped_in(E::SCOPE, E::ID, &scope[..E::SCOPE.len()], &ids);
+            let sql = format!(
+                "SELECT {} FROM {} WHERE {filter}{lock}",
+                column_list(E::COLUMNS),
+                E::table(t)
+            );
+            for row in tx.query(&sql, &params)? {
+                let e = E::from_row(&row)?;
+                found.insert(e.row_id(), e);
+            }
+        }
+        Ok(q.ids.iter().map(|id| found.remove(id)).collect())
+    }
+
+    fn entries(&self, q: &RowsQuery, rows: &Vec<Option<E>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        q.ids
+            .iter()
+            .zip(rows)
+            .map(|(&id, row)| (entity_key::<E>(id), encode(row.as_ref())))
+            .collect()
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Orders with their lines
+// ---------------------------------------------------------------------------------------------
+
+/// ORDERs with their ORDER-LINEs, one entry per order.
+pub struct Orders<'a>(pub &'a Db);
+
+/// Orders by `(w, d, o)`, distinct.
+#[derive(Clone, Debug)]
+pub struct OrdersQuery {
+    /// `(w, d, o)`, distinct.
+    pub ids: Vec<(u32, u32, u32)>,
+}
+
+impl CacheStore for Orders<'_> {
+    type Query = OrdersQuery;
+    type Write = Infallible;
+    type Output = Vec<Option<Order>>;
+
+    fn keys_read(&self, q: &OrdersQuery) -> Vec<Vec<u8>> {
+        q.ids.iter().map(|&(w, d, o)| order_key(w, d, o)).collect()
+    }
+
+    fn result_from_cache(&self, _: &OrdersQuery, values: &[Vec<u8>]) -> Option<Vec<Option<Order>>> {
+        decode_all(values)
+    }
+
+    fn query_store(
+        &self,
+        q: &OrdersQuery,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Vec<Option<Order>>, StoreError> {
+        self.0.count_query();
+        let t = &self.0.tables;
+        let tx = tx.read_sql()?;
+        let ids: Vec<RowId> = q
+            .ids
+            .iter()
+            .map(|&(w, d, o)| RowId::in_district(w, d, o))
+            .collect();
+        let mut found: HashMap<RowId, Order> = HashMap::with_capacity(ids.len());
+        for (scope, os) in by_scope(&ids) {
+            let (filter, params) = scoped_in(&["o_w_id", "o_d_id"], "o_id", &scope, &os);
+            let sql = format!(
+                "SELECT {} FROM {} WHERE {filter}",
+                column_list(OrderRow::COLUMNS),
+                t.order
+            );
+            for row in tx.query(&sql, &params)? {
+                let order = OrderRow::from_row(&row)?;
+                let id = RowId::in_district(order.w_id, order.d_id, order.id);
+                found.insert(
+                    id,
+                    Order {
+                        order,
+                        lines: Vec::new(),
+                    },
+                );
+            }
+            let (filter, params) = scoped_in(&["ol_w_id", "ol_d_id"], "ol_o_id", &scope, &os);
+            let sql = format!(
+                "SELECT {} FROM {} WHERE {filter} ORDER BY ol_o_id, ol_number",
+                column_list(OrderLine::COLUMNS),
+                t.order_line
+            );
+            for row in tx.query(&sql, &params)? {
+                let line = OrderLine::from_row(&row)?;
+                let id = RowId::in_district(line.w_id, line.d_id, line.o_id);
+                if let Some(order) = found.get_mut(&id) {
+                    order.lines.push(line);
+                }
+            }
+        }
+        Ok(ids.iter().map(|id| found.remove(id)).collect())
+    }
+
+    fn entries(&self, q: &OrdersQuery, orders: &Vec<Option<Order>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        q.ids
+            .iter()
+            .zip(orders)
+            .map(|(&(w, d, o), order)| (order_key(w, d, o), encode(order.as_ref())))
+            .collect()
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Customers by last name
+// ---------------------------------------------------------------------------------------------
+
+/// The customers of a district with a last name, ordered by first name (clause 2.5.2.2).
+pub struct CustomersByName<'a>(pub &'a Db);
+
+/// Distinct last names in one district.
+#[derive(Clone, Debug)]
+pub struct NamesQuery {
+    /// The warehouse.
+    pub w: u32,
+    /// The district.
+    pub d: u32,
+    /// The last names.
+    pub lasts: Vec<String>,
+}
+
+impl CacheStore for CustomersByName<'_> {
+    type Query = NamesQuery;
+    type Write = Infallible;
+    /// Per name, the customer ids by C_FIRST.
+    type Output = Vec<Vec<u32>>;
+
+    fn keys_read(&self, q: &NamesQuery) -> Vec<Vec<u8>> {
+        q.lasts.iter().map(|l| name_key(q.w, q.d, l)).collect()
+    }
+
+    fn result_from_cache(&self, _: &NamesQuery, values: &[Vec<u8>]) -> Option<Vec<Vec<u32>>> {
+        values
+            .iter()
+            .map(|v| serde_json::from_slice(v).ok())
+            .collect()
+    }
+
+    fn query_store(
+        &self,
+        q: &NamesQuery,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Vec<Vec<u32>>, StoreError> {
+        self.0.count_query();
+        let mut params: Vec<SqlValue> = vec![q.w.into(), q.d.into()];
+        params.extend(q.lasts.iter().map(|l| SqlValue::from(l.as_str())));
+        let sql = format!(
+            "SELECT c_last, c_id FROM {} WHERE c_w_id = ? AND c_d_id = ? AND c_last IN {} \
+             ORDER BY c_last, c_first, c_id",
+            self.0.tables.customer,
+            placeholders(q.lasts.len())
+        );
+        let mut by_name: HashMap<String, Vec<u32>> = HashMap::new();
+        for row in tx.read_sql()?.query(&sql, &params)? {
+            by_name.entry(row.col(0)?).or_default().push(row.col(1)?);
+        }
+        Ok(q.lasts
+            .iter()
+            .map(|l| by_name.remove(l).unwrap_or_default())
+            .collect())
+    }
+
+    fn entries(&self, q: &NamesQuery, ids: &Vec<Vec<u32>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        q.lasts
+            .iter()
+            .zip(ids)
+            .map(|(l, ids)| {
+                let value = serde_json::to_vec(ids).expect("ids serialize");
+                (name_key(q.w, q.d, l), value)
+            })
+            .collect()
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A customer's newest order
+// ---------------------------------------------------------------------------------------------
+
+/// The newest order of each customer (Order-Status, clause 2.6.2.2).
+pub struct LastOrders<'a>(pub &'a Db);
+
+/// Distinct customers of one district.
+#[derive(Clone, Debug)]
+pub struct LastOrdersQuery {
+    /// The warehouse.
+    pub w: u32,
+    /// The district.
+    pub d: u32,
+    /// The customer ids.
+    pub customers: Vec<u32>,
+}
+
+impl CacheStore for LastOrders<'_> {
+    type Query = LastOrdersQuery;
+    type Write = Infallible;
+    type Output = Vec<Option<u32>>;
+
+    fn keys_read(&self, q: &LastOrdersQuery) -> Vec<Vec<u8>> {
+        q.customers
+            .iter()
+            .map(|&c| last_order_key(q.w, q.d, c))
+            .collect()
+    }
+
+    fn result_from_cache(
+        &self,
+        _: &LastOrdersQuery,
+        values: &[Vec<u8>],
+    ) -> Option<Vec<Option<u32>>> {
+        decode_all(values)
+    }
+
+    fn query_store(
+        &self,
+        q: &LastOrdersQuery,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Vec<Option<u32>>, StoreError> {
+        self.0.count_query();
+        let (filter, params) =
+            scoped_in(&["o_w_id", "o_d_id"], "o_c_id", &[q.w, q.d], &q.customers);
+        let sql = format!(
+            "SELECT o_c_id, MAX(o_id) FROM {} WHERE {filter} GROUP BY o_c_id",
+            self.0.tables.order
+        );
+        let mut newest: HashMap<u32, u32> = HashMap::new();
+        for row in tx.read_sql()?.query(&sql, &params)? {
+            newest.insert(row.col(0)?, row.col(1)?);
+        }
+        Ok(q.customers.iter().map(|c| newest.get(c).copied()).collect())
+    }
+
+    fn entries(&self, q: &LastOrdersQuery, ids: &Vec<Option<u32>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        q.customers
+            .iter()
+            .zip(ids)
+            .map(|(&c, o)| (last_order_key(q.w, q.d, c), encode(o.as_ref())))
+            .collect()
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The oldest undelivered order of a district
+// ---------------------------------------------------------------------------------------------
+
+/// The oldest undelivered order of each district: min(NO_O_ID), or D_NEXT_O_ID when the district
+/// has none (Delivery, clause 2.7.4.2).
+pub struct OldestNewOrders<'a>(pub &'a Db);
+
+/// Distinct districts of one warehouse.
+#[derive(Clone, Debug)]
+pub struct OldestQuery {
+    /// The warehouse.
+    pub w: u32,
+    /// The districts.
+    pub districts: Vec<u32>,
+}
+
+impl CacheStore for OldestNewOrders<'_> {
+    type Query = OldestQuery;
+    type Write = Infallible;
+    type Output = Vec<u32>;
+
+    fn keys_read(&self, q: &OldestQuery) -> Vec<Vec<u8>> {
+        q.districts
+            .iter()
+            .map(|&d| oldest_new_order_key(q.w, d))
+            .collect()
+    }
+
+    fn result_from_cache(&self, _: &OldestQuery, values: &[Vec<u8>]) -> Option<Vec<u32>> {
+        values
+            .iter()
+            .map(|v| serde_json::from_slice(v).ok())
+            .collect()
+    }
+
+    fn query_store(&self, q: &OldestQuery, tx: &mut StoreTx<'_>) -> Result<Vec<u32>, StoreError> {
+        self.0.count_query();
+        let t = &self.0.tables;
+        let (filter, params) = scoped_in(&["d_w_id"], "d_id", &[q.w], &q.districts);
+        let sql = format!(
+            "SELECT d_id, d_next_o_id, (SELECT MIN(no_o_id) FROM {} \
+             WHERE no_w_id = d_w_id AND no_d_id = d_id) FROM {} WHERE {filter}",
+            t.new_order, t.district
+        );
+        let mut oldest: HashMap<u32, u32> = HashMap::new();
+        for row in tx.read_sql()?.query(&sql, &params)? {
+            let next: u32 = row.col(1)?;
+            let min: Option<u32> = row.col(2)?;
+            oldest.insert(row.col(0)?, min.unwrap_or(next));
+        }
+        q.districts
+            .iter()
+            .map(|d| {
+                oldest
+                    .get(d)
+                    .copied()
+                    .ok_or_else(|| StoreError::Invalid(format!("no district {}/{d}", q.w)))
+            })
+            .collect()
+    }
+
+    fn entries(&self, q: &OldestQuery, oldest: &Vec<u32>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        q.districts
+            .iter()
+            .zip(oldest)
+            .map(|(&d, o)| (oldest_new_order_key(q.w, d), o.to_string().into_bytes()))
+            .collect()
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The item ids of a district's last 20 orders
+// ---------------------------------------------------------------------------------------------
+
+/// One order's items, as Stock-Level needs them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentOrder {
+    /// O_ID.
+    pub o_id: u32,
+    /// OL_I_ID of its lines, in line order.
+    pub items: Vec<u32>,
+}
+
+/// The last [`STOCK_LEVEL_ORDERS`] orders of a district (consecutive ids ending at
+/// D_NEXT_O_ID − 1), with their item ids.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentOrders {
+    /// Oldest first.
+    pub orders: Vec<RecentOrder>,
+}
+
+impl RecentOrders {
+    /// Adds the district's next order, dropping the one that leaves the window. False (and
+    /// unchanged) if the order does not follow the window's last one.
+    pub fn push(&mut self, order: RecentOrder) -> bool {
+        if let Some(last) = self.orders.last() {
+            if order.o_id != last.o_id + 1 {
+                return false;
+            }
+        }
+        self.orders.push(order);
+        let excess = self
+            .orders
+            .len()
+            .saturating_sub(STOCK_LEVEL_ORDERS as usize);
+        self.orders.drain(..excess);
+        true
+    }
+
+    /// The distinct item ids, ascending.
+    pub fn items(&self) -> Vec<u32> {
+        let mut items: Vec<u32> = self
+            .orders
+            .iter()
+            .flat_map(|o| o.items.iter().copied())
+            .collect();
+        items.sort_unstable();
+        items.dedup();
+        items
+    }
+}
+
+/// The recent orders of one district (Stock-Level, clause 2.8.2.2).
+pub struct RecentLines<'a>(pub &'a Db);
+
+impl CacheStore for RecentLines<'_> {
+    /// `(w, d)`.
+    type Query = (u32, u32);
+    type Write = Infallible;
+    type Output = RecentOrders;
+
+    fn keys_read(&self, &(w, d): &(u32, u32)) -> Vec<Vec<u8>> {
+        vec![recent_lines_key(w, d)]
+    }
+
+    fn result_from_cache(&self, _: &(u32, u32), values: &[Vec<u8>]) -> Option<RecentOrders> {
+        serde_json::from_slice(values.first()?).ok()
+    }
+
+    fn query_store(
+        &self,
+        &(w, d): &(u32, u32),
+        tx: &mut StoreTx<'_>,
+    ) -> Result<RecentOrders, StoreError> {
+        self.0.count_query();
+        let t = &self.0.tables;
+        let tx = tx.read_sql()?;
+        let rows = tx.query(
+            &format!(
+                "SELECT d_next_o_id FROM {} WHERE d_w_id = ? AND d_id = ?",
+                t.district
+            ),
+            &[w.into(), d.into()],
+        )?;
+        let next: u32 = rows
+            .first()
+            .ok_or_else(|| StoreError::Invalid(format!("no district {w}/{d}")))?
+            .col(0)?;
+        let first = next.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
+        let sql = format!(
+            "SELECT ol_o_id, ol_i_id FROM {} WHERE ol_w_id = ? AND ol_d_id = ? \
+             AND ol_o_id >= ? AND ol_o_id < ? ORDER BY ol_o_id, ol_number",
+            t.order_line
+        );
+        let mut by_order: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for row in tx.query(&sql, &[w.into(), d.into(), first.into(), next.into()])? {
+            by_order.entry(row.col(0)?).or_default().push(row.col(1)?);
+        }
+        Ok(RecentOrders {
+            orders: by_order
+                .into_iter()
+                .map(|(o_id, items)| RecentOrder { o_id, items })
+                .collect(),
+        })
+    }
+
+    fn entries(&self, &(w, d): &(u32, u32), recent: &RecentOrders) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![(
+            recent_lines_key(w, d),
+            serde_json::to_vec(recent).expect("recent orders serialize"),
+        )]
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes
+// ---------------------------------------------------------------------------------------------
+
+/// A statement of a write, with what its row count must be.
+#[derive(Clone, Debug)]
+pub struct Stmt {
+    /// With `?` placeholders.
+    pub sql: String,
+    /// The parameters.
+    pub params: Vec<SqlValue>,
+    /// The statement must change exactly one row; otherwise a concurrent session got there first
+    /// (it read the same district counter or undelivered order) and this one must run again.
+    pub exactly_one: bool,
+}
+
+/// One line's change to a STOCK row (clause 2.4.2.2).
+#[derive(Clone, Copy, Debug)]
+pub struct StockChange {
+    /// S_W_ID: the supplying warehouse.
+    pub w: u32,
+    /// S_I_ID.
+    pub i: u32,
+    /// New S_QUANTITY − old: −qty, or −qty + 91 when fewer than 10 would be left.
+    pub quantity_delta: i64,
+    /// OL_QUANTITY, added to S_YTD.
+    pub ordered: u32,
+    /// Supplied to another warehouse (S_REMOTE_CNT + 1).
+    pub remote: bool,
+}
+
+/// New-Order's writes: the district counter, the order with its lines, the stock.
+#[derive(Clone, Debug)]
+pub struct NewOrderWrite {
+    /// The order placed: O_ID is the D_NEXT_O_ID the session read.
+    pub order: Order,
+    /// In key order, so that sessions lock stock rows in one order.
+    pub stock: Vec<StockChange>,
+}
+
+/// Payment's writes (clause 2.5.2.2).
+#[derive(Clone, Debug)]
+pub struct PaymentWrite {
+    /// The terminal's warehouse (W_YTD).
+    pub w: u32,
+    /// The district paid at (D_YTD).
+    pub d: u32,
+    /// The customer's warehouse, district and id.
+    pub customer: (u32, u32, u32),
+    /// H_AMOUNT in cents.
+    pub amount: i64,
+    /// The new C_DATA of a customer with bad credit.
+    pub new_data: Option<String>,
+    /// The HISTORY row inserted.
+    pub history: History,
+}
+
+/// One district's delivered order.
+#[derive(Clone, Debug)]
+pub struct Delivered {
+    /// The district.
+    pub d: u32,
+    /// Its oldest undelivered order.
+    pub o_id: u32,
+    /// The order's customer.
+    pub c_id: u32,
+    /// The sum of the order's OL_AMOUNT.
+    pub amount: i64,
+}
+
+/// Delivery's writes (clause 2.7.4.2).
+#[derive(Clone, Debug)]
+pub struct DeliveryWrite {
+    /// The warehouse.
+    pub w: u32,
+    /// O_CARRIER_ID.
+    pub carrier: u32,
+    /// OL_DELIVERY_D (ms since the epoch).
+    pub date: i64,
+    /// One per district with an undelivered order.
+    pub orders: Vec<Delivered>,
+}
+
+/// The write of one read-write transaction.
+#[derive(Clone, Debug)]
+pub enum TpccWrite {
+    /// New-Order's.
+    NewOrder(NewOrderWrite),
+    /// Payment's.
+    Payment(PaymentWrite),
+    /// Delivery's.
+    Delivery(DeliveryWrite),
+}
+
+impl TpccWrite {
+    /// The warehouse whose write-back queue the session joins: the warehouse of every row it
+    /// changes other than by adding deltas (New-Order and Delivery: their own; Payment: the
+    /// customer's, whose C_DATA it may rewrite).
+    pub fn queue_warehouse(&self) -> u32 {
+        match self {
+            TpccWrite::NewOrder(n) => n.order.order.w_id,
+            TpccWrite::Payment(p) => p.customer.0,
+            TpccWrite::Delivery(d) => d.w,
+        }
+    }
+}
+
+/// How a write changes one cached entry (built into a [`CacheChange`] on demand).
+enum EntryChange {
+    NextOrder {
+        expected: u32,
+    },
+    DistrictYtd(i64),
+    WarehouseYtd(i64),
+    Paid {
+        amount: i64,
+        new_data: Option<String>,
+    },
+    DeliveredTo {
+        amount: i64,
+    },
+    Stock(Vec<StockChange>),
+    Set(Vec<u8>),
+    Recent(RecentOrder),
+    Carrier {
+        carrier: u32,
+        date: i64,
+    },
+    NextUndelivered {
+        expected: u32,
+    },
+}
+
+/// A read-modify-write of a cached JSON row; an entry that does not decode, or that the change
+/// finds inconsistent, is deleted (the next read refills it from the data store).
+fn modify_json<T, F>(f: F) -> CacheChange
+where
+    T: Serialize + serde::de::DeserializeOwned,
+    F: FnOnce(&mut T) -> bool + Send + 'static,
+{
+    CacheChange::Modify(Box::new(move |bytes: &[u8]| {
+        let mut value: T = serde_json::from_slice(bytes).ok()?;
+        f(&mut value).then(|| serde_json::to_vec(&value).expect("rows serialize"))
+    }))
+}
+
+impl EntryChange {
+    fn into_change(self) -> CacheChange {
+        match self {
+            EntryChange::NextOrder { expected } => modify_json(move |d: &mut District| {
+                d.next_o_id += 1;
+                d.next_o_id == expected + 1
+            }),
+            EntryChange::DistrictYtd(amount) => modify_json(move |d: &mut District| {
+                d.ytd += amount;
+                true
+            }),
+            EntryChange::WarehouseYtd(amount) => modify_json(move |w: &mut Warehouse| {
+                w.ytd += amount;
+                true
+            }),
+            EntryChange::Paid { amount, new_data } => modify_json(move |c: &mut Customer| {
+                c.balance -= amount;
+                c.ytd_payment += amount;
+                c.payment_cnt += 1;
+                if let Some(data) = new_data {
+                    c.data = data;
+                }
+                true
+            }),
+            EntryChange::DeliveredTo { amount } => modify_json(move |c: &mut Customer| {
+                c.balance += amount;
+                c.delivery_cnt += 1;
+                true
+            }),
+            EntryChange::Stock(changes) => modify_json(move |s: &mut Stock| {
+                for change in &changes {
+                    apply_stock_change(s, change);
+                }
+                true
+            }),
+            EntryChange::Set(value) => CacheChange::Set(value),
+            EntryChange::Recent(order) => {
+                modify_json(move |recent: &mut RecentOrders| recent.push(order))
+            }
+            EntryChange::Carrier { carrier, date } => modify_json(move |o: &mut Order| {
+                o.order.carrier_id = Some(carrier);
+                for line in &mut o.lines {
+                    line.delivery_d = Some(date);
+                }
+                true
+            }),
+            EntryChange::NextUndelivered { expected } => {
+                CacheChange::Modify(Box::new(move |bytes: &[u8]| {
+                    let oldest: u32 = serde_json::from_slice(bytes).ok()?;
+                    (oldest == expected).then(|| (oldest + 1).to_string().into_bytes())
+                }))
+            }
+        }
+    }
+}
+
+/// Applies one order line's change to a STOCK row (the cached copy, or the session's view of it).
+pub fn apply_stock_change(s: &mut Stock, change: &StockChange) {
+    s.quantity += change.quantity_delta;
+    s.ytd += i64::from(change.ordered);
+    s.order_cnt += 1;
+    s.remote_cnt += u32::from(change.remote);
+}
+
+/// The write side: every read-write transaction's changes, to the data store and the cache.
+pub struct Writes<'a>(pub &'a Db);
+
+impl Writes<'_> {
+    /// The changes to cached entries, by key, in key order of first appearance.
+    fn entry_changes(&self, write: &TpccWrite) -> Vec<(Vec<u8>, EntryChange)> {
+        match write {
+            TpccWrite::NewOrder(n) => {
+                let o = &n.order.order;
+                let mut changes = vec![
+                    (
+                        district_key(o.w_id, o.d_id),
+                        EntryChange::NextOrder { expected: o.id },
+                    ),
+                    (
+                        order_key(o.w_id, o.d_id, o.id),
+                        EntryChange::Set(encode(Some(&n.order))),
+                    ),
+                    (
+                        last_order_key(o.w_id, o.d_id, o.c_id),
+                        EntryChange::Set(encode(Some(&o.id))),
+                    ),
+                    (
+                        recent_lines_key(o.w_id, o.d_id),
+                        EntryChange::Recent(recent_order(&n.order)),
+                    ),
+                ];
+                // Lines of the same item change its stock row in line order, in one entry change.
+                let mut stock: Vec<(Vec<u8>, Vec<StockChange>)> = Vec::new();
+                for s in &n.stock {
+                    let key = stock_key(s.w, s.i);
+                    match stock.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, list)) => list.push(*s),
+                        None => stock.push((key, vec![*s])),
+                    }
+                }
+                changes.extend(
+                    stock
+                        .into_iter()
+                        .map(|(key, list)| (key, EntryChange::Stock(list))),
+                );
+                changes
+            }
+            TpccWrite::Payment(p) => {
+                let (cw, cd, c) = p.customer;
+                vec![
+                    (warehouse_key(p.w), EntryChange::WarehouseYtd(p.amount)),
+                    (district_key(p.w, p.d), EntryChange::DistrictYtd(p.amount)),
+                    (
+                        customer_key(cw, cd, c),
+                        EntryChange::Paid {
+                            amount: p.amount,
+                            new_data: p.new_data.clone(),
+                        },
+                    ),
+                ]
+            }
+            TpccWrite::Delivery(dw) => dw
+                .orders
+                .iter()
+                .flat_map(|o| {
+                    [
+                        (
+                            oldest_new_order_key(dw.w, o.d),
+                            EntryChange::NextUndelivered { expected: o.o_id },
+                        ),
+                        (
+                            order_key(dw.w, o.d, o.o_id),
+                            EntryChange::Carrier {
+                                carrier: dw.carrier,
+                                date: dw.date,
+                            },
+                        ),
+                        (
+                            customer_key(dw.w, o.d, o.c_id),
+                            EntryChange::DeliveredTo { amount: o.amount },
+                        ),
+                    ]
+                })
+                .collect(),
+        }
+    }
+
+    /// The data-store statements of a write, in the order they run (or are applied by
+    /// write-back).
+    pub fn statements(&self, write: &TpccWrite) -> Vec<Stmt> {
+        let t = &self.0.tables;
+        let stmt = |sql: String, params: Vec<SqlValue>| Stmt {
+            sql,
+            params,
+            exactly_one: false,
+        };
+        match write {
+            TpccWrite::NewOrder(n) => {
+                let o = &n.order.order;
+                let mut out = vec![Stmt {
+                    sql: format!(
+                        "UPDATE {} SET d_next_o_id = d_next_o_id + 1 \
+                         WHERE d_w_id = ? AND d_id = ? AND d_next_o_id = ?",
+                        t.district
+                    ),
+                    params: vec![o.w_id.into(), o.d_id.into(), o.id.into()],
+                    exactly_one: true,
+                }];
+                for s in &n.stock {
+                    out.push(stmt(
+                        format!(
+                            "UPDATE {} SET s_quantity = s_quantity + ?, s_ytd = s_ytd + ?, \
+                             s_order_cnt = s_order_cnt + 1, s_remote_cnt = s_remote_cnt + ? \
+                             WHERE s_w_id = ? AND s_i_id = ?",
+                            t.stock
+                        ),
+                        vec![
+                            s.quantity_delta.into(),
+                            s.ordered.into(),
+                            u32::from(s.remote).into(),
+                            s.w.into(),
+                            s.i.into(),
+                        ],
+                    ));
+                }
+                out.push(stmt(
+                    format!(
+                        "INSERT INTO {} ({}) VALUES {}",
+                        t.order,
+                        column_list(OrderRow::COLUMNS),
+                        placeholders(OrderRow::COLUMNS.len())
+                    ),
+                    o.values(),
+                ));
+                out.push(stmt(
+                    format!(
+                        "INSERT INTO {} (no_w_id, no_d_id, no_o_id) VALUES (?, ?, ?)",
+                        t.new_order
+                    ),
+                    vec![o.w_id.into(), o.d_id.into(), o.id.into()],
+                ));
+                let row = placeholders(OrderLine::COLUMNS.len());
+                let rows = vec![row.as_str(); n.order.lines.len()].join(", ");
+                out.push(stmt(
+                    format!(
+                        "INSERT INTO {} ({}) VALUES {rows}",
+                        t.order_line,
+                        column_list(OrderLine::COLUMNS)
+                    ),
+                    n.order.lines.iter().flat_map(OrderLine::values).collect(),
+                ));
+                out
+            }
+            TpccWrite::Payment(p) => {
+                let (cw, cd, c) = p.customer;
+                let mut customer_params: Vec<SqlValue> = vec![p.amount.into(), p.amount.into()];
+                let data = match &p.new_data {
+                    Some(data) => {
+                        customer_params.push(data.as_str().into());
+                        ", c_data = ?"
+                    }
+                    None => "",
+                };
+                customer_params.extend([cw.into(), cd.into(), c.into()]);
+                vec![
+                    stmt(
+                        format!(
+                            "UPDATE {} SET w_ytd = w_ytd + ? WHERE w_id = ?",
+                            t.warehouse
+                        ),
+                        vec![p.amount.into(), p.w.into()],
+                    ),
+                    stmt(
+                        format!(
+                            "UPDATE {} SET d_ytd = d_ytd + ? WHERE d_w_id = ? AND d_id = ?",
+                            t.district
+                        ),
+                        vec![p.amount.into(), p.w.into(), p.d.into()],
+                    ),
+                    stmt(
+                        format!(
+                            "UPDATE {} SET c_balance = c_balance - ?, \
+                             c_ytd_payment = c_ytd_payment + ?, \
+                             c_payment_cnt = c_payment_cnt + 1{data} \
+                             WHERE c_w_id = ? AND c_d_id = ? AND c_id = ?",
+                            t.customer
+                        ),
+                        customer_params,
+                    ),
+                    stmt(
+                        format!(
+                            "INSERT INTO {} ({}) VALUES {}",
+                            t.history,
+                            column_list(History::COLUMNS),
+                            placeholders(History::COLUMNS.len())
+                        ),
+                        p.history.values(),
+                    ),
+                ]
+            }
+            TpccWrite::Delivery(dw) => {
+                let mut out = Vec::with_capacity(4 * dw.orders.len());
+                for o in &dw.orders {
+                    let (w, d) = (dw.w, o.d);
+                    out.push(Stmt {
+                        sql: format!(
+                            "DELETE FROM {} WHERE no_w_id = ? AND no_d_id = ? AND no_o_id = ?",
+                            t.new_order
+                        ),
+                        params: vec![w.into(), d.into(), o.o_id.into()],
+                        exactly_one: true,
+                    });
+                    out.push(stmt(
+                        format!(
+                            "UPDATE {} SET o_carrier_id = ? \
+                             WHERE o_w_id = ? AND o_d_id = ? AND o_id = ?",
+                            t.order
+                        ),
+                        vec![dw.carrier.into(), w.into(), d.into(), o.o_id.into()],
+                    ));
+                    out.push(stmt(
+                        format!(
+                            "UPDATE {} SET ol_delivery_d = ? \
+                             WHERE ol_w_id = ? AND ol_d_id = ? AND ol_o_id = ?",
+                            t.order_line
+                        ),
+                        vec![dw.date.into(), w.into(), d.into(), o.o_id.into()],
+                    ));
+                    out.push(stmt(
+                        format!(
+                            "UPDATE {} SET c_balance = c_balance + ?, \
+                             c_delivery_cnt = c_delivery_cnt + 1 \
+                             WHERE c_w_id = ? AND c_d_id = ? AND c_id = ?",
+                            t.customer
+                        ),
+                        vec![o.amount.into(), w.into(), d.into(), o.c_id.into()],
+                    ));
+                }
+                out
+            }
+        }
+    }
+}
+
+/// What New-Order adds to its district's recent orders.
+pub fn recent_order(order: &Order) -> RecentOrder {
+    RecentOrder {
+        o_id: order.order.id,
+        items: order.lines.iter().map(|l| l.i_id).collect(),
+    }
+}
+
+impl CacheStore for Writes<'_> {
+    type Query = Infallible;
+    type Write = TpccWrite;
+    type Output = Infallible;
+
+    fn keys_read(&self, q: &Infallible) -> Vec<Vec<u8>> {
+        match *q {}
+    }
+    fn result_from_cache(&self, q: &Infallible, _: &[Vec<u8>]) -> Option<Infallible> {
+        match *q {}
+    }
+    fn query_store(&self, q: &Infallible, _: &mut StoreTx<'_>) -> Result<Infallible, StoreError> {
+        match *q {}
+    }
+    fn entries(&self, q: &Infallible, _: &Infallible) -> Vec<(Vec<u8>, Vec<u8>)> {
+        match *q {}
+    }
+
+    fn keys_written(&self, write: &TpccWrite) -> Vec<Vec<u8>> {
+        self.entry_changes(write)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    fn write_store(&self, write: &TpccWrite, tx: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        let tx = tx.sql()?;
+        for stmt in self.statements(write) {
+            let changed = tx.execute(&stmt.sql, &stmt.params)?;
+            if stmt.exactly_one && changed != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "a concurrent session changed the row first ({} rows for {:?})",
+                    changed, stmt.sql
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn cache_change(&self, write: &TpccWrite, key: &[u8]) -> CacheChange {
+        self.entry_changes(write)
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .map_or(CacheChange::Delete, |(_, change)| change.into_change())
+    }
+}

@@ -1,0 +1,137 @@
+//! What the TPC-C tests share: short runs at a hundredth of the scale, the checks every run must
+//! pass, and the reachability of PostgreSQL and MariaDB (skipped loudly when absent, mandatory
+//! with `CADS_REQUIRE_SERVICES=1`, as in cads-store's conformance suite).
+
+#![allow(dead_code)]
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cads::Policy;
+use cads_bench::tpcc::schema::Tables;
+use cads_bench::tpcc::{Scale, TpccOptions, TpccRecord};
+use cads_bench::CacheSpec;
+use cads_store::StoreOptions;
+
+/// Two warehouses (so remote stock and remote payments happen) of a hundredth of the scale, four
+/// terminals, short runs, one load for all the policies of a test.
+pub fn options(store: Option<String>, prefix: &str) -> TpccOptions {
+    TpccOptions {
+        store,
+        cache: CacheSpec::Embedded { cmis: 2 },
+        warehouses: 2,
+        scale: Scale::HUNDREDTH,
+        threads: 4,
+        duration: Duration::from_millis(1500),
+        workers: 2,
+        load_threads: 2,
+        prefix: prefix.to_string(),
+        keep_data: true,
+        drain_timeout: Duration::from_secs(60),
+        ..TpccOptions::default()
+    }
+}
+
+/// A SQLite URL in a fresh directory, removed when the guard drops.
+pub fn sqlite_url(tag: &str) -> (String, TempDir) {
+    let dir = std::env::temp_dir().join(format!("cads-tpcc-test-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    (format!("sqlite:{}/tpcc.db", dir.display()), TempDir(dir))
+}
+
+/// Removes a directory when dropped.
+pub struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The checks every run must pass: transactions of every type committed, none failed, every
+/// consistency condition held, no cached entry stale.
+pub fn assert_consistent(r: &TpccRecord) {
+    let broken: Vec<_> = r.consistency.iter().filter(|c| c.violations > 0).collect();
+    assert!(
+        broken.is_empty(),
+        "{}: conditions broken: {broken:#?}",
+        r.policy
+    );
+    assert_eq!(
+        r.consistency.len(),
+        12,
+        "{}: every condition checked",
+        r.policy
+    );
+    assert_eq!(
+        r.stale_reads, 0,
+        "{}: stale entries {:#?}",
+        r.policy, r.cache_check
+    );
+    assert!(r.consistent, "{}", r.policy);
+    for (name, counts) in &r.counts {
+        assert!(
+            counts.completed > 0,
+            "{}: no {name} committed: {:?}",
+            r.policy,
+            r.counts
+        );
+        assert_eq!(
+            counts.failed, 0,
+            "{}: {name} failed: {:?}",
+            r.policy, r.errors
+        );
+    }
+    assert!(r.tpmc > 0.0);
+    if r.policy != "none" {
+        let check = r.cache_check.as_ref().expect("a cache to check");
+        assert!(check.cached > 0, "{}: nothing was cached", r.policy);
+        assert!(r.hit_ratio.is_some());
+    }
+}
+
+fn services_required() -> bool {
+    std::env::var("CADS_REQUIRE_SERVICES").is_ok_and(|v| v.trim() == "1")
+}
+
+/// The URL of a database server from `variable` (or `default`) if it answers; otherwise prints a
+/// loud SKIPPED line, or fails when services are required.
+pub fn server_url(variable: &str, default: &str, name: &str) -> Option<String> {
+    let url = std::env::var(variable).unwrap_or_else(|_| default.to_string());
+    let options = StoreOptions::default()
+        .with_timeout(Duration::from_secs(3))
+        .with_pool_size(1);
+    match cads_store::open(&url, &options) {
+        Ok(_) => Some(url),
+        Err(e) => {
+            let message = format!("{name} not reachable at {url} ({e}); run scripts/provision");
+            if services_required() {
+                panic!("CADS_REQUIRE_SERVICES=1 but {message}");
+            }
+            let bar = "=".repeat(72);
+            let _ = writeln!(std::io::stderr(), "\n{bar}\nSKIPPED: {message}\n{bar}");
+            None
+        }
+    }
+}
+
+/// The policies the tests run, each in turn.
+pub fn every_policy() -> Vec<Policy> {
+    vec![
+        Policy::DataStoreOnly,
+        Policy::WriteAround,
+        Policy::WriteThrough,
+    ]
+}
+
+/// Drops the tables a test made on a shared server.
+pub fn drop_tables(url: &str, prefix: &str) -> cads_store::Result<()> {
+    let store = cads_store::open(url, &StoreOptions::default().with_pool_size(1))?;
+    Tables::new(prefix, store.dialect()).drop_all(store.as_ref())
+}
+
+/// A table prefix no other test process uses at the same time: `t<pid>_<tag>_`.
+pub fn unique_prefix(tag: &str) -> String {
+    format!("t{}_{tag}_", std::process::id())
+}
