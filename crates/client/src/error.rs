@@ -43,6 +43,34 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The same error, for the other commands that one failure also failed (an I/O error keeps
+    /// its kind and message).
+    pub(crate) fn duplicate(&self) -> ClientError {
+        match self {
+            ClientError::Aborted => ClientError::Aborted,
+            ClientError::Unavailable {
+                cmi,
+                reason,
+                refused,
+            } => ClientError::Unavailable {
+                cmi: *cmi,
+                reason: reason.clone(),
+                refused: *refused,
+            },
+            ClientError::NotStored => ClientError::NotStored,
+            ClientError::Protocol(text) => ClientError::Protocol(text.clone()),
+            ClientError::Io { cmi, source } => ClientError::Io {
+                cmi: *cmi,
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            ClientError::Server(reply) => ClientError::Server(reply.clone()),
+            ClientError::PartialCommit { committed, failed } => ClientError::PartialCommit {
+                committed: committed.clone(),
+                failed: failed.clone(),
+            },
+        }
+    }
+
     /// True when the cache cannot be used right now (the caller may fall back to the data store).
     pub fn is_unavailable(&self) -> bool {
         matches!(

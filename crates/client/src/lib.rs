@@ -192,31 +192,57 @@ impl Client {
         }
     }
 
-    /// Runs one command on each of several CMIs, all sent before any reply is read (one round
-    /// trip), returning each CMI's reply or error in order.
+    /// Runs commands on several CMIs, all sent before any reply is read (one round trip): the
+    /// commands for one CMI are pipelined on one connection, in order. Returns each command's
+    /// reply or error, in the order given.
     pub fn execute_many(&self, commands: &[(usize, Command<'_>)]) -> Vec<Result<Reply<'static>>> {
         self.count_round_trip();
-        let mut conns = Vec::with_capacity(commands.len());
-        for (cmi, cmd) in commands {
-            let sent = self.pools[*cmi].take().and_then(|mut conn| {
-                conn.queue(cmd);
-                conn.flush().map(|()| conn)
-            });
-            conns.push(sent);
-        }
-        commands
+        let mut cmis: Vec<usize> = commands.iter().map(|(cmi, _)| *cmi).collect();
+        cmis.sort_unstable();
+        cmis.dedup();
+        let mut conns: Vec<(usize, Result<conn::Connection>)> = cmis
+            .into_iter()
+            .map(|cmi| {
+                let sent = self.pools[cmi].take().and_then(|mut conn| {
+                    for (_, cmd) in commands.iter().filter(|(c, _)| *c == cmi) {
+                        conn.queue(cmd);
+                    }
+                    conn.flush().map(|()| conn)
+                });
+                (cmi, sent)
+            })
+            .collect();
+        // Replies come back per connection in the order its commands were queued, which is
+        // the order of `commands`. After an error a connection's remaining replies are unknown:
+        // the connection is dropped and the rest of its commands fail with the same error.
+        let mut failed: Vec<(usize, ClientError)> = Vec::new();
+        let replies = commands
             .iter()
-            .zip(conns)
-            .map(|((cmi, _), conn)| {
-                let mut conn = conn?;
-                let reply = conn.read();
-                match &reply {
-                    Ok(_) => self.pools[*cmi].put(conn),
-                    Err(_) => self.pools[*cmi].clear(),
+            .map(|(cmi, _)| {
+                if let Some((_, e)) = failed.iter().find(|(c, _)| c == cmi) {
+                    return Err(e.duplicate());
+                }
+                let slot = conns
+                    .iter_mut()
+                    .find(|(c, _)| c == cmi)
+                    .expect("one per CMI");
+                let reply = match &mut slot.1 {
+                    Ok(conn) => conn.read(),
+                    Err(e) => Err(e.duplicate()),
+                };
+                if let Err(e) = &reply {
+                    failed.push((*cmi, e.duplicate()));
                 }
                 reply
             })
-            .collect()
+            .collect();
+        for (cmi, conn) in conns {
+            match (conn, failed.iter().any(|(c, _)| *c == cmi)) {
+                (Ok(conn), false) => self.pools[cmi].put(conn),
+                _ => self.pools[cmi].clear(),
+            }
+        }
+        replies
     }
 
     /// Runs one command on the CMI owning `key`, mapping error replies to errors.

@@ -255,3 +255,46 @@ fn a_failed_batch_leaves_no_unread_reply_behind() {
         );
     }
 }
+
+/// Many commands for few CMIs: each CMI's commands share one pipelined connection (a batch of
+/// hundreds of keys must not open hundreds of connections), and replies come back in order.
+#[test]
+fn a_batch_pipelines_each_cmis_commands_on_one_connection() {
+    use cads_protocol::{Command, Reply};
+    let c = cluster("write-through");
+    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i}").into_bytes()).collect();
+    let values: Vec<Vec<u8>> = (0..200).map(|i| format!("v{i}").into_bytes()).collect();
+    let pairs: Vec<[&[u8]; 2]> = keys
+        .iter()
+        .zip(&values)
+        .map(|(k, v)| [k.as_slice(), v.as_slice()])
+        .collect();
+    let sets: Vec<(usize, Command<'_>)> = pairs
+        .iter()
+        .map(|pair| (c.client.route(pair[0]), Command::MSet(pair)))
+        .collect();
+    for reply in c.client.execute_many(&sets) {
+        assert_eq!(reply.unwrap(), Reply::status("OK"));
+    }
+    let gets: Vec<(usize, Command<'_>)> = keys
+        .iter()
+        .map(|k| (c.client.route(k), Command::Get(k.as_slice())))
+        .collect();
+    let replies = c.client.execute_many(&gets);
+    for (reply, value) in replies.into_iter().zip(&values) {
+        assert_eq!(reply.unwrap(), Reply::owned_bulk(value.clone()));
+    }
+    for cmi in 0..2 {
+        let section: [&[u8]; 1] = [b"clients"];
+        let info = match c.client.execute(cmi, &Command::Info(&section)) {
+            Ok(Reply::Bulk(text)) => String::from_utf8_lossy(&text).into_owned(),
+            other => panic!("INFO: {other:?}"),
+        };
+        let connected: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("connected_clients in INFO");
+        assert!(connected <= 2, "CMI {cmi}: {connected} connections");
+    }
+}
