@@ -33,7 +33,7 @@ use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cads::{CacheChange, CacheStore, StoreTx};
+use cads::{CacheChange, CacheStore, SqlBuffer, Statement, StoreTx};
 use cads_store::{SqlTransaction, SqlValue, StoreError};
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +76,12 @@ impl Db {
 
     fn count_query(&self) {
         self.store_queries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The name of warehouse `w`'s write-back queue: `<table prefix>w<w>`, so that databases of
+    /// different prefixes sharing CMIs keep their queues apart.
+    pub fn queue(&self, w: u32) -> String {
+        format!("{}w{w}", self.tables.prefix)
     }
 }
 
@@ -703,6 +709,21 @@ impl CacheStore for RecentLines<'_> {
         )]
     }
 
+    /// Write-back (Algorithm 3): the orders of New-Order sessions not yet applied, each a
+    /// [`RecentOrder`] (see `Writes::result_changes`), added to the window the data store
+    /// computed. False if a change does not decode or does not follow the window's last order:
+    /// the read then fails rather than answer from a window with a gap.
+    fn fold_result_changes(
+        &self,
+        _: &(u32, u32),
+        recent: &mut RecentOrders,
+        changes: &[Vec<u8>],
+    ) -> bool {
+        changes.iter().all(|change| {
+            serde_json::from_slice::<RecentOrder>(change).is_ok_and(|order| recent.push(order))
+        })
+    }
+
     fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
         match *w {}
     }
@@ -1216,5 +1237,38 @@ impl CacheStore for Writes<'_> {
             .into_iter()
             .find(|(k, _)| k == key)
             .map_or(CacheChange::Delete, |(_, change)| change.into_change())
+    }
+
+    /// Write-back, Design 2: the session's statements, queued per warehouse (003 §3: one queue
+    /// per warehouse). They are those write-through runs, computed from what the session read:
+    /// deltas where sessions of other warehouses change the same rows (remote stock, W_YTD and
+    /// D_YTD of a remote payment), plain inserts for new rows, and changes guarded by the value
+    /// the session read (D_NEXT_O_ID, the undelivered order) that hold because a queue is
+    /// applied in commit order.
+    fn buffer_sql(&self, write: &TpccWrite) -> Option<SqlBuffer> {
+        let statements = self
+            .statements(write)
+            .into_iter()
+            .map(|stmt| Statement::new(stmt.sql, stmt.params))
+            .collect();
+        Some(SqlBuffer {
+            queue: self.0.queue(write.queue_warehouse()),
+            statements,
+        })
+    }
+
+    /// Write-back, Design 2: New-Order leaves its order's items for the district's recent
+    /// orders (Stock-Level's query, clause 2.8.2.2), so a Stock-Level that misses the entry folds
+    /// pending orders into the data store's answer (Algorithm 3) instead of applying them first.
+    fn result_changes(&self, write: &TpccWrite) -> Vec<(Vec<u8>, Vec<u8>)> {
+        match write {
+            TpccWrite::NewOrder(n) => {
+                let o = &n.order.order;
+                let change =
+                    serde_json::to_vec(&recent_order(&n.order)).expect("recent orders serialize");
+                vec![(recent_lines_key(o.w_id, o.d_id), change)]
+            }
+            TpccWrite::Payment(_) | TpccWrite::Delivery(_) => Vec::new(),
+        }
     }
 }

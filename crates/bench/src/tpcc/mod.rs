@@ -238,7 +238,7 @@ fn run_policy(
         "",
         &opts.cache,
         &opts.cmi,
-        run::config(),
+        run::config(opts),
     )?;
     let db = Db::new(tables.clone(), opts.scale);
     let warm_s = if opts.warm && dep.cads.cache().is_some() {

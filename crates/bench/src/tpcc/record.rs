@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::check::{CacheComparison, Condition};
 use super::options::ConfigRecord;
 use super::txn::Kind;
-use crate::ycsb::{LatencySummary, PinnedBytes, StoreCalls};
+use crate::ycsb::{human_bytes, LatencySummary, PinnedBytes, StoreCalls};
 
 /// What happened to the transactions of one type.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -29,9 +29,22 @@ pub struct TxnCounts {
 pub struct TpccWriteBack {
     /// Background workers during the run.
     pub workers: usize,
-    /// Pinned memory over the run (buffered sessions, mappings, queues).
+    /// Sessions that committed with buffered statements during the measured interval (one per
+    /// committed New-Order, Payment and Delivery that wrote).
+    pub buffered_sessions: u64,
+    /// Buffered sessions applied to the data store during the interval, by the workers and by
+    /// reads that missed (Algorithm 1).
+    pub applied_sessions: u64,
+    /// Buffered sessions still queued when the interval ended: what the drain applied.
+    pub pending_sessions: u64,
+    /// `applied_sessions / buffered_sessions` when the interval ended (000 Fig. 3.4b).
+    pub applied_share: f64,
+    /// Sessions that found pinned memory full and ran as write-through.
+    pub fallbacks: u64,
+    /// Pinned memory over the run (cached values are not pinned: this is the session objects,
+    /// mappings and queues, on every replica).
     pub pinned_bytes: PinnedBytes,
-    /// Seconds the drain after the run took.
+    /// Seconds the drain after the interval took (every buffered session applied).
     pub drain_s: f64,
 }
 
@@ -132,6 +145,10 @@ pub struct TpccSummary {
     pub consistent: bool,
     /// Median tpmC over the data store alone's median, when it ran.
     pub vs_data_store: Option<f64>,
+    /// Write-back: median share of buffered sessions applied when the interval ended.
+    pub applied_share: Option<f64>,
+    /// Write-back: median of the runs' largest pinned-memory sample (bytes).
+    pub pinned_max: Option<f64>,
 }
 
 /// Medians per (workload, policy), in the order the records first name them.
@@ -162,6 +179,12 @@ pub fn summarize(records: &[TpccRecord]) -> Vec<TpccSummary> {
             }
             let weighted = median(runs.iter().map(|r| weighted_latency_ms(r)).collect());
             let hits: Vec<f64> = runs.iter().filter_map(|r| r.hit_ratio).collect();
+            let write_back: Vec<&TpccWriteBack> =
+                runs.iter().filter_map(|r| r.write_back.as_ref()).collect();
+            let of_write_back = |value: fn(&TpccWriteBack) -> f64| {
+                (!write_back.is_empty())
+                    .then(|| median(write_back.iter().map(|w| value(w)).collect()))
+            };
             TpccSummary {
                 workload,
                 policy,
@@ -174,6 +197,8 @@ pub fn summarize(records: &[TpccRecord]) -> Vec<TpccSummary> {
                 stale_reads: runs.iter().map(|r| r.stale_reads).sum(),
                 consistent: runs.iter().all(|r| r.consistent),
                 vs_data_store: None,
+                applied_share: of_write_back(|w| w.applied_share),
+                pinned_max: of_write_back(|w| w.pinned_bytes.max as f64),
             }
         })
         .collect();
@@ -215,12 +240,15 @@ pub fn render_summary(summaries: &[TpccSummary]) -> String {
     for kind in Kind::ALL {
         let _ = write!(out, " {} ms |", kind.name());
     }
-    let _ = writeln!(out, " weighted ms | hit ratio | stale | consistent |");
+    let _ = writeln!(
+        out,
+        " weighted ms | hit ratio | applied at end | pinned max | stale | consistent |"
+    );
     let _ = write!(out, "| --- | --- | ---: | ---: | ---: |");
     for _ in Kind::ALL {
         let _ = write!(out, " ---: |");
     }
-    let _ = writeln!(out, " ---: | ---: | ---: | --- |");
+    let _ = writeln!(out, " ---: | ---: | ---: | ---: | ---: | --- |");
     for s in summaries {
         let _ = write!(
             out,
@@ -243,10 +271,13 @@ pub fn render_summary(summaries: &[TpccSummary]) -> String {
         }
         let _ = writeln!(
             out,
-            " {:.2} | {} | {} | {} |",
+            " {:.2} | {} | {} | {} | {} | {} |",
             s.weighted_latency_ms,
             s.hit_ratio
                 .map_or("-".into(), |h| format!("{:.1}%", h * 100.0)),
+            s.applied_share
+                .map_or("-".into(), |a| format!("{:.1}%", a * 100.0)),
+            s.pinned_max.map_or("-".into(), |p| human_bytes(p as u64)),
             s.stale_reads,
             if s.consistent { "yes" } else { "NO" }
         );

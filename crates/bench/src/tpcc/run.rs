@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use cads::{Cads, Config, Policy};
+use cads::{Cads, Config, Policy, Workers, WriteBackCounts};
 use cads_store::DataStore;
 use hdrhistogram::Histogram;
 
@@ -16,13 +16,13 @@ use super::keyspace::{batches, next_order_ids, Batch};
 use super::load::load_database;
 use super::options::{ConfigRecord, TpccOptions};
 use super::random::{C_ID, C_LAST_LOAD, C_LAST_RUN, OL_I_ID};
-use super::record::{TpccRecord, TxnCounts};
+use super::record::{TpccRecord, TpccWriteBack, TxnCounts};
 use super::schema::Tables;
 use super::txn::{is_rollback, Attempts, Context as TxnContext, Kind, Terminal};
 use super::{Phase, Progress};
 use crate::deploy::{redact, Deployment};
 use crate::generator::{Discrete, Rng};
-use crate::ycsb::{LatencySummary, StoreCalls};
+use crate::ycsb::{human_bytes, LatencySummary, PinnedBytes, StoreCalls};
 
 /// How often progress is reported.
 const TICK: Duration = Duration::from_secs(1);
@@ -214,6 +214,11 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment, db: &Db) -> Resu
     let trips_before = dep.cache_round_trips();
     let queries_before = db.store_queries();
 
+    let write_back = ctx.policy == Policy::WriteBack;
+    let wb_before = cads.write_back_stats().snapshot();
+    let workers = write_back.then(|| Workers::start(cads.clone(), opts.workers));
+    let mut pinned = PinnedBytes::default();
+
     let terminals = Terminal::assign(opts.threads, opts.warehouses);
     let started = Instant::now();
     let shared = Shared {
@@ -238,13 +243,21 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment, db: &Db) -> Resu
             last = (done, now);
             let tpmc = shared.new_orders.load(Ordering::Relaxed) as f64 * 60.0
                 / started.elapsed().as_secs_f64();
-            ctx.report(
-                Phase::Run,
-                done,
-                None,
-                started,
-                format!("{rate:.0} txn/s, {tpmc:.0} tpmC"),
-            );
+            let mut note = format!("{rate:.0} txn/s, {tpmc:.0} tpmC");
+            if write_back {
+                let bytes = cads.pinned_bytes();
+                pinned
+                    .samples
+                    .push((started.elapsed().as_secs_f64(), bytes));
+                let wb = cads.write_back_stats().snapshot().since(&wb_before);
+                note.push_str(&format!(
+                    ", pinned {}, {} sessions buffered, {} applied",
+                    human_bytes(bytes),
+                    wb.buffered_sessions,
+                    wb.applied_sessions
+                ));
+            }
+            ctx.report(Phase::Run, done, None, started, note);
         },
         |t| run_terminal(&shared, &terminals[t], t),
     );
@@ -257,6 +270,14 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment, db: &Db) -> Resu
     let calls = dep.faults.counts();
     let cache_round_trips = dep.cache_round_trips() - trips_before;
     let store_queries = db.store_queries() - queries_before;
+    let wb_end = cads.write_back_stats().snapshot().since(&wb_before);
+    let write_back = match workers {
+        Some(workers) => {
+            pinned.end = cads.pinned_bytes();
+            Some(drain(ctx, workers, wb_end, pinned)?)
+        }
+        None => None,
+    };
 
     let mut histograms: Vec<Histogram<u64>> = (0..5).map(|_| histogram()).collect();
     let mut counts = [TxnCounts::default(); 5];
@@ -322,7 +343,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment, db: &Db) -> Resu
         load_s: 0.0,
         warm_s: None,
         check_s: 0.0,
-        write_back: None,
+        write_back,
         config: ConfigRecord {
             warehouses: opts.warehouses,
             scale: opts.scale,
@@ -347,6 +368,57 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment, db: &Db) -> Resu
         },
     };
     Ok(record)
+}
+
+/// Write-back after the measured interval: the workers, still running, and this thread apply
+/// every buffered session, so that the checks see the data store the run acknowledged. Returns
+/// the record of write-back's activity (`counts`: during the interval).
+fn drain(
+    ctx: &RunContext<'_>,
+    workers: Workers,
+    counts: WriteBackCounts,
+    mut pinned: PinnedBytes,
+) -> Result<TpccWriteBack> {
+    let pending = counts
+        .buffered_sessions
+        .saturating_sub(counts.applied_sessions);
+    let started = Instant::now();
+    ctx.report(
+        Phase::Drain,
+        0,
+        Some(pending),
+        started,
+        format!("{pending} buffered sessions"),
+    );
+    let drained = workers
+        .drain(ctx.opts.drain_timeout)
+        .context("draining write-back's buffered sessions");
+    let workers_used = workers.count();
+    workers.stop();
+    drained?;
+    let drain_s = started.elapsed().as_secs_f64();
+    ctx.report(Phase::Drain, pending, Some(pending), started, "done".into());
+    pinned.max = pinned
+        .samples
+        .iter()
+        .map(|s| s.1)
+        .max()
+        .unwrap_or(pinned.end);
+    pinned.mean = if pinned.samples.is_empty() {
+        pinned.end as f64
+    } else {
+        pinned.samples.iter().map(|s| s.1 as f64).sum::<f64>() / pinned.samples.len() as f64
+    };
+    Ok(TpccWriteBack {
+        workers: workers_used,
+        buffered_sessions: counts.buffered_sessions,
+        applied_sessions: counts.applied_sessions,
+        pending_sessions: pending,
+        applied_share: counts.applied_share(),
+        fallbacks: counts.fallbacks,
+        pinned_bytes: pinned,
+        drain_s,
+    })
 }
 
 /// The checks after the run: the consistency conditions, and the cache against the data store.
@@ -396,7 +468,10 @@ pub(crate) fn check(
 }
 
 /// The framework's settings for TPC-C: READ COMMITTED (the data store alone locks what it
-/// changes with `FOR UPDATE`; with a cache, leases order the sessions).
-pub(crate) fn config() -> Config {
-    Config::default()
+/// changes with `FOR UPDATE`; with a cache, leases order the sessions), and write-back's defaults
+/// (sessions applied 8 per transaction, compacted every 64).
+pub(crate) fn config(opts: &TpccOptions) -> Config {
+    let mut config = Config::default();
+    config.write_back.crash = opts.crash.clone();
+    config
 }

@@ -89,6 +89,13 @@ pub fn assert_consistent(r: &TpccRecord) {
         assert!(check.cached > 0, "{}: nothing was cached", r.policy);
         assert!(r.hit_ratio.is_some());
     }
+    if r.policy == "write-back" {
+        let wb = r.write_back.as_ref().expect("write-back's record");
+        assert!(wb.buffered_sessions > 0, "nothing was buffered: {wb:?}");
+        assert_eq!(wb.fallbacks, 0, "pinned memory is not capped here");
+    } else {
+        assert!(r.write_back.is_none());
+    }
 }
 
 fn services_required() -> bool {
@@ -122,6 +129,7 @@ pub fn every_policy() -> Vec<Policy> {
         Policy::DataStoreOnly,
         Policy::WriteAround,
         Policy::WriteThrough,
+        Policy::WriteBack,
     ]
 }
 

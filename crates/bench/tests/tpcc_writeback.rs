@@ -1,0 +1,261 @@
+//! TPC-C under write-back's Design 2 (per-warehouse queues of buffered sessions), on SQLite:
+//! reads that miss while sessions are pending see them, by folding New-Order's query result
+//! changes into Stock-Level's recent orders (Algorithm 3) or by applying the queue first
+//! (Algorithm 1); and sessions that insert rows (New-Order, Payment) are applied exactly once
+//! while workers die mid-apply.
+
+mod tpcc_support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cads::writeback::{ApplyStep, CrashHook};
+use cads::{Cads, Config, Policy, Workers};
+use cads_bench::deploy::Deployment;
+use cads_bench::tpcc::cache::{recent_lines_key, stock_key, Db, RecentLines, Rows, RowsQuery};
+use cads_bench::tpcc::keyspace::{batches, next_order_ids};
+use cads_bench::tpcc::load::load_database;
+use cads_bench::tpcc::rows::{RowId, Stock};
+use cads_bench::tpcc::schema::Tables;
+use cads_bench::tpcc::txn::{Attempts, Context, Input, LineInput};
+use cads_bench::tpcc::Scale;
+use cads_bench::{CacheSpec, CmiSettings};
+use cads_store::{DataStore, StoreOptions};
+use tpcc_support::{assert_consistent, options, sqlite_url, TempDir};
+
+/// One warehouse at a hundredth of the scale, every entry cached, and write-back over two
+/// embedded CMIs with no workers: what sessions buffer stays pending until a test applies it.
+struct Setup {
+    _dir: TempDir,
+    db: Db,
+    dep: Deployment,
+}
+
+impl Setup {
+    fn new(tag: &str) -> Setup {
+        let (url, dir) = sqlite_url(tag);
+        let store: Arc<dyn DataStore> =
+            cads_store::open(&url, &StoreOptions::default().with_pool_size(8))
+                .expect("open SQLite");
+        let tables = Tables::new("tpcc_", store.dialect());
+        load_database(
+            store.as_ref(),
+            &tables,
+            1,
+            Scale::HUNDREDTH,
+            7,
+            1,
+            &|_, _| {},
+        )
+        .expect("load");
+        let dep = Deployment::start(
+            Policy::WriteBack,
+            store,
+            "",
+            &CacheSpec::Embedded { cmis: 2 },
+            &CmiSettings::default(),
+            Config::default(),
+        )
+        .expect("start the CMIs");
+        let db = Db::new(tables, Scale::HUNDREDTH);
+        // Every entry cached, each batch read first in its own session: a later read of a
+        // session that reads from a snapshot is not cached.
+        let next = next_order_ids(dep.cads.store().as_ref(), &db, 1).expect("next order ids");
+        for batch in batches(&db, 1, &next) {
+            dep.cads.run(|s| batch.read(s, &db)).expect("warm");
+        }
+        Setup { _dir: dir, db, dep }
+    }
+
+    fn cads(&self) -> &Cads {
+        &self.dep.cads
+    }
+
+    /// A New-Order in district `d` of warehouse 1 for one of each of `items`.
+    fn new_order(&self, d: u32, items: &[u32]) {
+        let input = Input::NewOrder {
+            w: 1,
+            d,
+            c: 1,
+            lines: items
+                .iter()
+                .map(|&item| LineInput {
+                    item,
+                    supply_w: 1,
+                    quantity: 1,
+                })
+                .collect(),
+        };
+        let context = Context {
+            cads: self.cads(),
+            db: &self.db,
+            sabotage: false,
+        };
+        context
+            .execute(&input, &mut Attempts::default())
+            .expect("New-Order commits");
+    }
+
+    fn stock(&self, items: &[u32]) -> Vec<Stock> {
+        let q = RowsQuery {
+            ids: items.iter().map(|&i| RowId::in_warehouse(1, i)).collect(),
+            for_update: false,
+        };
+        self.cads()
+            .run(|s| s.read(&Rows::<Stock>::new(&self.db), &q))
+            .expect("read stock")
+            .into_iter()
+            .map(|s| s.expect("a stock row"))
+            .collect()
+    }
+
+    /// Removes an entry from the cache, as an eviction would.
+    fn evict(&self, key: &[u8]) {
+        self.cads()
+            .cache()
+            .expect("a cache")
+            .delete(key)
+            .expect("delete a cached entry");
+    }
+
+    fn applied_sessions(&self) -> u64 {
+        self.cads().write_back_stats().snapshot().applied_sessions
+    }
+
+    fn buffered_sessions(&self) -> u64 {
+        self.cads().write_back_stats().snapshot().buffered_sessions
+    }
+
+    /// Applies everything buffered.
+    fn drain(&self) {
+        let workers = Workers::start(self.dep.cads.clone(), 1);
+        workers.drain(Duration::from_secs(30)).expect("drain");
+        workers.stop();
+    }
+}
+
+/// Stock-Level's recent orders, missed while New-Orders of the district are pending: the data
+/// store's window is completed with their query result changes (Algorithm 3), without applying
+/// them, and agrees with the data store once they are applied.
+#[test]
+fn stock_level_folds_pending_new_orders_into_a_miss() {
+    let t = Setup::new("fold");
+    let recent = |t: &Setup| {
+        t.cads()
+            .run(|s| s.read(&RecentLines(&t.db), &(1, 1)))
+            .expect("read the recent orders")
+    };
+    let before = recent(&t);
+    t.new_order(1, &[3, 4, 5]);
+    t.new_order(1, &[6, 7]);
+    assert_eq!(t.buffered_sessions(), 2);
+    assert_eq!(t.applied_sessions(), 0);
+
+    t.evict(&recent_lines_key(1, 1));
+    let folded = recent(&t);
+    assert_eq!(t.applied_sessions(), 0, "folded, not applied");
+    let last = before.orders.last().expect("loaded orders").o_id;
+    let newest: Vec<(u32, Vec<u32>)> = folded.orders[folded.orders.len() - 2..]
+        .iter()
+        .map(|o| (o.o_id, o.items.clone()))
+        .collect();
+    assert_eq!(
+        newest,
+        vec![(last + 1, vec![3, 4, 5]), (last + 2, vec![6, 7])]
+    );
+    assert_eq!(folded.orders.len(), before.orders.len().min(20 - 2) + 2);
+
+    t.drain();
+    assert_eq!(t.applied_sessions(), 2);
+    let plain = Cads::new(
+        t.cads().store().clone(),
+        None,
+        Policy::DataStoreOnly,
+        Config::default(),
+    );
+    let stored = plain
+        .run(|s| s.read(&RecentLines(&t.db), &(1, 1)))
+        .expect("read the data store");
+    assert_eq!(stored, folded);
+}
+
+/// A stock row missed while a New-Order that changed it is pending: the read applies the
+/// warehouse's queue through that session first (Algorithm 1) and sees its change.
+#[test]
+fn a_missed_stock_row_applies_its_queue_first() {
+    let t = Setup::new("apply");
+    let cached = t.stock(&[3])[0].clone();
+    t.new_order(2, &[3]);
+    let changed = t.stock(&[3])[0].clone();
+    assert_eq!(changed.order_cnt, cached.order_cnt + 1);
+    assert_eq!(t.applied_sessions(), 0);
+
+    t.evict(&stock_key(1, 3));
+    let read = t.stock(&[3])[0].clone();
+    assert_eq!(t.applied_sessions(), 1, "the pending New-Order was applied");
+    assert_eq!(read, changed);
+}
+
+/// A read of two stock rows where one hits and the other misses, while a New-Order that changed
+/// the row that hits is pending. The framework checks pending sessions for the missed keys only
+/// and returns the data store's answer for every key, so the row that hit comes back as the data
+/// store has it, without the pending change (the cache holds the right value).
+///
+/// Ignored: this is a bug of the framework (`cads::Session::read` passes only the missed keys to
+/// `before_store_read`), reported to the lead; it fails until that is fixed.
+#[test]
+#[ignore = "cads bug: a partly missed read ignores pending sessions of the keys that hit"]
+fn a_partly_missed_read_sees_pending_changes_of_the_keys_that_hit() {
+    let t = Setup::new("partial");
+    t.stock(&[8, 9]);
+    t.new_order(3, &[8]);
+    let changed = t.stock(&[8])[0].clone();
+    assert_eq!(t.applied_sessions(), 0);
+
+    t.evict(&stock_key(1, 9));
+    let both = t.stock(&[8, 9]);
+    assert_eq!(
+        both[0].order_cnt, changed.order_cnt,
+        "the row that hit was read from the data store, which lacks the pending New-Order"
+    );
+}
+
+/// Write-back runs with workers that die at every step of Algorithm 4 (and carry on, as a
+/// restarted worker would): once drained, the consistency conditions hold (nothing lost) and
+/// every cached entry equals the data store (nothing applied twice: a Payment applied twice
+/// would add its amount to W_YTD again and insert its HISTORY row again, and the cached
+/// warehouse, changed once, would differ).
+#[test]
+fn sessions_that_insert_rows_are_applied_exactly_once_despite_dying_workers() {
+    let (url, _dir) = sqlite_url("crash");
+    let mut opts = options(Some(url), "tpcc_");
+    opts.policies = vec![Policy::WriteBack];
+    let crashes = Arc::new(AtomicU64::new(0));
+    let rolls = Arc::new(AtomicU64::new(0x2545_F491_4F6C_DD1D));
+    let (c, r) = (crashes.clone(), rolls.clone());
+    opts.crash = Some(CrashHook(Arc::new(move |_step: ApplyStep| {
+        // Only the workers die: a terminal applying a queue for its read would fail its
+        // transaction instead.
+        let worker = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("cads-bgt-"));
+        let mut x = r.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        r.store(x, Ordering::Relaxed);
+        // At most a dozen deaths: each stalls a queue until the dead worker's leases expire.
+        let die = worker && x % 8 == 0 && c.load(Ordering::Relaxed) < 12;
+        if die {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        die
+    })));
+    let records = cads_bench::tpcc::run_tpcc(&opts, &|_| {}).expect("the run completes");
+    let r = &records[0];
+    assert!(crashes.load(Ordering::Relaxed) > 0, "no worker died");
+    assert_consistent(r);
+    let wb = r.write_back.as_ref().expect("write-back's record");
+    assert!(wb.buffered_sessions > 0);
+}
