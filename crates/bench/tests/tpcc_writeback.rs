@@ -198,14 +198,10 @@ fn a_missed_stock_row_applies_its_queue_first() {
 }
 
 /// A read of two stock rows where one hits and the other misses, while a New-Order that changed
-/// the row that hits is pending. The framework checks pending sessions for the missed keys only
-/// and returns the data store's answer for every key, so the row that hit comes back as the data
-/// store has it, without the pending change (the cache holds the right value).
-///
-/// Ignored: this is a bug of the framework (`cads::Session::read` passes only the missed keys to
-/// `before_store_read`), reported to the lead; it fails until that is fixed.
+/// the row that hits is pending. The data store's answer stands for both rows, so the pending
+/// sessions of the row that hit must be applied (or folded) too, not only those of the row that
+/// missed; otherwise that row comes back without the pending change.
 #[test]
-#[ignore = "cads bug: a partly missed read ignores pending sessions of the keys that hit"]
 fn a_partly_missed_read_sees_pending_changes_of_the_keys_that_hit() {
     let t = Setup::new("partial");
     t.stock(&[8, 9]);

@@ -141,7 +141,8 @@ impl<'a> Session<'a> {
         if let Some(changes) = changes {
             if !changes.is_empty() && !cs.fold_result_changes(query, &mut output, &changes) {
                 return Err(Error::App(
-                    "a CacheStore returns result_changes but does not implement fold_result_changes"
+                    "fold_result_changes did not fold pending query result changes into a \
+                     result (a CacheStore that returns result_changes must implement it)"
                         .into(),
                 ));
             }
@@ -210,7 +211,9 @@ impl<'a> Session<'a> {
             .filter(|(_, v)| v.is_none())
             .map(|(k, _)| k.clone())
             .collect();
-        let output = self.query_store(cs, query, &missed, true)?;
+        // Pending buffered writes of every key count, not only of those that missed: the data
+        // store's result also stands for the keys that hit.
+        let output = self.query_store(cs, query, &keys, true)?;
         self.cads.pause_before_fill();
         // A transaction reading from a snapshot older than our leases could have read data that a
         // writer changed and released before we asked: such a result is not cached.
