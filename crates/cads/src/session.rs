@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use cads_client::ClientError;
+use cads_client::{ClientError, Write};
 use cads_store::DocOp;
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
@@ -355,13 +355,8 @@ impl<'a> Session<'a> {
         if self.cads.policy() == Policy::WriteBack {
             return self.pre_commit_write_back();
         }
-        let staged = match self.cads.policy() {
-            Policy::WriteAround => self.stage_deletes(),
-            _ => self.stage_changes(),
-        };
-        let validated = staged.and_then(|()| self.cache.as_mut().expect("checked").validate());
-        match validated {
-            Ok(()) => Ok(()),
+        match self.stage(None, true) {
+            Ok(_) => Ok(()),
             Err(e) if e.is_unavailable() => {
                 self.degrade(&e);
                 self.note_missed_writes();
@@ -381,8 +376,8 @@ impl<'a> Session<'a> {
     /// memory full, the session's documents have their buffered writes applied (while this session
     /// holds their exclusive leases, so none can be added) and the session writes through.
     fn pre_commit_write_back(&mut self) -> Result<()> {
-        self.stage_changes().map_err(Error::from)?;
         if self.write_through {
+            self.stage(None, false)?;
             let mut docs = self.written_docs.clone();
             docs.sort();
             docs.dedup();
@@ -390,15 +385,22 @@ impl<'a> Session<'a> {
                 design1::apply_buffered(self.cads, doc)?;
             }
         } else {
-            let cache = self.cache.as_mut().expect("checked");
-            match design1::stage(self.cads, cache, &self.buffered) {
-                Ok(()) => {}
+            let staging = design1::Staging::plan(self.cads, &self.buffered);
+            let sql = !self.sql_writes.is_empty();
+            let validated = match self.stage(Some(&staging), !sql) {
+                Ok(validated) => validated,
+                // Whatever could not be stored, pinned memory is what is full (unpinned values
+                // make room by eviction).
                 Err(ClientError::NotStored) => return Err(Error::BufferFull),
                 Err(e) => return Err(e.into()),
+            };
+            if !sql && validated {
+                return Ok(());
             }
-            if !self.sql_writes.is_empty() {
+            if sql {
                 self.sql_writes.mapped.sort();
                 self.sql_writes.mapped.dedup();
+                let cache = self.cache.as_mut().expect("checked");
                 design2::stage(self.cads, cache, &self.sql_writes)?;
             }
         }
@@ -433,28 +435,20 @@ impl<'a> Session<'a> {
         true
     }
 
-    fn stage_deletes(&mut self) -> Result<(), ClientError> {
-        if self.deletes.is_empty() {
-            return Ok(());
-        }
-        let mut keys: Vec<&[u8]> = self
-            .deletes
-            .iter()
-            .map(Vec::as_slice)
-            .filter(|k| self.reachable(k))
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        if keys.is_empty() {
-            return Ok(());
-        }
-        self.cache.as_mut().expect("checked").mdelete(&keys)
-    }
-
-    /// Write-through: one incremental command for a key with a single incremental change, a
-    /// read-modify-write under an exclusive lease otherwise.
-    fn stage_changes(&mut self) -> Result<(), ClientError> {
+    /// Stages the session's cache changes (write-around's deletes, write-through's new values)
+    /// and write-back's buffered writes in `staging`, in at most two round trips: one `LMGET`
+    /// taking the exclusive leases of every value a change must read first (cached values changed
+    /// by read-modify-write, buffered writes), then every write pipelined, followed by
+    /// `LVALIDATE` when `validate`. Returns whether the session ends validated.
+    fn stage(
+        &mut self,
+        staging: Option<&design1::Staging>,
+        validate: bool,
+    ) -> Result<bool, ClientError> {
         let mut per_key: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
+        for key in std::mem::take(&mut self.deletes) {
+            per_key.push((key, vec![CacheChange::Delete]));
+        }
         for (key, change) in std::mem::take(&mut self.changes) {
             match per_key.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, list)) => list.push(change),
@@ -462,63 +456,88 @@ impl<'a> Session<'a> {
             }
         }
         per_key.retain(|(key, _)| self.reachable(key));
-        // Every session takes its exclusive leases in key order, so two writers of the same keys
-        // meet on the first one instead of each holding one the other needs (001 §3.3).
+        // Keys in order, so that sessions writing the same keys list them alike.
         per_key.sort_by(|a, b| a.0.cmp(&b.0));
-        let cache = self.cache.as_mut().expect("checked");
+        per_key.dedup_by(|a, b| a.0 == b.0);
+        let client = self
+            .cads
+            .cache()
+            .expect("a session that stages has a cache");
+        let mut writes: Vec<(usize, Write)> = Vec::new();
+        // Changes that need the cached value, and where it is read.
         let mut modify: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
         for (key, mut list) in per_key {
-            if list.len() == 1 {
-                match list.pop().expect("one change") {
-                    CacheChange::Delete => {
-                        cache.delete(&key)?;
-                    }
-                    CacheChange::Set(v) => cache.set(&key, &v, false)?,
-                    CacheChange::Append(bytes) => {
-                        cache.append(&key, &bytes)?;
-                    }
-                    CacheChange::Incr(delta) => {
-                        cache.incr(&key, delta)?;
-                    }
-                    change @ CacheChange::Modify(_) => modify.push((key, vec![change])),
+            let cmi = client.route(&key);
+            let write = match (list.len(), list.last()) {
+                (1, Some(CacheChange::Delete)) => Write::Delete { key },
+                (1, Some(CacheChange::Set(_))) => match list.pop() {
+                    Some(CacheChange::Set(value)) => Write::Set {
+                        key,
+                        value,
+                        pin: false,
+                    },
+                    _ => unreachable!("matched a set"),
+                },
+                (1, Some(CacheChange::Append(_))) => match list.pop() {
+                    Some(CacheChange::Append(bytes)) => Write::Append { key, bytes },
+                    _ => unreachable!("matched an append"),
+                },
+                (1, Some(CacheChange::Incr(delta))) => Write::Incr { key, delta: *delta },
+                _ => {
+                    modify.push((key, list));
+                    continue;
                 }
-            } else {
-                modify.push((key, list));
-            }
-        }
-        if modify.is_empty() {
-            return Ok(());
-        }
-        let keys: Vec<&[u8]> = modify.iter().map(|(k, _)| k.as_slice()).collect();
-        let values = cache.mget(&keys, true)?;
-        let mut sets: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut deletes: Vec<Vec<u8>> = Vec::new();
-        for ((key, list), value) in modify.into_iter().zip(values) {
-            let Some(current) = value else {
-                // Not cached: nothing to change; the exclusive lease keeps fills out until commit.
-                continue;
             };
-            let mut next = Some(current);
+            writes.push((cmi, write));
+        }
+        let mut reads: Vec<(usize, Vec<u8>)> = modify
+            .iter()
+            .map(|(key, _)| (client.route(key), key.clone()))
+            .collect();
+        if let Some(staging) = staging {
+            reads.extend(staging.reads());
+        }
+        let cache = self.cache.as_mut().expect("checked");
+        let values = if reads.is_empty() {
+            Vec::new()
+        } else {
+            let places: Vec<(usize, &[u8])> =
+                reads.iter().map(|(c, k)| (*c, k.as_slice())).collect();
+            cache.mget_at(&places, true)?
+        };
+        for ((key, list), value) in modify.into_iter().zip(&values) {
+            // Not cached: nothing to change; the exclusive lease keeps fills out until commit.
+            let Some(current) = value else { continue };
+            let mut next = Some(current.clone());
             for change in list {
                 next = change.apply(next);
             }
-            match next {
-                Some(v) => sets.push((key, v)),
-                None => deletes.push(key),
-            }
+            let cmi = client.route(&key);
+            writes.push(match next {
+                Some(value) => (
+                    cmi,
+                    Write::Set {
+                        key,
+                        value,
+                        pin: false,
+                    },
+                ),
+                None => (cmi, Write::Delete { key }),
+            });
         }
-        if !sets.is_empty() {
-            let pairs: Vec<(&[u8], &[u8])> = sets
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_slice()))
-                .collect();
-            cache.mset(&pairs, false)?;
+        let own = writes.len();
+        if let Some(staging) = staging {
+            let buffered_reads = &values[values.len() - staging.reads().len()..];
+            writes.extend(staging.writes(self.cads, buffered_reads)?);
         }
-        if !deletes.is_empty() {
-            let keys: Vec<&[u8]> = deletes.iter().map(Vec::as_slice).collect();
-            cache.mdelete(&keys)?;
+        if writes.is_empty() && !validate {
+            return Ok(false);
         }
-        Ok(())
+        let written = cache.write_at(&writes, validate)?;
+        match staging {
+            Some(staging) if staging.finish(self.cads, cache, &written[own..])? => Ok(false),
+            _ => Ok(validate),
+        }
     }
 
     /// Pre-commits (if not done yet), commits the data-store transaction, then the cache session

@@ -53,7 +53,7 @@ pub use error::{ClientError, Result};
 pub use ids::{RangeSource, SessionIds};
 pub use retry::{random, Backoff, RetryPolicy};
 pub use router::{ConsistentHash, Router};
-pub use session::{IqRead, Session};
+pub use session::{IqRead, Session, Write, Written};
 
 use pool::Pool;
 

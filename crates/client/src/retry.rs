@@ -90,12 +90,16 @@ mod tests {
             max: Duration::from_millis(2),
             budget: Duration::from_millis(20),
         };
+        let started = Instant::now();
         let mut b = Backoff::new(&policy);
         let mut attempts = 0;
         while b.wait() {
             attempts += 1;
             assert!(attempts < 1000);
         }
-        assert!(attempts >= 5);
+        // How many sleeps fit in the budget depends on how late a loaded machine wakes the
+        // thread; what must hold is that it gives up only once the budget is spent.
+        assert!(attempts >= 1);
+        assert!(started.elapsed() >= policy.budget);
     }
 }

@@ -20,6 +20,94 @@ pub enum IqRead {
     Miss { marker: bool },
 }
 
+/// A write of [`Session::write_at`], under an exclusive lease (write-through mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// LSET, pinned if `pin`.
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        pin: bool,
+    },
+    /// LADD: only if the key has no value.
+    Add {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        pin: bool,
+    },
+    /// LAPPEND.
+    Append { key: Vec<u8>, bytes: Vec<u8> },
+    /// LINCR, or LDECR for a negative `delta`.
+    Incr { key: Vec<u8>, delta: i64 },
+    /// LDEL.
+    Delete { key: Vec<u8> },
+}
+
+/// What a [`Write`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// `Set` staged its value.
+    Stored,
+    /// `Add`: whether the value was added (false: the key had one).
+    Added(bool),
+    /// `Append`: the new length, or `None` if the key had no value (nothing appended).
+    Length(Option<usize>),
+    /// `Incr`: the new value, or `None` if the key had no value.
+    Value(Option<i64>),
+    /// `Delete`: whether the key had a value.
+    Deleted(bool),
+}
+
+impl Write {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Write::Set { key, .. }
+            | Write::Add { key, .. }
+            | Write::Append { key, .. }
+            | Write::Incr { key, .. }
+            | Write::Delete { key } => key,
+        }
+    }
+
+    fn command(&self, sid: SessionId) -> Command<'_> {
+        match self {
+            Write::Set { key, value, pin } => Command::LSet {
+                sid,
+                key,
+                value,
+                pin: *pin,
+            },
+            Write::Add { key, value, pin } => Command::LAdd {
+                sid,
+                key,
+                value,
+                pin: *pin,
+            },
+            Write::Append { key, bytes } => Command::LAppend {
+                sid,
+                key,
+                delta: bytes,
+            },
+            Write::Incr { key, delta } => Command::LIncr {
+                sid,
+                key,
+                delta: *delta,
+            },
+            Write::Delete { key } => Command::LDel { sid, key },
+        }
+    }
+
+    fn outcome(&self, reply: Reply<'static>) -> Result<Written> {
+        Ok(match self {
+            Write::Set { .. } => ok(reply).map(|()| Written::Stored)?,
+            Write::Add { .. } => Written::Added(int(reply)? == 1),
+            Write::Append { .. } => Written::Length(optional_int(reply)?.map(|n| n as usize)),
+            Write::Incr { .. } => Written::Value(optional_int(reply)?),
+            Write::Delete { .. } => Written::Deleted(int(reply)? == 1),
+        })
+    }
+}
+
 /// Maps an error reply to the client's error type (RETRY is handled before this).
 pub(crate) fn error_from(e: ErrorReply) -> ClientError {
     match e.kind {
@@ -189,13 +277,28 @@ impl<'c> Session<'c> {
         &mut self,
         cmds: Vec<(usize, Command<'_>)>,
     ) -> Result<Vec<(usize, Reply<'static>)>> {
+        let replies = self.pipeline(cmds.into_iter().map(|(c, cmd)| (c, vec![cmd])).collect())?;
+        Ok(replies
+            .into_iter()
+            .map(|(cmi, mut r)| (cmi, r.pop().expect("one reply per command")))
+            .collect())
+    }
+
+    /// Sends a list of commands to each CMI, pipelined, every list written before any reply is
+    /// read: one round trip however many commands and CMIs. Returns each CMI's replies in order.
+    fn pipeline(
+        &mut self,
+        cmds: Vec<(usize, Vec<Command<'_>>)>,
+    ) -> Result<Vec<(usize, Vec<Reply<'static>>)>> {
         if !cmds.is_empty() {
             self.client.count_round_trip();
         }
-        for (cmi, cmd) in &cmds {
+        for (cmi, list) in &cmds {
             self.touched[*cmi] = true;
             let sent = self.link(*cmi).and_then(|conn| {
-                conn.queue(cmd);
+                for cmd in list {
+                    conn.queue(cmd);
+                }
                 conn.flush()
             });
             if let Err(e) = sent {
@@ -207,18 +310,21 @@ impl<'c> Session<'c> {
             }
         }
         let mut replies = Vec::with_capacity(cmds.len());
-        for (cmi, _) in &cmds {
-            let read = self.link(*cmi).and_then(|conn| conn.read());
-            match read {
-                Ok(reply) => replies.push((*cmi, reply)),
-                Err(e) => {
-                    // The other connections may still hold unread replies: drop them all.
-                    for (other, _) in &cmds {
-                        self.links[*other] = None;
+        for (cmi, list) in &cmds {
+            let mut got = Vec::with_capacity(list.len());
+            for _ in list {
+                match self.link(*cmi).and_then(|conn| conn.read()) {
+                    Ok(reply) => got.push(reply),
+                    Err(e) => {
+                        // The other connections may still hold unread replies: drop them all.
+                        for (other, _) in &cmds {
+                            self.links[*other] = None;
+                        }
+                        return Err(self.broken(*cmi, e));
                     }
-                    return Err(self.broken(*cmi, e));
                 }
             }
+            replies.push((*cmi, got));
         }
         Ok(replies)
     }
@@ -563,6 +669,75 @@ impl<'c> Session<'c> {
             }
         }
         Ok(lengths)
+    }
+
+    /// Exclusive-lease writes on chosen CMIs, pipelined: each CMI gets its writes in the order
+    /// given (then `LVALIDATE` when `validate`), all CMIs in parallel, in one round trip. Returns
+    /// what each write did, in the order given. ABORT from any CMI aborts the session; NOTSTORED
+    /// or another error on a write is returned after the whole pipeline ran (the session lives
+    /// on, as after [`mset`](Self::mset)), and the session then counts as not validated.
+    pub fn write_at(&mut self, writes: &[(usize, Write)], validate: bool) -> Result<Vec<Written>> {
+        let all: Vec<usize> = (0..writes.len()).collect();
+        let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
+        let mut groups = group(&all, &placed);
+        if validate {
+            // CMIs holding leases from earlier calls validate too.
+            for cmi in self.cmis_with_leases() {
+                if !groups.iter().any(|(c, _)| *c == cmi) {
+                    groups.push((cmi, Vec::new()));
+                }
+            }
+        }
+        let sid = self.id;
+        let commands: Vec<(usize, Vec<Command<'_>>)> = groups
+            .iter()
+            .map(|(cmi, idx)| {
+                let mut list: Vec<Command<'_>> =
+                    idx.iter().map(|&i| writes[i].1.command(sid)).collect();
+                if validate {
+                    list.push(Command::LValidate(sid));
+                }
+                (*cmi, list)
+            })
+            .collect();
+        let replies = match self.pipeline(commands) {
+            Ok(r) => r,
+            Err(e) => {
+                self.abort();
+                return Err(e);
+            }
+        };
+        for &(cmi, key) in &placed {
+            self.hold_at(cmi, key);
+        }
+        if replies.iter().any(|(_, list)| list.iter().any(is_abort)) {
+            return Err(self.aborted());
+        }
+        let mut done: Vec<Option<Written>> = vec![None; writes.len()];
+        let mut failure = None;
+        for ((_, list), (_, idx)) in replies.into_iter().zip(&groups) {
+            let mut list = list.into_iter();
+            for &i in idx {
+                let reply = list.next().expect("a reply per command");
+                match writes[i].1.outcome(reply) {
+                    Ok(written) => done[i] = Some(written),
+                    Err(e) => failure = Some(e),
+                }
+            }
+            if let Some(reply) = list.next() {
+                if let Err(e) = ok(reply) {
+                    failure = Some(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return self.map(Err(e));
+        }
+        self.validated = validate;
+        Ok(done
+            .into_iter()
+            .map(|w| w.expect("every write answered"))
+            .collect())
     }
 
     /// LAPPEND: the new length, or `None` if the key has no value.

@@ -1,8 +1,10 @@
 //! The value of a buffered write (Design 1, 000 Definition 3.2.1): the operations pending on one
 //! document, in the order they were made, one JSON object per line so that a write can append to
 //! it without reading it. Writes that read it first (read-modify-write) put a header line
-//! `{"v": version, "n": writes}` in front: the version tells the newest of several replicas, and
-//! `n` counts the operations writes buffered, which compaction and conversion merge.
+//! `{"v": version, "n": writes, "l": lines}` in front: the version tells the newest of several
+//! replicas, `n` counts the operations writes buffered, which compaction and conversion merge,
+//! and `l` the operation lines written with the header (lines appended after those count one
+//! write each).
 
 use cads_store::{Change, Changes, DocOp, Document, Op, StoreError};
 
@@ -28,7 +30,7 @@ pub struct Buffered {
 
 /// Encodes operations after a header line.
 pub fn encode_versioned(version: u64, writes: u64, ops: &[DocOp]) -> Vec<u8> {
-    let mut out = serde_json::json!({ "v": version, "n": writes })
+    let mut out = serde_json::json!({ "v": version, "n": writes, "l": ops.len() })
         .to_string()
         .into_bytes();
     out.push(b'\n');
@@ -43,6 +45,8 @@ pub fn decode_versioned(bytes: &[u8]) -> Result<Buffered, StoreError> {
         writes: 0,
         ops: Vec::new(),
     };
+    // Operation lines the header's count already covers.
+    let mut covered = 0;
     for line in bytes.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
         let value: serde_json::Value = serde_json::from_slice(line)
             .map_err(|e| StoreError::Invalid(format!("a buffered write is not JSON: {e}")))?;
@@ -50,10 +54,15 @@ pub fn decode_versioned(bytes: &[u8]) -> Result<Buffered, StoreError> {
             (Some(v), Some(n)) => {
                 buffered.version = v.as_u64().unwrap_or(0);
                 buffered.writes = n.as_u64().unwrap_or(0);
+                covered = value.get("l").and_then(|l| l.as_u64()).unwrap_or(0);
             }
             _ => {
                 buffered.ops.push(DocOp::from_json(&value)?);
-                buffered.writes += 1;
+                if covered > 0 {
+                    covered -= 1;
+                } else {
+                    buffered.writes += 1;
+                }
             }
         }
     }
@@ -218,11 +227,15 @@ mod tests {
         bytes.extend(encode(&ops[1..]));
         assert_eq!(decode(&bytes).unwrap(), ops);
         assert!(decode(b"{not json}\n").is_err());
+        // Five writes compacted into three operations, then one appended.
         let mut versioned = encode_versioned(7, 5, &ops);
         versioned.extend(encode(&ops[..1]));
         let read = decode_versioned(&versioned).unwrap();
-        assert_eq!((read.version, read.writes), (7, 9));
+        assert_eq!((read.version, read.writes), (7, 6));
         assert_eq!(read.ops.len(), 4);
+        // Read back and written again, the count stays.
+        let again = encode_versioned(read.version + 1, read.writes, &read.ops);
+        assert_eq!(decode_versioned(&again).unwrap().writes, 6);
         assert_eq!(decode_versioned(&bytes).unwrap().writes, 3);
     }
 

@@ -1,12 +1,13 @@
 //! Design 1 (000 §3.2): buffered writes per document, staged by writes, applied by Algorithm 2.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::Ordering;
 
-use cads_client::{Client, ClientError, Session as CacheSession};
+use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_protocol::{Command, Reply};
-use cads_store::{DataStore, DocOp, StoreError};
+use cads_store::{DocOp, DocWrite};
 
-use super::replicated::{join_lines, lines, read_all, replicas};
+use super::replicated::{join_lines, lines, placed, read_many, replicas};
 use super::{buffer, ApplyStep, Buffering};
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
@@ -35,106 +36,178 @@ fn partition_of(cads: &Cads, bw_key: &[u8]) -> usize {
     (cads_protocol::fragment::fnv1a64(bw_key) % partitions as u64) as usize
 }
 
-/// Stages the buffered writes of a session (000 Algorithm 11, write-back): the operations are
-/// added to each document's buffered write on every replica, and a document without one gets it
+/// The buffered writes a session stages (000 Algorithm 11, write-back): per document, the
+/// operations to add to its buffered write on every replica. A document without one gets it
 /// registered in its PendingWrites partition. All under the session's exclusive leases, so they
 /// become visible at its commit, together with the cached values they go with.
-pub(crate) fn stage(
-    cads: &Cads,
-    session: &mut CacheSession<'_>,
-    ops: &[(DocRef, DocOp)],
-) -> Result<(), ClientError> {
-    let client = cads.cache().expect("write-back has a cache");
-    let mut per_doc: BTreeMap<&DocRef, Vec<DocOp>> = BTreeMap::new();
-    for (doc, op) in ops {
-        per_doc.entry(doc).or_default().push(op.clone());
-    }
-    // Documents in order, so that concurrent writers take their exclusive leases in one order.
-    for (doc, doc_ops) in per_doc {
-        let key = bw_key(doc);
-        let cmis = replicas(cads, client, &key);
-        let created = match cads.config().write_back.buffering {
-            Buffering::Append => stage_append(session, &key, &cmis, &doc_ops)?,
-            Buffering::ReadModifyWrite => stage_rmw(session, &key, &cmis, doc_ops)?,
-        };
-        if created {
-            register(cads, client, session, &key)?;
-        }
-    }
-    Ok(())
+///
+/// Staging takes no round trip of its own: the session reads what [`reads`](Self::reads) lists
+/// in the same `LMGET` as the cached values it changes, and sends [`writes`](Self::writes) in
+/// the same pipeline as its other writes and its validation.
+pub(crate) struct Staging {
+    buffering: Buffering,
+    docs: Vec<DocStaging>,
 }
 
-/// Appends the operations on every replica. Returns whether the document had no buffered write
-/// before. A replica without a copy while another has one lost it (a CMI that restarted empty):
-/// it gets the whole buffered write.
-fn stage_append(
-    session: &mut CacheSession<'_>,
-    key: &[u8],
-    cmis: &[usize],
-    ops: &[DocOp],
-) -> Result<bool, ClientError> {
-    let lines = buffer::encode(ops);
-    let mut missing = Vec::new();
-    let mut holder = None;
-    for &cmi in cmis {
-        if session.on(cmi, |s| s.append(key, &lines))?.is_none() {
-            missing.push(cmi);
-        } else if holder.is_none() {
-            holder = Some(cmi);
-        }
-    }
-    let whole = match holder {
-        // A new buffered write starts with its creation version (see `new_version`).
-        None => buffer::encode_versioned(new_version(), ops.len() as u64, ops),
-        Some(h) => session
-            .on(h, |s| s.get(key, true))?
-            .expect("the holder has the buffered write"),
-    };
-    for cmi in missing {
-        session.on(cmi, |s| s.set(key, &whole, true))?;
-    }
-    Ok(holder.is_none())
-}
-
-/// Reads the buffered write from every replica and keeps the newest (a replica may lag behind
-/// after a commit that failed on it), adds the operations, compacts, and writes the result, one
-/// version newer, to every replica.
-fn stage_rmw(
-    session: &mut CacheSession<'_>,
-    key: &[u8],
-    cmis: &[usize],
+struct DocStaging {
+    key: Vec<u8>,
+    cmis: Vec<usize>,
     ops: Vec<DocOp>,
-) -> Result<bool, ClientError> {
-    let mut newest: Option<buffer::Buffered> = None;
-    for &cmi in cmis {
-        let Some(bytes) = session.on(cmi, |s| s.get(key, true))? else {
-            continue;
-        };
-        let held =
-            buffer::decode_versioned(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        if newest.as_ref().is_none_or(|n| held.version > n.version) {
-            newest = Some(held);
+}
+
+impl Staging {
+    pub(crate) fn plan(cads: &Cads, ops: &[(DocRef, DocOp)]) -> Staging {
+        let client = cads.cache().expect("write-back has a cache");
+        let mut per_doc: BTreeMap<&DocRef, Vec<DocOp>> = BTreeMap::new();
+        for (doc, op) in ops {
+            per_doc.entry(doc).or_default().push(op.clone());
+        }
+        let docs = per_doc
+            .into_iter()
+            .map(|(doc, ops)| {
+                let key = bw_key(doc);
+                DocStaging {
+                    cmis: replicas(cads, client, &key),
+                    key,
+                    ops,
+                }
+            })
+            .collect();
+        Staging {
+            buffering: cads.config().write_back.buffering,
+            docs,
         }
     }
-    let created = newest.is_none();
-    let held = newest.unwrap_or(buffer::Buffered {
-        version: 0,
-        writes: 0,
-        ops: Vec::new(),
-    });
-    let writes = held.writes + ops.len() as u64;
-    let mut all = held.ops;
-    all.extend(ops);
-    let version = if created {
-        new_version()
-    } else {
-        held.version + 1
-    };
-    let value = buffer::encode_versioned(version, writes, &buffer::compact(all));
-    for &cmi in cmis {
-        session.on(cmi, |s| s.set(key, &value, true))?;
+
+    /// The replicas to read under exclusive leases first: every replica of every buffered write
+    /// when writes read-modify-write them, none when they append.
+    pub(crate) fn reads(&self) -> Vec<(usize, Vec<u8>)> {
+        if self.buffering == Buffering::Append {
+            return Vec::new();
+        }
+        self.docs
+            .iter()
+            .flat_map(|d| d.cmis.iter().map(|&cmi| (cmi, d.key.clone())))
+            .collect()
     }
-    Ok(created)
+
+    /// The writes, given the values [`reads`](Self::reads) returned (in its order).
+    ///
+    /// Read-modify-write keeps the newest of the replicas' copies (a replica may lag behind after
+    /// a commit that failed on it), adds the operations, compacts, and writes the result, one
+    /// version newer, to every replica. Append appends the operations on every replica; see
+    /// [`finish`](Self::finish) for replicas that turn out to have no copy.
+    pub(crate) fn writes(
+        &self,
+        cads: &Cads,
+        read: &[Option<Vec<u8>>],
+    ) -> Result<Vec<(usize, Write)>, ClientError> {
+        let mut writes = Vec::new();
+        let mut read = read.iter();
+        for doc in &self.docs {
+            if self.buffering == Buffering::Append {
+                let lines = buffer::encode(&doc.ops);
+                writes.extend(doc.cmis.iter().map(|&cmi| {
+                    let append = Write::Append {
+                        key: doc.key.clone(),
+                        bytes: lines.clone(),
+                    };
+                    (cmi, append)
+                }));
+                continue;
+            }
+            let mut newest: Option<buffer::Buffered> = None;
+            for bytes in read.by_ref().take(doc.cmis.len()).flatten() {
+                let held = buffer::decode_versioned(bytes)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                if newest.as_ref().is_none_or(|n| held.version > n.version) {
+                    newest = Some(held);
+                }
+            }
+            let created = newest.is_none();
+            let held = newest.unwrap_or(buffer::Buffered {
+                version: 0,
+                writes: 0,
+                ops: Vec::new(),
+            });
+            let count = held.writes + doc.ops.len() as u64;
+            let mut all = held.ops;
+            all.extend(doc.ops.iter().cloned());
+            let version = if created {
+                new_version()
+            } else {
+                held.version + 1
+            };
+            let value = buffer::encode_versioned(version, count, &buffer::compact(all));
+            writes.extend(doc.cmis.iter().map(|&cmi| {
+                let set = Write::Set {
+                    key: doc.key.clone(),
+                    value: value.clone(),
+                    pin: true,
+                };
+                (cmi, set)
+            }));
+            if created {
+                writes.extend(registration(cads, &doc.key));
+            }
+        }
+        Ok(writes)
+    }
+
+    /// Append buffering, after the writes: a document whose replicas all lacked a buffered write
+    /// gets a new one, registered in PendingWrites; a replica without a copy while another has
+    /// one lost it (a CMI that restarted empty) and gets the whole buffered write. `written` is
+    /// what the session's pipeline returned for [`writes`](Self::writes), in its order. Returns
+    /// whether it wrote anything (the session must validate again).
+    pub(crate) fn finish(
+        &self,
+        cads: &Cads,
+        session: &mut CacheSession<'_>,
+        written: &[Written],
+    ) -> Result<bool, ClientError> {
+        if self.buffering != Buffering::Append {
+            return Ok(false);
+        }
+        let mut fixes = Vec::new();
+        let mut written = written.iter();
+        for doc in &self.docs {
+            let mut missing = Vec::new();
+            let mut holder = None;
+            for (&cmi, result) in doc.cmis.iter().zip(written.by_ref()) {
+                match result {
+                    Written::Length(None) => missing.push(cmi),
+                    _ if holder.is_none() => holder = Some(cmi),
+                    _ => {}
+                }
+            }
+            if missing.is_empty() {
+                continue;
+            }
+            let whole = match holder {
+                // A new buffered write starts with its creation version (see `new_version`).
+                None => {
+                    fixes.extend(registration(cads, &doc.key));
+                    buffer::encode_versioned(new_version(), doc.ops.len() as u64, &doc.ops)
+                }
+                Some(h) => session
+                    .on(h, |s| s.get(&doc.key, true))?
+                    .expect("the holder has the buffered write"),
+            };
+            fixes.extend(missing.into_iter().map(|cmi| {
+                let set = Write::Set {
+                    key: doc.key.clone(),
+                    value: whole.clone(),
+                    pin: true,
+                };
+                (cmi, set)
+            }));
+        }
+        if fixes.is_empty() {
+            return Ok(false);
+        }
+        session.write_at(&fixes, false)?;
+        Ok(true)
+    }
 }
 
 /// The version a new buffered write starts at: the time in microseconds, so that a new buffered
@@ -147,22 +220,28 @@ fn new_version() -> u64 {
         .max(1)
 }
 
-/// Lists a new buffered write in its PendingWrites partition, on every replica of the partition.
-fn register(
-    cads: &Cads,
-    client: &Client,
-    session: &mut CacheSession<'_>,
-    key: &[u8],
-) -> Result<(), ClientError> {
+/// The writes listing a new buffered write in its PendingWrites partition, on every replica of
+/// the partition: an empty pinned list where there is none, then the line appended.
+fn registration(cads: &Cads, key: &[u8]) -> Vec<(usize, Write)> {
+    let client = cads.cache().expect("write-back has a cache");
     let pw = pw_key(partition_of(cads, key));
     let mut line = key.to_vec();
     line.push(b'\n');
-    for cmi in replicas(cads, client, &pw) {
-        if session.on(cmi, |s| s.append(&pw, &line))?.is_none() {
-            session.on(cmi, |s| s.set(&pw, &line, true))?;
-        }
-    }
-    Ok(())
+    replicas(cads, client, &pw)
+        .into_iter()
+        .flat_map(|cmi| {
+            let create = Write::Add {
+                key: pw.clone(),
+                value: Vec::new(),
+                pin: true,
+            };
+            let append = Write::Append {
+                key: pw.clone(),
+                bytes: line.clone(),
+            };
+            [(cmi, create), (cmi, append)]
+        })
+        .collect()
 }
 
 /// Whether `doc` has a buffered write on any of its replicas (one round trip, no lease).
@@ -197,24 +276,66 @@ pub(crate) fn has_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
 /// Algorithm 2 of 000 §3.2: applies `doc`'s buffered write to the data store, if it has one.
 /// Returns whether it applied one.
 pub fn apply_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
+    apply_docs(cads, std::slice::from_ref(doc)).map(|applied| applied > 0)
+}
+
+/// Algorithm 2 for several documents at once (workers and the drain take them a PendingWrites
+/// partition at a time): their idempotent buffered writes go to the data store in one
+/// transaction, and are deleted with their PendingWrites lines in one cache session; the
+/// non-idempotent ones are turned into their idempotent form in that session and applied in the
+/// next round. Returns how many buffered writes it applied.
+///
+/// A batch that a writer's lease conflict aborts, or that the data store rejects, is split in
+/// two and each half tried on its own, so that one contended or failing document does not hold
+/// up the others.
+pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef]) -> Result<usize> {
+    let mut docs = docs.to_vec();
+    docs.sort();
+    docs.dedup();
+    let mut applied = 0;
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match apply_once(cads, doc) {
-            Err(Error::Aborted) if attempts < cads.config().max_attempts => {
+        let failure = match apply_once(cads, &docs) {
+            Ok(round) if round.converted.is_empty() => return Ok(applied + round.applied),
+            Ok(round) => {
+                applied += round.applied;
+                docs = round
+                    .converted
+                    .into_iter()
+                    .map(|i| docs[i].clone())
+                    .collect();
+                continue;
+            }
+            Err(e) => e,
+        };
+        let splits = match &failure {
+            Error::Aborted => true,
+            Error::Store(e) => !e.is_transient(),
+            _ => false,
+        };
+        if splits && docs.len() > 1 {
+            let (first, second) = docs.split_at(docs.len() / 2);
+            let first = apply_docs(cads, first);
+            let second = apply_docs(cads, second);
+            return Ok(applied + first? + second?);
+        }
+        match failure {
+            Error::Aborted if attempts < cads.config().max_attempts => {
                 cads_client::Backoff::new(&cads.config().retry).wait();
             }
-            Ok(Step::Converted) => {}
-            Ok(Step::Applied(applied)) => return Ok(applied),
-            Err(e) => return Err(e),
+            e => return Err(e),
         }
     }
 }
 
-enum Step {
-    /// The buffered write was rewritten in idempotent form; apply again.
-    Converted,
-    Applied(bool),
+/// What one round of Algorithm 2 did.
+struct Round {
+    /// Buffered writes applied.
+    applied: usize,
+    /// Indexes of the documents whose buffered writes were converted to their idempotent form,
+    /// to be applied next.
+    converted: Vec<usize>,
 }
 
 /// A worker dying at `step`: the session is abandoned without releasing anything, as a crashed
@@ -237,47 +358,145 @@ fn crashed() -> Error {
     Error::App("the worker died (test crash hook)".into())
 }
 
-fn apply_once(cads: &Cads, doc: &DocRef) -> Result<Step> {
+/// One round of Algorithm 2 over distinct documents, in four cache round trips and one
+/// data-store transaction: exclusive leases on every replica of their buffered writes (the newest
+/// copy is the buffered write); the idempotent ones applied to the data store; exclusive leases
+/// on the PendingWrites partitions listing them; then, validated and committed in one session,
+/// the applied ones deleted with their lines and the others replaced by their idempotent form. A
+/// worker that dies anywhere in between leaves either the original or the idempotent form
+/// behind, never a half-applied one: applying an idempotent one again does no harm.
+fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
     let client = cads.cache().expect("write-back has a cache");
     let store = cads.store().as_ref();
-    let key = bw_key(doc);
-    let cmis = replicas(cads, client, &key);
+    let keys: Vec<Vec<u8>> = docs.iter().map(bw_key).collect();
+    let places = placed(cads, client, &keys);
     let mut session = client.session();
-    // Exclusive leases on every replica; the newest copy is the buffered write.
-    let mut newest: Option<buffer::Buffered> = None;
-    for &cmi in &cmis {
-        let Some(bytes) = session.on(cmi, |s| s.get(&key, true))? else {
-            continue;
-        };
+    let copies = session.mget_at(&places, true)?;
+    let mut newest: Vec<Option<buffer::Buffered>> = vec![None; docs.len()];
+    let mut index = 0;
+    for ((_, key), bytes) in places.iter().zip(copies) {
+        // Replicas of a key are next to one another, in the order of `keys`.
+        while keys[index].as_slice() != *key {
+            index += 1;
+        }
+        let Some(bytes) = bytes else { continue };
         let held = buffer::decode_versioned(&bytes)?;
-        if newest.as_ref().is_none_or(|n| held.version > n.version) {
-            newest = Some(held);
+        if newest[index]
+            .as_ref()
+            .is_none_or(|n| held.version > n.version)
+        {
+            newest[index] = Some(held);
         }
     }
-    let Some(held) = newest else {
-        remove_pending_line(cads, client, &mut session, &key)?;
-        session.commit()?;
-        return Ok(Step::Applied(false));
-    };
-    let (version, writes) = (held.version, held.writes);
-    let ops = buffer::compact(held.ops);
-    if !buffer::is_idempotent(&ops) {
-        // The data store has none of these operations yet (a buffered write is applied only once
-        // it is idempotent), so its document is the state they apply to.
-        let before = store.get(&doc.collection, &doc.id)?;
-        let idempotent =
-            buffer::encode_versioned(version + 1, writes, &buffer::idempotent_form(&ops, before)?);
-        for &cmi in &cmis {
-            session.on(cmi, |s| s.set(&key, &idempotent, true))?;
+    let mut batch: Vec<DocWrite> = Vec::new();
+    // (document, version, operations written) of the buffered writes applied now.
+    let mut applied: Vec<(usize, u64, u64)> = Vec::new();
+    let mut converted: Vec<(usize, Vec<u8>)> = Vec::new();
+    for (i, held) in newest.into_iter().enumerate() {
+        let Some(held) = held else { continue };
+        let ops = buffer::compact(held.ops);
+        if buffer::is_idempotent(&ops) {
+            batch.extend(ops.into_iter().map(|op| DocWrite {
+                collection: docs[i].collection.clone(),
+                id: docs[i].id.clone(),
+                // Applied again after a worker died, an insert must not fail on the document it
+                // created the first time.
+                op: match op {
+                    DocOp::Insert(d) => DocOp::Put(d),
+                    other => other,
+                },
+            }));
+            applied.push((i, held.version, held.writes));
+        } else {
+            // The data store has none of these operations yet (a buffered write is applied only
+            // once it is idempotent), so its document is the state they apply to.
+            let before = store.get(&docs[i].collection, &docs[i].id)?;
+            let form = buffer::idempotent_form(&ops, before)?;
+            converted.push((
+                i,
+                buffer::encode_versioned(held.version + 1, held.writes, &form),
+            ));
         }
-        let session = match crash_at(cads, ApplyStep::Converted, session) {
+    }
+    if !batch.is_empty() {
+        store.write_batch(&batch)?;
+        session = match crash_at(cads, ApplyStep::Applied, session) {
             Ok(()) => return Err(crashed()),
             Err(s) => s,
         };
-        session.commit()?;
-        cads.write_back_stats()
+    }
+    // Lines of documents applied now, or found without a buffered write, leave PendingWrites.
+    let converted_docs: HashSet<usize> = converted.iter().map(|(i, _)| *i).collect();
+    let gone: HashSet<&[u8]> = (0..docs.len())
+        .filter(|i| !converted_docs.contains(i))
+        .map(|i| keys[i].as_slice())
+        .collect();
+    let partitions: BTreeSet<usize> = gone.iter().map(|k| partition_of(cads, k)).collect();
+    let pw_keys: Vec<Vec<u8>> = partitions.into_iter().map(pw_key).collect();
+    let pw_places = placed(cads, client, &pw_keys);
+    let lists = if pw_places.is_empty() {
+        Vec::new()
+    } else {
+        session.mget_at(&pw_places, true)?
+    };
+    let mut writes: Vec<(usize, Write)> = Vec::new();
+    for &(cmi, key) in &places {
+        let i = keys
+            .iter()
+            .position(|k| k.as_slice() == key)
+            .expect("placed");
+        if applied.iter().any(|&(a, _, _)| a == i) {
+            writes.push((cmi, Write::Delete { key: key.to_vec() }));
+        } else if let Some((_, value)) = converted.iter().find(|(c, _)| *c == i) {
+            let set = Write::Set {
+                key: key.to_vec(),
+                value: value.clone(),
+                pin: true,
+            };
+            writes.push((cmi, set));
+        }
+    }
+    for (&(cmi, pw), list) in pw_places.iter().zip(lists) {
+        let Some(list) = list else { continue };
+        let kept: Vec<&[u8]> = lines(&list)
+            .into_iter()
+            .filter(|line| !gone.contains(line))
+            .collect();
+        let write = if kept.is_empty() {
+            Write::Delete { key: pw.to_vec() }
+        } else {
+            Write::Set {
+                key: pw.to_vec(),
+                value: join_lines(&kept),
+                pin: true,
+            }
+        };
+        writes.push((cmi, write));
+    }
+    session.write_at(&writes, true)?;
+    if !converted.is_empty() {
+        session = match crash_at(cads, ApplyStep::Converted, session) {
+            Ok(()) => return Err(crashed()),
+            Err(s) => s,
+        };
+    }
+    match session.commit() {
+        Ok(()) => {}
+        // Done on some replicas only (one's leases ran out): the applied copies left must go
+        // before a write mistakes them for a pending buffered write. A conversion that reached
+        // some replicas only is found there as the newest copy.
+        Err(ClientError::PartialCommit { .. }) => {
+            for &(i, version, _) in &applied {
+                clean_up(cads, &keys[i], version)?;
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let stats = cads.write_back_stats();
+    if !converted.is_empty() {
+        stats
             .conversions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(converted.len() as u64, Ordering::Relaxed);
         if cads
             .config()
             .write_back
@@ -287,32 +506,18 @@ fn apply_once(cads: &Cads, doc: &DocRef) -> Result<Step> {
         {
             return Err(crashed());
         }
-        return Ok(Step::Converted);
     }
-    apply_ops(store, doc, &ops)?;
-    let mut session = match crash_at(cads, ApplyStep::Applied, session) {
-        Ok(()) => return Err(crashed()),
-        Err(s) => s,
-    };
-    for &cmi in &cmis {
-        session.on(cmi, |s| s.delete(&key))?;
-    }
-    remove_pending_line(cads, client, &mut session, &key)?;
-    match session.commit() {
-        Ok(()) => {}
-        // Deleted on some replicas only (one's leases ran out): the copies left are applied
-        // already and must go before a write mistakes them for a pending buffered write.
-        Err(cads_client::ClientError::PartialCommit { .. }) => clean_up(cads, &key, version)?,
-        Err(e) => return Err(e.into()),
-    }
-    let stats = cads.write_back_stats();
     stats
         .applied_writes
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    stats
-        .applied_ops
-        .fetch_add(writes, std::sync::atomic::Ordering::Relaxed);
-    Ok(Step::Applied(true))
+        .fetch_add(applied.len() as u64, Ordering::Relaxed);
+    stats.applied_ops.fetch_add(
+        applied.iter().map(|&(_, _, writes)| writes).sum(),
+        Ordering::Relaxed,
+    );
+    Ok(Round {
+        applied: applied.len(),
+        converted: converted.into_iter().map(|(i, _)| i).collect(),
+    })
 }
 
 /// Deletes the copies of an applied buffered write (version up to `applied`) that a partial
@@ -346,67 +551,30 @@ fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
     }
 }
 
-/// Applies idempotent operations to the data store.
-fn apply_ops(store: &dyn DataStore, doc: &DocRef, ops: &[DocOp]) -> Result<(), StoreError> {
-    for op in ops {
-        match op {
-            DocOp::Insert(d) | DocOp::Put(d) => store.put(&doc.collection, &doc.id, d)?,
-            DocOp::Delete => {
-                store.delete(&doc.collection, &doc.id)?;
-            }
-            DocOp::Update(changes) => {
-                store.update(&doc.collection, &doc.id, changes)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Removes one line naming `key` from its PendingWrites partition, on every replica.
-fn remove_pending_line(
-    cads: &Cads,
-    client: &Client,
-    session: &mut CacheSession<'_>,
-    key: &[u8],
-) -> Result<(), ClientError> {
-    let pw = pw_key(partition_of(cads, key));
-    for cmi in replicas(cads, client, &pw) {
-        let Some(list) = session.on(cmi, |s| s.get(&pw, true))? else {
-            continue;
-        };
-        let mut listed = lines(&list);
-        if let Some(i) = listed.iter().position(|l| *l == key) {
-            listed.remove(i);
-        }
-        if listed.is_empty() {
-            session.on(cmi, |s| s.delete(&pw))?;
-        } else {
-            let value = join_lines(&listed);
-            session.on(cmi, |s| s.set(&pw, &value, true))?;
-        }
-    }
-    Ok(())
-}
-
-/// The documents with buffered writes listed in PendingWrites partition `partition` (the union
-/// over its reachable replicas).
-pub(crate) fn pending_in(cads: &Cads, partition: usize) -> Result<Vec<DocRef>> {
-    let mut docs: Vec<DocRef> = Vec::new();
-    for list in read_all(cads, &pw_key(partition))?.into_iter().flatten() {
-        for doc in lines(&list).into_iter().filter_map(doc_of) {
-            if !docs.contains(&doc) {
-                docs.push(doc);
+/// The documents with buffered writes listed in each of the PendingWrites `partitions` (the
+/// union over each partition's reachable replicas), read in one round trip.
+pub(crate) fn pending_in(cads: &Cads, partitions: &[usize]) -> Result<Vec<Vec<DocRef>>> {
+    let keys: Vec<Vec<u8>> = partitions.iter().map(|&p| pw_key(p)).collect();
+    let mut all = Vec::with_capacity(partitions.len());
+    for copies in read_many(cads, &keys)? {
+        let mut docs: Vec<DocRef> = Vec::new();
+        for list in copies.into_iter().flatten() {
+            for doc in lines(&list).into_iter().filter_map(doc_of) {
+                if !docs.contains(&doc) {
+                    docs.push(doc);
+                }
             }
         }
+        all.push(docs);
     }
-    Ok(docs)
+    Ok(all)
 }
 
 /// Every document with a buffered write waiting (all PendingWrites partitions).
 pub fn pending(cads: &Cads) -> Result<Vec<DocRef>> {
-    let mut all = Vec::new();
-    for p in 0..cads.config().write_back.partitions.max(1) {
-        all.extend(pending_in(cads, p)?);
-    }
-    Ok(all)
+    let partitions: Vec<usize> = (0..cads.config().write_back.partitions.max(1)).collect();
+    Ok(pending_in(cads, &partitions)?
+        .into_iter()
+        .flatten()
+        .collect())
 }

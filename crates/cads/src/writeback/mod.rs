@@ -97,6 +97,9 @@ pub struct WriteBackConfig {
     /// contending.
     pub partitions: usize,
     pub buffering: Buffering,
+    /// Design 1: buffered writes (one per document) that a worker applies in one data-store
+    /// transaction, and deletes in one cache session.
+    pub documents_per_transaction: usize,
     /// Design 2: sessions applied per data-store transaction (alpha of 003 Algorithm 4).
     pub batch: usize,
     /// Design 2: applied sessions removed from their queue, mappings and
@@ -112,6 +115,7 @@ impl Default for WriteBackConfig {
             replicas: 3,
             partitions: 64,
             buffering: Buffering::ReadModifyWrite,
+            documents_per_transaction: 32,
             batch: 8,
             compact_every: 64,
             crash: None,

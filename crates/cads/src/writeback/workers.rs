@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::design1::{apply_buffered, pending, pending_in};
+use super::design1::{apply_docs, pending, pending_in};
 use super::design2;
 use crate::error::{Error, Result};
 use crate::Cads;
@@ -93,9 +93,9 @@ pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
                 documents.len()
             )));
         }
-        for doc in &documents {
-            if let Err(e) = apply_buffered(cads, doc) {
-                tracing::debug!(error = %e, ?doc, "drain: applying a buffered write failed; retrying");
+        for batch in documents.chunks(per_transaction(cads)) {
+            if let Err(e) = apply_docs(cads, batch) {
+                tracing::debug!(error = %e, "drain: applying buffered writes failed; retrying");
                 last_error = Some(e);
             }
         }
@@ -108,31 +108,35 @@ pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
     }
 }
 
+/// Buffered writes of one document applied per data-store transaction.
+fn per_transaction(cads: &Cads) -> usize {
+    cads.config().write_back.documents_per_transaction.max(1)
+}
+
 fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
-    let partitions = cads.config().write_back.partitions.max(1);
+    let partitions: Vec<usize> = (index..cads.config().write_back.partitions.max(1))
+        .step_by(count)
+        .collect();
     let mut idle = Duration::from_millis(1);
     while !stop.load(Ordering::Acquire) {
         let mut applied = false;
-        for partition in (index..partitions).step_by(count) {
-            if stop.load(Ordering::Acquire) {
-                return;
-            }
-            let docs = match pending_in(cads, partition) {
-                Ok(docs) => docs,
-                Err(e) => {
-                    tracing::debug!(error = %e, partition, "worker: cannot read PendingWrites");
-                    continue;
-                }
-            };
-            for doc in docs {
-                match apply_buffered(cads, &doc) {
-                    Ok(true) => applied = true,
-                    Ok(false) => {}
-                    // A worker that dies here is "restarted" by carrying on: what it left behind is
-                    // found again through PendingWrites once its leases expire.
-                    Err(e) => tracing::debug!(error = %e, ?doc, "worker: apply failed"),
+        match pending_in(cads, &partitions) {
+            Ok(lists) => {
+                for docs in lists {
+                    for batch in docs.chunks(per_transaction(cads)) {
+                        if stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                        match apply_docs(cads, batch) {
+                            Ok(n) => applied |= n > 0,
+                            // A worker that dies here is "restarted" by carrying on: what it left
+                            // behind is found again through PendingWrites once its leases expire.
+                            Err(e) => tracing::debug!(error = %e, "worker: apply failed"),
+                        }
+                    }
                 }
             }
+            Err(e) => tracing::debug!(error = %e, "worker: cannot read PendingWrites"),
         }
         applied |= work_on_queues(cads, index, count);
         if applied {
