@@ -4,6 +4,7 @@
 use std::sync::Once;
 
 use anyhow::{anyhow, Result};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -186,17 +187,25 @@ fn byte_unit(max: f64) -> (f64, &'static str) {
     }
 }
 
+/// Height of the strip that holds a chart's shared legend.
+const LEGEND_HEIGHT: u32 = 36;
+
 impl Chart<'_, '_> {
     fn size(&self) -> (u32, u32) {
         match self {
             Chart::Throughput(g) => (240 + 170 * policies(g).len() as u32, 560),
             Chart::Latency(g) => {
                 let (rows, cols) = latency_grid(actions(g).len());
-                (40 + 460 * cols, 110 + 380 * rows)
+                (40 + 460 * cols, 110 + LEGEND_HEIGHT + 380 * rows)
             }
             Chart::WriteBack(g) => {
                 let panels = if has_applied_share(g) { 2 } else { 1 };
-                (1000, 90 + 400 * panels)
+                let legend = if write_back_runs(g).len() > 1 {
+                    LEGEND_HEIGHT
+                } else {
+                    0
+                };
+                (1000, 90 + legend + 400 * panels)
             }
         }
     }
@@ -209,6 +218,74 @@ impl Chart<'_, '_> {
             Chart::WriteBack(g) => draw_write_back(root, g),
         }
     }
+}
+
+/// An x axis of categories (policies, percentiles): category `i` spans `i..i + 1`, with its tick
+/// and label at the centre. plotters' segmented axis would add an empty category at the end.
+struct Categories(usize);
+
+impl Ranged for Categories {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let share = value / self.0.max(1) as f64;
+        limit.0 + (share * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, _hint: Hint) -> Vec<f64> {
+        (0..self.0).map(|i| i as f64 + 0.5).collect()
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        0.0..self.0 as f64
+    }
+}
+
+/// The category an x value of [`Categories`] falls in.
+fn category(x: f64) -> usize {
+    x.max(0.0).floor() as usize
+}
+
+/// Grid lines: light grey at the labelled values, none between them (the finer grid made
+/// charts look like graph paper).
+const GRID: RGBAColor = RGBAColor(0, 0, 0, 0.12);
+
+/// One line of legend entries (a coloured stroke and a name each), centred in `area`: one
+/// legend for all the panels of a chart, outside the plots so that it covers no data.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, RGBColor)],
+) -> Drawn<DB> {
+    const STROKE: i32 = 28;
+    const GAP: i32 = 8;
+    const SPACING: i32 = 30;
+    let style = (FAMILY, LABEL_SIZE + 1).into_font().into_text_style(area);
+    let widths: Vec<i32> = entries
+        .iter()
+        .map(|(name, _)| {
+            area.estimate_text_size(name, &style)
+                .map(|(w, _)| STROKE + GAP + w as i32)
+        })
+        .collect::<Result<_, _>>()?;
+    let total = widths.iter().sum::<i32>() + SPACING * (entries.len() as i32 - 1).max(0);
+    let (width, height) = area.dim_in_pixel();
+    let middle = height as i32 / 2;
+    let mut x = (width as i32 - total).max(0) / 2;
+    let style = style.pos(Pos::new(HPos::Left, VPos::Center));
+    for ((name, color), w) in entries.iter().zip(widths) {
+        area.draw(&PathElement::new(
+            vec![(x, middle), (x + STROKE, middle)],
+            color.stroke_width(3),
+        ))?;
+        area.draw(&Text::new(
+            name.clone(),
+            (x + STROKE + GAP, middle),
+            style.clone(),
+        ))?;
+        x += w + SPACING;
+    }
+    Ok(())
 }
 
 fn draw_throughput<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
@@ -239,20 +316,20 @@ fn draw_throughput<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
     if repeated {
         title.push_str(" (mean of runs, whiskers min-max)");
     }
-    let n = bars.len();
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FAMILY, TITLE_SIZE))
         .margin(20)
         .x_label_area_size(60)
         .y_label_area_size(100)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..top)?;
+        .build_cartesian_2d(Categories(bars.len()), 0.0..top)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) if *i < n => policy_label(bars[*i].policy).to_string(),
-            _ => String::new(),
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .x_label_formatter(&|x| {
+            bars.get(category(*x))
+                .map_or(String::new(), |b| policy_label(b.policy).to_string())
         })
         .y_label_formatter(&|v| with_thousands(*v))
         .x_desc("policy")
@@ -261,25 +338,16 @@ fn draw_throughput<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
         .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
         .draw()?;
     chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
-        let mut bar = Rectangle::new(
-            [
-                (SegmentValue::Exact(i), 0.0),
-                (SegmentValue::Exact(i + 1), b.mean),
-            ],
+        let x = i as f64;
+        Rectangle::new(
+            [(x + 0.18, 0.0), (x + 0.82, b.mean)],
             policy_color(b.policy).filled(),
-        );
-        bar.set_margin(0, 0, 28, 28);
-        bar
+        )
     }))?;
     if repeated {
         chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
-            PathElement::new(
-                vec![
-                    (SegmentValue::CenterOf(i), b.min),
-                    (SegmentValue::CenterOf(i), b.max),
-                ],
-                BLACK.stroke_width(2),
-            )
+            let x = i as f64 + 0.5;
+            PathElement::new(vec![(x, b.min), (x, b.max)], BLACK.stroke_width(2))
         }))?;
     }
     let above = (FAMILY, LABEL_SIZE)
@@ -290,14 +358,10 @@ fn draw_throughput<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
         let mut label = with_thousands(b.mean);
         if let (Some(base), false) = (baseline, b.policy == "none") {
             if base > 0.0 {
-                label.push_str(&format!(" ({:.1}×)", b.mean / base));
+                label.push_str(&format!(", {:.2}×", b.mean / base));
             }
         }
-        Text::new(
-            label,
-            (SegmentValue::CenterOf(i), b.max.max(b.mean)),
-            above.clone(),
-        )
+        Text::new(label, (i as f64 + 0.5, b.max.max(b.mean)), above.clone())
     }))?;
     Ok(())
 }
@@ -323,10 +387,21 @@ fn latency_grid(panels: usize) -> (u32, u32) {
 fn draw_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
     let title = format!("{}: latency percentiles by policy", workload_name(g));
     let body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
+    let (legend, body) = body.split_vertically(LEGEND_HEIGHT);
     let actions = actions(g);
     let (rows, cols) = latency_grid(actions.len());
     let panels = body.split_evenly((rows as usize, cols as usize));
-    let policies = policies(g);
+    let policies: Vec<&str> = policies(g)
+        .into_iter()
+        .filter(|&p| runs_of(g, p).any(|r| !r.latency_us.is_empty()))
+        .collect();
+    draw_legend(
+        &legend,
+        &policies
+            .iter()
+            .map(|p| (policy_label(p).to_string(), policy_color(p)))
+            .collect::<Vec<_>>(),
+    )?;
     for (action, panel) in actions.iter().zip(&panels) {
         // Per policy, the mean of each percentile over the runs that measured this action.
         let lines: Vec<(&str, [f64; 4])> = policies
@@ -355,17 +430,16 @@ fn draw_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>
             .margin(14)
             .x_label_area_size(50)
             .y_label_area_size(80)
-            .build_cartesian_2d(
-                (0..PERCENTILES.len()).into_segmented(),
-                (low..high).log_scale(),
-            )?;
+            .build_cartesian_2d(Categories(PERCENTILES.len()), (low..high).log_scale())?;
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(PERCENTILES.len())
-            .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) if *i < PERCENTILES.len() => PERCENTILES[*i].1.into(),
-                _ => String::new(),
+            .bold_line_style(GRID)
+            .light_line_style(TRANSPARENT)
+            .x_label_formatter(&|x| {
+                PERCENTILES
+                    .get(category(*x))
+                    .map_or(String::new(), |p| p.1.to_string())
             })
             .y_label_formatter(&|v| with_thousands(*v))
             .x_desc("percentile")
@@ -375,25 +449,10 @@ fn draw_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>
             .draw()?;
         for (policy, values) in &lines {
             let color = policy_color(policy);
-            let points = values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (SegmentValue::CenterOf(i), *v));
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))?
-                .label(policy_label(policy))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-                });
+            let points = values.iter().enumerate().map(|(i, v)| (i as f64 + 0.5, *v));
+            chart.draw_series(LineSeries::new(points.clone(), color.stroke_width(3)))?;
             chart.draw_series(points.map(|p| Circle::new(p, 5, color.filled())))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FAMILY, LABEL_SIZE))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .draw()?;
     }
     Ok(())
 }
@@ -402,13 +461,40 @@ fn has_applied_share(g: &Group<'_>) -> bool {
     g.runs.iter().any(|r| !r.applied_share.is_empty())
 }
 
-fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
-    let runs: Vec<&RunPoint> = g
-        .runs
+/// The runs of a group with write-back samples.
+fn write_back_runs<'r>(g: &Group<'r>) -> Vec<&'r RunPoint> {
+    g.runs
         .iter()
         .copied()
         .filter(|r| !r.pinned_bytes.is_empty() || !r.applied_share.is_empty())
-        .collect();
+        .collect()
+}
+
+/// A line through `points` with a dot on each sample: runs are sampled about once a second, so
+/// a short run has few points, and a single sample would otherwise not show at all.
+fn draw_samples<DB: DrawingBackend, X, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    points: Vec<(f64, f64)>,
+    color: RGBColor,
+) -> Drawn<DB>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart.draw_series(LineSeries::new(
+        points.iter().copied(),
+        color.stroke_width(3),
+    ))?;
+    chart.draw_series(
+        points
+            .into_iter()
+            .map(|p| Circle::new(p, 4, color.filled())),
+    )?;
+    Ok(())
+}
+
+fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
+    let runs = write_back_runs(g);
     let several_policies = runs.iter().any(|r| r.policy != runs[0].policy);
     let name = |r: &RunPoint| {
         if several_policies {
@@ -425,8 +511,19 @@ fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
         RGBColor(140, 86, 75),
         RGBColor(23, 190, 207),
     ];
+    let color = |i: usize| palette[i % palette.len()];
     let title = format!("{}: write-back over time", workload_name(g));
-    let body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
+    let mut body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
+    if runs.len() > 1 {
+        let (legend, rest) = body.split_vertically(LEGEND_HEIGHT);
+        let entries: Vec<(String, RGBColor)> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (name(r), color(i)))
+            .collect();
+        draw_legend(&legend, &entries)?;
+        body = rest;
+    }
     let end = runs
         .iter()
         .flat_map(|r| r.pinned_bytes.iter().chain(&r.applied_share).map(|s| s.0))
@@ -453,31 +550,22 @@ fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
         .build_cartesian_2d(0.0..end, 0.0..max_bytes / divisor * 1.1)?;
     chart
         .configure_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
         .x_desc("time into the run (s)")
         .y_desc(format!("pinned memory ({unit})"))
-        .y_label_formatter(&|v| format!("{v:.1}"))
+        .y_label_formatter(&|v| with_thousands(*v))
         .label_style((FAMILY, LABEL_SIZE))
         .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
         .draw()?;
     for (i, r) in runs.iter().enumerate() {
-        let color = palette[i % palette.len()];
-        chart
-            .draw_series(LineSeries::new(
-                r.pinned_bytes.iter().map(|&(t, b)| (t, b / divisor)),
-                color.stroke_width(3),
-            ))?
-            .label(name(r))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
+        let points = r
+            .pinned_bytes
+            .iter()
+            .map(|&(t, b)| (t, b / divisor))
+            .collect();
+        draw_samples(&mut chart, points, color(i))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FAMILY, LABEL_SIZE))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .draw()?;
 
     if let Some(panel) = panels.get(1) {
         let mut chart = ChartBuilder::on(panel)
@@ -491,30 +579,22 @@ fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
             .build_cartesian_2d(0.0..end, 0.0..105.0)?;
         chart
             .configure_mesh()
+            .bold_line_style(GRID)
+            .light_line_style(TRANSPARENT)
             .x_desc("time into the run (s)")
             .y_desc("applied (%)")
+            .y_label_formatter(&|v| with_thousands(*v))
             .label_style((FAMILY, LABEL_SIZE))
             .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
             .draw()?;
         for (i, r) in runs.iter().enumerate() {
-            let color = palette[i % palette.len()];
-            chart
-                .draw_series(LineSeries::new(
-                    r.applied_share.iter().map(|&(t, s)| (t, s * 100.0)),
-                    color.stroke_width(3),
-                ))?
-                .label(name(r))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-                });
+            let points = r
+                .applied_share
+                .iter()
+                .map(|&(t, s)| (t, s * 100.0))
+                .collect();
+            draw_samples(&mut chart, points, color(i))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FAMILY, LABEL_SIZE))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .draw()?;
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! The records are read as JSON, not as the benchmarks' record types, so that one reader takes
 //! the records of every benchmark (YCSB, BG, TPC-C) and of older runs: what a chart needs is
 //! `benchmark`, `workload`, `policy`, `run`, `throughput`, `latency_us.<action>.{p50,p95,p99,
-//! p999}` and `write_back.pinned_bytes.samples` (`[[seconds, bytes], ...]`); optional
+//! p999}` and `write_back.pinned_bytes.samples` (`[[seconds, bytes], ...]`, with `write_back.pinned_bytes.end`
+//! at `elapsed_s` as the last point); optional
 //! `write_back.applied_share_samples` (`[[seconds, share], ...]`, share in 0..=1) adds a panel.
 
 mod chart;
@@ -81,6 +82,20 @@ impl RunPoint {
                 })
                 .unwrap_or_default()
         };
+        let mut pinned_bytes = samples(&["pinned_bytes", "samples"]);
+        // The samples are taken about once a second; the record also has the pinned memory at
+        // the end of the run, which is the last point of the line.
+        let end = write_back
+            .and_then(|w| w.get("pinned_bytes")?.get("end")?.as_f64())
+            .zip(record.get("elapsed_s").and_then(Value::as_f64));
+        if let Some((bytes, seconds)) = end {
+            if pinned_bytes
+                .last()
+                .is_none_or(|last| seconds > last.0 + 0.05)
+            {
+                pinned_bytes.push((seconds, bytes));
+            }
+        }
         Some(RunPoint {
             benchmark: text("benchmark")?,
             workload: text("workload").unwrap_or_default(),
@@ -88,7 +103,7 @@ impl RunPoint {
             run: record.get("run").and_then(Value::as_u64).unwrap_or(0),
             throughput: record.get("throughput")?.as_f64()?,
             latency_us,
-            pinned_bytes: samples(&["pinned_bytes", "samples"]),
+            pinned_bytes,
             applied_share: samples(&["applied_share_samples"]),
         })
     }
@@ -138,17 +153,22 @@ impl Group<'_> {
     /// The stem of this group's chart files: `<benchmark>-<workload>`, with characters other
     /// than letters, digits, `.` and `-` replaced (workloads such as `10:1` or `CPR-scan50%`).
     pub fn file_stem(&self) -> String {
-        format!("{}-{}", self.benchmark, self.workload)
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
+        file_name_part(&format!("{}-{}", self.benchmark, self.workload))
     }
+}
+
+/// `text` with every character other than ASCII letters, digits, `.` and `-` replaced by `_`,
+/// for a file name made of workload and policy names.
+pub fn file_name_part(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The runs grouped by benchmark and workload, in the order the groups first appear.
@@ -223,6 +243,15 @@ mod tests {
         assert_eq!(r.latency_us["READ"], [100.0, 200.0, 400.0, 900.0]);
         assert_eq!(r.pinned_bytes, vec![(0.0, 0.0), (1.0, 4096.0)]);
         assert!(r.applied_share.is_empty());
+        // The pinned memory at the end of the run closes the line.
+        let mut ended = record("write-back", 0, 1.0);
+        ended["elapsed_s"] = json!(1.6);
+        ended["write_back"]["pinned_bytes"]["end"] = json!(512);
+        let r = RunPoint::from_json(&ended).unwrap();
+        assert_eq!(
+            r.pinned_bytes,
+            vec![(0.0, 0.0), (1.0, 4096.0), (1.6, 512.0)]
+        );
         // A summary row has no benchmark.
         assert!(RunPoint::from_json(&json!({"workload": "A", "policy": "none"})).is_none());
     }

@@ -1,0 +1,584 @@
+//! `cads bench`: the benchmarks of `cads-bench` (YCSB, BG, TPC-C) behind one set of flags. Each
+//! benchmark's library call does the work; this module turns flags into its options (with the
+//! library's parsers and defaults), shows its progress, and afterwards prints the summary, writes
+//! `--out` and the charts, and checks consistency.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use cads::Policy;
+use cads_bench::bg::{self, BgOptions, Popularity, Sla};
+use cads_bench::report::{draw_charts, file_name_part, RunPoint};
+use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
+use cads_bench::ycsb::{
+    self, parse_duration, parse_policies, Distribution, Fields, Phase, YcsbOptions,
+};
+use cads_bench::{CacheSpec, CmiSettings};
+use cads_example_bg::LayoutKind;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::progress::{Progress, Report};
+
+/// `cads bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub benchmark: Benchmark,
+}
+
+/// The benchmarks.
+#[derive(Subcommand, Debug)]
+pub enum Benchmark {
+    /// YCSB: workloads A-F, the papers' S and CPR's scans on the document layer; every read
+    /// validated, and the data store's final state checked against the last acknowledged writes.
+    Ycsb(YcsbArgs),
+    /// BG: a social graph and its seven core actions under BG's mixes; every count read
+    /// validated, the data store's counts and the cache checked after each run, and with --soar
+    /// the SoAR (the most actions per second that meet the SLA).
+    Bg(BgArgs),
+    /// TPC-C: the nine tables and five transactions with BenchBase's simplifications; tpmC and
+    /// latency per transaction, and the consistency conditions of clause 3.3.2 checked after
+    /// each run.
+    Tpcc(TpccArgs),
+}
+
+/// The policies of `--policy`.
+#[derive(Clone, Debug)]
+pub struct Policies(pub Vec<Policy>);
+
+fn policy_list(text: &str) -> Result<Policies> {
+    parse_policies(text).map(Policies)
+}
+
+/// Where every benchmark runs, what it keeps, and what it writes.
+#[derive(Args, Debug)]
+pub struct Common {
+    /// Policies, each run in turn: write-around, write-through, write-back, none (the data store
+    /// alone), comma-separated, or all for the four.
+    #[arg(long, value_name = "LIST", default_value = "all", value_parser = policy_list)]
+    pub policy: Policies,
+    /// Data store: sqlite:PATH, postgres://USER:PASSWORD@HOST:PORT/DATABASE or
+    /// mysql://USER:PASSWORD@HOST:PORT/DATABASE. [default: a SQLite file in a temporary
+    /// directory, removed afterwards]
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Cache: embedded:N starts N CMIs in this process on loopback, fresh for each policy in its
+    /// lease mode; or host:port,host:port,... of running CMIs (`cads server`), emptied before
+    /// each run, whose --mode must suit every policy given.
+    #[arg(long, value_name = "SPEC", default_value = "embedded:2", value_parser = CacheSpec::parse)]
+    pub cache: CacheSpec,
+    /// maxmemory of each embedded CMI (e.g. 512mb). [default: the server's]
+    #[arg(long, value_name = "BYTES")]
+    pub maxmemory: Option<String>,
+    /// max-pinned-memory of each embedded CMI: room for write-back's buffered writes.
+    /// [default: the server's]
+    #[arg(long, value_name = "BYTES")]
+    pub max_pinned_memory: Option<String>,
+    /// Runs of each policy, the policies interleaved; summaries show medians.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub repeat: usize,
+    /// Start every run with a cold cache (no warm-up read of the data).
+    #[arg(long)]
+    pub cold: bool,
+    /// How long write-back's drain may take after a run.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// Directory for one JSON record per run, summary.md, and the charts (PNG and SVG).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// File for every run record in one JSON array, rewritten after each run.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+impl Common {
+    fn cmi(&self) -> CmiSettings {
+        CmiSettings {
+            maxmemory: self.maxmemory.clone(),
+            max_pinned_memory: self.max_pinned_memory.clone(),
+        }
+    }
+}
+
+/// `cads bench ycsb`.
+#[derive(Args, Debug)]
+pub struct YcsbArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Workload: A, B, C, D, E, F (YCSB's), S (95% scans of 5 records, 5% updates) or CPR
+    /// (scans and updates; see --scan-share, --scan-length, --projection).
+    #[arg(long, default_value = "A")]
+    pub workload: String,
+    /// Threads issuing operations (load, warm-up and run phases).
+    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().threads)]
+    pub threads: usize,
+    /// Length of the run phase (8s, 2m, 500ms). [default: 10s, unless --operations is given]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Operations of the run phase over all threads; with --duration too, the first reached
+    /// ends the run.
+    #[arg(long, value_name = "N")]
+    pub operations: Option<u64>,
+    /// Records loaded.
+    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().records)]
+    pub records: u64,
+    /// Key distribution: zipfian, uniform or latest. [default: the workload's]
+    #[arg(long, value_parser = Distribution::parse)]
+    pub distribution: Option<Distribution>,
+    /// Zipfian constant (YCSB's 0.99; the papers also use 0.75).
+    #[arg(long, value_name = "C", default_value_t = YcsbOptions::default().zipfian_constant)]
+    pub zipfian_constant: f64,
+    /// Fields an update writes: all (as the papers do) or one (YCSB's default). [default: all]
+    #[arg(long, value_name = "all|one", value_parser = Fields::parse)]
+    pub update_fields: Option<Fields>,
+    /// A fixed scan length (CPR: 5, 10 or 100).
+    #[arg(long, value_name = "N")]
+    pub scan_length: Option<u64>,
+    /// Share of scans, the rest updates (CPR's f, 0.1 to 1.0).
+    #[arg(long, value_name = "F")]
+    pub scan_share: Option<f64>,
+    /// Fields a scan returns of each record: all (CPR's YCSB*) or one (YCSB^1).
+    #[arg(long, value_name = "all|one", value_parser = Fields::parse)]
+    pub projection: Option<Fields>,
+    /// Fields per record.
+    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().field_count)]
+    pub field_count: usize,
+    /// Bytes per field (at least 16: each field starts with its version).
+    #[arg(long, value_name = "BYTES", default_value_t = YcsbOptions::default().field_length)]
+    pub field_length: usize,
+    /// Write-back's background workers.
+    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().workers)]
+    pub workers: usize,
+    /// Seed of the load's and the threads' generators.
+    #[arg(long, default_value_t = YcsbOptions::default().seed)]
+    pub seed: u64,
+    /// The collection, dropped and reloaded for every run.
+    #[arg(long, default_value_t = YcsbOptions::default().table)]
+    pub table: String,
+}
+
+impl YcsbArgs {
+    /// The library's options. `--out` is left to [`finish`]: it writes every benchmark's.
+    pub fn options(&self) -> YcsbOptions {
+        let c = &self.common;
+        YcsbOptions {
+            policies: c.policy.0.clone(),
+            store: c.store.clone(),
+            cache: c.cache.clone(),
+            cmi: c.cmi(),
+            workload: self.workload.clone(),
+            threads: self.threads,
+            duration: self.duration,
+            operations: self.operations,
+            records: self.records,
+            distribution: self.distribution,
+            zipfian_constant: self.zipfian_constant,
+            update_fields: self.update_fields,
+            scan_length: self.scan_length,
+            scan_share: self.scan_share,
+            projection: self.projection,
+            field_count: self.field_count,
+            field_length: self.field_length,
+            workers: self.workers,
+            warm: !c.cold,
+            repeat: c.repeat,
+            seed: self.seed,
+            table: self.table.clone(),
+            drain_timeout: c.drain_timeout,
+            out: None,
+            json: c.json.clone(),
+            ..YcsbOptions::default()
+        }
+    }
+}
+
+fn parse_layout(text: &str) -> Result<LayoutKind> {
+    LayoutKind::parse(text).ok_or_else(|| anyhow!("unknown layout {text:?} (use documents or sql)"))
+}
+
+/// `cads bench bg`.
+#[derive(Args, Debug)]
+pub struct BgArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Mix: 90, 99, 99.9 (000 Table 3.5, percent of reads) or 10:1, 100:1, 1000:1 (001 Table 1).
+    #[arg(long, default_value_t = BgOptions::default().workload)]
+    pub workload: String,
+    /// Implementation of the actions: documents (the document layer; every policy) or sql
+    /// (tables with 001's key layouts; not write-back).
+    #[arg(long, default_value = "documents", value_parser = parse_layout)]
+    pub layout: LayoutKind,
+    /// Threads issuing actions (BG's socialites); with --soar, the search chooses.
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().threads)]
+    pub threads: usize,
+    /// Length of a run, or with --soar of each run of the search (8s, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Members of the social graph.
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().members)]
+    pub members: u32,
+    /// Confirmed friends per member (even).
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().friends)]
+    pub friends: u32,
+    /// Pending invitations each member has received at load time.
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().pending)]
+    pub pending: u32,
+    /// How members are chosen: dzipfian (BG's, mean 0.27), dzipfian:MEAN or uniform.
+    #[arg(long, default_value = "dzipfian", value_parser = Popularity::parse)]
+    pub distribution: Popularity,
+    /// Find the SoAR: double the threads from --soar-start until the SLA fails, then bisect.
+    #[arg(long)]
+    pub soar: bool,
+    /// First thread count of the SoAR search.
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().soar_start)]
+    pub soar_start: usize,
+    /// Thread count where the SoAR search stops doubling.
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().max_threads)]
+    pub max_threads: usize,
+    /// SLA: the latency most actions must meet.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    pub sla_latency: Duration,
+    /// SLA: the share of actions that must meet it.
+    #[arg(long, value_name = "SHARE", default_value_t = Sla::default().satisfied)]
+    pub sla_satisfied: f64,
+    /// SLA: the largest share of reads that may be stale.
+    #[arg(long, value_name = "SHARE", default_value_t = Sla::default().max_stale)]
+    pub sla_stale: f64,
+    /// Write-back's background workers.
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().workers)]
+    pub workers: usize,
+    /// Seed of the threads' generators.
+    #[arg(long, default_value_t = BgOptions::default().seed)]
+    pub seed: u64,
+    /// Writes skip the cache (no invalidation, no update): a deliberately broken policy, to see
+    /// validation report stale reads (the command then exits with status 1).
+    #[arg(long)]
+    pub broken: bool,
+}
+
+impl BgArgs {
+    /// The library's options.
+    pub fn options(&self) -> BgOptions {
+        let c = &self.common;
+        BgOptions {
+            policies: c.policy.0.clone(),
+            store: c.store.clone(),
+            cache: c.cache.clone(),
+            cmi: c.cmi(),
+            workload: self.workload.clone(),
+            layout: self.layout,
+            threads: self.threads,
+            duration: self.duration,
+            members: self.members,
+            friends: self.friends,
+            pending: self.pending,
+            popularity: self.distribution,
+            soar: self.soar,
+            sla: Sla {
+                satisfied: self.sla_satisfied,
+                latency: self.sla_latency,
+                max_stale: self.sla_stale,
+            },
+            soar_start: self.soar_start,
+            max_threads: self.max_threads,
+            workers: self.workers,
+            warm: !c.cold,
+            repeat: c.repeat,
+            seed: self.seed,
+            drain_timeout: c.drain_timeout,
+            json: c.json.clone(),
+            broken: self.broken,
+        }
+    }
+}
+
+/// `cads bench tpcc`.
+#[derive(Args, Debug)]
+pub struct TpccArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Warehouses.
+    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().warehouses)]
+    pub warehouses: u32,
+    /// Size of a warehouse: spec (100,000 items, 3,000 customers per district) or hundredth.
+    #[arg(long, default_value = "spec", value_parser = Scale::parse)]
+    pub scale: Scale,
+    /// Terminals, spread evenly over the warehouses, each owning a range of districts.
+    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().threads)]
+    pub threads: usize,
+    /// Length of the measured interval (30s, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Weights of New-Order, Payment, Order-Status, Delivery and Stock-Level.
+    #[arg(long, value_name = "NO,P,OS,D,SL", default_value = "45,43,4,4,4", value_parser = Mix::parse)]
+    pub mix: Mix,
+    /// Write-back's background workers.
+    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().workers)]
+    pub workers: usize,
+    /// Threads inserting the initial database.
+    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().load_threads)]
+    pub load_threads: usize,
+    /// Load the database once, before the first run; later runs go on with the data the
+    /// previous one left (faster, but the policies no longer start from the same data).
+    #[arg(long)]
+    pub keep_data: bool,
+    /// Prefix of the table names.
+    #[arg(long, default_value_t = TpccOptions::default().prefix)]
+    pub prefix: String,
+    /// Seed of the loader's and the terminals' generators.
+    #[arg(long, default_value_t = TpccOptions::default().seed)]
+    pub seed: u64,
+}
+
+impl TpccArgs {
+    /// The library's options.
+    pub fn options(&self) -> TpccOptions {
+        let c = &self.common;
+        TpccOptions {
+            policies: c.policy.0.clone(),
+            store: c.store.clone(),
+            cache: c.cache.clone(),
+            cmi: c.cmi(),
+            warehouses: self.warehouses,
+            scale: self.scale,
+            threads: self.threads,
+            duration: self.duration,
+            mix: self.mix,
+            warm: !c.cold,
+            workers: self.workers,
+            repeat: c.repeat,
+            seed: self.seed,
+            prefix: self.prefix.clone(),
+            keep_data: self.keep_data,
+            load_threads: self.load_threads,
+            drain_timeout: c.drain_timeout,
+            json: c.json.clone(),
+            ..TpccOptions::default()
+        }
+    }
+}
+
+/// Runs YCSB with `opts`, showing progress; returns the records.
+pub fn run_ycsb(opts: &YcsbOptions, progress: &Progress) -> Result<Vec<ycsb::RunRecord>> {
+    let expected = opts.run_duration();
+    let records = ycsb::run_ycsb(opts, &|p: ycsb::Progress| {
+        progress.show(
+            &p,
+            Report {
+                label: format!("ycsb {} {} #{}", p.workload, p.policy.name(), p.run),
+                phase: p.phase.name(),
+                done: p.done,
+                total: p.total,
+                elapsed: p.elapsed,
+                expected: (p.phase == Phase::Run).then_some(expected).flatten(),
+                note: &p.note,
+            },
+        )
+    });
+    progress.finish();
+    records
+}
+
+fn run_bg(opts: &BgOptions, progress: &Progress) -> Result<Vec<bg::BgRecord>> {
+    let records = bg::run_bg(opts, &|p: bg::Progress| {
+        let mut label = format!("bg {} {} #{}", p.workload, p.policy.name(), p.run);
+        if p.threads > 0 {
+            label.push_str(&format!(" T={}", p.threads));
+        }
+        progress.show(
+            &p,
+            Report {
+                label,
+                phase: p.phase.name(),
+                done: p.done,
+                total: None,
+                elapsed: p.elapsed,
+                expected: (p.phase == Phase::Run).then_some(opts.duration),
+                note: &p.note,
+            },
+        )
+    });
+    progress.finish();
+    records
+}
+
+fn run_tpcc(opts: &TpccOptions, progress: &Progress) -> Result<Vec<tpcc::TpccRecord>> {
+    let records = tpcc::run_tpcc(opts, &|p: tpcc::Progress| {
+        progress.show(
+            &p,
+            Report {
+                label: format!("tpcc {} #{}", p.policy.name(), p.run),
+                phase: p.phase.name(),
+                done: p.done,
+                total: p.total,
+                elapsed: p.elapsed,
+                expected: (p.phase == tpcc::Phase::Run).then_some(opts.duration),
+                note: &p.note,
+            },
+        )
+    });
+    progress.finish();
+    records
+}
+
+/// Runs `cads bench`; returns whether every run was consistent.
+pub fn run(args: &BenchArgs) -> Result<bool> {
+    let progress = Progress::new();
+    match &args.benchmark {
+        Benchmark::Ycsb(a) => {
+            let records = run_ycsb(&a.options(), &progress)?;
+            let summary = ycsb::render_summary(&ycsb::summarize(&records));
+            finish(&records, &summary, a.common.out.as_deref())
+        }
+        Benchmark::Bg(a) => {
+            let opts = a.options();
+            let records = run_bg(&opts, &progress)?;
+            for r in &records {
+                if let Some(s) = &r.soar {
+                    let probes: Vec<String> = s
+                        .probes
+                        .iter()
+                        .map(|p| {
+                            let verdict = if p.meets_sla {
+                                "meets the SLA"
+                            } else {
+                                "fails"
+                            };
+                            format!("T={} {:.0}/s {verdict}", p.threads, p.throughput)
+                        })
+                        .collect();
+                    eprintln!(
+                        "bg {} {} #{} search: {}",
+                        r.workload,
+                        r.policy,
+                        r.run,
+                        probes.join(", ")
+                    );
+                }
+            }
+            let summary = bg::render_summary(&bg::summarize(&records), opts.soar);
+            finish(&records, &summary, a.common.out.as_deref())
+        }
+        Benchmark::Tpcc(a) => {
+            let records = run_tpcc(&a.options(), &progress)?;
+            let summary = tpcc::render_summary(&tpcc::summarize(&records));
+            finish(&records, &summary, a.common.out.as_deref())
+        }
+    }
+}
+
+/// After a benchmark: prints the summary (standard output) and what went wrong in each run
+/// (standard error), writes `out` when given, and returns whether every run was consistent.
+pub fn finish<R: Serialize>(records: &[R], summary: &str, out: Option<&Path>) -> Result<bool> {
+    let values: Vec<Value> = records
+        .iter()
+        .map(|r| serde_json::to_value(r).context("a run record does not serialize"))
+        .collect::<Result<_>>()?;
+    for v in &values {
+        let name = run_name(v);
+        let cached = v.get("cache_check").and_then(|c| c.get("examples"));
+        for (what, list) in [
+            ("stale read", v.get("stale_examples")),
+            ("lost write", v.get("lost_examples")),
+            ("cached entry", cached),
+            ("error", v.get("errors")),
+        ] {
+            for example in list.and_then(Value::as_array).into_iter().flatten() {
+                let text = example
+                    .as_str()
+                    .map_or_else(|| example.to_string(), str::to_string);
+                eprintln!("{name}: {what}: {text}");
+            }
+        }
+    }
+    print!("{summary}");
+    if let Some(dir) = out {
+        let written = write_out(dir, &values, summary)?;
+        eprintln!("wrote {} files to {}", written, dir.display());
+    }
+    let problems = inconsistencies(&values);
+    for p in &problems {
+        eprintln!("inconsistent: {p}");
+    }
+    Ok(problems.is_empty())
+}
+
+/// `benchmark workload policy #run` of a record.
+fn run_name(v: &Value) -> String {
+    let text = |key: &str| v.get(key).and_then(Value::as_str).unwrap_or("?");
+    let run = v.get("run").and_then(Value::as_u64).unwrap_or(0);
+    format!(
+        "{} {} {} #{run}",
+        text("benchmark"),
+        text("workload"),
+        text("policy")
+    )
+}
+
+/// What a run found wrong: stale reads, lost writes, cached entries that differ from the data
+/// store (BG), or violated consistency conditions (TPC-C). Every policy promises consistency,
+/// the data store alone included, so any is a failure.
+pub fn inconsistencies(values: &[Value]) -> Vec<String> {
+    let count = |v: Option<&Value>, key: &str| {
+        v.and_then(|v| v.get(key))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let mut problems = Vec::new();
+    for v in values {
+        let name = run_name(v);
+        let stale = count(Some(v), "stale_reads");
+        if stale > 0 {
+            problems.push(format!("{name}: {stale} stale reads"));
+        }
+        let lost = count(Some(v), "lost_writes");
+        if lost > 0 {
+            problems.push(format!("{name}: {lost} lost writes"));
+        }
+        if v.get("benchmark").and_then(Value::as_str) == Some("bg") {
+            let differ = count(v.get("cache_check"), "mismatches");
+            if differ > 0 {
+                problems.push(format!(
+                    "{name}: {differ} cached entries differ from the data store"
+                ));
+            }
+        }
+        for condition in v
+            .get("consistency")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let violations = count(Some(condition), "violations");
+            if violations > 0 {
+                let id = condition.get("id").and_then(Value::as_str).unwrap_or("?");
+                let rule = condition.get("rule").and_then(Value::as_str).unwrap_or("");
+                problems.push(format!(
+                    "{name}: consistency condition {id} ({rule}) broken {violations} times"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Writes `<benchmark>-<workload>-<policy>-<run>.json` per record, `summary.md`, and the
+/// charts into `dir`; returns how many files.
+pub fn write_out(dir: &Path, values: &[Value], summary: &str) -> Result<usize> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for v in values {
+        let name = file_name_part(&run_name(v).replace(' ', "-").replace('#', ""));
+        let path = dir.join(format!("{name}.json"));
+        let text = serde_json::to_string_pretty(v).context("a run record does not serialize")?;
+        std::fs::write(&path, text + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let path = dir.join("summary.md");
+    std::fs::write(&path, summary).with_context(|| format!("writing {}", path.display()))?;
+    let runs: Vec<RunPoint> = values.iter().filter_map(RunPoint::from_json).collect();
+    let charts = draw_charts(&runs, dir)?;
+    Ok(values.len() + 1 + charts.len())
+}

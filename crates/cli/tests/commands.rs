@@ -1,0 +1,411 @@
+//! The `cads` command as a user runs it: argument errors, a tiny `cads demo`, `cads bench ycsb
+//! --json --out`, and `cads report` on records.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+fn cads(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cads"))
+        .args(args)
+        .output()
+        .expect("run cads")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `args` fail with a non-zero status and a message containing every one of `expected`.
+fn fails_with(args: &[&str], expected: &[&str]) {
+    let out = cads(args);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let text = stderr(&out);
+    for e in expected {
+        assert!(text.contains(e), "{args:?}: {e:?} not in {text}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    fails_with(
+        &["bench", "ycsb", "--policy", "write-around,write-sideways"],
+        &["--policy", "unknown policy \"write-sideways\""],
+    );
+    fails_with(
+        &["bench", "ycsb", "--duration", "fast"],
+        &["--duration", "bad duration \"fast\""],
+    );
+    fails_with(
+        &["bench", "ycsb", "--duration", "3 weeks"],
+        &["bad duration unit"],
+    );
+    fails_with(
+        &["bench", "ycsb", "--cache", "embedded:0"],
+        &["embedded:N needs a positive N"],
+    );
+    fails_with(
+        &[
+            "bench",
+            "ycsb",
+            "--policy",
+            "none",
+            "--store",
+            "oracle://db/x",
+            "--records",
+            "10",
+        ],
+        &["cannot open the data store oracle://db/x"],
+    );
+    fails_with(
+        &[
+            "bench",
+            "ycsb",
+            "--policy",
+            "none",
+            "--workload",
+            "Z",
+            "--records",
+            "10",
+        ],
+        &["workload"],
+    );
+    fails_with(&["bench", "tpcx"], &["unrecognized subcommand"]);
+    fails_with(
+        &["demo", "--duration", "0s"],
+        &["a duration must be positive"],
+    );
+    fails_with(
+        &["report", "/nonexistent/cads-records"],
+        &["cannot read the directory"],
+    );
+}
+
+#[test]
+fn bad_benchmark_options_are_clear_errors() {
+    fails_with(&["bench", "bg", "--workload", "50"], &["mix"]);
+    fails_with(
+        &["bench", "bg", "--layout", "graph"],
+        &["unknown layout \"graph\""],
+    );
+    fails_with(
+        &["bench", "bg", "--distribution", "normal"],
+        &["unknown member distribution"],
+    );
+    fails_with(
+        &["bench", "tpcc", "--mix", "45,43"],
+        &["--mix takes five weights"],
+    );
+    fails_with(
+        &["bench", "tpcc", "--scale", "huge"],
+        &["unknown scale \"huge\""],
+    );
+    fails_with(
+        &["bench", "tpcc", "--warehouses", "0", "--policy", "none"],
+        &["--warehouses"],
+    );
+    fails_with(
+        &[
+            "bench",
+            "tpcc",
+            "--policy",
+            "none",
+            "--store",
+            "postgres://nobody@127.0.0.1:1/x",
+        ],
+        &["cannot open the data store postgres://nobody@127.0.0.1:1/x"],
+    );
+}
+
+#[test]
+fn help_lists_every_command_and_its_flags() {
+    let top = stdout(&cads(&["--help"]));
+    for command in ["server", "bench", "demo", "report"] {
+        assert!(top.contains(command), "{command} missing from\n{top}");
+    }
+    let shared = [
+        "--policy",
+        "--store",
+        "--cache",
+        "--threads",
+        "--duration",
+        "--out",
+        "--json",
+    ];
+    let cases: [(&[&str], &[&str]); 7] = [
+        (&["bench", "--help"], &["ycsb", "bg", "tpcc"]),
+        (
+            &["bench", "ycsb", "--help"],
+            &["--workload", "--records", "--operations"],
+        ),
+        (
+            &["bench", "bg", "--help"],
+            &["--workload", "--members", "--soar", "--sla-latency"],
+        ),
+        (
+            &["bench", "tpcc", "--help"],
+            &["--warehouses", "--scale", "--mix"],
+        ),
+        (
+            &["demo", "--help"],
+            &["--out", "--duration", "--records", "--store"],
+        ),
+        (&["report", "--help"], &["DIR", "--out"]),
+        (&["server", "--help"], &["--port", "--cmis"]),
+    ];
+    for (args, flags) in cases {
+        let out = cads(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let benchmark = args.len() == 3 && args[0] == "bench";
+        for flag in flags
+            .iter()
+            .chain(if benchmark { &shared[..] } else { &[] })
+        {
+            assert!(text.contains(flag), "{flag} missing from {args:?}:\n{text}");
+        }
+    }
+}
+
+/// The keys every run record must have (benchmarks.md Part A, and what `cads report` reads).
+fn assert_record_keys(record: &Value) {
+    for key in [
+        "benchmark",
+        "workload",
+        "policy",
+        "store",
+        "throughput",
+        "latency_us",
+        "hit_ratio",
+        "reads",
+        "stale_reads",
+        "config",
+    ] {
+        assert!(record.get(key).is_some(), "{key} missing from {record}");
+    }
+    for latency in record["latency_us"].as_object().unwrap().values() {
+        for p in ["p50", "p95", "p99", "p999"] {
+            assert!(latency[p].is_u64(), "{p} missing from {latency}");
+        }
+    }
+}
+
+fn files_ending(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_tiny_demo_validates_every_read_and_writes_records_and_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("demo");
+    let out = cads(&[
+        "demo",
+        "--records",
+        "100",
+        "--duration",
+        "200ms",
+        "--threads",
+        "2",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let (text, log) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "demo failed:\n{log}\n{text}");
+    // Two workloads, the data store alone and three policies each.
+    for row in [
+        "data store alone",
+        "write-around",
+        "write-through",
+        "write-back",
+    ] {
+        assert_eq!(text.matches(row).count(), 2, "{row}:\n{text}");
+    }
+    let records = files_ending(&out_dir, ".json");
+    assert_eq!(records.len(), 8, "{records:?}");
+    for path in &records {
+        let record: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_record_keys(&record);
+        assert_eq!(record["stale_reads"], 0, "{}", path.display());
+        assert!(record["reads"].as_u64().unwrap() > 0, "{}", path.display());
+    }
+    for chart in ["ycsb-A-throughput", "ycsb-B-latency", "ycsb-A-write-back"] {
+        for ext in ["png", "svg"] {
+            let path = out_dir.join(format!("{chart}.{ext}"));
+            assert!(
+                std::fs::metadata(&path).is_ok_and(|m| m.len() > 0),
+                "{}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn bench_json_has_the_required_keys_and_out_has_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("runs.json");
+    let out_dir = dir.path().join("out");
+    let out = cads(&[
+        "bench",
+        "ycsb",
+        "--policy",
+        "none,write-through",
+        "--workload",
+        "B",
+        "--records",
+        "100",
+        "--threads",
+        "2",
+        "--duration",
+        "200ms",
+        "--json",
+        json_path.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("write-through"), "{}", stdout(&out));
+    let records: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let records = records.as_array().unwrap();
+    assert_eq!(records.len(), 2);
+    for r in records {
+        assert_record_keys(r);
+    }
+    assert_eq!(records[1]["policy"], "write-through");
+    assert!(records[1]["hit_ratio"].is_f64());
+    assert!(out_dir.join("summary.md").is_file());
+    assert_eq!(files_ending(&out_dir, ".json").len(), 2);
+    assert_eq!(
+        files_ending(&out_dir, ".png").len(),
+        2,
+        "throughput and latency"
+    );
+}
+
+#[test]
+fn report_draws_png_and_svg_for_every_benchmark() {
+    let dir = tempfile::tempdir().unwrap();
+    let latency = |p50: u64| json!({"count": 100, "p50": p50, "p95": 2 * p50, "p99": 4 * p50, "p999": 9 * p50});
+    let mut records = Vec::new();
+    for (benchmark, workload, actions) in [
+        ("ycsb", "A", vec!["READ", "UPDATE"]),
+        ("bg", "99", vec!["VP", "LF", "IF"]),
+    ] {
+        for (i, policy) in ["none", "write-around", "write-through", "write-back"]
+            .iter()
+            .enumerate()
+        {
+            let lat: serde_json::Map<String, Value> = actions
+                .iter()
+                .map(|a| (a.to_string(), latency(100 * (4 - i as u64))))
+                .collect();
+            records.push(json!({
+                "benchmark": benchmark, "workload": workload, "policy": policy, "run": 0,
+                "throughput": 1000.0 * (i + 1) as f64, "latency_us": lat,
+                "write_back": if *policy == "write-back" {
+                    json!({
+                        "pinned_bytes": {"samples": [[0.0, 0], [1.0, 3_000_000], [2.0, 5_000_000]]},
+                        "applied_share_samples": [[0.0, 0.0], [1.0, 0.4], [2.0, 0.7]],
+                    })
+                } else {
+                    Value::Null
+                },
+            }));
+        }
+    }
+    std::fs::write(
+        dir.path().join("records.json"),
+        Value::Array(records).to_string(),
+    )
+    .unwrap();
+    let charts = dir.path().join("charts");
+    let out = cads(&[
+        "report",
+        dir.path().to_str().unwrap(),
+        "--out",
+        charts.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = stdout(&out);
+    for stem in ["ycsb-A", "bg-99"] {
+        for chart in ["throughput", "latency", "write-back"] {
+            for ext in ["png", "svg"] {
+                let path = charts.join(format!("{stem}-{chart}.{ext}"));
+                assert!(listed.contains(path.to_str().unwrap()), "{listed}");
+                let bytes = std::fs::read(&path).unwrap();
+                match ext {
+                    "png" => assert!(bytes.starts_with(b"\x89PNG"), "{}", path.display()),
+                    _ => assert!(String::from_utf8(bytes).unwrap().contains("<svg")),
+                }
+            }
+        }
+    }
+    // An empty directory is an error, not an empty report.
+    let empty = tempfile::tempdir().unwrap();
+    fails_with(
+        &["report", empty.path().to_str().unwrap()],
+        &["no run records"],
+    );
+}
+
+/// A tiny run of `cads bench <benchmark>` with `--json`: it succeeds, and every record has the
+/// keys and says it found nothing inconsistent.
+fn tiny_run(benchmark: &str, args: &[&str]) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("runs.json");
+    let mut all = vec!["bench", benchmark, "--threads", "2", "--duration", "300ms"];
+    all.extend(args);
+    all.extend(["--json", json_path.to_str().unwrap()]);
+    let out = cads(&all);
+    assert!(out.status.success(), "{all:?}:\n{}", stderr(&out));
+    let records: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let records = records.as_array().unwrap().clone();
+    for r in &records {
+        assert_record_keys(r);
+        assert_eq!(r["benchmark"], benchmark);
+        assert_eq!(r["stale_reads"], 0, "{r}");
+    }
+    records
+}
+
+#[test]
+fn bg_and_tpcc_run_from_the_command_line() {
+    let bg = tiny_run(
+        "bg",
+        &[
+            "--policy",
+            "write-through",
+            "--members",
+            "100",
+            "--workload",
+            "99",
+        ],
+    );
+    assert_eq!(bg.len(), 1);
+    assert_eq!(
+        (bg[0]["policy"].as_str(), bg[0]["workload"].as_str()),
+        (Some("write-through"), Some("99"))
+    );
+    let tpcc = tiny_run(
+        "tpcc",
+        &["--policy", "none,write-through", "--scale", "hundredth"],
+    );
+    assert_eq!(tpcc.len(), 2);
+    for r in &tpcc {
+        assert_eq!(r["consistent"], true, "{r}");
+        assert!(r["tpmc"].as_f64().unwrap() > 0.0, "{r}");
+    }
+}
