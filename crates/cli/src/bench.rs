@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use cads::Policy;
 use cads_bench::bg::{self, BgOptions, Popularity, Sla};
-use cads_bench::report::{draw_charts, file_name_part, RunPoint};
+use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
 use cads_bench::ycsb::{
     self, parse_duration, parse_policies, Distribution, Fields, Phase, YcsbOptions,
@@ -158,6 +158,10 @@ pub struct YcsbArgs {
     /// The collection, dropped and reloaded for every run.
     #[arg(long, default_value_t = YcsbOptions::default().table)]
     pub table: String,
+    /// The bound on each data-store call: a call caught behind a checkpoint shows up as
+    /// latency instead of failing the run.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub store_timeout: Duration,
 }
 
 impl YcsbArgs {
@@ -188,6 +192,7 @@ impl YcsbArgs {
             seed: self.seed,
             table: self.table.clone(),
             drain_timeout: c.drain_timeout,
+            store_timeout: self.store_timeout,
             out: None,
             json: c.json.clone(),
             ..YcsbOptions::default()
@@ -569,16 +574,18 @@ pub fn inconsistencies(values: &[Value]) -> Vec<String> {
 /// charts into `dir`; returns how many files.
 pub fn write_out(dir: &Path, values: &[Value], summary: &str) -> Result<usize> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut runs = Vec::new();
     for v in values {
-        let name = file_name_part(&run_name(v).replace(' ', "-").replace('#', ""));
-        let path = dir.join(format!("{name}.json"));
+        let run = RunPoint::from_json(v)
+            .with_context(|| format!("{} is not a run record", run_name(v)))?;
+        let path = dir.join(format!("{}.json", run.file_stem()));
         let text = serde_json::to_string_pretty(v).context("a run record does not serialize")?;
         std::fs::write(&path, text + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
+        runs.push(run);
     }
     let path = dir.join("summary.md");
     std::fs::write(&path, summary).with_context(|| format!("writing {}", path.display()))?;
-    let runs: Vec<RunPoint> = values.iter().filter_map(RunPoint::from_json).collect();
     let charts = draw_charts(&runs, dir)?;
     Ok(values.len() + 1 + charts.len())
 }

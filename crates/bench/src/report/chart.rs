@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{Group, RunPoint, PERCENTILES};
+use super::{short_workload, Group, RunPoint, PERCENTILES};
 
 /// DejaVu Sans cut down to Latin-1 and a few symbols (22 KB; see DejaVuSans-LICENSE.txt). PNG
 /// text is drawn with it, so charts need no fonts installed on the machine.
@@ -141,9 +141,12 @@ fn benchmark_name(benchmark: &str) -> String {
 }
 
 fn workload_name(g: &Group<'_>) -> String {
+    let name = benchmark_name(g.benchmark);
+    let workload = short_workload(g.benchmark, g.workload);
     match g.benchmark {
-        "bg" => format!("{} mix {}", benchmark_name(g.benchmark), g.workload),
-        _ => format!("{} workload {}", benchmark_name(g.benchmark), g.workload),
+        "bg" => format!("{name} mix {workload}"),
+        "tpcc" => format!("{name} {workload}"),
+        _ => format!("{name} workload {workload}"),
     }
 }
 

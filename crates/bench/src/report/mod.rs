@@ -109,6 +109,30 @@ impl RunPoint {
     }
 }
 
+impl RunPoint {
+    /// The stem of this run's record file: `<benchmark>-<workload>-<policy>-<run>`, the workload
+    /// as [`short_workload`] gives it, made safe by [`file_name_part`].
+    pub fn file_stem(&self) -> String {
+        file_name_part(&format!(
+            "{}-{}-{}-{}",
+            self.benchmark,
+            short_workload(&self.benchmark, &self.workload),
+            self.policy,
+            self.run
+        ))
+    }
+}
+
+/// A workload without the benchmark's name in front, for titles and file names: TPC-C's
+/// workload `tpcc-hundredth-1w` would otherwise read `tpcc-tpcc-hundredth-1w`.
+pub fn short_workload<'w>(benchmark: &str, workload: &'w str) -> &'w str {
+    workload
+        .strip_prefix(benchmark)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .filter(|rest| !rest.is_empty())
+        .unwrap_or(workload)
+}
+
 /// Reads every `*.json` file of `dir` (each a record or an array of records) and returns the run
 /// records in file-name order, each once: `--json FILE` and `--out DIR` may both hold a run.
 /// Errors: `dir` cannot be read, or a `.json` file is not JSON.
@@ -150,10 +174,15 @@ pub struct Group<'r> {
 }
 
 impl Group<'_> {
-    /// The stem of this group's chart files: `<benchmark>-<workload>`, with characters other
-    /// than letters, digits, `.` and `-` replaced (workloads such as `10:1` or `CPR-scan50%`).
+    /// The stem of this group's chart files: `<benchmark>-<workload>` ([`short_workload`]), with
+    /// characters other than letters, digits, `.` and `-` replaced (workloads such as `10:1` or
+    /// `CPR-scan50%`).
     pub fn file_stem(&self) -> String {
-        file_name_part(&format!("{}-{}", self.benchmark, self.workload))
+        file_name_part(&format!(
+            "{}-{}",
+            self.benchmark,
+            short_workload(self.benchmark, self.workload)
+        ))
     }
 }
 
@@ -269,6 +298,17 @@ mod tests {
         std::fs::write(dir.path().join("broken.json"), "{").unwrap();
         let err = load_records(dir.path()).unwrap_err();
         assert!(format!("{err:#}").contains("broken.json"), "{err:#}");
+    }
+
+    #[test]
+    fn file_names_do_not_repeat_the_benchmark() {
+        let mut r = RunPoint::from_json(&record("write-back", 2, 1.0)).unwrap();
+        assert_eq!(r.file_stem(), "ycsb-A-write-back-2");
+        r.benchmark = "tpcc".into();
+        r.workload = "tpcc-hundredth-1w".into();
+        assert_eq!(r.file_stem(), "tpcc-hundredth-1w-write-back-2");
+        assert_eq!(short_workload("tpcc", "tpcc-"), "tpcc-");
+        assert_eq!(short_workload("bg", "10:1"), "10:1");
     }
 
     #[test]
