@@ -409,3 +409,35 @@ fn bg_and_tpcc_run_from_the_command_line() {
         assert!(r["tpmc"].as_f64().unwrap() > 0.0, "{r}");
     }
 }
+
+#[test]
+fn stale_reads_make_the_command_fail() {
+    // Writes that skip the cache (--broken) leave stale cached copies: validation reports them,
+    // and the command exits with status 1 and says which run read them.
+    let out = cads(&[
+        "bench",
+        "bg",
+        "--broken",
+        "--policy",
+        "write-around",
+        "--members",
+        "200",
+        "--workload",
+        "90",
+        "--threads",
+        "4",
+        "--duration",
+        "700ms",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(
+        log.contains("inconsistent: bg 90 write-around #0:"),
+        "{log}"
+    );
+    assert!(log.contains("stale reads"), "{log}");
+    assert!(
+        log.contains("cached entries differ from the data store"),
+        "{log}"
+    );
+}
