@@ -5,9 +5,10 @@
 //! The records are read as JSON, not as the benchmarks' record types, so that one reader takes
 //! the records of every benchmark (YCSB, BG, TPC-C) and of older runs: what a chart needs is
 //! `benchmark`, `workload`, `policy`, `run`, `throughput`, `latency_us.<action>.{p50,p95,p99,
-//! p999}` and `write_back.pinned_bytes.samples` (`[[seconds, bytes], ...]`, with `write_back.pinned_bytes.end`
-//! at `elapsed_s` as the last point); optional
-//! `write_back.applied_share_samples` (`[[seconds, share], ...]`, share in 0..=1) adds a panel.
+//! p999}` and `write_back.pinned_bytes.samples` (`[[seconds, bytes], ...]`, closed by
+//! `write_back.pinned_bytes.end` at `elapsed_s`); optional `write_back.applied_share_samples`
+//! (`[[seconds, share], ...]`, share in 0..=1, closed by `write_back.applied_share`) adds a
+//! panel.
 
 mod chart;
 
@@ -68,13 +69,13 @@ impl RunPoint {
                     .collect()
             })
             .unwrap_or_default();
-        let write_back = record.get("write_back");
+        let write_back = |path: &[&str]| {
+            path.iter()
+                .try_fold(record.get("write_back")?, |node, key| node.get(key))
+        };
         let samples = |path: &[&str]| -> Vec<(f64, f64)> {
-            let mut node = write_back;
-            for key in path {
-                node = node.and_then(|n| n.get(key));
-            }
-            node.and_then(Value::as_array)
+            write_back(path)
+                .and_then(Value::as_array)
                 .map(|list| {
                     list.iter()
                         .filter_map(|pair| Some((pair.get(0)?.as_f64()?, pair.get(1)?.as_f64()?)))
@@ -82,19 +83,23 @@ impl RunPoint {
                 })
                 .unwrap_or_default()
         };
-        let mut pinned_bytes = samples(&["pinned_bytes", "samples"]);
-        // The samples are taken about once a second; the record also has the pinned memory at
-        // the end of the run, which is the last point of the line.
-        let end = write_back
-            .and_then(|w| w.get("pinned_bytes")?.get("end")?.as_f64())
-            .zip(record.get("elapsed_s").and_then(Value::as_f64));
-        if let Some((bytes, seconds)) = end {
-            if pinned_bytes
-                .last()
-                .is_none_or(|last| seconds > last.0 + 0.05)
-            {
-                pinned_bytes.push((seconds, bytes));
+        // The samples are taken about once a second; the record also has the values at the end
+        // of the run, which are the last points of the lines (the applied share's only where it
+        // was sampled: a panel of one point says nothing).
+        let elapsed = record.get("elapsed_s").and_then(Value::as_f64);
+        let close = |line: &mut Vec<(f64, f64)>, path: &[&str]| {
+            let end = elapsed.zip(write_back(path).and_then(Value::as_f64));
+            if let Some((seconds, value)) = end {
+                if line.last().is_none_or(|last| seconds > last.0 + 0.05) {
+                    line.push((seconds, value));
+                }
             }
+        };
+        let mut pinned_bytes = samples(&["pinned_bytes", "samples"]);
+        close(&mut pinned_bytes, &["pinned_bytes", "end"]);
+        let mut applied_share = samples(&["applied_share_samples"]);
+        if !applied_share.is_empty() {
+            close(&mut applied_share, &["applied_share"]);
         }
         Some(RunPoint {
             benchmark: text("benchmark")?,
@@ -104,7 +109,7 @@ impl RunPoint {
             throughput: record.get("throughput")?.as_f64()?,
             latency_us,
             pinned_bytes,
-            applied_share: samples(&["applied_share_samples"]),
+            applied_share,
         })
     }
 }
@@ -276,11 +281,16 @@ mod tests {
         let mut ended = record("write-back", 0, 1.0);
         ended["elapsed_s"] = json!(1.6);
         ended["write_back"]["pinned_bytes"]["end"] = json!(512);
+        ended["write_back"]["applied_share"] = json!(0.9);
         let r = RunPoint::from_json(&ended).unwrap();
         assert_eq!(
             r.pinned_bytes,
             vec![(0.0, 0.0), (1.0, 4096.0), (1.6, 512.0)]
         );
+        assert!(r.applied_share.is_empty(), "not sampled: no line");
+        ended["write_back"]["applied_share_samples"] = json!([[1.0, 0.5]]);
+        let r = RunPoint::from_json(&ended).unwrap();
+        assert_eq!(r.applied_share, vec![(1.0, 0.5), (1.6, 0.9)]);
         // A summary row has no benchmark.
         assert!(RunPoint::from_json(&json!({"workload": "A", "policy": "none"})).is_none());
     }
