@@ -308,6 +308,7 @@ impl<'a> Bench<'a> {
         let stop = AtomicBool::new(false);
         let done = AtomicU64::new(0);
         let mut pinned = PinnedBytes::default();
+        let mut applied_share = Vec::new();
         let world = &self.world;
         let results: Vec<ThreadResult> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
@@ -332,9 +333,10 @@ impl<'a> Bench<'a> {
                 let mut note = format!("{rate:.0} actions/s");
                 if write_back {
                     let bytes = cads.pinned_bytes();
-                    pinned
-                        .samples
-                        .push((started.elapsed().as_secs_f64(), bytes));
+                    let seconds = started.elapsed().as_secs_f64();
+                    pinned.samples.push((seconds, bytes));
+                    let wb = cads.write_back_stats().snapshot().since(&wb_before);
+                    applied_share.push((seconds, wb.applied_share()));
                     note.push_str(&format!(", pinned {}", human_bytes(bytes)));
                 }
                 ctx.report(threads, Phase::Run, count, started, note);
@@ -392,7 +394,9 @@ impl<'a> Bench<'a> {
             Some(workers) => {
                 pinned.end = cads.pinned_bytes();
                 workers.stop();
-                Some(self.drain(threads, &log, wb_before, wb_end, pinned)?)
+                let mut record = self.drain(threads, &log, wb_before, wb_end, pinned)?;
+                record.applied_share_samples = applied_share;
+                Some(record)
             }
             None => None,
         };
@@ -542,6 +546,7 @@ impl<'a> Bench<'a> {
             fallbacks: run.fallbacks,
             conversions: run.conversions,
             pinned_bytes: pinned,
+            applied_share_samples: Vec::new(),
             drain_s,
         })
     }

@@ -99,6 +99,9 @@ pub struct WriteBackRecord {
     pub conversions: u64,
     /// Pinned memory over the run.
     pub pinned_bytes: PinnedBytes,
+    /// `(seconds since the run began, applied_share so far)`, sampled with the pinned memory:
+    /// how far the data store lags behind the buffered writes over the run (000 Fig. 3.4b).
+    pub applied_share_samples: Vec<(f64, f64)>,
     /// Seconds the drain after the run took (every buffered write applied).
     pub drain_s: f64,
 }

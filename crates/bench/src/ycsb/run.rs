@@ -471,6 +471,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
         stop: AtomicBool::new(false),
     };
     let mut pinned = PinnedBytes::default();
+    let mut applied_share = Vec::new();
     let mut last_done = 0;
     let mut last_tick = started;
     let results = with_progress(
@@ -483,10 +484,10 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
             let mut note = format!("{rate:.0} ops/s");
             if write_back {
                 let bytes = cads.pinned_bytes();
-                pinned
-                    .samples
-                    .push((started.elapsed().as_secs_f64(), bytes));
+                let seconds = started.elapsed().as_secs_f64();
+                pinned.samples.push((seconds, bytes));
                 let wb = cads.write_back_stats().snapshot();
+                applied_share.push((seconds, wb.since(&wb_before).applied_share()));
                 note.push_str(&format!(
                     ", pinned {}, buffered {} ops, applied {} ops",
                     super::record::human_bytes(bytes),
@@ -596,6 +597,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
                 fallbacks: wb_end.fallbacks - wb_before.fallbacks,
                 conversions: wb_end.conversions - wb_before.conversions,
                 pinned_bytes: pinned,
+                applied_share_samples: applied_share,
                 drain_s,
             })
         }
