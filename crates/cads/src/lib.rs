@@ -287,6 +287,44 @@ impl Cads {
         }
     }
 
+    /// Deletes `keys` from the cache in a session of its own, under exclusive leases, after a
+    /// write whose data-store commit succeeded but whose cache commit failed (its leases ran
+    /// out). The CMI deleted the keys that session held when its leases expired, but a reader
+    /// that missed meanwhile may have queried the data store before the commit: its fill would
+    /// cache the old value for good. The exclusive leases taken here wound such a reader, so its
+    /// fill is refused, and the delete removes a value filled before. Keys of a CMI this cannot
+    /// reach, or that keeps refusing, are recorded as missed, so this process reads them from the
+    /// data store until the CMI is flushed. Retries follow `Config::retry` (its budget bounds them).
+    pub(crate) fn invalidate(&self, keys: &[Vec<u8>]) {
+        let Some(client) = &self.cache else {
+            return;
+        };
+        let mut keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return;
+        }
+        let mut backoff = Backoff::new(&self.config.retry);
+        loop {
+            let mut session = client.session();
+            let deleted = session
+                .mdelete(&keys)
+                .and_then(|()| session.validate())
+                .and_then(|()| session.commit());
+            match deleted {
+                Ok(()) => return,
+                // Aborted by another session's lease: again, within the retry budget.
+                Err(e) if !e.is_unavailable() && backoff.wait() => {}
+                Err(_) => break,
+            }
+        }
+        tracing::warn!("could not invalidate the keys of a lost cache commit; reading them from the data store");
+        for key in keys {
+            self.missed_cmi(client.route(key));
+        }
+    }
+
     /// Records that CMI `cmi` missed a write of this process (it was unreachable): until this
     /// process has flushed it, reads of its keys go to the data store, so that a CMI coming back
     /// with old entries never serves them to this process. Other processes rely on the CMI

@@ -582,10 +582,12 @@ impl<'a> Session<'a> {
             // that reached some replicas may still be applied, as after a timeout).
             Err(e) if !self.buffered.is_empty() || !self.sql_writes.is_empty() => Err(e.into()),
             // The data store has committed: that is the truth. A CMI that did not take the
-            // commit drops the session's changes when its leases expire (deleting the keys it
-            // held exclusively), so no reader sees a stale value.
+            // commit dropped the session's changes when its leases expired, deleting the keys it
+            // held exclusively; a reader may have refilled them from the data store as it was
+            // before this commit, so they are invalidated again now.
             Err(e) => {
                 tracing::warn!(error = %e, "cache commit incomplete after data-store commit");
+                self.cads.invalidate(&self.written_keys);
                 Ok(())
             }
         }

@@ -293,3 +293,33 @@ fn a_cache_commit_lost_after_the_data_store_commit_is_not_retried() {
         );
     }
 }
+
+/// The same lost cache commit, with a reader in the window: the writer's leases expire (the CMI
+/// deletes the key), a reader misses and queries the data store before the writer's data-store
+/// commit, and fills the old value. The writer must then invalidate the key under exclusive
+/// leases after its data-store commit, or the old value stays cached for good.
+#[test]
+fn a_reader_filling_after_a_lost_cache_commit_leaves_no_stale_value() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(100));
+        d.counters(1);
+        let cads = d.cads(Config::default());
+        let c0 = "c0".to_string();
+        assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 0);
+        cads.run(|s| {
+            s.write(&Counters, &c0)?;
+            s.pre_commit()?;
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            // The writer's leases are gone; its data-store transaction is not committed yet.
+            assert_eq!(cads.run(|r| r.read(&Counters, &c0)).unwrap(), 0);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(d.stored("c0"), 1, "{policy:?}: applied once");
+        assert_eq!(
+            cads.run(|s| s.read(&Counters, &c0)).unwrap(),
+            1,
+            "{policy:?}: no stale value"
+        );
+    }
+}
