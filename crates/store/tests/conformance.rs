@@ -61,7 +61,9 @@ fn reachable(kind: Kind) -> bool {
     let url = server_url(kind);
     let state = cell.get_or_init(|| {
         let options = StoreOptions::default()
-            .with_timeout(Duration::from_secs(3))
+            // Generous: a loaded machine can take seconds to start a server's backend, and a
+            // server that is down refuses at once anyway.
+            .with_timeout(Duration::from_secs(20))
             .with_pool_size(1);
         open(&url, &options).map(drop).map_err(|e| e.to_string())
     });

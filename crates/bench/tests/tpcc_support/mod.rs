@@ -107,7 +107,9 @@ fn services_required() -> bool {
 pub fn server_url(variable: &str, default: &str, name: &str) -> Option<String> {
     let url = std::env::var(variable).unwrap_or_else(|_| default.to_string());
     let options = StoreOptions::default()
-        .with_timeout(Duration::from_secs(3))
+        // Generous: a loaded machine can take seconds to start a server's backend, and a
+        // server that is down refuses at once anyway.
+        .with_timeout(Duration::from_secs(20))
         .with_pool_size(1);
     match cads_store::open(&url, &options) {
         Ok(_) => Some(url),
