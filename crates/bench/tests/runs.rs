@@ -20,12 +20,31 @@ fn short(workload: &str) -> YcsbOptions {
     }
 }
 
+/// Whether every failed operation of a run is a write-back write whose cache commit was lost on
+/// some CMIs: its leases there expired between validation and commit (a thread stalled for the
+/// lease time, as on a loaded machine). The cache commit is what acknowledges buffered writes,
+/// so the write is refused with its outcome unknown (a replica that took the commit may still
+/// have it applied); the benchmark counts it failed and goes on, and the validator lets it have
+/// taken effect or not. Retrying it could apply it twice. Any other failure is a bug.
+fn only_lost_cache_commits(r: &RunRecord) -> bool {
+    // Every failure must be among the errors the record shows, to be checked.
+    r.failed as usize <= r.errors.len()
+        && r.errors
+            .iter()
+            .all(|e| e.contains("cache: commit failed on CMIs"))
+}
+
 fn check_clean(records: &[RunRecord]) {
     for r in records {
         let what = format!("workload {} policy {}", r.workload, r.policy);
         assert_eq!(r.stale_reads, 0, "{what}: {:?}", r.stale_examples);
         assert_eq!(r.lost_writes, 0, "{what}: {:?}", r.lost_examples);
-        assert_eq!(r.failed, 0, "{what}: {:?}", r.errors);
+        assert!(
+            r.failed == 0 || (r.policy == "write-back" && only_lost_cache_commits(r)),
+            "{what}: {} failed: {:?}",
+            r.failed,
+            r.errors
+        );
         assert!(r.operations >= 100, "{what}: {} operations", r.operations);
         assert!(r.reads > 0, "{what}");
         if r.policy == "none" {
