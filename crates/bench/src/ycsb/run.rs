@@ -62,11 +62,12 @@ impl RunContext<'_> {
     }
 }
 
-/// Runs `work` on `threads` threads while the calling thread reports progress every second
-/// (`done` counts units of work); returns the threads' results.
+/// Runs `work` on `threads` threads while the calling thread reports progress every second since
+/// `started` (`done` counts units of work); returns the threads' results.
 fn with_progress<T: Send>(
     threads: usize,
     done: &AtomicU64,
+    started: Instant,
     mut tick: impl FnMut(u64),
     work: impl Fn(usize) -> T + Sync,
 ) -> Vec<T> {
@@ -77,13 +78,18 @@ fn with_progress<T: Send>(
                 scope.spawn(move || work(t))
             })
             .collect();
-        let mut next_tick = Instant::now() + TICK;
+        let mut next_tick = started + TICK;
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(20));
             if Instant::now() >= next_tick {
                 tick(done.load(Ordering::Relaxed));
                 next_tick += TICK;
             }
+        }
+        // On a loaded machine this thread may wake only after the workers finished: a phase
+        // that lasted a second or more still gets its tick (write-back's memory samples).
+        if next_tick == started + TICK && Instant::now() >= next_tick {
+            tick(done.load(Ordering::Relaxed));
         }
         handles
             .into_iter()
@@ -109,6 +115,7 @@ pub(crate) fn load(ctx: &RunContext<'_>, store: &Arc<dyn DataStore>) -> Result<D
     let results = with_progress(
         opts.threads.min(8),
         &loaded,
+        started,
         |done| ctx.report(Phase::Load, done, Some(total), started, String::new()),
         |_| -> Result<()> {
             loop {
@@ -151,6 +158,7 @@ pub(crate) fn warm(ctx: &RunContext<'_>, cads: &Cads) -> Result<Duration> {
     let results = with_progress(
         opts.threads,
         &warmed,
+        started,
         |done| ctx.report(Phase::Warm, done, Some(total), started, String::new()),
         |_| -> Result<()> {
             loop {
@@ -477,6 +485,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
     let results = with_progress(
         opts.threads,
         &shared.done,
+        started,
         |done| {
             let now = Instant::now();
             let rate = (done - last_done) as f64 / (now - last_tick).as_secs_f64();
