@@ -385,6 +385,47 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// External CMIs run in one lease mode, so a policy list that needs both (write-around beside
+/// write-through or write-back) cannot run on them.
+pub(crate) fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Result<()> {
+    if let CacheSpec::External(_) = cache {
+        let mut modes: Vec<&str> = policies
+            .iter()
+            .filter(|p| **p != Policy::DataStoreOnly)
+            .map(|p| p.cmi_mode())
+            .collect();
+        modes.sort_unstable();
+        modes.dedup();
+        if modes.len() > 1 {
+            bail!(
+                "--cache: external CMIs run in one lease mode, but these policies need both \
+                 write-around and write-through mode; run them separately or use embedded:N"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The data store's URL: `store`, or by default a SQLite file `<name>.db` in a fresh temporary
+/// directory, which is removed (with the database and its WAL files) when the returned guard
+/// drops.
+pub(crate) fn store_url(
+    store: &Option<String>,
+    name: &str,
+) -> Result<(String, Option<tempfile::TempDir>)> {
+    match store {
+        Some(url) => Ok((url.clone(), None)),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("cads-{name}-"))
+                .tempdir()
+                .context("creating a temporary directory for the SQLite database")?;
+            let url = format!("sqlite:{}", dir.path().join(format!("{name}.db")).display());
+            Ok((url, Some(dir)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

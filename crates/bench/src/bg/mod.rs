@@ -32,7 +32,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use cads::{Config, Policy};
 use cads_store::{DataStore, StoreOptions};
 
@@ -40,7 +40,7 @@ pub use options::{BgOptions, ConfigRecord, Sla};
 pub use record::{render_summary, summarize, BgRecord, BgSummary, CacheCheck, Probe, SoarRecord};
 pub use workload::{Mix, Popularity};
 
-use crate::deploy::{redact, CacheSpec, Deployment};
+use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment};
 pub use crate::ycsb::Phase;
 use run::{Bench, RunContext};
 
@@ -111,32 +111,8 @@ pub fn print_progress(p: Progress) {
 pub fn run_bg(opts: &BgOptions, progress: &dyn Fn(Progress)) -> Result<Vec<BgRecord>> {
     opts.check()?;
     let mix = opts.mix()?;
-    if let CacheSpec::External(_) = opts.cache {
-        let mut modes: Vec<&str> = opts
-            .policies
-            .iter()
-            .filter(|p| **p != Policy::DataStoreOnly)
-            .map(|p| p.cmi_mode())
-            .collect();
-        modes.dedup();
-        if modes.len() > 1 {
-            bail!(
-                "--cache: external CMIs run in one lease mode, but these policies need both \
-                 write-around and write-through mode; run them separately or use embedded:N"
-            );
-        }
-    }
-    let temp;
-    let url = match &opts.store {
-        Some(url) => url.clone(),
-        None => {
-            temp = tempfile::Builder::new()
-                .prefix("cads-bg-")
-                .tempdir()
-                .context("creating a temporary directory for the SQLite database")?;
-            format!("sqlite:{}", temp.path().join("bg.db").display())
-        }
-    };
+    check_one_lease_mode(&opts.cache, &opts.policies)?;
+    let (url, _scratch) = store_url(&opts.store, "bg")?;
     let pool = (opts.peak_threads() + opts.workers + 4).min(MAX_POOL);
     let store = cads_store::open(&url, &StoreOptions::default().with_pool_size(pool))
         .with_context(|| format!("cannot open the data store {}", redact(&url)))?;

@@ -29,11 +29,11 @@ pub mod schema;
 pub mod txn;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use cads::Policy;
 use cads_store::{DataStore, StoreOptions};
 
@@ -43,7 +43,7 @@ pub use record::{
     TxnCounts,
 };
 
-use crate::deploy::{redact, CacheSpec, Deployment};
+use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment};
 use cache::Db;
 use run::RunContext;
 use schema::Tables;
@@ -121,35 +121,6 @@ pub fn print_progress(p: Progress) {
     eprintln!("{p}");
 }
 
-/// The SQLite database used when no store is given: a file in the temporary directory, removed
-/// (with its WAL files) when dropped.
-struct ScratchSqlite(PathBuf);
-
-impl ScratchSqlite {
-    fn new() -> ScratchSqlite {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        ScratchSqlite(
-            std::env::temp_dir().join(format!("cads-tpcc-{}-{nanos}.db", std::process::id())),
-        )
-    }
-
-    fn url(&self) -> String {
-        format!("sqlite:{}", self.0.display())
-    }
-}
-
-impl Drop for ScratchSqlite {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 /// Runs TPC-C for every policy of `opts` in turn (`repeat` times, interleaved), reporting
 /// progress through `progress`, and returns one record per run. Writes `--json` after every run.
 /// This is what `cads bench tpcc` calls.
@@ -162,29 +133,8 @@ pub fn run_tpcc(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Vec<TpccRecord>> {
     opts.check()?;
-    if let CacheSpec::External(_) = opts.cache {
-        let mut modes: Vec<&str> = opts
-            .policies
-            .iter()
-            .filter(|p| **p != Policy::DataStoreOnly)
-            .map(|p| p.cmi_mode())
-            .collect();
-        modes.dedup();
-        if modes.len() > 1 {
-            bail!(
-                "--cache: external CMIs run in one lease mode, but these policies need both \
-                 write-around and write-through mode; run them separately or use embedded:N"
-            );
-        }
-    }
-    let scratch;
-    let url = match &opts.store {
-        Some(url) => url.clone(),
-        None => {
-            scratch = ScratchSqlite::new();
-            scratch.url()
-        }
-    };
+    check_one_lease_mode(&opts.cache, &opts.policies)?;
+    let (url, _scratch) = store_url(&opts.store, "tpcc")?;
     let store_options =
         StoreOptions::default().with_pool_size(opts.threads + opts.workers + opts.load_threads + 4);
     let store = cads_store::open(&url, &store_options)

@@ -26,11 +26,11 @@ pub mod validate;
 pub mod workload;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use cads::{Config, Policy};
 use cads_store::StoreOptions;
 
@@ -41,7 +41,7 @@ pub use record::{
 };
 pub use workload::{Distribution, Fields, Operation, ScanLength, Workload};
 
-use crate::deploy::{CacheSpec, Deployment};
+use crate::deploy::{check_one_lease_mode, store_url, Deployment};
 use run::RunContext;
 
 /// A phase of a policy's run.
@@ -120,27 +120,6 @@ pub fn print_progress(p: Progress) {
     eprintln!("{p}");
 }
 
-/// A temporary directory for the default SQLite store, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!("cads-bench-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("creating the temporary directory {}", dir.display()))?;
-        Ok(TempDir(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Runs YCSB for every policy of `opts` in turn (`repeat` times, interleaved), reporting
 /// progress through `progress`, and returns one record per run. Writes `--json` and `--out`
 /// when given. This is what `cads bench ycsb` calls.
@@ -151,29 +130,8 @@ impl Drop for TempDir {
 pub fn run_ycsb(opts: &YcsbOptions, progress: &dyn Fn(Progress)) -> Result<Vec<RunRecord>> {
     opts.check()?;
     let workload = opts.resolved_workload()?;
-    if let CacheSpec::External(_) = opts.cache {
-        let mut modes: Vec<&str> = opts
-            .policies
-            .iter()
-            .filter(|p| **p != Policy::DataStoreOnly)
-            .map(|p| p.cmi_mode())
-            .collect();
-        modes.dedup();
-        if modes.len() > 1 {
-            bail!(
-                "--cache: external CMIs run in one lease mode, but these policies need both \
-                 write-around and write-through mode; run them separately or use embedded:N"
-            );
-        }
-    }
-    let temp;
-    let url = match &opts.store {
-        Some(url) => url.clone(),
-        None => {
-            temp = TempDir::new()?;
-            format!("sqlite:{}", temp.0.join("ycsb.db").display())
-        }
-    };
+    check_one_lease_mode(&opts.cache, &opts.policies)?;
+    let (url, _scratch) = store_url(&opts.store, "ycsb")?;
     let store_options = StoreOptions::default()
         .with_pool_size(opts.threads + opts.workers + 4)
         .with_timeout(opts.store_timeout);
