@@ -70,6 +70,11 @@ impl Collection {
         s.read(self, &id.to_string())
     }
 
+    /// Reads a document in a session of its own ([`Cads::read`]): one cache round trip on a hit.
+    pub fn read(&self, cads: &Cads, id: &str) -> Result<Option<Document>> {
+        cads.read(self, &id.to_string())
+    }
+
     /// Applies change operators to a document (atomically in the data store; to the cached copy
     /// under write-through).
     pub fn update(&self, s: &mut Session<'_>, id: &str, changes: Changes) -> Result<()> {

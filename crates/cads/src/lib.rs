@@ -287,6 +287,37 @@ impl Cads {
         }
     }
 
+    /// A session of one read statement: what [`Session::read`] in [`Cads::run`] returns, in one
+    /// cache round trip when the query reads a single key and the cache holds it. A hit is then a
+    /// plain GET without a lease: the value was the committed one when the CMI served it, which is
+    /// all a session of one read needs; the shared lease of [`Session::read`] only keeps several
+    /// reads of one session consistent with each other, and costs a second round trip to end.
+    /// Misses, multi-key queries and a cache that cannot be reached take the session path.
+    pub fn read<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<C::Output> {
+        if let Some(output) = self.read_single_hit(cs, query) {
+            return Ok(output);
+        }
+        self.run(|s| s.read(cs, query))
+    }
+
+    /// The cached result of a single-key query, if the key's CMI has it.
+    fn read_single_hit<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Option<C::Output> {
+        let client = self.cache.as_ref()?;
+        if self.policy == Policy::DataStoreOnly || !self.config.leases {
+            return None;
+        }
+        let keys = cs.keys_read(query);
+        let [key] = keys.as_slice() else {
+            return None;
+        };
+        self.heal();
+        if self.any_missed(&keys) {
+            return None;
+        }
+        let value = client.get(key).ok()??;
+        cs.result_from_cache(query, &[value])
+    }
+
     /// Deletes `keys` from the cache in a session of its own, under exclusive leases, after a
     /// write whose data-store commit succeeded but whose cache commit failed (its leases ran
     /// out). The CMI deleted the keys that session held when its leases expired, but a reader

@@ -125,3 +125,48 @@ fn concurrent_increments_are_exact_in_store_and_cache() {
         );
     }
 }
+
+/// `Cads::read`: a hit is one plain GET (one round trip, no lease), a miss fills the cache as a
+/// session does, every read returns the latest acknowledged write, and a write that has not
+/// committed yet is never seen, under every caching policy.
+#[test]
+fn a_read_alone_hits_in_one_round_trip_and_is_never_stale() {
+    for policy in [
+        Policy::WriteAround,
+        Policy::WriteThrough,
+        Policy::WriteBack,
+    ] {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let users = Collection::create(&cads, "users").unwrap();
+        cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
+            .unwrap();
+        let visits = || users.read(&cads, "alice").unwrap().unwrap()["visits"].clone();
+        assert_eq!(visits(), json!(0), "{policy:?}: the miss");
+        let client = cads.cache().unwrap();
+        let before = client.round_trips();
+        d.faults.reset_counts();
+        assert_eq!(visits(), json!(0));
+        assert_eq!(client.round_trips() - before, 1, "{policy:?}: a hit");
+        assert_eq!(d.faults.counts().reads, 0, "{policy:?}: a hit");
+
+        let add = changes(json!({"$inc": {"visits": 1}}));
+        cads.run(|s| users.update(s, "alice", add.clone())).unwrap();
+        assert_eq!(visits(), json!(1), "{policy:?}: read after write");
+
+        // A writer between pre-commit and commit holds its leases: a read alone sees the value
+        // committed before it, not the writer's, and does not wait for it.
+        let mut writer = cads.session();
+        users.update(&mut writer, "alice", add.clone()).unwrap();
+        writer.pre_commit().unwrap();
+        assert_eq!(visits(), json!(1), "{policy:?}: an uncommitted write");
+        writer.commit().unwrap();
+        assert_eq!(visits(), json!(2), "{policy:?}: after its commit");
+
+        // The entry gone (evicted) while write-back's buffered writes are pending: the miss
+        // still reads the latest write.
+        client.delete(&users.key("alice")).unwrap();
+        assert_eq!(visits(), json!(2), "{policy:?}: a miss after eviction");
+        assert_eq!(visits(), json!(2), "{policy:?}: the hit after the fill");
+    }
+}

@@ -287,10 +287,8 @@ fn run_thread(shared: &Shared<'_>, t: usize) -> ThreadResult {
             Operation::Read => {
                 let keynum = keys.next(&mut rng, &shared.inserts);
                 let id = key_name(keynum, true, 1);
-                let result = shared.cads.run(|s| {
-                    reads_here += 1;
-                    shared.table.get(s, &id)
-                });
+                reads_here += 1;
+                let result = shared.table.read(&shared.cads, &id);
                 result.map(|doc| {
                     let end = shared.now();
                     out.log.reads.push(ReadRecord {

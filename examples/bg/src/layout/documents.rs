@@ -157,7 +157,10 @@ impl Layout for DocumentLayout {
     fn perform(&self, cads: &Cads, action: &Action) -> cads::Result<Vec<CountRead>> {
         match *action {
             Action::ViewProfile { requester, owner } => {
-                let doc = cads.run(|s| self.get(s, owner))?;
+                let doc = self
+                    .members
+                    .read(cads, &owner.to_string())?
+                    .ok_or_else(|| missing(owner))?;
                 let shown = profile(owner, &doc).seen_by(requester);
                 Ok(shown.count_reads().collect())
             }

@@ -654,7 +654,7 @@ impl Layout for SqlLayout {
                     member: owner,
                     with_pending: requester == owner,
                 };
-                let profile = cads.run(|s| s.read(&ProfileRead(self.keys), &query))?;
+                let profile = cads.read(&ProfileRead(self.keys), &query)?;
                 Ok(profile.seen_by(requester).count_reads().collect())
             }
             Action::ListFriends { member } => {
