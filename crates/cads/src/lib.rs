@@ -152,6 +152,8 @@ pub struct Cads {
     missed: Vec<AtomicBool>,
     /// When a missed CMI was last tried, in ms since `started`.
     last_heal: AtomicU64,
+    /// Lost cache commits whose keys could not be invalidated (see [`Cads::invalidate`]).
+    invalidations_failed: AtomicU64,
     started: Instant,
     write_back: WriteBackStats,
     /// Write-back, Design 2: `cads_applied_sessions` exists.
@@ -182,6 +184,7 @@ impl Cads {
             config,
             missed: (0..cmis).map(|_| AtomicBool::new(false)).collect(),
             last_heal: AtomicU64::new(0),
+            invalidations_failed: AtomicU64::new(0),
             started: Instant::now(),
             write_back: WriteBackStats::default(),
             applied_sessions_ready: AtomicBool::new(false),
@@ -351,6 +354,7 @@ impl Cads {
             }
         }
         tracing::warn!("could not invalidate the keys of a lost cache commit; reading them from the data store");
+        self.invalidations_failed.fetch_add(1, Ordering::Relaxed);
         for key in keys {
             self.missed_cmi(client.route(key));
         }
@@ -378,11 +382,15 @@ impl Cads {
             .any(|k| self.missed[client.route(k)].load(Ordering::Acquire))
     }
 
+    /// How many lost cache commits left keys this process could not invalidate: each made it
+    /// mark the keys' CMIs missed, so that it flushes them (a consistency safeguard that costs the
+    /// CMIs' contents; a benchmark reports it).
+    pub fn invalidations_failed(&self) -> u64 {
+        self.invalidations_failed.load(Ordering::Relaxed)
+    }
+
     /// Flushes CMIs that missed writes once they answer again (at most every `HEAL_EVERY`).
     fn heal(&self) {
-        let Some(client) = &self.cache else {
-            return;
-        };
         if !self.missed.iter().any(|m| m.load(Ordering::Acquire)) {
             return;
         }
@@ -396,6 +404,18 @@ impl Cads {
         {
             return;
         }
+        self.flush_missed_cmis();
+    }
+
+    /// Flushes, now, every CMI that missed writes of this process and answers again; returns how
+    /// many it flushed. Sessions do this on their own at most every 500 ms; a caller that is about
+    /// to compare the cache with the data store while no session runs (a benchmark's final check)
+    /// calls it first, so that it sees what the next read would.
+    pub fn flush_missed_cmis(&self) -> usize {
+        let Some(client) = &self.cache else {
+            return 0;
+        };
+        let mut flushed = 0;
         for (cmi, flag) in self.missed.iter().enumerate() {
             if flag.load(Ordering::Acquire)
                 && client
@@ -407,8 +427,10 @@ impl Cads {
                     "CMI reachable again; flushed the entries it may hold stale"
                 );
                 flag.store(false, Ordering::Release);
+                flushed += 1;
             }
         }
+        flushed
     }
 
     pub(crate) fn pause_before_fill(&self) {

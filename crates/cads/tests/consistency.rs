@@ -294,6 +294,51 @@ fn a_cache_commit_lost_after_the_data_store_commit_is_not_retried() {
     }
 }
 
+/// The same window when the writer cannot invalidate: a validated (golden) reader holds the key
+/// with the old value staged, longer than the writer's retry budget. The writer gives up, counts
+/// it, and marks the key's CMI missed: this process reads the key from the data store until it
+/// flushes that CMI, and after the flush nothing stale is left cached.
+#[test]
+fn an_invalidation_that_gives_up_never_serves_the_old_value() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(300));
+        d.counters(1);
+        let mut config = Config::default();
+        config.retry.budget = std::time::Duration::from_millis(20);
+        let cads = d.cads(config);
+        let client = cads.cache().unwrap();
+        let c0 = "c0".to_string();
+        let key = counter_key(&c0);
+        assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 0);
+        let mut blocker = None;
+        cads.run(|s| {
+            s.write(&Counters, &c0)?;
+            s.pre_commit()?;
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            // The writer's leases expired and the CMI deleted the key. A reader misses, fills
+            // the old value it read from the data store, and validates: its lease is golden.
+            let mut reader = client.session();
+            assert_eq!(reader.get(&key, false).unwrap(), None);
+            reader.set(&key, b"0", false).unwrap();
+            reader.validate().unwrap();
+            blocker = Some(reader);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(cads.invalidations_failed(), 1, "{policy:?}");
+        blocker.take().unwrap().commit().unwrap();
+        assert_eq!(client.get(&key).unwrap(), Some(b"0".to_vec()), "{policy:?}");
+        assert_eq!(d.stored("c0"), 1);
+        assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 1, "{policy:?}");
+        assert_eq!(cads.read(&Counters, &c0).unwrap(), 1, "{policy:?}");
+        // The reads above may have flushed it already (sessions do every 500 ms).
+        cads.flush_missed_cmis();
+        assert_eq!(client.get(&key).unwrap(), None, "{policy:?}: flushed");
+        assert_eq!(cads.read(&Counters, &c0).unwrap(), 1, "{policy:?}");
+        assert_eq!(cads.read(&Counters, &c0).unwrap(), 1, "{policy:?}: a hit");
+    }
+}
+
 /// The same lost cache commit, with a reader in the window: the writer's leases expire (the CMI
 /// deletes the key), a reader misses and queries the data store before the writer's data-store
 /// commit, and fills the old value. The writer must then invalidate the key under exclusive

@@ -554,11 +554,16 @@ impl<'a> Bench<'a> {
     /// Compares every cache key of every member with what a read would fill it with from the
     /// data store now (run it when no action is in flight, after write-back's drain).
     pub(crate) fn check_cache(&self) -> Result<Option<CacheCheck>> {
-        let Some(client) = self.world.dep.cads.cache() else {
+        let cads = &self.world.dep.cads;
+        let Some(client) = cads.cache() else {
             return Ok(None);
         };
         let started = Instant::now();
-        let mut check = CacheCheck::default();
+        let mut check = CacheCheck {
+            invalidations_failed: cads.invalidations_failed(),
+            flushed_cmis: cads.flush_missed_cmis(),
+            ..CacheCheck::default()
+        };
         for member in 0..self.ctx.graph.members {
             let mut cached = Vec::new();
             for key in self.world.layout.cache_keys(member) {
@@ -600,8 +605,13 @@ impl<'a> Bench<'a> {
             check.keys,
             started,
             format!(
-                "cache check: {} of {} keys cached, {} differ from the data store",
-                check.cached, check.keys, check.mismatches
+                "cache check: {} of {} keys cached, {} differ from the data store \
+                 ({} failed invalidations, {} CMIs flushed for them)",
+                check.cached,
+                check.keys,
+                check.mismatches,
+                check.invalidations_failed,
+                check.flushed_cmis
             ),
         );
         Ok(Some(check))
