@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use cads_client::{ClientError, Write};
-use cads_store::DocOp;
+use cads_store::{DocOp, StoreError};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::{Error, Result};
@@ -162,7 +162,7 @@ impl<'a> Session<'a> {
     }
 
     /// A cache failure that the session survives by working on the data store alone.
-    fn degrade(&mut self, e: &ClientError) {
+    pub(crate) fn degrade(&mut self, e: &ClientError) {
         tracing::warn!(error = %e, "cache unreachable; this session uses the data store alone");
         if let (ClientError::Unavailable { cmi, .. } | ClientError::Io { cmi, .. }, Some(_)) =
             (e, &self.cache)
@@ -555,6 +555,11 @@ impl<'a> Session<'a> {
         if let Err(e) = tx.commit() {
             if let Some(cache) = self.cache.as_mut() {
                 cache.abort();
+            }
+            // The commit may have happened (its reply was lost, or the store went down after
+            // it): the cached values of the written keys may be old, so they go.
+            if matches!(e, StoreError::Timeout(_) | StoreError::Unavailable(_)) {
+                self.cads.invalidate(&self.written_keys);
             }
             return Err(e.into());
         }

@@ -39,6 +39,30 @@ fn a_data_store_that_is_down_gives_a_typed_error_and_leaves_the_cache_consistent
     }
 }
 
+/// A commit whose reply is lost: the data store committed, the writer got a timeout and cannot
+/// tell. The cached value must not stay as it was before the write.
+#[test]
+fn a_commit_with_an_unknown_outcome_leaves_no_old_value_cached() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        d.counters(1);
+        let cads = d.cads(Config::default());
+        let c0 = "c0".to_string();
+        assert_eq!(cads.read(&Counters, &c0).unwrap(), 0);
+        d.faults.set(FaultMode::LoseCommitReplies);
+        let err = cads.run(|s| s.write(&Counters, &c0)).unwrap_err();
+        assert!(matches!(err, Error::Store(StoreError::Timeout(_))), "{err}");
+        d.faults.set(FaultMode::Healthy);
+        assert_eq!(d.stored("c0"), 1, "{policy:?}: the write committed");
+        assert_eq!(cads.read(&Counters, &c0).unwrap(), 1, "{policy:?}");
+        assert_eq!(
+            cads.run(|s| s.read(&Counters, &c0)).unwrap(),
+            1,
+            "{policy:?}"
+        );
+    }
+}
+
 #[test]
 fn a_data_store_that_hangs_times_out_within_its_timeout() {
     let d = Deployment::start(Policy::WriteThrough);

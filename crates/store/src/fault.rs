@@ -29,6 +29,10 @@ pub enum FaultMode {
     /// Writes fail at once with [`StoreError::WriteRefused`] (the store is out of write capacity);
     /// reads go through.
     RefuseWrites,
+    /// Every call goes through, but a SQL transaction's commit, once the wrapped store has done
+    /// it, reports [`StoreError::Timeout`], as if its reply were lost: the caller cannot tell
+    /// that it committed.
+    LoseCommitReplies,
 }
 
 impl FaultMode {
@@ -37,6 +41,7 @@ impl FaultMode {
             1 => FaultMode::FailAll,
             2 => FaultMode::Hang,
             3 => FaultMode::RefuseWrites,
+            4 => FaultMode::LoseCommitReplies,
             _ => FaultMode::Healthy,
         }
     }
@@ -47,6 +52,7 @@ impl FaultMode {
             FaultMode::FailAll => 1,
             FaultMode::Hang => 2,
             FaultMode::RefuseWrites => 3,
+            FaultMode::LoseCommitReplies => 4,
         }
     }
 }
@@ -144,7 +150,7 @@ impl Faults {
             Kind::Finish => 0,
         };
         match self.mode() {
-            FaultMode::Healthy => Ok(()),
+            FaultMode::Healthy | FaultMode::LoseCommitReplies => Ok(()),
             FaultMode::FailAll => Err(StoreError::Unavailable(
                 "data store down (fault injection)".into(),
             )),
@@ -315,7 +321,11 @@ impl SqlTransaction for FaultyTx<'_> {
     /// Fails (rolling back) when the store is down or hangs.
     fn commit(self: Box<Self>) -> Result<()> {
         self.store.enter(Kind::Finish)?;
-        self.inner.commit()
+        self.inner.commit()?;
+        if self.store.faults.mode() == FaultMode::LoseCommitReplies {
+            return Err(StoreError::Timeout(self.store.inner.timeout()));
+        }
+        Ok(())
     }
 
     /// Always rolls back the wrapped transaction.
