@@ -148,8 +148,10 @@ pub struct Cads {
     cache: Option<Client>,
     policy: Policy,
     config: Config,
-    /// CMIs that missed writes of this process while unreachable; see [`Cads::missed_cmi`].
-    missed: Vec<AtomicBool>,
+    /// Per CMI, how many times it was recorded as missing writes of this process, and up to
+    /// which of those records it has been flushed since; see [`Cads::missed_cmi`]. Counting
+    /// rather than a flag keeps a record made while a flush is in flight.
+    missed: Vec<(AtomicU64, AtomicU64)>,
     /// When a missed CMI was last tried, in ms since `started`.
     last_heal: AtomicU64,
     /// Lost cache commits whose keys could not be invalidated (see [`Cads::invalidate`]).
@@ -158,6 +160,15 @@ pub struct Cads {
     write_back: WriteBackStats,
     /// Write-back, Design 2: `cads_applied_sessions` exists.
     pub(crate) applied_sessions_ready: AtomicBool,
+}
+
+/// What [`Cads::read`]'s plain GET found.
+enum SingleRead<T> {
+    Hit(T),
+    /// A miss, or a query the GET cannot answer alone.
+    SessionPath,
+    /// The key's CMI did not answer: the session works on the data store alone.
+    Unreachable(cads_client::ClientError),
 }
 
 /// How often a process tries to reach CMIs that missed its writes.
@@ -182,7 +193,9 @@ impl Cads {
             cache,
             policy,
             config,
-            missed: (0..cmis).map(|_| AtomicBool::new(false)).collect(),
+            missed: (0..cmis)
+                .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+                .collect(),
             last_heal: AtomicU64::new(0),
             invalidations_failed: AtomicU64::new(0),
             started: Instant::now(),
@@ -292,33 +305,47 @@ impl Cads {
 
     /// A session of one read statement: what [`Session::read`] in [`Cads::run`] returns, in one
     /// cache round trip when the query reads a single key and the cache holds it. A hit is then a
-    /// plain GET without a lease: the value was the committed one when the CMI served it, which is
-    /// all a session of one read needs; the shared lease of [`Session::read`] only keeps several
-    /// reads of one session consistent with each other, and costs a second round trip to end.
-    /// Misses, multi-key queries and a cache that cannot be reached take the session path.
+    /// plain GET without a lease: it returns the value the cache holds, which every policy
+    /// changes (or deletes) before it acknowledges a write, and never a writer's staged value, so
+    /// a read that starts after a write was acknowledged sees it. The shared lease of
+    /// [`Session::read`] adds what only a session of several reads needs: that a writer voiding
+    /// it aborts the session, so that its reads agree. Misses and multi-key queries take the
+    /// session path; a CMI that cannot be reached sends the read to the data store.
     pub fn read<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<C::Output> {
-        if let Some(output) = self.read_single_hit(cs, query) {
-            return Ok(output);
+        match self.read_single_hit(cs, query) {
+            SingleRead::Hit(output) => Ok(output),
+            SingleRead::SessionPath => self.run(|s| s.read(cs, query)),
+            SingleRead::Unreachable(e) => self.run(|s| {
+                s.degrade(&e);
+                s.read(cs, query)
+            }),
         }
-        self.run(|s| s.read(cs, query))
     }
 
     /// The cached result of a single-key query, if the key's CMI has it.
-    fn read_single_hit<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Option<C::Output> {
-        let client = self.cache.as_ref()?;
+    fn read_single_hit<C: CacheStore>(&self, cs: &C, query: &C::Query) -> SingleRead<C::Output> {
+        let Some(client) = &self.cache else {
+            return SingleRead::SessionPath;
+        };
         if self.policy == Policy::DataStoreOnly || !self.config.leases {
-            return None;
+            return SingleRead::SessionPath;
         }
         let keys = cs.keys_read(query);
         let [key] = keys.as_slice() else {
-            return None;
+            return SingleRead::SessionPath;
         };
         self.heal();
         if self.any_missed(&keys) {
-            return None;
+            return SingleRead::SessionPath;
         }
-        let value = client.get(key).ok()??;
-        cs.result_from_cache(query, &[value])
+        match client.get(key) {
+            Ok(Some(value)) => match cs.result_from_cache(query, &[value]) {
+                Some(output) => SingleRead::Hit(output),
+                None => SingleRead::SessionPath,
+            },
+            Err(e) if e.is_unavailable() => SingleRead::Unreachable(e),
+            Ok(None) | Err(_) => SingleRead::SessionPath,
+        }
     }
 
     /// Deletes `keys` from the cache in a session of its own, under exclusive leases, after a
@@ -365,9 +392,19 @@ impl Cads {
     /// with old entries never serves them to this process. Other processes rely on the CMI
     /// having lost its entries; a persistent CMI needs Gemini's recovery (004).
     pub(crate) fn missed_cmi(&self, cmi: usize) {
-        if let Some(flag) = self.missed.get(cmi) {
-            flag.store(true, Ordering::Release);
+        if let Some((recorded, _)) = self.missed.get(cmi) {
+            recorded.fetch_add(1, Ordering::AcqRel);
         }
+    }
+
+    /// Whether CMI `cmi` missed writes it has not been flushed for since.
+    fn is_missed(&self, cmi: usize) -> bool {
+        let (recorded, flushed) = &self.missed[cmi];
+        recorded.load(Ordering::Acquire) != flushed.load(Ordering::Acquire)
+    }
+
+    fn any_cmi_missed(&self) -> bool {
+        (0..self.missed.len()).any(|cmi| self.is_missed(cmi))
     }
 
     /// Whether any of these keys lives on a CMI that missed writes.
@@ -375,11 +412,7 @@ impl Cads {
         let Some(client) = &self.cache else {
             return false;
         };
-        if !self.missed.iter().any(|m| m.load(Ordering::Acquire)) {
-            return false;
-        }
-        keys.iter()
-            .any(|k| self.missed[client.route(k)].load(Ordering::Acquire))
+        self.any_cmi_missed() && keys.iter().any(|k| self.is_missed(client.route(k)))
     }
 
     /// How many lost cache commits left keys this process could not invalidate: each made it
@@ -391,7 +424,7 @@ impl Cads {
 
     /// Flushes CMIs that missed writes once they answer again (at most every `HEAL_EVERY`).
     fn heal(&self) {
-        if !self.missed.iter().any(|m| m.load(Ordering::Acquire)) {
+        if !self.any_cmi_missed() {
             return;
         }
         let now = self.started.elapsed().as_millis() as u64;
@@ -416,8 +449,10 @@ impl Cads {
             return 0;
         };
         let mut flushed = 0;
-        for (cmi, flag) in self.missed.iter().enumerate() {
-            if flag.load(Ordering::Acquire)
+        for (cmi, (recorded, flushed_through)) in self.missed.iter().enumerate() {
+            // Records made after this load are not covered by this flush: they stay pending.
+            let through = recorded.load(Ordering::Acquire);
+            if through != flushed_through.load(Ordering::Acquire)
                 && client
                     .execute(cmi, &cads_protocol::Command::FlushAll)
                     .is_ok()
@@ -426,7 +461,7 @@ impl Cads {
                     cmi,
                     "CMI reachable again; flushed the entries it may hold stale"
                 );
-                flag.store(false, Ordering::Release);
+                flushed_through.fetch_max(through, Ordering::AcqRel);
                 flushed += 1;
             }
         }

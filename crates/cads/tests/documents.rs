@@ -131,11 +131,7 @@ fn concurrent_increments_are_exact_in_store_and_cache() {
 /// committed yet is never seen, under every caching policy.
 #[test]
 fn a_read_alone_hits_in_one_round_trip_and_is_never_stale() {
-    for policy in [
-        Policy::WriteAround,
-        Policy::WriteThrough,
-        Policy::WriteBack,
-    ] {
+    for policy in [Policy::WriteAround, Policy::WriteThrough, Policy::WriteBack] {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
         let users = Collection::create(&cads, "users").unwrap();

@@ -20,11 +20,12 @@ pub struct CacheCheck {
     pub cached: u64,
     /// Cached keys whose value differs from the data store's.
     pub mismatches: u64,
-    /// Lost cache commits whose keys the framework could not invalidate during the runs; each
-    /// made it mark the keys' CMIs missed.
+    /// Lost cache commits whose keys the framework could not invalidate, since the framework
+    /// started (load, warm-up and every run); each made it mark the keys' CMIs missed.
     pub invalidations_failed: u64,
-    /// CMIs flushed before the comparison because they were marked missed (sessions flush them
-    /// on their own; none runs at the check).
+    /// CMIs flushed before the comparison because they were marked missed, by a failed
+    /// invalidation or a write while unreachable (sessions flush them on their own; none runs at
+    /// the check).
     pub flushed_cmis: usize,
     /// The first few, described.
     pub examples: Vec<String>,

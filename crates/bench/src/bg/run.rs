@@ -606,7 +606,7 @@ impl<'a> Bench<'a> {
             started,
             format!(
                 "cache check: {} of {} keys cached, {} differ from the data store \
-                 ({} failed invalidations, {} CMIs flushed for them)",
+                 (since the start: {} invalidations given up; {} CMIs marked missed flushed now)",
                 check.cached,
                 check.keys,
                 check.mismatches,

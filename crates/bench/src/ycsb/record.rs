@@ -148,7 +148,8 @@ pub struct RunRecord {
     /// Cache hits / cache reads of records, counted by the driver: a record read through the
     /// cache that had to query the data store is a miss. `None` without a cache.
     pub hit_ratio: Option<f64>,
-    /// Record reads through the cache (every attempt of a session counts).
+    /// Record reads through the cache (a read on its own counts once, every attempt of a
+    /// session that reads and writes counts).
     pub cache_reads: u64,
     /// Of those, the ones that queried the data store.
     pub cache_misses: u64,
