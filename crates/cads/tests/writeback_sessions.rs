@@ -119,7 +119,8 @@ impl Bank {
                         self.accounts
                     ),
                     vec![SqlValue::Int(*amount), text(account)],
-                ),
+                )
+                .changing(1),
                 Statement::new(
                     format!(
                         "INSERT INTO {} (id, account, amount) VALUES (?, ?, ?)",
@@ -392,6 +393,51 @@ fn result_changes_without_a_fold_are_an_error() {
     assert!(
         err.to_string().contains("fold_result_changes"),
         "a clear error: {err}"
+    );
+}
+
+/// A buffered statement that must change one row and changes none (a deposit to an account the
+/// data store does not have) fails its apply with an error naming it; its queue waits, nothing
+/// of it is applied or lost, other queues go on, and once the row exists it applies.
+#[test]
+fn a_statement_changing_other_rows_than_counted_stops_its_queue() {
+    let d = Deployment::start(Policy::WriteBack);
+    let bank = Bank::new("counted", Queues::PerAccount);
+    bank.create(d.store.as_ref());
+    let cads = d.cads(config(8, None));
+    open_account(&cads, &bank, "a");
+    deposit(&cads, &bank, "a", 5).unwrap();
+    deposit(&cads, &bank, "ghost", 7).unwrap();
+    let error = cads::writeback::drain(&cads, Duration::from_secs(3)).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("changed 0 rows where the session counted on 1"),
+        "{error}"
+    );
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Balance("a".into())),
+        5
+    );
+    assert_eq!(cads::writeback::pending_sessions(&cads).unwrap(), 1);
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Entries("ghost".into())),
+        0
+    );
+    d.store
+        .execute_batch(&format!(
+            "INSERT INTO {} (id, balance) VALUES ('ghost', 0)",
+            bank.accounts
+        ))
+        .unwrap();
+    cads::writeback::drain(&cads, Duration::from_secs(20)).unwrap();
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Balance("ghost".into())),
+        7
+    );
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Entries("ghost".into())),
+        1
     );
 }
 

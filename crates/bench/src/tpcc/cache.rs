@@ -1249,7 +1249,14 @@ impl CacheStore for Writes<'_> {
         let statements = self
             .statements(write)
             .into_iter()
-            .map(|stmt| Statement::new(stmt.sql, stmt.params))
+            .map(|stmt| {
+                let buffered = Statement::new(stmt.sql, stmt.params);
+                if stmt.exactly_one {
+                    buffered.changing(1)
+                } else {
+                    buffered
+                }
+            })
             .collect();
         Some(SqlBuffer {
             queue: self.0.queue(write.queue_warehouse()),

@@ -37,6 +37,11 @@ use crate::Cads;
 pub struct Statement {
     pub sql: String,
     pub params: Vec<SqlValue>,
+    /// How many rows the statement must change when it is applied, if the session counts on it:
+    /// a change guarded by a value the session read (`... WHERE next_id = ?`) holds only if the
+    /// sessions before it were applied in order. An apply that finds another count fails loudly
+    /// and its queue waits, rather than skipping the change.
+    pub rows: Option<u64>,
 }
 
 impl Statement {
@@ -44,7 +49,14 @@ impl Statement {
         Statement {
             sql: sql.into(),
             params,
+            rows: None,
         }
+    }
+
+    /// The statement, required to change exactly `rows` rows when applied.
+    pub fn changing(mut self, rows: u64) -> Statement {
+        self.rows = Some(rows);
+        self
     }
 }
 
@@ -106,7 +118,10 @@ impl SessionWrites {
                     .iter()
                     .map(encode_value)
                     .collect::<Result<Vec<_>>>()?;
-                Ok(json!([s.sql, params]))
+                Ok(match s.rows {
+                    Some(rows) => json!([s.sql, params, rows]),
+                    None => json!([s.sql, params]),
+                })
             })
             .collect::<Result<Vec<Value>>>()?;
         let mapped: Vec<String> = self.mapped.iter().map(|k| hex(k)).collect();
@@ -140,7 +155,11 @@ impl SessionWrites {
                 .map(decode_value)
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| bad("a parameter"))?;
-            statements.push(Statement::new(sql, params));
+            let mut statement = Statement::new(sql, params);
+            if let Some(rows) = s.get(2) {
+                statement.rows = Some(rows.as_u64().ok_or_else(|| bad("a row count"))?);
+            }
+            statements.push(statement);
         }
         let mapped = value["m"]
             .as_array()
@@ -655,8 +674,21 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
             &[SqlValue::Text(id.to_string())],
         )?;
         for statement in &writes.statements {
-            tx.execute(&statement.sql, &statement.params)
+            let changed = tx
+                .execute(&statement.sql, &statement.params)
                 .map_err(|e| apply_error(id, statement, e))?;
+            if statement.rows.is_some_and(|rows| rows != changed) {
+                return Err(apply_error(
+                    id,
+                    statement,
+                    StoreError::Invalid(format!(
+                        "buffered session {id}: `{}` changed {changed} rows where the session \
+                         counted on {}: the data store does not hold what the session read",
+                        statement.sql,
+                        statement.rows.unwrap_or_default()
+                    )),
+                ));
+            }
         }
         applied += 1;
     }
