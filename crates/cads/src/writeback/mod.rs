@@ -36,10 +36,11 @@ mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use design1::{apply_buffered, bw_key, pending};
 pub use design2::{pending_sessions, SqlBuffer, Statement, APPLIED_SESSIONS};
-pub use workers::Workers;
+pub use workers::{drain, Workers};
 
 /// How a write adds its changes to a buffered write (000 §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +106,11 @@ pub struct WriteBackConfig {
     /// Design 2: applied sessions removed from their queue, mappings and
     /// `cads_applied_sessions` together, once this many have accumulated (beta of Algorithm 4).
     pub compact_every: usize,
+    /// How long a worker waits after a pass that applied something but found no full batch, so
+    /// that writes accumulate into larger batches: fewer cache round trips and data-store
+    /// transactions per write, for writes pending this much longer. Zero applies each write as
+    /// soon as a worker finds it.
+    pub worker_pause: Duration,
     #[doc(hidden)]
     pub crash: Option<CrashHook>,
 }
@@ -118,6 +124,7 @@ impl Default for WriteBackConfig {
             documents_per_transaction: 32,
             batch: 8,
             compact_every: 64,
+            worker_pause: Duration::from_millis(10),
             crash: None,
         }
     }

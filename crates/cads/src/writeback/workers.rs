@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::design1::{apply_docs, pending, pending_in};
 use super::design2;
+use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
 use crate::Cads;
 
@@ -119,28 +120,32 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
         .collect();
     let mut idle = Duration::from_millis(1);
     while !stop.load(Ordering::Acquire) {
-        let mut applied = false;
+        let mut pass = Pass::default();
         match pending_in(cads, &partitions) {
             Ok(lists) => {
-                for docs in lists {
-                    for batch in docs.chunks(per_transaction(cads)) {
-                        if stop.load(Ordering::Acquire) {
-                            return;
-                        }
-                        match apply_docs(cads, batch) {
-                            Ok(n) => applied |= n > 0,
-                            // A worker that dies here is "restarted" by carrying on: what it left
-                            // behind is found again through PendingWrites once its leases expire.
-                            Err(e) => tracing::debug!(error = %e, "worker: apply failed"),
-                        }
+                // Documents of all this worker's partitions share batches: with many partitions
+                // each holds only a few documents at a time.
+                let docs: Vec<DocRef> = lists.into_iter().flatten().collect();
+                for batch in docs.chunks(per_transaction(cads)) {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    match apply_docs(cads, batch) {
+                        Ok(n) => pass.note(n, per_transaction(cads)),
+                        // A worker that dies here is "restarted" by carrying on: what it left
+                        // behind is found again through PendingWrites once its leases expire.
+                        Err(e) => tracing::debug!(error = %e, "worker: apply failed"),
                     }
                 }
             }
             Err(e) => tracing::debug!(error = %e, "worker: cannot read PendingWrites"),
         }
-        applied |= work_on_queues(cads, index, count);
-        if applied {
+        work_on_queues(cads, index, count, &mut pass);
+        if pass.full {
             idle = Duration::from_millis(1);
+        } else if pass.applied {
+            idle = Duration::from_millis(1);
+            std::thread::sleep(cads.config().write_back.worker_pause);
         } else {
             std::thread::sleep(idle);
             idle = (idle * 2).min(MAX_IDLE);
@@ -148,25 +153,39 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
     }
 }
 
-/// One pass over this worker's Design 2 queues. Returns whether it applied anything.
-fn work_on_queues(cads: &Cads, index: usize, count: usize) -> bool {
+/// What one pass of a worker did.
+#[derive(Default)]
+struct Pass {
+    /// It applied something.
+    applied: bool,
+    /// It applied a full batch somewhere: more may be waiting, so the next pass starts at once.
+    full: bool,
+}
+
+impl Pass {
+    fn note(&mut self, applied: usize, batch: usize) {
+        self.applied |= applied > 0;
+        self.full |= applied >= batch;
+    }
+}
+
+/// One pass over this worker's Design 2 queues, noted in `pass`.
+fn work_on_queues(cads: &Cads, index: usize, count: usize, pass: &mut Pass) {
     let queues = match design2::queues(cads) {
         Ok(queues) => queues,
         Err(e) => {
             tracing::debug!(error = %e, "worker: cannot read the list of queues");
-            return false;
+            return;
         }
     };
-    let mut applied = false;
     for queue in queues {
         let owner = cads_protocol::fragment::fnv1a64(queue.as_bytes()) % count as u64;
         if owner != index as u64 {
             continue;
         }
         match design2::apply_queue(cads, &queue, None) {
-            Ok(n) => applied |= n > 0,
+            Ok(n) => pass.note(n, cads.config().write_back.batch.max(1)),
             Err(e) => tracing::debug!(error = %e, queue, "worker: applying a queue failed"),
         }
     }
-    applied
 }
