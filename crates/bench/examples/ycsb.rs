@@ -74,6 +74,9 @@ struct Args {
     /// Write-back background workers.
     #[arg(long, default_value_t = 4)]
     workers: usize,
+    /// Write-back workers' pause after a pass without a full batch.
+    #[arg(long, value_parser = parse_duration, default_value = "10ms")]
+    worker_pause: std::time::Duration,
     /// Skip the warm-up (start with a cold cache).
     #[arg(long)]
     cold: bool,
@@ -130,6 +133,7 @@ fn main() -> Result<()> {
         field_count: a.field_count,
         field_length: a.field_length,
         workers: a.workers,
+        worker_pause: a.worker_pause,
         warm: !a.cold,
         repeat: a.repeat,
         seed: a.seed,

@@ -152,6 +152,11 @@ pub struct YcsbArgs {
     /// Write-back's background workers.
     #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().workers)]
     pub workers: usize,
+    /// How long a write-back worker waits after a pass that found no full batch, so that
+    /// writes accumulate into larger batches (shorter: writes pending less, more data-store
+    /// transactions and cache round trips per write).
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
+    pub worker_pause: Duration,
     /// Seed of the load's and the threads' generators.
     #[arg(long, default_value_t = YcsbOptions::default().seed)]
     pub seed: u64,
@@ -187,6 +192,7 @@ impl YcsbArgs {
             field_count: self.field_count,
             field_length: self.field_length,
             workers: self.workers,
+            worker_pause: self.worker_pause,
             warm: !c.cold,
             repeat: c.repeat,
             seed: self.seed,

@@ -176,7 +176,7 @@ pub fn measure_ycsb(
     }
     let mut cells = Vec::new();
     for id in &reads {
-        let (doc, cell) = timed(&dep, || Ok(table.read(&cads, id)?))?;
+        let (doc, cell) = timed(&dep, || Ok(table.read(cads, id)?))?;
         if doc.is_none() {
             bail!("record {id} is missing");
         }

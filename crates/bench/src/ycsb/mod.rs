@@ -165,7 +165,8 @@ pub fn run_ycsb(opts: &YcsbOptions, progress: &dyn Fn(Progress)) -> Result<Vec<R
 /// One policy's run: deploy, load, warm, run, drain, verify.
 fn run_policy(ctx: &RunContext<'_>, store: Arc<dyn cads_store::DataStore>) -> Result<RunRecord> {
     let opts = ctx.opts;
-    let config = Config::default();
+    let mut config = Config::default();
+    config.write_back.worker_pause = opts.worker_pause;
     let dep = Deployment::start(
         ctx.policy,
         store.clone(),

@@ -53,6 +53,9 @@ pub struct YcsbOptions {
     pub field_length: usize,
     /// `--workers`: write-back's background workers during the run (4).
     pub workers: usize,
+    /// `--worker-pause`: how long a write-back worker waits after a pass without a full batch
+    /// (`WriteBackConfig::worker_pause`).
+    pub worker_pause: Duration,
     /// `--warm`: read every record through the cache before the run (000 §3.3: "each experiment
     /// starts with a warm cache"). Default on.
     pub warm: bool,
@@ -106,6 +109,7 @@ impl Default for YcsbOptions {
             field_count: 10,
             field_length: 100,
             workers: 4,
+            worker_pause: cads::WriteBackConfig::default().worker_pause,
             warm: true,
             repeat: 1,
             seed: 0x00C0_FFEE,
@@ -261,6 +265,8 @@ pub struct ConfigRecord {
     pub insert_order: &'static str,
     /// Write-back workers.
     pub workers: usize,
+    /// Write-back workers' pause after a pass without a full batch, ms.
+    pub worker_pause_ms: f64,
     /// Write-back replicas of each buffered write (capped by the CMIs).
     pub write_back_replicas: usize,
     /// Write-back PendingWrites partitions.

@@ -288,7 +288,7 @@ fn run_thread(shared: &Shared<'_>, t: usize) -> ThreadResult {
                 let keynum = keys.next(&mut rng, &shared.inserts);
                 let id = key_name(keynum, true, 1);
                 reads_here += 1;
-                let result = shared.table.read(&shared.cads, &id);
+                let result = shared.table.read(shared.cads, &id);
                 result.map(|doc| {
                     let end = shared.now();
                     out.log.reads.push(ReadRecord {
@@ -702,6 +702,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
             field_length: opts.field_length,
             insert_order: "hashed",
             workers: opts.workers,
+            worker_pause_ms: cads.config().write_back.worker_pause.as_secs_f64() * 1000.0,
             write_back_replicas: replicas,
             write_back_partitions: cads.config().write_back.partitions,
             warm: opts.warm && has_cache,
