@@ -263,6 +263,9 @@ impl Engine {
                     // The I lease was voided by a writer (or expired): the value may be stale.
                     return Ok(Reply::Int(0));
                 }
+                // The fill is the session's last word on the key: a value it staged under the
+                // same lease (LSET of a miss) must not replace it at release.
+                self.drop_pending(sid, key);
                 let stored = self.store.put(
                     key,
                     value.to_vec(),

@@ -427,6 +427,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Forgets `sid`'s pending version of `key`, returning its bytes.
+    pub(crate) fn drop_pending(&mut self, sid: SessionId, key: &[u8]) {
+        let old = self
+            .sessions
+            .get_mut(&sid)
+            .and_then(|s| s.hold_mut(key))
+            .and_then(|h| h.pending.take());
+        self.uncharge_pending(key, &old);
+    }
+
     fn put_pending(&mut self, sid: SessionId, key: &[u8], pending: Option<Pending>) {
         if let Some(hold) = self.sessions.get_mut(&sid).and_then(|s| s.hold_mut(key)) {
             hold.pending = pending;

@@ -307,6 +307,26 @@ impl Harness {
     }
 }
 
+/// Found by the property below: a session fills a miss with LSET (staged until commit) and then
+/// with IQSET, which stores its value and releases the key. The staged value must not replace
+/// the IQSET's at that release.
+#[test]
+fn an_iq_fill_replaces_a_staged_fill_of_the_same_session() {
+    let mut h = Harness::new();
+    for op in [
+        Op::LAppend(1, 0, 0),
+        Op::LIncr(1, 2),
+        Op::IqGet(1, 1),
+        Op::LSet(1, 1, 0, false),
+        Op::IqSet(1, 1, 1),
+        Op::LSet(2, 3, 3, true),
+        Op::IqGet(2, 3),
+        Op::IqSet(2, 3, 4),
+    ] {
+        h.step(&op);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
