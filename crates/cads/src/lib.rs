@@ -398,7 +398,7 @@ impl Cads {
     }
 
     /// Whether CMI `cmi` missed writes it has not been flushed for since.
-    fn is_missed(&self, cmi: usize) -> bool {
+    pub(crate) fn is_missed(&self, cmi: usize) -> bool {
         let (recorded, flushed) = &self.missed[cmi];
         recorded.load(Ordering::Acquire) != flushed.load(Ordering::Acquire)
     }

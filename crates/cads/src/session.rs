@@ -39,8 +39,9 @@ pub struct Session<'a> {
     /// Write-back found pinned memory full: this session writes through, after applying the
     /// buffered writes of its documents.
     write_through: bool,
-    /// The cache could not be reached: this session works on the data store alone.
-    degraded: bool,
+    /// Set when the cache could not be reached and the session went on with the data store
+    /// alone: the CMI that failed and how.
+    degraded: Option<(usize, String)>,
     prepared: bool,
 }
 
@@ -62,7 +63,7 @@ impl<'a> Session<'a> {
             sql_writes: SessionWrites::default(),
             held_queues: Vec::new(),
             write_through,
-            degraded: false,
+            degraded: None,
             prepared: false,
         }
     }
@@ -158,22 +159,24 @@ impl<'a> Session<'a> {
     /// Whether the cache was found down during this session, which then worked on the data store
     /// alone.
     pub fn degraded(&self) -> bool {
-        self.degraded
+        self.degraded.is_some()
     }
 
     /// A cache failure that the session survives by working on the data store alone.
     pub(crate) fn degrade(&mut self, e: &ClientError) {
         tracing::warn!(error = %e, "cache unreachable; this session uses the data store alone");
-        if let (ClientError::Unavailable { cmi, .. } | ClientError::Io { cmi, .. }, Some(_)) =
-            (e, &self.cache)
-        {
-            self.cads.missed_cmi(*cmi);
+        let cmi = match e {
+            ClientError::Unavailable { cmi, .. } | ClientError::Io { cmi, .. } => Some(*cmi),
+            _ => None,
+        };
+        if let (Some(cmi), Some(_)) = (cmi, &self.cache) {
+            self.cads.missed_cmi(cmi);
         }
-        self.degraded = true;
+        self.degraded = Some((cmi.unwrap_or_default(), e.to_string()));
     }
 
     fn use_cache(&self) -> bool {
-        self.cache.is_some() && !self.degraded && self.cads.config().leases
+        self.cache.is_some() && self.degraded.is_none() && self.cads.config().leases
     }
 
     /// `readStatement` (Algorithm 9): the cached result if every key hits, else the data store's,
@@ -344,7 +347,21 @@ impl<'a> Session<'a> {
         if !self.cads.config().leases {
             return Ok(());
         }
-        if self.cache.is_none() || self.degraded {
+        if let Some((cmi, cause)) = &self.degraded {
+            if self.cads.policy() == Policy::WriteBack && !self.read_only() {
+                // Write-back acknowledges a write once it is buffered in the cache, and only the
+                // cache knows which earlier writes of its documents are still to be applied: a
+                // session that cannot reach it cannot write, to the cache or around it.
+                return Err(Error::Cache(ClientError::Unavailable {
+                    cmi: *cmi,
+                    reason: format!(
+                        "write-back cannot take this session's writes without the cache                          ({cause}); nothing was written"
+                    ),
+                    refused: false,
+                }));
+            }
+        }
+        if self.cache.is_none() || self.degraded.is_some() {
             self.note_missed_writes();
             return Ok(());
         }

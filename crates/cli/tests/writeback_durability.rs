@@ -1,7 +1,8 @@
 //! Write-back loses no acknowledged write when a CMI process dies: with R = 3 replicas over four
 //! CMI processes, one is killed with SIGKILL in the middle of a write-heavy run; after the
 //! workers drain, every acknowledged `$push` is in the data store exactly once and every `$inc`
-//! matches.
+//! matches. And a CMI that comes back with what it held before it died brings back no old
+//! buffered write.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -39,10 +40,14 @@ fn free_port() -> u16 {
 }
 
 fn start_cmi() -> Cmi {
-    let port = free_port();
+    start_cmi_on(free_port(), &[])
+}
+
+fn start_cmi_on(port: u16, extra: &[&str]) -> Cmi {
     let child = Command::new(env!("CARGO_BIN_EXE_cads"))
         .args(["server", "--port", &port.to_string(), "--cmis", "1"])
         .args(["--mode", "write-through", "--lease-ms", "300"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -182,6 +187,166 @@ fn killing_a_cmi_loses_no_acknowledged_write() {
         acknowledged.len(),
         failed.into_inner().unwrap()
     );
+    drop(cmis);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A persistent CMI restored from its append-only log comes back with the replicas of buffered
+/// writes it held when it died. Writes made while it was away skipped it, and their buffered
+/// writes were applied and deleted elsewhere: its copies are old, and applying one again would
+/// undo a later acknowledged write in the data store. The process that skipped the CMI flushes it
+/// before reading from it again.
+#[test]
+fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
+    let dir = std::env::temp_dir().join(format!("cads-restored-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("aof")).unwrap();
+    let store = open(
+        &format!("sqlite:{}", dir.join("data.db").display()),
+        &StoreOptions::default(),
+    )
+    .unwrap();
+    let aof = dir.join("aof").display().to_string();
+    let persistent = [
+        "--appendonly",
+        "true",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &aof,
+    ];
+    let port = free_port();
+    let mut cmis = vec![start_cmi(), start_cmi_on(port, &persistent)];
+    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr).collect());
+    config.connect_timeout = Duration::from_millis(200);
+    config.io_timeout = Duration::from_millis(500);
+    let client = Client::new(config, Coordinator::process());
+    let cads = Cads::new(
+        store.clone(),
+        Some(client),
+        Policy::WriteBack,
+        Config {
+            write_back: WriteBackConfig {
+                replicas: 2,
+                partitions: 4,
+                ..WriteBackConfig::default()
+            },
+            ..Config::default()
+        },
+    );
+    let docs = Collection::create(&cads, "tallies").unwrap();
+    // A document cached on CMI 0: writes that skip CMI 1 skip only replicas of its buffered write.
+    let direct = cads.cache().unwrap();
+    let id = (0..100)
+        .map(|i| format!("d{i}"))
+        .find(|id| direct.route(&docs.key(id)) == 0)
+        .unwrap();
+    store
+        .put("tallies", &id, json!({"n": 0}).as_object().unwrap())
+        .unwrap();
+    let set = |n: i64| {
+        let changes = Changes::from_json(&json!({"$set": {"n": n}})).unwrap();
+        cads.run(|s| docs.update(s, &id, changes.clone()))
+    };
+    let stored = || {
+        store.get("tallies", &id).unwrap().unwrap()["n"]
+            .as_i64()
+            .unwrap()
+    };
+
+    set(1).unwrap(); // buffered on both CMIs, and in CMI 1's log
+    unsafe {
+        libc::kill(cmis[1].child.id() as i32, libc::SIGKILL);
+    }
+    let _ = cmis[1].child.wait();
+    // The first write to find CMI 1 gone may fail; the next ones skip it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while set(2).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no write succeeded without CMI 1"
+        );
+    }
+    cads::writeback::drain(&cads, Duration::from_secs(10)).unwrap();
+    assert_eq!(stored(), 2);
+
+    // Back on its port with its log: it holds the old buffered write (n = 1) again.
+    cmis[1] = start_cmi_on(port, &persistent);
+    let key = cads::writeback::bw_key(&docs.doc_ref(&id));
+    let held = direct.execute(1, &CacheCommand::Get(&key)).unwrap();
+    assert!(
+        matches!(held, Reply::Bulk(_)),
+        "the restored CMI has the old copy: {held:?}"
+    );
+    // Once the client stops skipping it (a second after it last refused a connection).
+    std::thread::sleep(Duration::from_millis(1200));
+    cads::writeback::drain(&cads, Duration::from_secs(10)).unwrap();
+    assert_eq!(stored(), 2, "an old buffered write undid a later one");
+    let read = docs.read(&cads, &id).unwrap().unwrap();
+    assert_eq!(read["n"], json!(2));
+    drop(cmis);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A write-back session that found a CMI unreachable (and read around it, from the data store)
+/// cannot write: its write would be acknowledged with nothing buffered, and lost. It fails, and
+/// nothing is written.
+#[test]
+fn a_write_back_session_that_lost_the_cache_writes_nothing() {
+    let dir = std::env::temp_dir().join(format!("cads-degraded-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = open(
+        &format!("sqlite:{}", dir.join("data.db").display()),
+        &StoreOptions::default(),
+    )
+    .unwrap();
+    let mut cmis = vec![start_cmi(), start_cmi()];
+    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr).collect());
+    config.connect_timeout = Duration::from_millis(200);
+    config.io_timeout = Duration::from_millis(500);
+    let client = Client::new(config, Coordinator::process());
+    let cads = Cads::new(
+        store.clone(),
+        Some(client),
+        Policy::WriteBack,
+        Config {
+            write_back: WriteBackConfig {
+                replicas: 2,
+                partitions: 4,
+                ..WriteBackConfig::default()
+            },
+            ..Config::default()
+        },
+    );
+    let docs = Collection::create(&cads, "tallies").unwrap();
+    let direct = cads.cache().unwrap();
+    let id = (0..100)
+        .map(|i| format!("d{i}"))
+        .find(|id| direct.route(&docs.key(id)) == 0)
+        .unwrap();
+    store
+        .put("tallies", &id, json!({"n": 0}).as_object().unwrap())
+        .unwrap();
+
+    // The document's CMI is gone; the other replica of its buffered write is there.
+    unsafe {
+        libc::kill(cmis[0].child.id() as i32, libc::SIGKILL);
+    }
+    let _ = cmis[0].child.wait();
+    let changes = Changes::from_json(&json!({"$set": {"n": 1}})).unwrap();
+    let outcome = cads.run(|s| {
+        let before = docs.get(s, &id)?; // from the data store: the session degrades
+        assert_eq!(before.unwrap()["n"], json!(0));
+        docs.update(s, &id, changes.clone())
+    });
+    let error = outcome.expect_err("a write-back write without the cache must not be acknowledged");
+    assert!(
+        error.to_string().contains("nothing was written"),
+        "the error says what happened: {error}"
+    );
+    cads::writeback::drain(&cads, Duration::from_secs(5)).unwrap();
+    assert_eq!(store.get("tallies", &id).unwrap().unwrap()["n"], json!(0));
     drop(cmis);
     let _ = std::fs::remove_dir_all(&dir);
 }

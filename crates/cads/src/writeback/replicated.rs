@@ -10,13 +10,34 @@ use crate::Cads;
 
 /// The CMIs keeping replicas of `key`, its own first, leaving out CMIs that just failed (a write
 /// proceeds on the replicas that remain; when all are down, all are tried).
+///
+/// A CMI left out is recorded as missed, and a missed CMI that answers again is flushed before
+/// anything reads it: it may come back with the entries it had (a persistent CMI restores its
+/// log), and its copies are then older than the other replicas' or of buffered writes applied and
+/// deleted meanwhile. The newest copy wins over an older one, but an old copy left alone would be
+/// applied again and undo later writes in the data store.
 pub(crate) fn replicas(cads: &Cads, client: &Client, key: &[u8]) -> Vec<usize> {
     let all = client.replicas(key, cads.config().write_back.replicas.max(1));
-    let up: Vec<usize> = all
-        .iter()
-        .copied()
-        .filter(|&c| !client.is_down(c))
-        .collect();
+    let mut up = Vec::with_capacity(all.len());
+    for &cmi in &all {
+        if client.is_down(cmi) {
+            cads.missed_cmi(cmi);
+        } else {
+            up.push(cmi);
+        }
+    }
+    if up.iter().any(|&cmi| cads.is_missed(cmi)) {
+        cads.flush_missed_cmis();
+        // One that could not be flushed stays out, unless nothing else is left.
+        let flushed: Vec<usize> = up
+            .iter()
+            .copied()
+            .filter(|&cmi| !cads.is_missed(cmi))
+            .collect();
+        if !flushed.is_empty() {
+            up = flushed;
+        }
+    }
     if up.is_empty() {
         all
     } else {
