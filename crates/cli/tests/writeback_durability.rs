@@ -1,8 +1,8 @@
 //! Write-back loses no acknowledged write when a CMI process dies: with R = 3 replicas over four
 //! CMI processes, one is killed with SIGKILL in the middle of a write-heavy run; after the
 //! workers drain, every acknowledged `$push` is in the data store exactly once and every `$inc`
-//! matches. And a CMI that comes back with what it held before it died brings back no old
-//! buffered write.
+//! matches. A CMI that comes back with what it held before it died brings back no old buffered
+//! write, and a session that cannot reach the cache writes nothing rather than losing its write.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
