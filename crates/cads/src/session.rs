@@ -355,7 +355,8 @@ impl<'a> Session<'a> {
                 return Err(Error::Cache(ClientError::Unavailable {
                     cmi: *cmi,
                     reason: format!(
-                        "write-back cannot take this session's writes without the cache                          ({cause}); nothing was written"
+                        "write-back cannot take this session's writes without the cache \
+                         ({cause}); nothing was written"
                     ),
                     refused: false,
                 }));
