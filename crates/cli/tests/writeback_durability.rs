@@ -5,6 +5,7 @@
 //! write, and a session that cannot reach the cache writes nothing rather than losing its write.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use cads::{Cads, Config, Policy, Workers, WriteBackConfig};
 use cads_client::{Client, ClientConfig};
 use cads_coord::Coordinator;
 use cads_protocol::{Command as CacheCommand, Reply};
-use cads_store::{open, Changes, StoreOptions};
+use cads_store::{open, Changes, DataStore, StoreOptions};
 use serde_json::json;
 
 struct Cmi {
@@ -61,16 +62,19 @@ fn start_cmi_on(port: u16, extra: &[&str]) -> Cmi {
     Cmi { child, addr }
 }
 
-#[test]
-fn killing_a_cmi_loses_no_acknowledged_write() {
-    let dir = std::env::temp_dir().join(format!("cads-durability-{}", std::process::id()));
+/// An empty directory for a test and a SQLite data store in it.
+fn scratch_store(name: &str) -> (PathBuf, Arc<dyn DataStore>) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let store = open(
-        &format!("sqlite:{}", dir.join("data.db").display()),
-        &StoreOptions::default(),
-    )
-    .unwrap();
+    let url = format!("sqlite:{}", dir.join("data.db").display());
+    let store = open(&url, &StoreOptions::default()).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn killing_a_cmi_loses_no_acknowledged_write() {
+    let (dir, store) = scratch_store("cads-durability");
     let mut cmis: Vec<Cmi> = (0..4).map(|_| start_cmi()).collect();
     let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr).collect());
     config.connect_timeout = Duration::from_millis(200);
@@ -191,32 +195,9 @@ fn killing_a_cmi_loses_no_acknowledged_write() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A persistent CMI restored from its append-only log comes back with the replicas of buffered
-/// writes it held when it died. Writes made while it was away skipped it, and their buffered
-/// writes were applied and deleted elsewhere: its copies are old, and applying one again would
-/// undo a later acknowledged write in the data store. The process that skipped the CMI flushes it
-/// before reading from it again.
-#[test]
-fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
-    let dir = std::env::temp_dir().join(format!("cads-restored-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("aof")).unwrap();
-    let store = open(
-        &format!("sqlite:{}", dir.join("data.db").display()),
-        &StoreOptions::default(),
-    )
-    .unwrap();
-    let aof = dir.join("aof").display().to_string();
-    let persistent = [
-        "--appendonly",
-        "true",
-        "--appendfsync",
-        "always",
-        "--dir",
-        &aof,
-    ];
-    let port = free_port();
-    let mut cmis = vec![start_cmi(), start_cmi_on(port, &persistent)];
+/// Write-back over `cmis` with R = 2, and a document `{"n": 0}` of "tallies" whose cached value
+/// lives on CMI 0, so that CMI 1 holds only a replica of its buffered write.
+fn write_back_over(store: &Arc<dyn DataStore>, cmis: &[Cmi]) -> (Cads, Collection, String) {
     let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr).collect());
     config.connect_timeout = Duration::from_millis(200);
     config.io_timeout = Duration::from_millis(500);
@@ -235,15 +216,39 @@ fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
         },
     );
     let docs = Collection::create(&cads, "tallies").unwrap();
-    // A document cached on CMI 0: writes that skip CMI 1 skip only replicas of its buffered write.
-    let direct = cads.cache().unwrap();
+    let client = cads.cache().unwrap();
     let id = (0..100)
         .map(|i| format!("d{i}"))
-        .find(|id| direct.route(&docs.key(id)) == 0)
+        .find(|id| client.route(&docs.key(id)) == 0)
         .unwrap();
     store
         .put("tallies", &id, json!({"n": 0}).as_object().unwrap())
         .unwrap();
+    (cads, docs, id)
+}
+
+/// A persistent CMI restored from its append-only log comes back with the replicas of buffered
+/// writes it held when it died. Writes made while it was away skipped it, and their buffered
+/// writes were applied and deleted elsewhere: its copies are old, and applying one again would
+/// undo a later acknowledged write in the data store. The process that skipped the CMI flushes it
+/// before reading from it again.
+#[test]
+fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
+    let (dir, store) = scratch_store("cads-restored");
+    std::fs::create_dir_all(dir.join("aof")).unwrap();
+    let aof = dir.join("aof").display().to_string();
+    let persistent = [
+        "--appendonly",
+        "true",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &aof,
+    ];
+    let port = free_port();
+    let mut cmis = vec![start_cmi(), start_cmi_on(port, &persistent)];
+    let (cads, docs, id) = write_back_over(&store, &cmis);
+    let direct = cads.cache().unwrap();
     let set = |n: i64| {
         let changes = Changes::from_json(&json!({"$set": {"n": n}})).unwrap();
         cads.run(|s| docs.update(s, &id, changes.clone()))
@@ -293,41 +298,9 @@ fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
 /// nothing is written.
 #[test]
 fn a_write_back_session_that_lost_the_cache_writes_nothing() {
-    let dir = std::env::temp_dir().join(format!("cads-degraded-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let store = open(
-        &format!("sqlite:{}", dir.join("data.db").display()),
-        &StoreOptions::default(),
-    )
-    .unwrap();
+    let (dir, store) = scratch_store("cads-degraded");
     let mut cmis = vec![start_cmi(), start_cmi()];
-    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr).collect());
-    config.connect_timeout = Duration::from_millis(200);
-    config.io_timeout = Duration::from_millis(500);
-    let client = Client::new(config, Coordinator::process());
-    let cads = Cads::new(
-        store.clone(),
-        Some(client),
-        Policy::WriteBack,
-        Config {
-            write_back: WriteBackConfig {
-                replicas: 2,
-                partitions: 4,
-                ..WriteBackConfig::default()
-            },
-            ..Config::default()
-        },
-    );
-    let docs = Collection::create(&cads, "tallies").unwrap();
-    let direct = cads.cache().unwrap();
-    let id = (0..100)
-        .map(|i| format!("d{i}"))
-        .find(|id| direct.route(&docs.key(id)) == 0)
-        .unwrap();
-    store
-        .put("tallies", &id, json!({"n": 0}).as_object().unwrap())
-        .unwrap();
+    let (cads, docs, id) = write_back_over(&store, &cmis);
 
     // The document's CMI is gone; the other replica of its buffered write is there.
     unsafe {
