@@ -162,17 +162,16 @@ impl<'a> Session<'a> {
         self.degraded.is_some()
     }
 
-    /// A cache failure that the session survives by working on the data store alone.
+    /// A cache failure that the session survives by working on the data store alone. The CMIs
+    /// are recorded as missed only for what the session then writes (`note_missed_writes`): a
+    /// read around the cache misses nothing, and a needless record costs the CMI a flush.
     pub(crate) fn degrade(&mut self, e: &ClientError) {
         tracing::warn!(error = %e, "cache unreachable; this session uses the data store alone");
         let cmi = match e {
-            ClientError::Unavailable { cmi, .. } | ClientError::Io { cmi, .. } => Some(*cmi),
-            _ => None,
+            ClientError::Unavailable { cmi, .. } | ClientError::Io { cmi, .. } => *cmi,
+            _ => 0,
         };
-        if let (Some(cmi), Some(_)) = (cmi, &self.cache) {
-            self.cads.missed_cmi(cmi);
-        }
-        self.degraded = Some((cmi.unwrap_or_default(), e.to_string()));
+        self.degraded = Some((cmi, e.to_string()));
     }
 
     fn use_cache(&self) -> bool {

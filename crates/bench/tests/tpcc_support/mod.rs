@@ -49,8 +49,8 @@ impl Drop for TempDir {
     }
 }
 
-/// The checks every run must pass: transactions of every type committed, none failed, every
-/// consistency condition held, no cached entry stale.
+/// The checks every run must pass: New-Order and Payment committed, and every other type the run
+/// drew, none failed, every consistency condition held, no cached entry stale.
 pub fn assert_consistent(r: &TpccRecord) {
     let broken: Vec<_> = r.consistency.iter().filter(|c| c.violations > 0).collect();
     assert!(
@@ -71,8 +71,10 @@ pub fn assert_consistent(r: &TpccRecord) {
     );
     assert!(r.consistent, "{}", r.policy);
     for (name, counts) in &r.counts {
+        // A short run may draw none of a rare type (4% of the mix each; a run of 77 transactions
+        // draws no ORDER_STATUS one time in 23), but every type drawn must commit.
         assert!(
-            counts.completed > 0,
+            counts.sessions == 0 || counts.completed > 0,
             "{}: no {name} committed: {:?}",
             r.policy,
             r.counts
@@ -81,6 +83,14 @@ pub fn assert_consistent(r: &TpccRecord) {
             counts.failed, 0,
             "{}: {name} failed: {:?}",
             r.policy, r.errors
+        );
+    }
+    for name in ["NEW_ORDER", "PAYMENT"] {
+        assert!(
+            r.counts.get(name).is_some_and(|c| c.completed > 0),
+            "{}: no {name} committed: {:?}",
+            r.policy,
+            r.counts
         );
     }
     assert!(r.tpmc > 0.0);
