@@ -32,6 +32,7 @@
 mod cache_store;
 pub mod documents;
 mod error;
+mod missed;
 mod session;
 mod tx;
 pub mod writeback;
@@ -44,6 +45,7 @@ use std::time::{Duration, Instant};
 use cads_client::{Backoff, Client, ClientConfig, RetryPolicy};
 use cads_coord::Coordinator;
 use cads_store::{DataStore, Isolation};
+use missed::{Missed, MissedWrites};
 
 pub use cache_store::{CacheChange, CacheStore, DocRef, Modifier};
 pub use error::{Error, Result};
@@ -148,10 +150,8 @@ pub struct Cads {
     cache: Option<Client>,
     policy: Policy,
     config: Config,
-    /// Per CMI, how many times it was recorded as missing writes of this process, and up to
-    /// which of those records it has been flushed since; see [`Cads::missed_cmi`]. Counting
-    /// rather than a flag keeps a record made while a flush is in flight.
-    missed: Vec<(AtomicU64, AtomicU64)>,
+    /// The CMIs that missed writes of this process; see [`Cads::missed_cmi`].
+    missed: MissedWrites,
     /// When a missed CMI was last tried, in ms since `started`.
     last_heal: AtomicU64,
     /// Lost cache commits whose keys could not be invalidated (see [`Cads::invalidate`]).
@@ -193,9 +193,7 @@ impl Cads {
             cache,
             policy,
             config,
-            missed: (0..cmis)
-                .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
-                .collect(),
+            missed: MissedWrites::new(cmis),
             last_heal: AtomicU64::new(0),
             invalidations_failed: AtomicU64::new(0),
             started: Instant::now(),
@@ -383,7 +381,7 @@ impl Cads {
         tracing::warn!("could not invalidate the keys of a lost cache commit; reading them from the data store");
         self.invalidations_failed.fetch_add(1, Ordering::Relaxed);
         for key in keys {
-            self.missed_cmi(client.route(key));
+            self.missed_cmi(client.route(key), Missed::Values);
         }
     }
 
@@ -391,20 +389,13 @@ impl Cads {
     /// process has flushed it, reads of its keys go to the data store, so that a CMI coming back
     /// with old entries never serves them to this process. Other processes rely on the CMI
     /// having lost its entries; a persistent CMI needs Gemini's recovery (004).
-    pub(crate) fn missed_cmi(&self, cmi: usize) {
-        if let Some((recorded, _)) = self.missed.get(cmi) {
-            recorded.fetch_add(1, Ordering::AcqRel);
-        }
+    pub(crate) fn missed_cmi(&self, cmi: usize, missed: Missed) {
+        self.missed.record(cmi, missed);
     }
 
     /// Whether CMI `cmi` missed writes it has not been flushed for since.
     pub(crate) fn is_missed(&self, cmi: usize) -> bool {
-        let (recorded, flushed) = &self.missed[cmi];
-        recorded.load(Ordering::Acquire) != flushed.load(Ordering::Acquire)
-    }
-
-    fn any_cmi_missed(&self) -> bool {
-        (0..self.missed.len()).any(|cmi| self.is_missed(cmi))
+        self.missed.is_missed(cmi)
     }
 
     /// Whether any of these keys lives on a CMI that missed writes.
@@ -412,7 +403,7 @@ impl Cads {
         let Some(client) = &self.cache else {
             return false;
         };
-        self.any_cmi_missed() && keys.iter().any(|k| self.is_missed(client.route(k)))
+        self.missed.any() && keys.iter().any(|k| self.is_missed(client.route(k)))
     }
 
     /// How many lost cache commits left keys this process could not invalidate: each made it
@@ -424,7 +415,7 @@ impl Cads {
 
     /// Flushes CMIs that missed writes once they answer again (at most every `HEAL_EVERY`).
     fn heal(&self) {
-        if !self.any_cmi_missed() {
+        if !self.missed.any() {
             return;
         }
         let now = self.started.elapsed().as_millis() as u64;
@@ -440,7 +431,8 @@ impl Cads {
         self.flush_missed_cmis();
     }
 
-    /// Flushes, now, every CMI that missed writes of this process and answers again; returns how
+    /// Flushes, now, every CMI that missed writes of this process and answers again (only its
+    /// unpinned entries when it missed no replica write; see the `missed` module); returns how
     /// many it flushed. Sessions do this on their own at most every 500 ms; a caller that is about
     /// to compare the cache with the data store while no session runs (a benchmark's final check)
     /// calls it first, so that it sees what the next read would.
@@ -449,19 +441,20 @@ impl Cads {
             return 0;
         };
         let mut flushed = 0;
-        for (cmi, (recorded, flushed_through)) in self.missed.iter().enumerate() {
-            // Records made after this load are not covered by this flush: they stay pending.
-            let through = recorded.load(Ordering::Acquire);
-            if through != flushed_through.load(Ordering::Acquire)
-                && client
-                    .execute(cmi, &cads_protocol::Command::FlushAll)
-                    .is_ok()
-            {
+        for cmi in 0..client.cmis() {
+            let Some(repair) = self.missed.repair(cmi) else {
+                continue;
+            };
+            let flush = cads_protocol::Command::FlushAll {
+                unpinned: repair.unpinned,
+            };
+            if client.execute(cmi, &flush).is_ok() {
                 tracing::info!(
                     cmi,
+                    unpinned_only = repair.unpinned,
                     "CMI reachable again; flushed the entries it may hold stale"
                 );
-                flushed_through.fetch_max(through, Ordering::AcqRel);
+                self.missed.repaired(cmi, repair);
                 flushed += 1;
             }
         }

@@ -9,6 +9,7 @@ use cads_store::{DocOp, StoreError};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::{Error, Result};
+use crate::missed::Missed;
 use crate::tx::StoreTx;
 use crate::writeback::design1;
 use crate::writeback::design2::{self, SessionWrites};
@@ -434,7 +435,7 @@ impl<'a> Session<'a> {
             return;
         };
         for key in &self.written_keys {
-            self.cads.missed_cmi(client.route(key));
+            self.cads.missed_cmi(client.route(key), Missed::Values);
         }
     }
 
@@ -446,7 +447,7 @@ impl<'a> Session<'a> {
         };
         let cmi = client.route(key);
         if client.is_down(cmi) {
-            self.cads.missed_cmi(cmi);
+            self.cads.missed_cmi(cmi, Missed::Values);
             return false;
         }
         true

@@ -285,7 +285,7 @@ impl Client {
     /// FLUSHALL on every CMI.
     pub fn flush_all(&self) -> Result<()> {
         for cmi in 0..self.cmis() {
-            if let Reply::Error(e) = self.execute(cmi, &Command::FlushAll)? {
+            if let Reply::Error(e) = self.execute(cmi, &Command::FlushAll { unpinned: false })? {
                 return Err(ClientError::Server(e));
             }
         }

@@ -101,8 +101,12 @@ impl Engine {
                 }
             }
             C::DbSize => Ok(Reply::Int(self.store.len() as i64)),
-            C::FlushAll | C::FlushDb => {
-                self.flush_all(now);
+            C::FlushAll { unpinned } => {
+                self.flush_all(now, unpinned);
+                Ok(Reply::OK)
+            }
+            C::FlushDb => {
+                self.flush_all(now, false);
                 Ok(Reply::OK)
             }
             C::Inspect(key) => Ok(self.inspect(key, now)),

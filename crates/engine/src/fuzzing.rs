@@ -478,7 +478,11 @@ fn decode_op(b: &mut Bytes<'_>, now: u64) -> Op {
             cmd(a)
         }
         20 => cmd(args(&[b"DBSIZE"])),
-        21 => cmd(args(&[if b.flag() { b"FLUSHALL" } else { b"FLUSHDB" }])),
+        21 => match b.byte() % 3 {
+            0 => cmd(args(&[b"FLUSHALL"])),
+            1 => cmd(args(&[b"FLUSHALL", b"UNPINNED"])),
+            _ => cmd(args(&[b"FLUSHDB"])),
+        },
         22..=23 => {
             let mut a = vec![b"LGET".to_vec(), b.sid(), b.key()];
             match b.byte() % 3 {

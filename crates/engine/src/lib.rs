@@ -253,12 +253,18 @@ impl Engine {
         }
     }
 
-    /// Drops every entry, marker, lease and session. Sessions become tombstones: their next call
-    /// gets ABORT.
-    pub fn flush_all(&mut self, now: u64) {
+    /// Drops every entry, marker, lease and session (`unpinned`: only the unpinned entries, that
+    /// is cached values, with the leases and sessions; buffered writes, the lists that name them
+    /// and markers stay). Sessions become tombstones: their next call gets ABORT.
+    pub fn flush_all(&mut self, now: u64, unpinned: bool) {
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for sid in sids {
             self.end_session(sid, lease::EndCause::Flushed, now);
+        }
+        if unpinned {
+            self.store.clear_unpinned();
+            self.store.log.global_record(&[b"FLUSH", b"UNPINNED"]);
+            return;
         }
         let markers: Vec<Box<[u8]>> = self.markers.iter().cloned().collect();
         for key in markers {

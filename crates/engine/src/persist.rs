@@ -14,6 +14,7 @@
 //! | `MARK key` / `UNMARK key` | the key's TARDIS marker |
 //! | `CONFIGID id` / `FRAGMENTS n` / `FRAGMENTID f id` | configuration ids |
 //! | `FLUSH` | nothing at all |
+//! | `FLUSH UNPINNED` | no unpinned entry |
 //!
 //! Leases and sessions are not logged: a restart ends them all, as lease expiry would. That is why
 //! granting an exclusive lease on an unpinned key logs `DEL key` (see `Store::log_exclusive_lease`).
@@ -363,9 +364,10 @@ impl Engine {
                     .set_fragment_id(f, num(2)?)
                     .map_err(|e| e.to_string())?;
             }
+            b"FLUSH" if args.len() == 2 && args[1] == b"UNPINNED" => self.flush_all(0, true),
             b"FLUSH" => {
                 arity(1)?;
-                self.flush_all(0);
+                self.flush_all(0, false);
             }
             other => return Err(format!("unknown record {}", String::from_utf8_lossy(other))),
         }

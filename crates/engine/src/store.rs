@@ -466,6 +466,15 @@ impl Store {
     }
 
     fn remove_slot(&mut self, slot: SlotId) -> Entry {
+        let entry = self.unlink_slot(slot);
+        if self.log.enabled() {
+            self.log.entry_record(slot, &[b"DEL", &entry.key]);
+        }
+        entry
+    }
+
+    /// Removes the entry in `slot` from every index and from the memory count, logging nothing.
+    fn unlink_slot(&mut self, slot: SlotId) -> Entry {
         self.leave_candidates(slot);
         let entry = self.slots[slot as usize]
             .take()
@@ -481,9 +490,6 @@ impl Store {
         }
         self.account(entry.charge(), entry.pinned, false);
         self.free.push(slot);
-        if self.log.enabled() {
-            self.log.entry_record(slot, &[b"DEL", &entry.key]);
-        }
         entry
     }
 
@@ -584,6 +590,17 @@ impl Store {
         self.free.clear();
         self.expires.clear();
         self.policy.clear();
+    }
+
+    /// Drops every unpinned entry (cached values) and keeps the pinned ones. Logs nothing: the
+    /// caller logs the flush as one record.
+    pub fn clear_unpinned(&mut self) {
+        let unpinned: Vec<SlotId> = (0..self.slot_end())
+            .filter(|&slot| self.slot(slot).is_some_and(|entry| !entry.pinned))
+            .collect();
+        for slot in unpinned {
+            self.unlink_slot(slot);
+        }
     }
 
     // --- snapshots for log rewriting ---

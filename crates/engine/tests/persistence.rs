@@ -4,7 +4,7 @@
 mod common;
 
 use cads_engine::{Engine, EngineConfig};
-use cads_protocol::Reply;
+use cads_protocol::{ErrorKind, Reply};
 use common::Cmi;
 
 fn logged() -> Cmi {
@@ -189,4 +189,44 @@ fn a_rewrite_begun_on_an_empty_cmi_receives_every_later_change() {
     let mut back = restart(&new_log, c.now);
     assert_eq!(back.cached("a"), None);
     assert_eq!(back.cached("b").as_deref(), Some("2"));
+}
+
+#[test]
+fn flushall_unpinned_keeps_pinned_entries_and_markers_in_the_cmi_and_its_logs() {
+    let mut c = logged();
+    for i in 0..20 {
+        c.ok(&format!("SET v{i} x"));
+        c.ok(&format!("LSET 1 p{i} bw{i} PIN"));
+    }
+    c.int("QAREG 1 marked");
+    c.ok("LMARK 1 marked");
+    c.ok("LCOMMIT 1");
+    assert_eq!(c.value("LGET 2 v0 RMW"), "x");
+    let mut log = Vec::new();
+    c.engine.drain_log(&mut log);
+    // A rewrite half-way through its walk when the flush comes.
+    c.engine.begin_rewrite();
+    assert!(!c.engine.rewrite_step(15));
+    c.ok("FLUSHALL UNPINNED");
+    assert_eq!(c.err("LCOMMIT 2"), ErrorKind::Abort, "sessions end");
+    assert_eq!(c.int("DBSIZE"), 20);
+    assert_eq!(c.cached("v3"), None);
+    assert_eq!(c.cached("p3").as_deref(), Some("bw3"));
+    assert_eq!(c.inspect("marked", "marker"), Reply::Int(1));
+    c.engine.check_invariants();
+    c.engine.drain_log(&mut log);
+    let mut rewritten = Vec::new();
+    while !c.engine.rewrite_step(15) {}
+    c.engine.drain_rewrite(&mut rewritten);
+    c.engine.end_rewrite();
+    let keys: Vec<String> = (0..20)
+        .flat_map(|i| [format!("v{i}"), format!("p{i}")])
+        .chain(["marked".to_string()])
+        .collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    for from in [&log, &rewritten] {
+        let mut back = restart(from, c.now);
+        assert_same(state(&mut back, &keys), state(&mut c, &keys));
+        assert_eq!(back.inspect("marked", "marker"), Reply::Int(1));
+    }
 }

@@ -111,7 +111,11 @@ pub enum Command<'a> {
     Client(ClientSub<'a>),
     Info(Args<'a>),
     DbSize,
-    FlushAll,
+    /// `FLUSHALL [ASYNC|SYNC] [UNPINNED]`: with `unpinned`, pinned entries (buffered writes and
+    /// what lists them) and markers stay; cached values, leases and sessions go.
+    FlushAll {
+        unpinned: bool,
+    },
     FlushDb,
     BgRewriteAof,
 
@@ -413,7 +417,7 @@ impl<'a> Command<'a> {
             Client(_) => "client",
             Info(_) => "info",
             DbSize => "dbsize",
-            FlushAll => "flushall",
+            FlushAll { .. } => "flushall",
             FlushDb => "flushdb",
             BgRewriteAof => "bgrewriteaof",
             Get(_) => "get",
@@ -511,7 +515,12 @@ impl<'a> Command<'a> {
                 }
             }
             Select(db) => out.push(n(*db)),
-            Quit | DbSize | FlushAll | FlushDb | BgRewriteAof => {}
+            FlushAll { unpinned } => {
+                if *unpinned {
+                    out.push(w("UNPINNED"));
+                }
+            }
+            Quit | DbSize | FlushDb | BgRewriteAof => {}
             Commands(sub) => match sub {
                 CommandSub::All => {}
                 CommandSub::Count => out.push(w("COUNT")),
@@ -733,17 +742,20 @@ fn parse_with<'a>(
         "info" => C::Info(&a[1..]),
         "dbsize" => C::DbSize,
         "flushall" | "flushdb" => {
-            // One optional ASYNC or SYNC, as Redis; both flush at once.
-            let ok = match a {
-                [_] => true,
-                [_, opt] => eq(opt, "ASYNC") || eq(opt, "SYNC"),
-                _ => false,
-            };
-            if !ok {
-                return Err(ErrorReply::syntax());
+            // At most one ASYNC or SYNC, as Redis (both flush at once), and for FLUSHALL cads's
+            // UNPINNED.
+            let (mut mode, mut unpinned) = (false, false);
+            for opt in &a[1..] {
+                if !mode && (eq(opt, "ASYNC") || eq(opt, "SYNC")) {
+                    mode = true;
+                } else if !unpinned && spec.name == "flushall" && eq(opt, "UNPINNED") {
+                    unpinned = true;
+                } else {
+                    return Err(ErrorReply::syntax());
+                }
             }
             if spec.name == "flushall" {
-                C::FlushAll
+                C::FlushAll { unpinned }
             } else {
                 C::FlushDb
             }
@@ -1204,6 +1216,13 @@ mod tests {
             }
         );
         assert!(parse("LMSET 1 PIN a 1 b").is_err());
+        assert_eq!(
+            parse("FLUSHALL ASYNC UNPINNED").unwrap(),
+            Command::FlushAll { unpinned: true }
+        );
+        assert!(parse("FLUSHALL UNPINNED UNPINNED").is_err());
+        assert!(parse("FLUSHALL SYNC ASYNC").is_err());
+        assert!(parse("FLUSHDB UNPINNED").is_err());
     }
 
     #[test]
@@ -1226,6 +1245,7 @@ mod tests {
             "INFO memory",
             "DBSIZE",
             "FLUSHALL",
+            "FLUSHALL UNPINNED",
             "FLUSHDB",
             "BGREWRITEAOF",
             "GET k",

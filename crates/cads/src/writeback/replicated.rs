@@ -6,6 +6,7 @@ use cads_client::{Client, ClientError};
 use cads_protocol::{Command, Reply};
 
 use crate::error::{Error, Result};
+use crate::missed::Missed;
 use crate::Cads;
 
 /// The CMIs keeping replicas of `key`, its own first, leaving out CMIs that just failed (a write
@@ -21,7 +22,7 @@ pub(crate) fn replicas(cads: &Cads, client: &Client, key: &[u8]) -> Vec<usize> {
     let mut up = Vec::with_capacity(all.len());
     for &cmi in &all {
         if client.is_down(cmi) {
-            cads.missed_cmi(cmi);
+            cads.missed_cmi(cmi, Missed::Replicas);
         } else {
             up.push(cmi);
         }
