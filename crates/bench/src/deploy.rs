@@ -203,9 +203,13 @@ impl DocumentStore for MissCountingStore {
         count_call();
         self.inner.insert_many(coll, docs)
     }
-    fn write_batch(&self, writes: &[DocWrite]) -> cads_store::Result<()> {
+    fn write_batch_fenced(
+        &self,
+        writes: &[DocWrite],
+        fence: &mut dyn FnMut() -> cads_store::Result<()>,
+    ) -> cads_store::Result<()> {
         count_call();
-        self.inner.write_batch(writes)
+        self.inner.write_batch_fenced(writes, fence)
     }
 }
 

@@ -235,3 +235,59 @@ fn full_pinned_memory_falls_back_to_write_through_and_loses_nothing() {
         assert_eq!(stored["i"], json!(i));
     }
 }
+
+/// A worker that stalls past its leases between reading a buffered write and writing it to the
+/// data store (a descheduled thread, a data store slow to answer) must not land it after a newer
+/// buffered write of the document that another applier took over and applied meanwhile: that
+/// would undo an acknowledged write in the data store.
+#[test]
+fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
+    const LEASE_MS: u64 = 100;
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
+    let stall = Arc::new(AtomicU64::new(1));
+    let first = stall.clone();
+    let hook = CrashHook(Arc::new(move |step: ApplyStep| {
+        if step == ApplyStep::Leased && first.swap(0, Ordering::AcqRel) == 1 {
+            std::thread::sleep(Duration::from_millis(6 * LEASE_MS));
+        }
+        false
+    }));
+    let cads = d.cads(config(Buffering::ReadModifyWrite, Some(hook)));
+    let users = Collection::create(&cads, "users").unwrap();
+    d.store.put("users", "u1", &doc(json!({"n": 0}))).unwrap();
+    let set = |n: i64| {
+        cads.run(|s| users.update(s, "u1", changes(json!({"$set": {"n": n}}))))
+            .unwrap()
+    };
+    let stored = || d.store.get("users", "u1").unwrap().unwrap()["n"].clone();
+    set(1);
+    std::thread::scope(|scope| {
+        let stalled = scope.spawn(|| writeback::apply_buffered(&cads, &users.doc_ref("u1")));
+        // The worker holds the buffered write (n = 1) and stalls; its leases run out.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while stall.load(Ordering::Acquire) == 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker never read"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(2 * LEASE_MS));
+        set(2);
+        assert!(writeback::apply_buffered(&cads, &users.doc_ref("u1")).unwrap());
+        assert_eq!(stored(), json!(2));
+        let late = stalled.join().unwrap();
+        assert!(
+            !matches!(late, Ok(true)),
+            "the stalled worker applied: {late:?}"
+        );
+    });
+    assert_eq!(
+        stored(),
+        json!(2),
+        "the stalled worker's older write landed last"
+    );
+    writeback::drain(&cads, Duration::from_secs(5)).unwrap();
+    assert_eq!(stored(), json!(2));
+    assert_eq!(users.read(&cads, "u1").unwrap().unwrap()["n"], json!(2));
+}

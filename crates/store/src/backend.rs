@@ -602,9 +602,13 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
             .get::<u64>(0)
     }
 
-    fn write_batch(&self, writes: &[DocWrite]) -> Result<()> {
+    fn write_batch_fenced(
+        &self,
+        writes: &[DocWrite],
+        fence: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         if writes.is_empty() {
-            return Ok(());
+            return fence();
         }
         let mut planned = Vec::with_capacity(writes.len());
         for w in writes {
@@ -629,7 +633,7 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
                     }
                 }
             }
-            Ok(())
+            fence()
         })
     }
 

@@ -130,7 +130,19 @@ pub trait DocumentStore: Send + Sync {
     /// Applies writes to several documents, in order, in one transaction: all of them or none.
     /// An update of a missing document changes nothing; an insert of an existing one fails the
     /// batch with [`StoreError::Constraint`].
-    fn write_batch(&self, writes: &[DocWrite]) -> Result<()>;
+    fn write_batch(&self, writes: &[DocWrite]) -> Result<()> {
+        self.write_batch_fenced(writes, &mut || Ok(()))
+    }
+
+    /// [`DocumentStore::write_batch`], calling `fence` once the writes are made and before the
+    /// commit: an error from it rolls the transaction back and is returned. The transaction holds
+    /// the written rows' locks while `fence` runs, so a writer that checks there that it still
+    /// owns the documents (a worker's cache leases) commits before any writer that took them over.
+    fn write_batch_fenced(
+        &self,
+        writes: &[DocWrite],
+        fence: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()>;
 }
 
 /// A write to one document.

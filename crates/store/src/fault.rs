@@ -295,9 +295,13 @@ impl DocumentStore for FaultyStore {
         self.inner.insert_many(coll, docs)
     }
 
-    fn write_batch(&self, writes: &[DocWrite]) -> Result<()> {
+    fn write_batch_fenced(
+        &self,
+        writes: &[DocWrite],
+        fence: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         self.enter(Kind::Write)?;
-        self.inner.write_batch(writes)
+        self.inner.write_batch_fenced(writes, fence)
     }
 }
 

@@ -616,7 +616,8 @@ fn documents_round_trip_exactly(cx: &Ctx) {
     assert!(got["whole_float"].is_f64() && got["big"].is_i64() && got["huge"].is_u64());
 }
 
-/// Several document writes in one transaction: a failing one undoes those before it.
+/// Several document writes in one transaction: a failing one (or a failing fence) undoes those
+/// before it.
 fn write_batch_is_all_or_nothing(cx: &Ctx) {
     use cads_store::{DocOp, DocWrite};
     let c = cx.coll("batch", &[]);
@@ -653,6 +654,25 @@ fn write_batch_is_all_or_nothing(cx: &Ctx) {
     assert_eq!(cx.store.get(&c, "c").unwrap().unwrap()["n"], json!(3));
     assert!(cx.store.get(&c, "missing").unwrap().is_none());
     cx.store.write_batch(&[]).unwrap();
+
+    // The fence runs after the writes, before the commit; its error undoes them.
+    let set = |n: i64| [write("a", DocOp::Put(doc(json!({"n": n}))))];
+    let mut fenced = 0;
+    let r = cx.store.write_batch_fenced(&set(20), &mut || {
+        fenced += 1;
+        Err(StoreError::Conflict("the fence says no".into()))
+    });
+    assert!(matches!(r, Err(StoreError::Conflict(_))), "{r:?}");
+    assert_eq!(fenced, 1);
+    assert_eq!(cx.store.get(&c, "a").unwrap().unwrap()["n"], json!(11));
+    cx.store
+        .write_batch_fenced(&set(21), &mut || Ok(()))
+        .unwrap();
+    assert_eq!(cx.store.get(&c, "a").unwrap().unwrap()["n"], json!(21));
+    let r = cx.store.write_batch_fenced(&[], &mut || {
+        Err(StoreError::Conflict("an empty batch is fenced too".into()))
+    });
+    assert!(r.is_err());
 }
 
 fn get_many_in_order(cx: &Ctx) {

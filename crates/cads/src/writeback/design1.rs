@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_protocol::{Command, Reply};
-use cads_store::{DocOp, DocWrite};
+use cads_store::{DocOp, DocWrite, StoreError};
 
 use super::replicated::{join_lines, lines, placed, read_many, replicas};
 use super::{buffer, ApplyStep, Buffering};
@@ -360,11 +360,12 @@ fn crashed() -> Error {
 
 /// One round of Algorithm 2 over distinct documents, in four cache round trips and one
 /// data-store transaction: exclusive leases on every replica of their buffered writes (the newest
-/// copy is the buffered write); the idempotent ones applied to the data store; exclusive leases
-/// on the PendingWrites partitions listing them; then, validated and committed in one session,
-/// the applied ones deleted with their lines and the others replaced by their idempotent form. A
-/// worker that dies anywhere in between leaves either the original or the idempotent form
-/// behind, never a half-applied one: applying an idempotent one again does no harm.
+/// copy is the buffered write) and on the PendingWrites partitions listing them; the idempotent
+/// ones written to the data store; inside that transaction, before it commits, the applied ones
+/// deleted with their lines and the others replaced by their idempotent form, and the session
+/// validated; then the session committed. A worker that dies anywhere in between leaves either
+/// the original or the idempotent form behind, never a half-applied one: applying an idempotent
+/// one again does no harm. One whose leases ran out before the validation applies nothing.
 fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
     let client = cads.cache().expect("write-back has a cache");
     let store = cads.store().as_ref();
@@ -418,13 +419,6 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
             ));
         }
     }
-    if !batch.is_empty() {
-        store.write_batch(&batch)?;
-        session = match crash_at(cads, ApplyStep::Applied, session) {
-            Ok(()) => return Err(crashed()),
-            Err(s) => s,
-        };
-    }
     // Lines of documents applied now, or found without a buffered write, leave PendingWrites.
     let converted_docs: HashSet<usize> = converted.iter().map(|(i, _)| *i).collect();
     let gone: HashSet<&[u8]> = (0..docs.len())
@@ -473,7 +467,34 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         };
         writes.push((cmi, write));
     }
-    session.write_at(&writes, true)?;
+    session = match crash_at(cads, ApplyStep::Leased, session) {
+        Ok(()) => return Err(crashed()),
+        Err(s) => s,
+    };
+    if batch.is_empty() {
+        session.write_at(&writes, true)?;
+    } else {
+        // The cache changes are validated inside the data-store transaction, after its writes:
+        // were this worker's leases gone (it stalled past them), another applier may have applied
+        // a newer buffered write already, and this older one must not land after it. Once
+        // validated, an applier that takes the leases over waits for this transaction's row
+        // locks, so its newer writes land after these.
+        let mut lost = None;
+        let fenced = store.write_batch_fenced(&batch, &mut || {
+            session.write_at(&writes, true).map(drop).map_err(|e| {
+                lost = Some(e);
+                StoreError::Conflict("the applier lost its cache leases".into())
+            })
+        });
+        if let Some(e) = lost {
+            return Err(e.into());
+        }
+        fenced?;
+        session = match crash_at(cads, ApplyStep::Applied, session) {
+            Ok(()) => return Err(crashed()),
+            Err(s) => s,
+        };
+    }
     if !converted.is_empty() {
         session = match crash_at(cads, ApplyStep::Converted, session) {
             Ok(()) => return Err(crashed()),

@@ -69,7 +69,8 @@ pub enum ApplyStep {
     Converted,
     /// Design 1: the idempotent form is committed; it was not applied yet.
     ConvertedCommitted,
-    /// Design 2: the batch's session objects are leased; nothing was applied.
+    /// The buffered writes (Design 1) or the batch's session objects (Design 2) are read under
+    /// exclusive leases; nothing was applied.
     Leased,
     /// Design 2: the batch's statements ran; its data-store transaction is not committed.
     Running,
