@@ -448,7 +448,11 @@ impl Cads {
             let flush = cads_protocol::Command::FlushAll {
                 unpinned: repair.unpinned,
             };
-            if client.execute(cmi, &flush).is_ok() {
+            // An error reply (a CMI that does not know the option) is no flush.
+            if matches!(
+                client.execute(cmi, &flush),
+                Ok(cads_protocol::Reply::Status(_))
+            ) {
                 tracing::info!(
                     cmi,
                     unpinned_only = repair.unpinned,

@@ -723,3 +723,62 @@ fn a_new_process_applies_what_an_old_one_left() {
     assert_nothing_left(&new, &["a", "b"]);
     bank.drop_tables(d.store.as_ref());
 }
+
+/// An applier that stalls past its leases after reading a batch's session objects (a descheduled
+/// thread, a data store slow to answer) must not apply them once another applier has applied
+/// them, deleted their objects and compacted their ids out of `cads_applied_sessions`. The
+/// ledger here has no primary key, which would otherwise make the second apply fail.
+#[test]
+fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
+    const LEASE_MS: u64 = 100;
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
+    let bank = Bank::new("stalled", Queues::PerAccount);
+    d.store
+        .execute_batch(&format!(
+            "DROP TABLE IF EXISTS {entries}; DROP TABLE IF EXISTS {accounts};
+             CREATE TABLE {accounts} (id VARCHAR(64) PRIMARY KEY, balance BIGINT NOT NULL);
+             CREATE TABLE {entries} (id BIGINT NOT NULL, account VARCHAR(64) NOT NULL,
+                 amount BIGINT NOT NULL)",
+            accounts = bank.accounts,
+            entries = bank.entries
+        ))
+        .unwrap();
+    let writers = d.cads(config(3, None));
+    open_account(&writers, &bank, "a");
+    cads::writeback::drain(&writers, Duration::from_secs(5)).unwrap();
+    // 0: the first batch is to stall; 1: it is stalled; 2: the test lets it go on.
+    let stall = Arc::new(AtomicU64::new(0));
+    let state = stall.clone();
+    let hook = CrashHook(Arc::new(move |step: ApplyStep| {
+        let first = || state.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
+        if step == ApplyStep::Leased && first().is_ok() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while state.load(Ordering::Acquire) != 2 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        false
+    }));
+    let stalling = d.cads(config(3, Some(hook)));
+    deposit(&writers, &bank, "a", 5).unwrap();
+    let balance = || bank.stored(d.store.as_ref(), &Query::Balance("a".into()));
+    std::thread::scope(|scope| {
+        let stalled = scope.spawn(|| cads::writeback::drain(&stalling, Duration::from_secs(10)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stall.load(Ordering::Acquire) == 0 {
+            assert!(Instant::now() < deadline, "the applier never read");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
+        cads::writeback::drain(&writers, Duration::from_secs(5)).unwrap();
+        assert_eq!(balance(), 5);
+        stall.store(2, Ordering::Release);
+        let _ = stalled.join().unwrap();
+    });
+    assert_eq!(balance(), 5, "the deposit was applied twice");
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Entries("a".into())),
+        1
+    );
+    bank.drop_tables(d.store.as_ref());
+}

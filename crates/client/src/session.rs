@@ -677,6 +677,23 @@ impl<'c> Session<'c> {
     /// or another error on a write is returned after the whole pipeline ran (the session lives
     /// on, as after [`mset`](Self::mset)), and the session then counts as not validated.
     pub fn write_at(&mut self, writes: &[(usize, Write)], validate: bool) -> Result<Vec<Written>> {
+        self.pipeline_writes(writes, false, validate)
+    }
+
+    /// [`write_at`](Self::write_at) with `LVALIDATE` before the writes as well as after them, in
+    /// the same round trip: for a session that may have outlived its leases. A CMI that no longer
+    /// knows the session (it outlived its tombstone, or the CMI restarted) would take its writes
+    /// for a new session's, which would validate; the first `LVALIDATE` answers ABORT there.
+    pub fn validate_and_write_at(&mut self, writes: &[(usize, Write)]) -> Result<Vec<Written>> {
+        self.pipeline_writes(writes, true, true)
+    }
+
+    fn pipeline_writes(
+        &mut self,
+        writes: &[(usize, Write)],
+        validate_first: bool,
+        validate: bool,
+    ) -> Result<Vec<Written>> {
         let all: Vec<usize> = (0..writes.len()).collect();
         let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
         let mut groups = group(&all, &placed);
@@ -692,8 +709,11 @@ impl<'c> Session<'c> {
         let commands: Vec<(usize, Vec<Command<'_>>)> = groups
             .iter()
             .map(|(cmi, idx)| {
-                let mut list: Vec<Command<'_>> =
-                    idx.iter().map(|&i| writes[i].1.command(sid)).collect();
+                let mut list: Vec<Command<'_>> = Vec::with_capacity(idx.len() + 2);
+                if validate_first {
+                    list.push(Command::LValidate(sid));
+                }
+                list.extend(idx.iter().map(|&i| writes[i].1.command(sid)));
                 if validate {
                     list.push(Command::LValidate(sid));
                 }
@@ -717,6 +737,12 @@ impl<'c> Session<'c> {
         let mut failure = None;
         for ((_, list), (_, idx)) in replies.into_iter().zip(&groups) {
             let mut list = list.into_iter();
+            if validate_first {
+                let reply = list.next().expect("a reply per command");
+                if let Err(e) = ok(reply) {
+                    failure = Some(e);
+                }
+            }
             for &i in idx {
                 let reply = list.next().expect("a reply per command");
                 match writes[i].1.outcome(reply) {

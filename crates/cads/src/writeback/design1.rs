@@ -421,18 +421,10 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
     }
     // Lines of documents applied now, or found without a buffered write, leave PendingWrites.
     let converted_docs: HashSet<usize> = converted.iter().map(|(i, _)| *i).collect();
-    let gone: HashSet<&[u8]> = (0..docs.len())
+    let gone: Vec<Vec<u8>> = (0..docs.len())
         .filter(|i| !converted_docs.contains(i))
-        .map(|i| keys[i].as_slice())
+        .map(|i| keys[i].clone())
         .collect();
-    let partitions: BTreeSet<usize> = gone.iter().map(|k| partition_of(cads, k)).collect();
-    let pw_keys: Vec<Vec<u8>> = partitions.into_iter().map(pw_key).collect();
-    let pw_places = placed(cads, client, &pw_keys);
-    let lists = if pw_places.is_empty() {
-        Vec::new()
-    } else {
-        session.mget_at(&pw_places, true)?
-    };
     let mut writes: Vec<(usize, Write)> = Vec::new();
     for &(cmi, key) in &places {
         let i = keys
@@ -450,29 +442,27 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
             writes.push((cmi, set));
         }
     }
-    for (&(cmi, pw), list) in pw_places.iter().zip(lists) {
-        let Some(list) = list else { continue };
-        let kept: Vec<&[u8]> = lines(&list)
-            .into_iter()
-            .filter(|line| !gone.contains(line))
-            .collect();
-        let write = if kept.is_empty() {
-            Write::Delete { key: pw.to_vec() }
+    // Without a data-store transaction the lines go in this session. With one they go in a
+    // session of their own once it commits: writers registering new buffered writes need the
+    // partitions' leases, and would wait out the transaction's commit.
+    let unlist_now = batch.is_empty();
+    if unlist_now {
+        let gone: HashSet<&[u8]> = gone.iter().map(Vec::as_slice).collect();
+        let pw_keys = partitions_listing(cads, &gone);
+        let pw_places = placed(cads, client, &pw_keys);
+        let lists = if pw_places.is_empty() {
+            Vec::new()
         } else {
-            Write::Set {
-                key: pw.to_vec(),
-                value: join_lines(&kept),
-                pin: true,
-            }
+            session.mget_at(&pw_places, true)?
         };
-        writes.push((cmi, write));
+        writes.extend(unlisting(&pw_places, lists, &gone));
     }
     session = match crash_at(cads, ApplyStep::Leased, session) {
         Ok(()) => return Err(crashed()),
         Err(s) => s,
     };
     if batch.is_empty() {
-        session.write_at(&writes, true)?;
+        session.validate_and_write_at(&writes)?;
     } else {
         // The cache changes are validated inside the data-store transaction, after its writes:
         // were this worker's leases gone (it stalled past them), another applier may have applied
@@ -481,10 +471,13 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         // locks, so its newer writes land after these.
         let mut lost = None;
         let fenced = store.write_batch_fenced(&batch, &mut || {
-            session.write_at(&writes, true).map(drop).map_err(|e| {
-                lost = Some(e);
-                StoreError::Conflict("the applier lost its cache leases".into())
-            })
+            session
+                .validate_and_write_at(&writes)
+                .map(drop)
+                .map_err(|e| {
+                    lost = Some(e);
+                    StoreError::Conflict("the applier lost its cache leases".into())
+                })
         });
         if let Some(e) = lost {
             return Err(e.into());
@@ -513,6 +506,13 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         }
         Err(e) => return Err(e.into()),
     }
+    if !unlist_now {
+        if let Err(e) = unlist(cads, &gone) {
+            // The lines stay; the next pass over the partition finds no buffered write there
+            // and removes them.
+            tracing::debug!(error = %e, "applied buffered writes left listed in PendingWrites");
+        }
+    }
     let stats = cads.write_back_stats();
     if !converted.is_empty() {
         stats
@@ -539,6 +539,66 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         applied: applied.len(),
         converted: converted.into_iter().map(|(i, _)| i).collect(),
     })
+}
+
+/// The PendingWrites partitions listing these buffered writes.
+fn partitions_listing(cads: &Cads, bw_keys: &HashSet<&[u8]>) -> Vec<Vec<u8>> {
+    let partitions: BTreeSet<usize> = bw_keys.iter().map(|k| partition_of(cads, k)).collect();
+    partitions.into_iter().map(pw_key).collect()
+}
+
+/// The writes removing the lines of `gone` buffered writes from the PendingWrites `lists` read
+/// at `pw_places`.
+fn unlisting(
+    pw_places: &[(usize, &[u8])],
+    lists: Vec<Option<Vec<u8>>>,
+    gone: &HashSet<&[u8]>,
+) -> Vec<(usize, Write)> {
+    let mut writes = Vec::new();
+    for (&(cmi, pw), list) in pw_places.iter().zip(lists) {
+        let Some(list) = list else { continue };
+        let kept: Vec<&[u8]> = lines(&list)
+            .into_iter()
+            .filter(|line| !gone.contains(line))
+            .collect();
+        let write = if kept.is_empty() {
+            Write::Delete { key: pw.to_vec() }
+        } else {
+            Write::Set {
+                key: pw.to_vec(),
+                value: join_lines(&kept),
+                pin: true,
+            }
+        };
+        writes.push((cmi, write));
+    }
+    writes
+}
+
+/// Removes applied buffered writes (`bw_keys`) from PendingWrites, in a session of their own: it
+/// holds their exclusive leases with the partitions', so that a buffered write a writer created
+/// since keeps its line (the writer registered it again, or will once these leases are gone).
+fn unlist(cads: &Cads, bw_keys: &[Vec<u8>]) -> Result<()> {
+    let client = cads.cache().expect("write-back has a cache");
+    let all: HashSet<&[u8]> = bw_keys.iter().map(Vec::as_slice).collect();
+    let bw_places = placed(cads, client, bw_keys);
+    let pw_keys = partitions_listing(cads, &all);
+    let pw_places = placed(cads, client, &pw_keys);
+    let mut reads = bw_places.clone();
+    reads.extend_from_slice(&pw_places);
+    let mut session = client.session();
+    let mut values = session.mget_at(&reads, true)?;
+    let lists = values.split_off(bw_places.len());
+    let recreated: HashSet<&[u8]> = bw_places
+        .iter()
+        .zip(&values)
+        .filter(|(_, value)| value.is_some())
+        .map(|(&(_, key), _)| key)
+        .collect();
+    let gone: HashSet<&[u8]> = all.difference(&recreated).copied().collect();
+    session.write_at(&unlisting(&pw_places, lists, &gone), true)?;
+    session.commit()?;
+    Ok(())
 }
 
 /// Deletes the copies of an applied buffered write (version up to `applied`) that a partial

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use cads_client::{Backoff, ClientError, Session as CacheSession};
+use cads_client::{Backoff, ClientError, Session as CacheSession, Write};
 use cads_store::{SqlTransaction, SqlValue, StoreError};
 use serde_json::{json, Value};
 
@@ -697,18 +697,38 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         drop(tx);
         return Err(crashed());
     }
+    // Before the commit, the sessions applied here must still have their objects. An applier
+    // that stalled past its leases may find its sessions applied by another one meanwhile: their
+    // objects deleted, then their ids compacted out of cads_applied_sessions, so that the inserts
+    // above found nothing and it would apply them twice. Once this transaction holds the ids'
+    // rows, an applier that took the leases over waits on them and then finds them applied, so
+    // the objects seen here cannot be applied by anyone else first. (A check of the leases would
+    // serve too, but an applier whose transaction waits out a lease on row locks would then never
+    // commit.)
+    let fresh: Vec<Vec<u8>> = objects
+        .iter()
+        .filter(|(id, _)| !applied_before.contains(id.as_str()))
+        .map(|(id, _)| session_key(id))
+        .collect();
+    if !fresh.is_empty()
+        && read_many(cads, &fresh)?
+            .iter()
+            .any(|c| c.iter().all(Option::is_none))
+    {
+        return Err(Error::Aborted);
+    }
     tx.commit()?;
     if crash_at(cads, ApplyStep::Applied) {
         std::mem::forget(session);
         return Err(crashed());
     }
-    let deletes: Vec<(usize, &[u8])> = places
+    let deletes: Vec<(usize, Write)> = places
         .iter()
         .zip(&values)
         .filter(|(_, v)| v.is_some())
-        .map(|(&p, _)| p)
+        .map(|(&(cmi, key), _)| (cmi, Write::Delete { key: key.to_vec() }))
         .collect();
-    session.mdelete_at(&deletes)?;
+    session.write_at(&deletes, true)?;
     match session.commit() {
         Ok(()) => {
             for (id, writes) in objects {
