@@ -5,13 +5,13 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::writeback::{self, ApplyStep, Buffering, CrashHook};
 use cads::{Cads, Config, Policy, Workers, WriteBackConfig};
 use cads_store::{Changes, Document};
-use common::Deployment;
+use common::{Deployment, Stall};
 use serde_json::json;
 
 fn doc(v: serde_json::Value) -> Document {
@@ -244,19 +244,8 @@ fn full_pinned_memory_falls_back_to_write_through_and_loses_nothing() {
 fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
     const LEASE_MS: u64 = 100;
     let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
-    // 0: the first apply is to stall; 1: it is stalled; 2: the test lets it go on.
-    let stall = Arc::new(AtomicU64::new(0));
-    let state = stall.clone();
-    let hook = CrashHook(Arc::new(move |step: ApplyStep| {
-        let first = || state.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
-        if step == ApplyStep::Leased && first().is_ok() {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while state.load(Ordering::Acquire) != 2 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        false
-    }));
+    let stall = Stall::default();
+    let hook = stall.hook(ApplyStep::Leased);
     let cads = d.cads(config(Buffering::ReadModifyWrite, Some(hook)));
     let users = Collection::create(&cads, "users").unwrap();
     d.store.put("users", "u1", &doc(json!({"n": 0}))).unwrap();
@@ -269,16 +258,12 @@ fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
     std::thread::scope(|scope| {
         let stalled = scope.spawn(|| writeback::apply_buffered(&cads, &users.doc_ref("u1")));
         // The worker holds the buffered write (n = 1) and stalls; its leases run out.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while stall.load(Ordering::Acquire) == 0 {
-            assert!(Instant::now() < deadline, "the worker never read");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        stall.wait_stalled();
         std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
         set(2);
         assert!(writeback::apply_buffered(&cads, &users.doc_ref("u1")).unwrap());
         assert_eq!(stored(), json!(2));
-        stall.store(2, Ordering::Release);
+        stall.release();
         let late = stalled.join().unwrap();
         assert!(
             !matches!(late, Ok(true)),

@@ -17,7 +17,7 @@ use cads::{
     WriteBackConfig,
 };
 use cads_store::{open, DataStore, Isolation, SqlValue, StoreError, StoreOptions};
-use common::Deployment;
+use common::{Deployment, Stall};
 
 /// Which queue a bank session joins.
 #[derive(Clone, Copy)]
@@ -746,33 +746,18 @@ fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
     let writers = d.cads(config(3, None));
     open_account(&writers, &bank, "a");
     cads::writeback::drain(&writers, Duration::from_secs(5)).unwrap();
-    // 0: the first batch is to stall; 1: it is stalled; 2: the test lets it go on.
-    let stall = Arc::new(AtomicU64::new(0));
-    let state = stall.clone();
-    let hook = CrashHook(Arc::new(move |step: ApplyStep| {
-        let first = || state.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
-        if step == ApplyStep::Leased && first().is_ok() {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while state.load(Ordering::Acquire) != 2 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        false
-    }));
+    let stall = Stall::default();
+    let hook = stall.hook(ApplyStep::Leased);
     let stalling = d.cads(config(3, Some(hook)));
     deposit(&writers, &bank, "a", 5).unwrap();
     let balance = || bank.stored(d.store.as_ref(), &Query::Balance("a".into()));
     std::thread::scope(|scope| {
         let stalled = scope.spawn(|| cads::writeback::drain(&stalling, Duration::from_secs(10)));
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while stall.load(Ordering::Acquire) == 0 {
-            assert!(Instant::now() < deadline, "the applier never read");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        stall.wait_stalled();
         std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
         cads::writeback::drain(&writers, Duration::from_secs(5)).unwrap();
         assert_eq!(balance(), 5);
-        stall.store(2, Ordering::Release);
+        stall.release();
         let _ = stalled.join().unwrap();
     });
     assert_eq!(balance(), 5, "the deposit was applied twice");

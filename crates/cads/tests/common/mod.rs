@@ -6,8 +6,9 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use cads::writeback::{ApplyStep, CrashHook};
 use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx};
 use cads_server::{Options, Server};
 use cads_store::{open, DataStore, Faults, FaultyStore, SqlValue, StoreError, StoreOptions};
@@ -201,5 +202,43 @@ impl History {
             }
         }
         stale
+    }
+}
+
+/// A write-back applier held up at one step of Algorithm 2 or 4, as a descheduled thread or a
+/// slow data store would hold it, until the test lets it go on (or 20 s pass).
+#[derive(Clone, Default)]
+pub struct Stall {
+    /// 0: the first applier to reach the step is to stall; 1: it is stalled; 2: it may go on.
+    state: Arc<std::sync::atomic::AtomicU8>,
+}
+
+impl Stall {
+    /// The crash hook that never crashes but stalls the first applier reaching `step`.
+    pub fn hook(&self, step: ApplyStep) -> CrashHook {
+        let state = self.state.clone();
+        CrashHook(Arc::new(move |at: ApplyStep| {
+            let first = || state.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
+            if at == step && first().is_ok() {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while state.load(Ordering::Acquire) != 2 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            false
+        }))
+    }
+
+    /// Waits (up to 5 s) until an applier is stalled.
+    pub fn wait_stalled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.state.load(Ordering::Acquire) == 0 {
+            assert!(Instant::now() < deadline, "no applier reached the stall");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn release(&self) {
+        self.state.store(2, Ordering::Release);
     }
 }
