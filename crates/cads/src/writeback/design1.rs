@@ -358,14 +358,15 @@ fn crashed() -> Error {
     Error::App("the worker died (test crash hook)".into())
 }
 
-/// One round of Algorithm 2 over distinct documents, in four cache round trips and one
+/// One round of Algorithm 2 over distinct documents, in three cache round trips and one
 /// data-store transaction: exclusive leases on every replica of their buffered writes (the newest
-/// copy is the buffered write) and on the PendingWrites partitions listing them; the idempotent
-/// ones written to the data store; inside that transaction, before it commits, the applied ones
-/// deleted with their lines and the others replaced by their idempotent form, and the session
-/// validated; then the session committed. A worker that dies anywhere in between leaves either
-/// the original or the idempotent form behind, never a half-applied one: applying an idempotent
-/// one again does no harm. One whose leases ran out before the validation applies nothing.
+/// copy is the buffered write); the idempotent ones written to the data store; inside that
+/// transaction, before it commits, the session validated, the applied ones deleted and the others
+/// replaced by their idempotent form, and the session validated again; then the session
+/// committed, and the documents' lines removed from PendingWrites (`unlist`; in the same session
+/// when nothing went to the data store). A worker that dies anywhere in between leaves either the
+/// original or the idempotent form behind, never a half-applied one: applying an idempotent one
+/// again does no harm. One whose leases ran out before the validation applies nothing.
 fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
     let client = cads.cache().expect("write-back has a cache");
     let store = cads.store().as_ref();
