@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use cads::writeback::CrashHook;
 use cads::Policy;
 use serde::Serialize;
 
@@ -198,10 +197,6 @@ pub struct TpccOptions {
     /// the cached warehouse goes stale and condition 1 breaks (shows the checks at work).
     #[doc(hidden)]
     pub sabotage: bool,
-    /// Test hook: write-back's appliers (workers, and reads that apply a queue) die where it
-    /// says (`WriteBackConfig::crash`), to show that sessions are applied exactly once anyway.
-    #[doc(hidden)]
-    pub crash: Option<CrashHook>,
 }
 
 impl Default for TpccOptions {
@@ -231,7 +226,6 @@ impl Default for TpccOptions {
             drain_timeout: Duration::from_secs(600),
             json: None,
             sabotage: false,
-            crash: None,
         }
     }
 }

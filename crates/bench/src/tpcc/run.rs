@@ -466,12 +466,3 @@ pub(crate) fn check(
     );
     Ok(())
 }
-
-/// The framework's settings for TPC-C: READ COMMITTED (the data store alone locks what it
-/// changes with `FOR UPDATE`; with a cache, leases order the sessions), and write-back's defaults
-/// (sessions applied 8 per transaction, compacted every 64).
-pub(crate) fn config(opts: &TpccOptions) -> Config {
-    let mut config = Config::default();
-    config.write_back.crash = opts.crash.clone();
-    config
-}
