@@ -15,6 +15,7 @@
 pub mod config_ids;
 pub mod eviction;
 pub mod exec;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod lease;
 pub mod persist;

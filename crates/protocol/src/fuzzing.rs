@@ -1,0 +1,242 @@
+//! Checks of the RESP parsers and the command set driven by arbitrary bytes, for the cargo-fuzz
+//! targets in `fuzz/` and for the corpus replay tests on stable Rust (`tests/fuzz_corpus.rs` here
+//! and in `cads-engine`). Compiled only with the `fuzzing` feature: nothing here is part of a
+//! server or client build.
+//!
+//! Every check panics when it finds a bug and returns normally otherwise:
+//!
+//! - [`check_request_bytes`]: the bytes are a client's stream. It is parsed the way a CMI reads it
+//!   (parse, consume, go on) under small and default limits; every request is re-encoded and
+//!   re-parsed, every prefix of it must read as incomplete (never as an error, and never asking for
+//!   more bytes than the request has), every command parsed from it must survive
+//!   `Command::to_args`. The same bytes go through `parse_reply` as a server's stream.
+//! - [`check_command_round_trip`] and [`check_reply_round_trip`]: one command or reply, for other
+//!   crates' checks that produce them (the engine's).
+//!
+//! [`replay_corpus`] runs a check over a committed corpus directory.
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use crate::resp::{parse_reply, parse_request, write_reply_as, write_request, Protocol};
+use crate::{Command, Limits, Parsed, Reply};
+
+/// The fuzz target of this crate, with its corpus directory `fuzz/corpus/request_parser/`.
+pub const REQUEST_PARSER: &str = "request_parser";
+
+/// The committed corpus of a fuzz target: `fuzz/corpus/<target>/` of the repository.
+pub fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target)
+}
+
+/// Runs `check` on every file of `dir` (in name order), catching panics. Returns how many files
+/// there were and the paths of those whose check panicked (the panics are printed as they happen).
+pub fn replay_corpus(dir: &Path, check: impl Fn(&[u8])) -> (usize, Vec<String>) {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(read) => read
+            .map(|e| e.expect("readable directory entry").path())
+            .filter(|p| p.is_file())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    let mut failures = Vec::new();
+    for file in &files {
+        let data = std::fs::read(file).expect("readable corpus file");
+        if catch_unwind(AssertUnwindSafe(|| check(&data))).is_err() {
+            failures.push(file.display().to_string());
+        }
+    }
+    (files.len(), failures)
+}
+
+/// Small limits, so that the limit paths are reachable with short inputs.
+fn small_limits() -> Limits {
+    Limits {
+        max_bulk: 64,
+        max_args: 8,
+        max_inline: 64,
+    }
+}
+
+/// Parses `data` as a client's byte stream, and as a server's reply stream; panics on a bug.
+pub fn check_request_bytes(data: &[u8]) {
+    check_request_stream(data, &small_limits());
+    check_request_stream(data, &Limits::default());
+    check_reply_stream(data);
+}
+
+fn check_request_stream(data: &[u8], limits: &Limits) {
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        let rest = &data[pos..];
+        let parsed = parse_request(rest, limits, &mut ranges);
+        match parsed {
+            Ok(Parsed::Request { consumed }) => {
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
+                assert!(
+                    !ranges.is_empty() && ranges.len() <= limits.max_args,
+                    "{} arguments",
+                    ranges.len()
+                );
+                for r in &ranges {
+                    assert!(r.start <= r.end && r.end <= consumed, "range {r:?}");
+                    assert!(r.len() <= limits.max_bulk, "argument within max_bulk");
+                }
+                let args: Vec<Vec<u8>> = ranges.iter().map(|r| rest[r.clone()].to_vec()).collect();
+                check_prefixes(rest, consumed, limits);
+                check_reencoded(&args, limits);
+                check_command(&args);
+                pos += consumed;
+            }
+            Ok(Parsed::Inline { consumed, args }) => {
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
+                assert!(!args.is_empty(), "an inline request has arguments");
+                assert!(args.len() <= limits.max_args, "{} arguments", args.len());
+                assert_eq!(rest[consumed - 1], b'\n', "an inline request ends a line");
+                check_prefixes(rest, consumed, limits);
+                // Inline arguments are not bounded by max_bulk; re-encode under default limits.
+                check_reencoded(&args, &Limits::default());
+                check_command(&args);
+                pos += consumed;
+            }
+            Ok(Parsed::Empty { consumed }) => {
+                assert!(
+                    consumed > 0 && consumed <= rest.len(),
+                    "consumed {consumed}"
+                );
+                check_prefixes(rest, consumed, limits);
+                pos += consumed;
+            }
+            Ok(Parsed::Incomplete { needed }) => {
+                assert!(
+                    needed > rest.len(),
+                    "incomplete with {} bytes, yet asks for {needed}",
+                    rest.len()
+                );
+                break;
+            }
+            // A protocol error closes the connection: nothing after it is read.
+            Err(_) => break,
+        }
+    }
+}
+
+/// Every strict prefix of a request that parses in `consumed` bytes must read as incomplete, and
+/// must not ask for more bytes than the request has (or a client waiting for its reply would wait
+/// forever).
+fn check_prefixes(rest: &[u8], consumed: usize, limits: &Limits) {
+    let mut cuts: Vec<usize> = if consumed <= 40 {
+        (0..consumed).collect()
+    } else {
+        let mut c: Vec<usize> = (0..8).map(|i| i * consumed / 8).collect();
+        c.extend([1, 2, 3, consumed - 3, consumed - 2, consumed - 1]);
+        c
+    };
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut ranges = Vec::new();
+    for cut in cuts {
+        match parse_request(&rest[..cut], limits, &mut ranges) {
+            Ok(Parsed::Incomplete { needed }) => assert!(
+                needed > cut && needed <= consumed,
+                "a prefix of {cut} of a {consumed}-byte request asks for {needed} bytes"
+            ),
+            other => panic!("a prefix of {cut} of a {consumed}-byte request parses as {other:?}"),
+        }
+    }
+}
+
+/// Arguments written as a client writes them parse back to themselves.
+fn check_reencoded(args: &[Vec<u8>], limits: &Limits) {
+    let mut encoded = Vec::new();
+    write_request(&mut encoded, args);
+    let mut ranges = Vec::new();
+    match parse_request(&encoded, limits, &mut ranges) {
+        Ok(Parsed::Request { consumed }) => {
+            assert_eq!(
+                consumed,
+                encoded.len(),
+                "a re-encoded request is read whole"
+            );
+            let again: Vec<&[u8]> = ranges.iter().map(|r| &encoded[r.clone()]).collect();
+            assert_eq!(again, args, "a re-encoded request reads the same");
+        }
+        other => panic!("a re-encoded request parses as {other:?}"),
+    }
+}
+
+/// Parses a command from arguments and checks that it round-trips through `to_args`.
+fn check_command(args: &[Vec<u8>]) {
+    let slices: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    if let Ok(cmd) = Command::parse(&slices) {
+        check_command_round_trip(&cmd);
+    }
+}
+
+pub fn check_command_round_trip(cmd: &Command<'_>) {
+    assert!(
+        cmd.spec().arity_ok(cmd.to_args().len()),
+        "to_args fits the arity"
+    );
+    let owned: Vec<Vec<u8>> = cmd.to_args().into_iter().map(|a| a.into_owned()).collect();
+    let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    match Command::parse(&slices) {
+        Ok(again) => assert_eq!(
+            format!("{again:?}"),
+            format!("{cmd:?}"),
+            "a command survives to_args"
+        ),
+        Err(e) => panic!("{cmd:?} became {owned:?}, which does not parse: {e}"),
+    }
+}
+
+/// Parses `data` as replies, as a client reads them; each reply, written (in RESP2 and RESP3) and
+/// read back, is stable.
+fn check_reply_stream(data: &[u8]) {
+    let mut pos = 0;
+    while pos < data.len() {
+        let Ok(Some((reply, used))) = parse_reply(&data[pos..]) else {
+            break;
+        };
+        assert!(used > 0 && used <= data.len() - pos, "used {used}");
+        check_reply_round_trip(&reply);
+        pos += used;
+    }
+}
+
+/// A reply written in either dialect reads back whole, writing what was read gives the same bytes,
+/// and every strict prefix of the bytes reads as incomplete.
+pub fn check_reply_round_trip(reply: &Reply<'_>) {
+    for protocol in [Protocol::Resp2, Protocol::Resp3] {
+        let mut encoded = Vec::new();
+        write_reply_as(&mut encoded, reply, protocol);
+        let (again, used) = match parse_reply(&encoded) {
+            Ok(Some(parsed)) => parsed,
+            other => panic!("{reply:?} written as {encoded:?} parses as {other:?}"),
+        };
+        assert_eq!(used, encoded.len(), "a written reply is read whole");
+        let mut twice = Vec::new();
+        write_reply_as(&mut twice, &again, protocol);
+        assert_eq!(twice, encoded, "writing a reply read back is stable");
+        for cut in [0, 1, encoded.len() / 2, encoded.len() - 1] {
+            if cut < encoded.len() {
+                assert_eq!(
+                    parse_reply(&encoded[..cut]),
+                    Ok(None),
+                    "prefix {cut} of {encoded:?}"
+                );
+            }
+        }
+    }
+}
