@@ -23,7 +23,7 @@ use cads_protocol::fuzzing::{check_command_round_trip, check_reply_round_trip};
 use cads_protocol::{Command, Reply};
 
 use crate::store::Entry;
-use crate::{Engine, EngineConfig, Mode, MARKER_OVERHEAD};
+use crate::{Engine, EngineConfig, Mode, Now, MARKER_OVERHEAD};
 
 /// The fuzz targets of the engine, by name; each has a corpus directory `fuzz/corpus/<name>/`.
 pub const TARGETS: &[&str] = &["engine_commands", "log_replay"];
@@ -494,9 +494,9 @@ impl Harness {
             Op::Command(words) => self.command(&words),
             Op::Advance(ms) => {
                 self.now += ms;
-                self.engine.tick(self.now);
+                self.engine.tick(Now::at(self.now));
             }
-            Op::Tick => self.engine.tick(self.now),
+            Op::Tick => self.engine.tick(Now::at(self.now)),
             Op::SetMaxMemory(bytes) => self.engine.set_maxmemory(bytes),
             Op::RewriteBegin => {
                 if self.log.rewrite.is_none() {
@@ -543,7 +543,7 @@ impl Harness {
         let slices: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
         if let Ok(cmd) = Command::parse(&slices) {
             check_command_round_trip(&cmd);
-            let reply = self.engine.execute(&cmd, self.now);
+            let reply = self.engine.execute(&cmd, Now::at(self.now));
             check_reply_round_trip(&reply);
         }
     }
@@ -614,13 +614,13 @@ impl Harness {
         // Ending every session leaves no lease, session or pending byte behind.
         for sid in SIDS {
             let cmd = Command::LAbort(sid);
-            self.engine.execute(&cmd, self.now);
+            self.engine.execute(&cmd, Now::at(self.now));
         }
         // Raw commands may have used other session ids: their leases run out, then their
         // tombstones go.
         for _ in 0..2 {
             self.now += 10_000_000;
-            self.engine.tick(self.now);
+            self.engine.tick(Now::at(self.now));
             self.engine.check_invariants();
         }
         assert_eq!(
@@ -705,7 +705,7 @@ fn compare_replay(what: &str, live: &mut Engine, back: &mut Engine, now: u64) {
     );
 
     // The same through commands, as a client would see it.
-    let dbsize = |e: &mut Engine| match e.execute(&Command::DbSize, now) {
+    let dbsize = |e: &mut Engine| match e.execute(&Command::DbSize, Now::at(now)) {
         Reply::Int(n) => n,
         other => panic!("DBSIZE answered {other:?}"),
     };
@@ -718,11 +718,12 @@ fn compare_replay(what: &str, live: &mut Engine, back: &mut Engine, now: u64) {
         if skip.contains(key) {
             continue;
         }
-        let get = |e: &mut Engine| e.execute(&Command::Get(key), now).into_owned();
+        let get = |e: &mut Engine| e.execute(&Command::Get(key), Now::at(now)).into_owned();
         assert_eq!(get(back), get(live), "GET {key:?} after {what}");
         // A restart ends leases: INSPECT agrees whole where the live CMI holds no lease.
         if !live.leases.contains_key(key) {
-            let inspect = |e: &mut Engine| e.execute(&Command::Inspect(key), now).into_owned();
+            let inspect =
+                |e: &mut Engine| e.execute(&Command::Inspect(key), Now::at(now)).into_owned();
             assert_eq!(inspect(back), inspect(live), "INSPECT {key:?} after {what}");
         }
     }
@@ -774,13 +775,13 @@ pub fn check_log_replay(data: &[u8]) {
             // The restored CMI serves: touch every key, then shrink memory to force evictions.
             let keys: Vec<Box<[u8]>> = engine.store.entries().map(|e| e.key.clone()).collect();
             for key in keys.iter().take(64) {
-                engine.execute(&Command::Get(key), START);
-                engine.execute(&Command::Inspect(key), START);
+                engine.execute(&Command::Get(key), Now::at(START));
+                engine.execute(&Command::Inspect(key), Now::at(START));
                 engine.check_invariants();
             }
             engine.set_maxmemory(200);
             engine.check_invariants();
-            engine.tick(START);
+            engine.tick(Now::at(START));
             engine.check_invariants();
         }
         Err(e) => assert!(

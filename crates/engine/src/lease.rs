@@ -12,7 +12,8 @@
 //! | exclusive | void (wound) the holders and grant, unless one is golden: then ABORT the requester | write-around: grant too; write-through: ABORT the requester |
 //!
 //! A session's leases live `lease_ms` from its first grant, and a fresh `lease_ms` from its
-//! validation. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
+//! validation, on the monotonic clock ([`Now::mono_ms`]): a step of the wall clock changes no
+//! lease. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
 //! store already, so the cached value can no longer be trusted (000 §3.1). Wounding does the same
 //! for the same reason. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
 //! still get ABORT rather than silently starting a new session with the same id.
@@ -20,7 +21,7 @@
 use cads_protocol::{ErrorReply, MarkOp, SessionId};
 
 use crate::store::{entry_charge, PutOptions, Ttl};
-use crate::{Engine, Mode};
+use crate::{Engine, Mode, Now};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseKind {
@@ -70,7 +71,7 @@ pub struct Hold {
 #[derive(Clone, Debug)]
 pub struct Session {
     pub state: SessionState,
-    /// When its leases expire; for a tombstone, when it is forgotten.
+    /// When its leases expire; for a tombstone, when it is forgotten (monotonic ms).
     pub deadline: u64,
     pub holds: Vec<Hold>,
 }
@@ -124,12 +125,12 @@ impl Engine {
     }
 
     /// Makes sure `sid` names a live session, creating it on first use.
-    pub(crate) fn open_session(&mut self, sid: SessionId, now: u64) -> Result<(), ErrorReply> {
+    pub(crate) fn open_session(&mut self, sid: SessionId, now: Now) -> Result<(), ErrorReply> {
         match self.sessions.get(&sid) {
             Some(s) if s.state == SessionState::Aborted => Err(ErrorReply::abort()),
             Some(_) => Ok(()),
             None => {
-                let deadline = now.saturating_add(self.lease_ms());
+                let deadline = now.mono_ms.saturating_add(self.lease_ms());
                 self.sessions.insert(
                     sid,
                     Session {
@@ -166,10 +167,10 @@ impl Engine {
         key: &[u8],
         want: LeaseKind,
         requester: Requester,
-        now: u64,
+        now: Now,
     ) -> Result<(), ErrorReply> {
         self.open_session(sid, now)?;
-        let cached = self.store.peek(key, now).is_some();
+        let cached = self.store.peek(key, now.wall_ms).is_some();
         let decision = match self.leases.get(key) {
             None => Decision::New,
             Some(lease) => {
@@ -304,7 +305,7 @@ impl Engine {
     /// Ends a session: drops its pending versions and releases its leases. A CMI-initiated end
     /// (conflict, wound, expiry, flush) leaves a tombstone; wounds and expiry also delete the
     /// unpinned keys the session held exclusively.
-    pub(crate) fn end_session(&mut self, sid: SessionId, cause: EndCause, now: u64) {
+    pub(crate) fn end_session(&mut self, sid: SessionId, cause: EndCause, now: Now) {
         let Some(mut session) = self.sessions.remove(&sid) else {
             return;
         };
@@ -318,7 +319,7 @@ impl Engine {
                 self.stats.leases_expired += 1;
             }
             if drop_exclusive && hold.kind == LeaseKind::Exclusive {
-                if let Some(entry) = self.store.peek(&hold.key, now) {
+                if let Some(entry) = self.store.peek(&hold.key, now.wall_ms) {
                     if !entry.pinned {
                         self.store.remove(&hold.key);
                     }
@@ -336,16 +337,16 @@ impl Engine {
         let tombstone = was_live && cause != EndCause::ClientAbort;
         if tombstone {
             session.state = SessionState::Aborted;
-            session.deadline = now.saturating_add(self.config().tombstone_ms);
+            session.deadline = now.mono_ms.saturating_add(self.config().tombstone_ms);
             self.deadlines.insert((session.deadline, sid));
             self.sessions.insert(sid, session);
         }
     }
 
     /// Aborts sessions whose leases ran out and forgets tombstones whose time is up.
-    pub(crate) fn expire_sessions(&mut self, now: u64) {
+    pub(crate) fn expire_sessions(&mut self, now: Now) {
         while let Some(&(deadline, sid)) = self.deadlines.first() {
-            if deadline > now {
+            if deadline > now.mono_ms {
                 break;
             }
             let tombstone = self
@@ -367,7 +368,7 @@ impl Engine {
         &self,
         sid: SessionId,
         key: &[u8],
-        now: u64,
+        now: Now,
     ) -> Option<(&[u8], bool)> {
         let pending = self
             .sessions
@@ -379,7 +380,7 @@ impl Engine {
             Some(Pending::Delete) => None,
             None => self
                 .store
-                .peek(key, now)
+                .peek(key, now.wall_ms)
                 .map(|e| (e.value.as_slice(), e.pinned)),
         }
     }
@@ -520,9 +521,9 @@ impl Engine {
     /// commit, then LCOMMIT on every CMI) must not be cut short by leases that a long session has
     /// almost used up. Otherwise a session could commit on one CMI after its leases expired on
     /// another, leaving its changes on some CMIs only.
-    pub(crate) fn validate_session(&mut self, sid: SessionId, now: u64) -> Result<(), ErrorReply> {
+    pub(crate) fn validate_session(&mut self, sid: SessionId, now: Now) -> Result<(), ErrorReply> {
         self.live_session(sid)?;
-        let renewed = now.saturating_add(self.lease_ms());
+        let renewed = now.mono_ms.saturating_add(self.lease_ms());
         let session = self.sessions.get_mut(&sid).expect("checked live");
         session.state = SessionState::Validated;
         let old = std::mem::replace(&mut session.deadline, renewed);

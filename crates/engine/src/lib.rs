@@ -1,7 +1,8 @@
 //! cads-engine: one cache manager instance (CMI) as a plain, single-threaded state machine.
 //!
-//! Commands go in ([`Engine::execute`]), replies come out, and the time is passed in, so every rule
-//! here is tested without sockets or clocks. The server runtime only moves bytes; an application
+//! Commands go in ([`Engine::execute`]), replies come out, and the time is passed in ([`Now`]: the
+//! wall clock for key expiry, a monotonic clock for leases), so every rule here is tested without
+//! sockets or clocks. The server runtime only moves bytes; an application
 //! can also link this crate and run a CMI in-process (SAS, 001).
 //!
 //! - [`store`]: entries, byte-accurate memory accounting, pinning, eviction candidates, expiry.
@@ -33,6 +34,33 @@ pub use eviction::{EvictionKind, EvictionPolicy, Lru};
 pub use lease::{Lease, LeaseKind, SessionState};
 pub use persist::{ReplayError, Replayed};
 pub use store::{Entry, Memory, NotStored, ENTRY_OVERHEAD};
+
+/// The time a command or a tick runs at. The runtime reads both clocks once per loop turn and
+/// passes them in; the engine reads no clock.
+///
+/// Two clocks because they answer different questions. Key expiry (EXPIRE, TTL, SET PXAT, ...) is
+/// defined by Redis on the wall clock, and the append-only log persists it as a Unix time that
+/// must mean the same after a restart. Lease, session and tombstone lifetimes are durations: on
+/// the wall clock a step (NTP, an operator) would expire or stretch every lease at once, so they
+/// run on a clock that never steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// Unix time in milliseconds: key expiry and what the log persists.
+    pub wall_ms: u64,
+    /// Milliseconds on a monotonic clock (any origin, never going back): leases, sessions,
+    /// tombstones.
+    pub mono_ms: u64,
+}
+
+impl Now {
+    /// Both clocks at `ms`: for simulations and tests that move one clock by hand.
+    pub fn at(ms: u64) -> Now {
+        Now {
+            wall_ms: ms,
+            mono_ms: ms,
+        }
+    }
+}
 
 /// The policy family a CMI serves (000 §5.1.1). Write-through commands get NOTAVAILABLE from a
 /// write-around CMI; write-around's commands are a subset of write-through's.
@@ -119,7 +147,8 @@ pub struct Engine {
     pub(crate) store: store::Store,
     pub(crate) leases: HashMap<Box<[u8]>, Lease>,
     pub(crate) sessions: HashMap<SessionId, lease::Session>,
-    /// When each session's leases expire (or, for an aborted session, when it is forgotten).
+    /// When each session's leases expire (or, for an aborted session, when it is forgotten), on the
+    /// monotonic clock.
     pub(crate) deadlines: BTreeSet<(u64, SessionId)>,
     /// Keys carrying a TARDIS marker; kept apart from entries so that deleting or evicting a value
     /// never loses the marker, and charged as pinned memory.
@@ -228,12 +257,13 @@ impl Engine {
     }
 
     /// Periodic work: expires sessions whose leases ran out and reclaims expired entries.
-    pub fn tick(&mut self, now: u64) {
+    pub fn tick(&mut self, now: Now) {
         self.expire_sessions(now);
-        self.store.expire_due(now, 1000);
+        self.store.expire_due(now.wall_ms, 1000);
     }
 
-    /// When the next session deadline falls, if any (the runtime may sleep until then).
+    /// When the next session deadline falls, on the monotonic clock, if any (the runtime may sleep
+    /// until then).
     pub fn next_deadline(&self) -> Option<u64> {
         self.deadlines.first().map(|&(at, _)| at)
     }
@@ -257,7 +287,7 @@ impl Engine {
     /// Drops every entry, marker, lease and session (`unpinned`: only the unpinned entries, that
     /// is cached values, with the leases and sessions; buffered writes, the lists that name them
     /// and markers stay). Sessions become tombstones: their next call gets ABORT.
-    pub fn flush_all(&mut self, now: u64, unpinned: bool) {
+    pub fn flush_all(&mut self, now: Now, unpinned: bool) {
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for sid in sids {
             self.end_session(sid, lease::EndCause::Flushed, now);

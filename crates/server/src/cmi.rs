@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cads_engine::Engine;
+use cads_engine::{Engine, Now};
 use cads_protocol::resp::{write_error, write_reply_as, Protocol};
 use cads_protocol::spec::{self, CommandSpec};
 use cads_protocol::{ClientSub, Command, CommandSub, ConfigSub, ErrorKind, ErrorReply, Reply};
@@ -73,7 +73,7 @@ impl Cmi {
         }
     }
 
-    fn run(&mut self, client: &mut Client, cmd: &Command<'_>, out: &mut Vec<u8>, now: u64) -> Flow {
+    fn run(&mut self, client: &mut Client, cmd: &Command<'_>, out: &mut Vec<u8>, now: Now) -> Flow {
         use Command as C;
         let reply = match cmd {
             C::Ping(None) => Reply::status("PONG"),
@@ -629,7 +629,7 @@ impl Handler for Cmi {
         client: &mut Client,
         args: &[&[u8]],
         out: &mut Vec<u8>,
-        now_ms: u64,
+        now: Now,
     ) -> Flow {
         let cmd = match Command::parse(args) {
             Ok(cmd) => cmd,
@@ -647,21 +647,21 @@ impl Handler for Cmi {
             write_error(out, &noauth());
             return Flow::Continue;
         }
-        self.run(client, &cmd, out, now_ms)
+        self.run(client, &cmd, out, now)
     }
 
     fn on_close(&mut self, client: &mut Client) {
         self.clients.remove(&client.id);
     }
 
-    fn before_reply(&mut self, _now_ms: u64) {
+    fn before_reply(&mut self, _now: Now) {
         if let Some(aof) = &mut self.aof {
             aof.flush(&mut self.engine);
         }
     }
 
-    fn tick(&mut self, now_ms: u64) {
-        self.engine.tick(now_ms);
+    fn tick(&mut self, now: Now) {
+        self.engine.tick(now);
         self.ops_samples
             .push_back((Instant::now(), self.engine.stats().commands));
         if self.ops_samples.len() > OPS_SAMPLES {
@@ -676,7 +676,7 @@ impl Handler for Cmi {
         }
     }
 
-    fn on_shutdown(&mut self, _now_ms: u64) {
+    fn on_shutdown(&mut self, _now: Now) {
         if let Some(aof) = &mut self.aof {
             aof.close(&mut self.engine);
         }

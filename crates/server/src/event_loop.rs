@@ -69,9 +69,11 @@
 //!
 //! # Time
 //!
-//! `now_ms` passed to the handler is wall-clock time in milliseconds since the Unix epoch, read once
-//! per loop iteration (Redis likewise caches the time per iteration). Ticks and idle timeouts run on
-//! the monotonic clock.
+//! The handler is given a [`Now`]: the wall clock (ms since the Unix epoch, for key expiry and what
+//! the log persists) and a monotonic clock (ms since the loop started, for leases and sessions),
+//! both read once per loop iteration (Redis likewise caches the time per iteration). Ticks and idle
+//! timeouts run on the monotonic clock too, so a step of the wall clock moves nothing but key
+//! expiry.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -85,6 +87,9 @@ use cads_protocol::resp::{parse_request, write_error};
 use cads_protocol::{Limits, Parsed, ProtocolError};
 
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT};
+
+/// The two clocks a handler is given (see "Time" above).
+pub use cads_engine::Now;
 
 /// Identifies a connection for the lifetime of the loop; never reused.
 pub type ConnId = u64;
@@ -114,7 +119,7 @@ pub trait Handler {
         conn: &mut Self::Conn,
         args: &[&[u8]],
         out: &mut Vec<u8>,
-        now_ms: u64,
+        now: Now,
     ) -> Flow;
 
     /// The connection is gone (closed by either side, or by the loop stopping).
@@ -124,14 +129,14 @@ pub trait Handler {
     /// to a socket (this is where the append-only file is written and, with fsync=always, synced).
     /// It runs in every iteration that handled an event, even if no request ran, and at least every
     /// `tick_ms`, so it must be cheap when there is nothing to do.
-    fn before_reply(&mut self, now_ms: u64);
+    fn before_reply(&mut self, now: Now);
 
     /// About every `tick_ms`: timers, expiry.
-    fn tick(&mut self, now_ms: u64);
+    fn tick(&mut self, now: Now);
 
     /// Called once when the loop stops, after pending replies were flushed best-effort and every
     /// remaining connection was closed (with [`Handler::on_close`]); it is the handler's last call.
-    fn on_shutdown(&mut self, now_ms: u64);
+    fn on_shutdown(&mut self, now: Now);
 }
 
 /// Limits and timers of one loop.
@@ -404,9 +409,10 @@ struct Runtime<'a, H: Handler> {
     started: Instant,
     /// Monotonic time of this iteration.
     mono: Instant,
-    /// Wall clock, ms since the epoch, for the handler.
-    now_ms: u64,
-    /// Monotonic ms since `started`.
+    /// Both clocks in ms as the handler gets them: the wall clock since the epoch, the monotonic
+    /// one since `started`.
+    now: Now,
+    /// `now.mono_ms`, for the loop's own timers.
     mono_ms: u64,
 }
 
@@ -428,7 +434,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
             listener_paused: false,
             started: now,
             mono: now,
-            now_ms: 0,
+            now: Now::at(0),
             mono_ms: 0,
         };
         runtime.refresh_clock();
@@ -438,9 +444,12 @@ impl<'a, H: Handler> Runtime<'a, H> {
     fn refresh_clock(&mut self) {
         self.mono = Instant::now();
         self.mono_ms = self.mono.duration_since(self.started).as_millis() as u64;
-        self.now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        self.now = Now {
+            wall_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            mono_ms: self.mono_ms,
+        };
     }
 
     fn serve(&mut self, stop: &AtomicBool) -> io::Result<()> {
@@ -483,7 +492,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
             if active || tick_due {
                 // The durability point: the handler persists what this iteration's requests did
                 // before any of their replies leaves the process.
-                self.handler.before_reply(self.now_ms);
+                self.handler.before_reply(self.now);
                 self.flush();
             }
             if tick_due {
@@ -664,7 +673,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 batch,
                 ranges,
                 config,
-                self.now_ms,
+                self.now,
             );
             if !conn.io.closing {
                 conn.input.push(&batch[used..]);
@@ -677,7 +686,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 conn.input.unread(),
                 ranges,
                 config,
-                self.now_ms,
+                self.now,
             );
             conn.input.consume(used);
             if conn.io.closing {
@@ -714,7 +723,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 conn.input.unread(),
                 ranges,
                 &lp.config,
-                self.now_ms,
+                self.now,
             );
             conn.input.consume(used);
             if conn.io.closing {
@@ -835,7 +844,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
     }
 
     fn tick(&mut self) {
-        self.handler.tick(self.now_ms);
+        self.handler.tick(self.now);
         self.pause_listener(false);
         let idle = self.lp.config.idle_timeout_ms;
         if idle > 0 {
@@ -860,7 +869,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
         for slot in 0..self.conns.len() {
             self.close(slot);
         }
-        self.handler.on_shutdown(self.now_ms);
+        self.handler.on_shutdown(self.now);
     }
 }
 
@@ -872,7 +881,7 @@ fn run_batch<H: Handler>(
     buf: &[u8],
     ranges: &mut Vec<Range<usize>>,
     config: &LoopConfig,
-    now_ms: u64,
+    now: Now,
 ) -> usize {
     let mut argv: [&[u8]; ARGV_INLINE] = [&[]; ARGV_INLINE];
     let mut pos = 0;
@@ -894,17 +903,17 @@ fn run_batch<H: Handler>(
                     for (arg, range) in argv.iter_mut().zip(ranges.iter()) {
                         *arg = &rest[range.clone()];
                     }
-                    handler.on_request(&mut io.app, &argv[..ranges.len()], &mut io.output, now_ms)
+                    handler.on_request(&mut io.app, &argv[..ranges.len()], &mut io.output, now)
                 } else {
                     let args: Vec<&[u8]> = ranges.iter().map(|r| &rest[r.clone()]).collect();
-                    handler.on_request(&mut io.app, &args, &mut io.output, now_ms)
+                    handler.on_request(&mut io.app, &args, &mut io.output, now)
                 }
             }
             Ok(Parsed::Inline { consumed, args }) => {
                 io.need = 0;
                 pos += consumed;
                 let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                handler.on_request(&mut io.app, &args, &mut io.output, now_ms)
+                handler.on_request(&mut io.app, &args, &mut io.output, now)
             }
             Ok(Parsed::Empty { consumed }) => {
                 io.need = 0;
@@ -974,7 +983,7 @@ mod tests {
             _: &mut ConnId,
             args: &[&[u8]],
             out: &mut Vec<u8>,
-            _: u64,
+            _: Now,
         ) -> Flow {
             assert!(!self.shutdown);
             self.requests += 1;
@@ -996,11 +1005,11 @@ mod tests {
             self.closed += 1;
         }
 
-        fn before_reply(&mut self, _: u64) {}
+        fn before_reply(&mut self, _: Now) {}
 
-        fn tick(&mut self, _: u64) {}
+        fn tick(&mut self, _: Now) {}
 
-        fn on_shutdown(&mut self, _: u64) {
+        fn on_shutdown(&mut self, _: Now) {
             assert_eq!(
                 self.accepted, self.closed,
                 "on_close runs for every connection first"
