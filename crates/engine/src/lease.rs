@@ -21,7 +21,7 @@
 use cads_protocol::{ErrorReply, MarkOp, SessionId};
 
 use crate::store::{entry_charge, PutOptions, Ttl};
-use crate::{Engine, Mode, Now};
+use crate::{Engine, HashMap, HashSet, Mode, Now};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseKind {
@@ -31,11 +31,28 @@ pub enum LeaseKind {
     Exclusive,
 }
 
-/// The lease object of a key: its kind and the sessions holding it (000 §5.1.1).
+/// The lease object of a key: its kind and the sessions holding it (000 §5.1.1). A set, so that
+/// joining, leaving and asking "do I hold it?" cost the same however many sessions share the key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
     pub kind: LeaseKind,
-    pub holders: Vec<SessionId>,
+    pub holders: HashSet<SessionId>,
+    /// How many holders are validated sessions holding it shared: golden leases no exclusive
+    /// request may void. Counted, so that an exclusive request learns it without visiting every
+    /// holder.
+    pub golden: usize,
+}
+
+impl Lease {
+    fn new(kind: LeaseKind, holder: SessionId) -> Lease {
+        let mut holders = HashSet::default();
+        holders.insert(holder);
+        Lease {
+            kind,
+            holders,
+            golden: 0,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +78,6 @@ pub enum Pending {
 /// What a session holds on one key.
 #[derive(Clone, Debug)]
 pub struct Hold {
-    pub key: Box<[u8]>,
     pub kind: LeaseKind,
     pub pending: Option<Pending>,
     /// What commit does to the key's marker.
@@ -73,16 +89,21 @@ pub struct Session {
     pub state: SessionState,
     /// When its leases expire; for a tombstone, when it is forgotten (monotonic ms).
     pub deadline: u64,
-    pub holds: Vec<Hold>,
+    /// What it holds, by key: looking a key up costs the same however many keys it holds.
+    pub holds: HashMap<Box<[u8]>, Hold>,
 }
 
 impl Session {
     pub(crate) fn hold(&self, key: &[u8]) -> Option<&Hold> {
-        self.holds.iter().find(|h| &*h.key == key)
+        self.holds.get(key)
     }
 
     fn hold_mut(&mut self, key: &[u8]) -> Option<&mut Hold> {
-        self.holds.iter_mut().find(|h| &*h.key == key)
+        self.holds.get_mut(key)
+    }
+
+    fn validated(&self) -> bool {
+        self.state == SessionState::Validated
     }
 }
 
@@ -136,7 +157,7 @@ impl Engine {
                     Session {
                         state: SessionState::Active,
                         deadline,
-                        holds: Vec::new(),
+                        holds: HashMap::default(),
                     },
                 );
                 self.deadlines.insert((deadline, sid));
@@ -151,12 +172,6 @@ impl Engine {
             Some(s) if s.state != SessionState::Aborted => Ok(s),
             _ => Err(ErrorReply::abort()),
         }
-    }
-
-    fn is_golden(&self, sid: SessionId) -> bool {
-        self.sessions
-            .get(&sid)
-            .is_some_and(|s| s.state == SessionState::Validated)
     }
 
     /// Grants `sid` a lease of kind `want` on `key`, following the compatibility tables, or answers
@@ -190,16 +205,13 @@ impl Engine {
                         Requester::Iq => Decision::Retry,
                     },
                     (LeaseKind::Exclusive, LeaseKind::Shared) => {
-                        let others: Vec<SessionId> = lease
-                            .holders
-                            .iter()
-                            .copied()
-                            .filter(|&h| h != sid)
-                            .collect();
-                        if others.iter().any(|&h| self.is_golden(h)) {
+                        let mine_golden = mine && self.sessions[&sid].validated();
+                        if lease.golden > usize::from(mine_golden) {
                             Decision::Abort
                         } else {
-                            Decision::Take(others)
+                            // Every other holder is wounded: the cost is one per lease voided.
+                            let others = lease.holders.iter().copied().filter(|&h| h != sid);
+                            Decision::Take(others.collect())
                         }
                     }
                     (LeaseKind::Exclusive, LeaseKind::Exclusive) => match self.mode() {
@@ -220,13 +232,7 @@ impl Engine {
                 Err(ErrorReply::abort())
             }
             Decision::New => {
-                self.leases.insert(
-                    key.into(),
-                    Lease {
-                        kind: want,
-                        holders: vec![sid],
-                    },
-                );
+                self.leases.insert(key.into(), Lease::new(want, sid));
                 self.store.set_leased(key, true);
                 self.add_hold(sid, key, want);
                 self.granted(key, want);
@@ -237,7 +243,7 @@ impl Engine {
                     .get_mut(key)
                     .expect("decided on an existing lease")
                     .holders
-                    .push(sid);
+                    .insert(sid);
                 self.add_hold(sid, key, want);
                 self.granted(key, want);
                 Ok(())
@@ -248,13 +254,8 @@ impl Engine {
                     self.end_session(victim, EndCause::Wounded, now);
                 }
                 // The victims are gone from the lease; what is left is at most our own S lease.
-                self.leases.insert(
-                    key.into(),
-                    Lease {
-                        kind: LeaseKind::Exclusive,
-                        holders: vec![sid],
-                    },
-                );
+                self.leases
+                    .insert(key.into(), Lease::new(LeaseKind::Exclusive, sid));
                 self.store.set_leased(key, true);
                 let session = self.sessions.get_mut(&sid).expect("opened above");
                 match session.hold_mut(key) {
@@ -267,14 +268,20 @@ impl Engine {
         }
     }
 
+    /// Records a new hold of `sid` on `key`, whose lease already lists it as a holder.
     fn add_hold(&mut self, sid: SessionId, key: &[u8], kind: LeaseKind) {
         let session = self.sessions.get_mut(&sid).expect("session is open");
-        session.holds.push(Hold {
-            key: key.into(),
-            kind,
-            pending: None,
-            mark: MarkOp::Keep,
-        });
+        session.holds.insert(
+            key.into(),
+            Hold {
+                kind,
+                pending: None,
+                mark: MarkOp::Keep,
+            },
+        );
+        if kind == LeaseKind::Shared && session.validated() {
+            self.leases.get_mut(key).expect("lease granted").golden += 1;
+        }
     }
 
     fn granted(&mut self, key: &[u8], kind: LeaseKind) {
@@ -285,9 +292,12 @@ impl Engine {
     }
 
     /// Takes `sid` off the holders of the lease on `key`, removing the lease when it was the last.
-    fn release(&mut self, sid: SessionId, key: &[u8]) {
+    /// `golden`: the hold was a validated session's shared one.
+    fn release(&mut self, sid: SessionId, key: &[u8], golden: bool) {
         if let Some(lease) = self.leases.get_mut(key) {
-            lease.holders.retain(|&h| h != sid);
+            if lease.holders.remove(&sid) && golden {
+                lease.golden -= 1;
+            }
             if lease.holders.is_empty() {
                 self.leases.remove(key);
                 self.store.set_leased(key, false);
@@ -312,16 +322,17 @@ impl Engine {
         self.deadlines.remove(&(session.deadline, sid));
         let drop_exclusive = matches!(cause, EndCause::Wounded | EndCause::Expired);
         let was_live = session.state != SessionState::Aborted;
-        for hold in std::mem::take(&mut session.holds) {
-            self.uncharge_pending(&hold.key, &hold.pending);
-            self.release(sid, &hold.key);
+        let validated = session.validated();
+        for (key, hold) in std::mem::take(&mut session.holds) {
+            self.uncharge_pending(&key, &hold.pending);
+            self.release(sid, &key, validated && hold.kind == LeaseKind::Shared);
             if cause == EndCause::Expired {
                 self.stats.leases_expired += 1;
             }
             if drop_exclusive && hold.kind == LeaseKind::Exclusive {
-                if let Some(entry) = self.store.peek(&hold.key, now.wall_ms) {
+                if let Some(entry) = self.store.peek(&key, now.wall_ms) {
                     if !entry.pinned {
-                        self.store.remove(&hold.key);
+                        self.store.remove(&key);
                     }
                 }
             }
@@ -455,8 +466,8 @@ impl Engine {
 
     /// Applies one hold at commit: swaps the pending version in, applies the marker change,
     /// releases the lease. Never fails: the pending version's bytes were reserved when it was made.
-    fn commit_hold(&mut self, sid: SessionId, hold: Hold) {
-        let key = &hold.key;
+    /// `validated`: the session was validated (its shared leases are golden).
+    fn commit_hold(&mut self, sid: SessionId, key: &[u8], hold: Hold, validated: bool) {
         match hold.pending {
             Some(Pending::Value { value, pinned }) => {
                 self.store
@@ -483,7 +494,7 @@ impl Engine {
             MarkOp::Set => self.set_marker(key, true),
             MarkOp::Clear => self.set_marker(key, false),
         }
-        self.release(sid, key);
+        self.release(sid, key, validated && hold.kind == LeaseKind::Shared);
     }
 
     /// LCOMMIT: applies every hold and forgets the session.
@@ -491,8 +502,9 @@ impl Engine {
         self.live_session(sid)?;
         let mut session = self.sessions.remove(&sid).expect("checked live");
         self.deadlines.remove(&(session.deadline, sid));
-        for hold in std::mem::take(&mut session.holds) {
-            self.commit_hold(sid, hold);
+        let validated = session.validated();
+        for (key, hold) in std::mem::take(&mut session.holds) {
+            self.commit_hold(sid, &key, hold, validated);
         }
         self.stats.sessions_committed += 1;
         Ok(())
@@ -503,12 +515,12 @@ impl Engine {
         let Some(session) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let Some(index) = session.holds.iter().position(|h| &*h.key == key) else {
+        let Some(hold) = session.holds.remove(key) else {
             return;
         };
-        let hold = session.holds.swap_remove(index);
         let ended = session.holds.is_empty();
-        self.commit_hold(sid, hold);
+        let validated = session.validated();
+        self.commit_hold(sid, key, hold, validated);
         if ended {
             let session = self.sessions.remove(&sid).expect("looked up above");
             self.deadlines.remove(&(session.deadline, sid));
@@ -525,7 +537,17 @@ impl Engine {
         self.live_session(sid)?;
         let renewed = now.mono_ms.saturating_add(self.lease_ms());
         let session = self.sessions.get_mut(&sid).expect("checked live");
-        session.state = SessionState::Validated;
+        if !session.validated() {
+            session.state = SessionState::Validated;
+            for (key, hold) in &session.holds {
+                if hold.kind == LeaseKind::Shared {
+                    self.leases
+                        .get_mut(key)
+                        .expect("a hold has its lease")
+                        .golden += 1;
+                }
+            }
+        }
         let old = std::mem::replace(&mut session.deadline, renewed);
         self.deadlines.remove(&(old, sid));
         self.deadlines.insert((renewed, sid));

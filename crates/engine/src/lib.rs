@@ -316,12 +316,12 @@ impl Engine {
             if session.state == SessionState::Aborted {
                 assert!(session.holds.is_empty(), "an aborted session holds nothing");
             }
-            for hold in &session.holds {
-                let lease = self.leases.get(&hold.key).expect("a hold has its lease");
+            for (key, hold) in &session.holds {
+                let lease = self.leases.get(key).expect("a hold has its lease");
                 assert!(lease.holders.contains(sid), "a hold is listed in its lease");
                 assert_eq!(lease.kind, hold.kind, "hold and lease agree on the kind");
                 if let Some(lease::Pending::Value { value, pinned }) = &hold.pending {
-                    let charge = store::entry_charge(hold.key.len(), value.len());
+                    let charge = store::entry_charge(key.len(), value.len());
                     pending += charge;
                     if *pinned {
                         pending_pinned += charge;
@@ -343,13 +343,15 @@ impl Engine {
                     "one exclusive holder outside write-around"
                 );
             }
+            let mut golden = 0;
             for sid in &lease.holders {
                 let session = self.sessions.get(sid).expect("a holder exists");
-                assert!(
-                    session.holds.iter().any(|h| &h.key == key),
-                    "holder holds the key"
-                );
+                assert!(session.holds.contains_key(key), "holder holds the key");
+                if session.state == SessionState::Validated && lease.kind == LeaseKind::Shared {
+                    golden += 1;
+                }
             }
+            assert_eq!(lease.golden, golden, "golden holders counted");
             if let Some(entry) = self.store.peek(key, 0) {
                 assert!(entry.leased, "an entry under a lease is flagged leased");
             }
