@@ -13,12 +13,12 @@
 //!
 //! A session's leases live `lease_ms` from its first grant, and a fresh `lease_ms` from its
 //! validation, on the monotonic clock ([`Now::mono_ms`]): a step of the wall clock changes no
-//! lease. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
+//! lease. No renewal reaches past the session's maximum lifetime, `max_session_ms` from its start. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
 //! store already, so the cached value can no longer be trusted (000 §3.1). Wounding does the same
 //! for the same reason. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
 //! still get ABORT rather than silently starting a new session with the same id.
 
-use cads_protocol::{ErrorReply, MarkOp, SessionId};
+use cads_protocol::{ErrorKind, ErrorReply, MarkOp, SessionId};
 
 use crate::store::{entry_charge, PutOptions, Ttl};
 use crate::{Engine, HashMap, HashSet, Mode, Now};
@@ -89,6 +89,11 @@ pub struct Session {
     pub state: SessionState,
     /// When its leases expire; for a tombstone, when it is forgotten (monotonic ms).
     pub deadline: u64,
+    /// Its maximum lifetime ends here (monotonic ms): validation renews its leases up to this
+    /// time, no further.
+    pub ends_by: u64,
+    /// The deadline is `ends_by`, which came before a full lease lifetime.
+    pub cut_short: bool,
     /// What it holds, by key: looking a key up costs the same however many keys it holds.
     pub holds: HashMap<Box<[u8]>, Hold>,
 }
@@ -140,30 +145,83 @@ enum Decision {
     Abort,
 }
 
+/// Bytes of session state charged per session (live or tombstone): the record, its slot in the
+/// session table and its entry in the deadline index. Estimates, fixed so that the accounting is
+/// deterministic, like `ENTRY_OVERHEAD`.
+pub const SESSION_OVERHEAD: usize = 128;
+/// Bytes charged per hold of a session on a key, beyond the key: the slot in the session's holds
+/// and the session's place among the lease's holders.
+pub const HOLD_OVERHEAD: usize = 80;
+/// Bytes charged per lease, beyond the key: the slot in the lease table and the holder set.
+pub const LEASE_OVERHEAD: usize = 96;
+
+fn hold_charge(key: &[u8]) -> usize {
+    key.len() + HOLD_OVERHEAD
+}
+
+fn lease_charge(key: &[u8]) -> usize {
+    key.len() + LEASE_OVERHEAD
+}
+
+/// NOTSTORED for a request that would take the sessions' state past `max_session_memory`.
+fn sessions_full() -> ErrorReply {
+    ErrorReply::new(
+        ErrorKind::NotStored,
+        "too many sessions: their state is at max-session-memory; nothing was changed, retry later",
+    )
+}
+
 impl Engine {
     pub(crate) fn lease_ms(&self) -> u64 {
         self.config().lease_ms
     }
 
-    /// Makes sure `sid` names a live session, creating it on first use.
-    pub(crate) fn open_session(&mut self, sid: SessionId, now: Now) -> Result<(), ErrorReply> {
-        match self.sessions.get(&sid) {
-            Some(s) if s.state == SessionState::Aborted => Err(ErrorReply::abort()),
-            Some(_) => Ok(()),
-            None => {
-                let deadline = now.mono_ms.saturating_add(self.lease_ms());
-                self.sessions.insert(
-                    sid,
-                    Session {
-                        state: SessionState::Active,
-                        deadline,
-                        holds: HashMap::default(),
-                    },
-                );
-                self.deadlines.insert((deadline, sid));
-                Ok(())
-            }
+    /// Refuses (and counts) a request that would grow the sessions' state by `bytes` past its cap.
+    fn session_room(&mut self, bytes: usize) -> Result<(), ErrorReply> {
+        let max = self.config().max_session_memory;
+        if bytes > 0 && max != 0 && self.session_bytes + bytes > max {
+            self.stats.sessions_refused += 1;
+            return Err(sessions_full());
         }
+        Ok(())
+    }
+
+    /// Starts session `sid` (which must not exist): its leases live `lease_ms`, and it lives
+    /// `max_session_ms` at most.
+    fn open_session(&mut self, sid: SessionId, now: Now) {
+        let ends_by = now.mono_ms.saturating_add(self.config().max_session_ms);
+        let lease_end = now.mono_ms.saturating_add(self.lease_ms());
+        let session = Session {
+            state: SessionState::Active,
+            deadline: lease_end.min(ends_by),
+            ends_by,
+            cut_short: ends_by < lease_end,
+            holds: HashMap::default(),
+        };
+        self.put_session(sid, session);
+    }
+
+    /// Files a session under `sid`: the table, the deadline index, its bytes, the tombstone count.
+    /// Its holds are charged as they are added.
+    fn put_session(&mut self, sid: SessionId, session: Session) {
+        self.deadlines.insert((session.deadline, sid));
+        self.session_bytes += SESSION_OVERHEAD;
+        if session.state == SessionState::Aborted {
+            self.tombstones += 1;
+        }
+        self.sessions.insert(sid, session);
+    }
+
+    /// Takes a session out of the table and the deadline index, returning its bytes. Its holds,
+    /// still charged, go back through `release` (or the lease table keeps them: never).
+    fn take_session(&mut self, sid: SessionId) -> Option<Session> {
+        let session = self.sessions.remove(&sid)?;
+        self.deadlines.remove(&(session.deadline, sid));
+        self.session_bytes -= SESSION_OVERHEAD;
+        if session.state == SessionState::Aborted {
+            self.tombstones -= 1;
+        }
+        Some(session)
     }
 
     /// A live (not aborted) session, or ABORT.
@@ -184,12 +242,19 @@ impl Engine {
         requester: Requester,
         now: Now,
     ) -> Result<(), ErrorReply> {
-        self.open_session(sid, now)?;
+        let opening = match self.sessions.get(&sid) {
+            Some(s) if s.state == SessionState::Aborted => return Err(ErrorReply::abort()),
+            Some(_) => false,
+            None => true,
+        };
         let cached = self.store.peek(key, now.wall_ms).is_some();
+        let mine = self
+            .leases
+            .get(key)
+            .is_some_and(|l| l.holders.contains(&sid));
         let decision = match self.leases.get(key) {
             None => Decision::New,
             Some(lease) => {
-                let mine = lease.holders.contains(&sid);
                 match (want, lease.kind) {
                     (_, LeaseKind::Exclusive) if mine => Decision::Already,
                     (LeaseKind::Shared, LeaseKind::Shared) if mine => Decision::Already,
@@ -221,6 +286,18 @@ impl Engine {
                 }
             }
         };
+        // What the request adds to the sessions' state; past the cap it is refused before anything
+        // changes (a tombstone, which a conflict would leave, counts as a session).
+        let grows = match decision {
+            Decision::New => hold_charge(key) + lease_charge(key),
+            Decision::Join => hold_charge(key),
+            Decision::Take(_) if !mine => hold_charge(key),
+            _ => 0,
+        } + if opening { SESSION_OVERHEAD } else { 0 };
+        self.session_room(grows)?;
+        if opening {
+            self.open_session(sid, now);
+        }
         match decision {
             Decision::Already => Ok(()),
             Decision::Retry => {
@@ -233,6 +310,7 @@ impl Engine {
             }
             Decision::New => {
                 self.leases.insert(key.into(), Lease::new(want, sid));
+                self.session_bytes += lease_charge(key);
                 self.store.set_leased(key, true);
                 self.add_hold(sid, key, want);
                 self.granted(key, want);
@@ -254,8 +332,12 @@ impl Engine {
                     self.end_session(victim, EndCause::Wounded, now);
                 }
                 // The victims are gone from the lease; what is left is at most our own S lease.
-                self.leases
+                let replaced = self
+                    .leases
                     .insert(key.into(), Lease::new(LeaseKind::Exclusive, sid));
+                if replaced.is_none() {
+                    self.session_bytes += lease_charge(key);
+                }
                 self.store.set_leased(key, true);
                 let session = self.sessions.get_mut(&sid).expect("opened above");
                 match session.hold_mut(key) {
@@ -270,6 +352,7 @@ impl Engine {
 
     /// Records a new hold of `sid` on `key`, whose lease already lists it as a holder.
     fn add_hold(&mut self, sid: SessionId, key: &[u8], kind: LeaseKind) {
+        self.session_bytes += hold_charge(key);
         let session = self.sessions.get_mut(&sid).expect("session is open");
         session.holds.insert(
             key.into(),
@@ -291,15 +374,18 @@ impl Engine {
         }
     }
 
-    /// Takes `sid` off the holders of the lease on `key`, removing the lease when it was the last.
-    /// `golden`: the hold was a validated session's shared one.
+    /// Takes `sid`'s hold on `key` (already out of its session) off the holders of the lease,
+    /// removing the lease when it was the last. `golden`: the hold was a validated session's
+    /// shared one.
     fn release(&mut self, sid: SessionId, key: &[u8], golden: bool) {
+        self.session_bytes -= hold_charge(key);
         if let Some(lease) = self.leases.get_mut(key) {
             if lease.holders.remove(&sid) && golden {
                 lease.golden -= 1;
             }
             if lease.holders.is_empty() {
                 self.leases.remove(key);
+                self.session_bytes -= lease_charge(key);
                 self.store.set_leased(key, false);
             }
         }
@@ -316,10 +402,9 @@ impl Engine {
     /// (conflict, wound, expiry, flush) leaves a tombstone; wounds and expiry also delete the
     /// unpinned keys the session held exclusively.
     pub(crate) fn end_session(&mut self, sid: SessionId, cause: EndCause, now: Now) {
-        let Some(mut session) = self.sessions.remove(&sid) else {
+        let Some(mut session) = self.take_session(sid) else {
             return;
         };
-        self.deadlines.remove(&(session.deadline, sid));
         let drop_exclusive = matches!(cause, EndCause::Wounded | EndCause::Expired);
         let was_live = session.state != SessionState::Aborted;
         let validated = session.validated();
@@ -341,7 +426,12 @@ impl Engine {
             self.stats.sessions_aborted += 1;
             match cause {
                 EndCause::Wounded => self.stats.sessions_wounded += 1,
-                EndCause::Expired => self.stats.sessions_expired += 1,
+                EndCause::Expired => {
+                    self.stats.sessions_expired += 1;
+                    if session.cut_short {
+                        self.stats.sessions_outlived += 1;
+                    }
+                }
                 _ => {}
             }
         }
@@ -349,8 +439,7 @@ impl Engine {
         if tombstone {
             session.state = SessionState::Aborted;
             session.deadline = now.mono_ms.saturating_add(self.config().tombstone_ms);
-            self.deadlines.insert((session.deadline, sid));
-            self.sessions.insert(sid, session);
+            self.put_session(sid, session);
         }
     }
 
@@ -365,8 +454,7 @@ impl Engine {
                 .get(&sid)
                 .is_some_and(|s| s.state == SessionState::Aborted);
             if tombstone {
-                self.deadlines.pop_first();
-                self.sessions.remove(&sid);
+                self.take_session(sid);
             } else {
                 self.end_session(sid, EndCause::Expired, now);
             }
@@ -500,8 +588,7 @@ impl Engine {
     /// LCOMMIT: applies every hold and forgets the session.
     pub(crate) fn commit_session(&mut self, sid: SessionId) -> Result<(), ErrorReply> {
         self.live_session(sid)?;
-        let mut session = self.sessions.remove(&sid).expect("checked live");
-        self.deadlines.remove(&(session.deadline, sid));
+        let mut session = self.take_session(sid).expect("checked live");
         let validated = session.validated();
         for (key, hold) in std::mem::take(&mut session.holds) {
             self.commit_hold(sid, &key, hold, validated);
@@ -522,8 +609,7 @@ impl Engine {
         let validated = session.validated();
         self.commit_hold(sid, key, hold, validated);
         if ended {
-            let session = self.sessions.remove(&sid).expect("looked up above");
-            self.deadlines.remove(&(session.deadline, sid));
+            self.take_session(sid).expect("looked up above");
             self.stats.sessions_committed += 1;
         }
     }
@@ -533,10 +619,16 @@ impl Engine {
     /// commit, then LCOMMIT on every CMI) must not be cut short by leases that a long session has
     /// almost used up. Otherwise a session could commit on one CMI after its leases expired on
     /// another, leaving its changes on some CMIs only.
+    ///
+    /// Renewal stops at the session's maximum lifetime (`max_session_ms` from its start): a
+    /// session that validates over and over would otherwise keep its leases, and block every
+    /// writer of its keys, for as long as it liked.
     pub(crate) fn validate_session(&mut self, sid: SessionId, now: Now) -> Result<(), ErrorReply> {
         self.live_session(sid)?;
-        let renewed = now.mono_ms.saturating_add(self.lease_ms());
+        let lease_end = now.mono_ms.saturating_add(self.lease_ms());
         let session = self.sessions.get_mut(&sid).expect("checked live");
+        let renewed = lease_end.min(session.ends_by);
+        session.cut_short = session.ends_by < lease_end;
         if !session.validated() {
             session.state = SessionState::Validated;
             for (key, hold) in &session.holds {

@@ -100,6 +100,11 @@ pub struct EngineConfig {
     pub max_pinned_memory: usize,
     /// How long a lease lives, in ms. A session is aborted when its first lease expires.
     pub lease_ms: u64,
+    /// The longest a session may live, in ms, however often it validates; then it is aborted.
+    pub max_session_ms: u64,
+    /// Bytes for the state of sessions, leases and tombstones (see [`lease::SESSION_OVERHEAD`]);
+    /// a request that would need more is refused with NOTSTORED. 0 for no limit.
+    pub max_session_memory: usize,
     /// How long an aborted session is remembered so that its late calls still get ABORT, in ms.
     pub tombstone_ms: u64,
     /// Largest value APPEND and friends may build, in bytes.
@@ -114,6 +119,8 @@ impl Default for EngineConfig {
             maxmemory: 0,
             max_pinned_memory: 0,
             lease_ms: 500,
+            max_session_ms: 5 * 500,
+            max_session_memory: 0,
             tombstone_ms: 60_000,
             max_value_bytes: 64 * 1024 * 1024,
             eviction: EvictionKind::Lru,
@@ -139,6 +146,10 @@ pub struct Stats {
     pub sessions_aborted: u64,
     pub sessions_wounded: u64,
     pub sessions_expired: u64,
+    /// Expired sessions whose end came from their maximum lifetime, before a full lease lifetime.
+    pub sessions_outlived: u64,
+    /// Requests refused because the sessions' state was at `max_session_memory`.
+    pub sessions_refused: u64,
 }
 
 /// One CMI.
@@ -150,6 +161,10 @@ pub struct Engine {
     /// When each session's leases expire (or, for an aborted session, when it is forgotten), on the
     /// monotonic clock.
     pub(crate) deadlines: BTreeSet<(u64, SessionId)>,
+    /// Bytes of sessions, holds, leases and tombstones, as charged in `lease.rs`.
+    pub(crate) session_bytes: usize,
+    /// Aborted sessions kept as tombstones.
+    pub(crate) tombstones: usize,
     /// Keys carrying a TARDIS marker; kept apart from entries so that deleting or evicting a value
     /// never loses the marker, and charged as pinned memory.
     pub(crate) markers: HashSet<Box<[u8]>>,
@@ -172,6 +187,8 @@ impl Engine {
             leases: HashMap::default(),
             sessions: HashMap::default(),
             deadlines: BTreeSet::new(),
+            session_bytes: 0,
+            tombstones: 0,
             markers: HashSet::default(),
             stats: Stats::default(),
         }
@@ -219,12 +236,13 @@ impl Engine {
 
     /// Sessions the CMI knows: active or validated, and aborted ones kept as tombstones.
     pub fn session_counts(&self) -> (usize, usize) {
-        let aborted = self
-            .sessions
-            .values()
-            .filter(|s| s.state == SessionState::Aborted)
-            .count();
-        (self.sessions.len() - aborted, aborted)
+        (self.sessions.len() - self.tombstones, self.tombstones)
+    }
+
+    /// Bytes the state of sessions, leases and tombstones takes, as charged against
+    /// `max_session_memory`.
+    pub fn session_memory(&self) -> usize {
+        self.session_bytes
     }
 
     pub fn configuration_id(&self) -> u64 {
@@ -249,6 +267,17 @@ impl Engine {
 
     pub fn set_lease_ms(&mut self, ms: u64) {
         self.config.lease_ms = ms;
+    }
+
+    /// Changes the maximum session lifetime; sessions already open keep the one they started with.
+    pub fn set_max_session_ms(&mut self, ms: u64) {
+        self.config.max_session_ms = ms;
+    }
+
+    /// Changes the cap on session state (0: none). Lowering it below what is held refuses new
+    /// sessions and leases until enough sessions end; it ends none.
+    pub fn set_max_session_memory(&mut self, bytes: usize) {
+        self.config.max_session_memory = bytes;
     }
 
     pub fn reset_stats(&mut self) {
@@ -308,6 +337,8 @@ impl Engine {
     /// Checks every bookkeeping invariant against a recount. For tests and fuzzing; O(size).
     pub fn check_invariants(&self) {
         let (mut pending, mut pending_pinned) = (0, 0);
+        let mut session_bytes = self.sessions.len() * lease::SESSION_OVERHEAD;
+        let mut tombstones = 0;
         for (sid, session) in &self.sessions {
             assert!(
                 self.deadlines.contains(&(session.deadline, *sid)),
@@ -315,8 +346,15 @@ impl Engine {
             );
             if session.state == SessionState::Aborted {
                 assert!(session.holds.is_empty(), "an aborted session holds nothing");
+                tombstones += 1;
+            } else {
+                assert!(
+                    session.deadline <= session.ends_by,
+                    "no lease past the lifetime"
+                );
             }
             for (key, hold) in &session.holds {
+                session_bytes += key.len() + lease::HOLD_OVERHEAD;
                 let lease = self.leases.get(key).expect("a hold has its lease");
                 assert!(lease.holders.contains(sid), "a hold is listed in its lease");
                 assert_eq!(lease.kind, hold.kind, "hold and lease agree on the kind");
@@ -335,6 +373,7 @@ impl Engine {
             "one deadline per session"
         );
         for (key, lease) in &self.leases {
+            session_bytes += key.len() + lease::LEASE_OVERHEAD;
             assert!(!lease.holders.is_empty(), "no empty lease");
             if self.config.mode == Mode::WriteThrough && lease.kind == LeaseKind::Exclusive {
                 assert_eq!(
@@ -356,6 +395,8 @@ impl Engine {
                 assert!(entry.leased, "an entry under a lease is flagged leased");
             }
         }
+        assert_eq!(self.session_bytes, session_bytes, "session bytes");
+        assert_eq!(self.tombstones, tombstones, "tombstones counted");
         let markers: usize = self.markers.iter().map(|k| k.len() + MARKER_OVERHEAD).sum();
         self.store
             .check_invariants(pending + markers, pending_pinned + markers);

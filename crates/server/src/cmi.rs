@@ -286,6 +286,8 @@ impl Cmi {
             ("eviction", self.engine.eviction_policy().to_string()),
             ("lease-ms", e.lease_ms.to_string()),
             ("tombstone-ms", e.tombstone_ms.to_string()),
+            ("max-session-ms", e.max_session_ms.to_string()),
+            ("max-session-memory", e.max_session_memory.to_string()),
             ("maxclients", c.max_clients.to_string()),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             ("client-query-buffer-limit", c.max_request.to_string()),
@@ -366,6 +368,18 @@ impl Cmi {
                     .filter(|&ms| ms > 0)
                     .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))?;
                 self.engine.set_lease_ms(ms);
+            }
+            "max-session-ms" => {
+                let ms: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|&ms| ms > 0)
+                    .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))?;
+                self.engine.set_max_session_ms(ms);
+            }
+            "max-session-memory" => {
+                let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
+                self.engine.set_max_session_memory(bytes);
             }
             _ => {
                 return Err(ErrorReply::err(format!(
@@ -448,6 +462,11 @@ impl Cmi {
                 ("maxmemory", mem.maxmemory.to_string()),
                 ("maxmemory_human", human(mem.maxmemory)),
                 ("max_pinned_memory", mem.max_pinned.to_string()),
+                ("used_memory_sessions", e.session_memory().to_string()),
+                (
+                    "max_session_memory",
+                    e.config().max_session_memory.to_string(),
+                ),
                 ("maxmemory_policy", e.eviction_policy().into()),
             ],
         );
@@ -532,6 +551,9 @@ impl Cmi {
                 ("sessions_aborted", stats.sessions_aborted.to_string()),
                 ("sessions_wounded", stats.sessions_wounded.to_string()),
                 ("sessions_expired", stats.sessions_expired.to_string()),
+                ("sessions_outlived", stats.sessions_outlived.to_string()),
+                ("sessions_refused", stats.sessions_refused.to_string()),
+                ("max_session_ms", e.config().max_session_ms.to_string()),
             ],
         );
         let keys = e.key_count();
