@@ -234,6 +234,7 @@ impl Engine {
             max_bulk: usize::MAX,
             max_args: 16,
             max_inline: 0,
+            unauthenticated: false,
         };
         let mut ranges = Vec::new();
         let mut pos = 0;

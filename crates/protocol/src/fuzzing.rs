@@ -8,8 +8,10 @@
 //! - [`check_request_bytes`]: the bytes are a client's stream. It is parsed the way a CMI reads it
 //!   (parse, consume, go on) under small and default limits; every request is re-encoded and
 //!   re-parsed, every prefix of it must read as incomplete (never as an error, and never asking for
-//!   more bytes than the request has), every command parsed from it must survive
-//!   `Command::to_args`. The same bytes go through `parse_reply` as a server's stream.
+//!   more bytes than the request has), it must parse the same when delivered in pieces (one byte
+//!   at a time, or cut in two) to a resumable `RequestParser`, and every command parsed from it
+//!   must survive `Command::to_args`. The same bytes go through `parse_reply` as a server's
+//!   stream.
 //! - [`check_command_round_trip`] and [`check_reply_round_trip`]: one command or reply, for other
 //!   crates' checks that produce them (the engine's).
 //!
@@ -19,7 +21,9 @@ use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use crate::resp::{parse_reply, parse_request, write_reply_as, write_request, Protocol};
+use crate::resp::{
+    parse_reply, parse_request, write_reply_as, write_request, Protocol, RequestParser,
+};
 use crate::{Command, Limits, Parsed, Reply};
 
 /// The fuzz target of this crate, with its corpus directory `fuzz/corpus/request_parser/`.
@@ -59,6 +63,7 @@ fn small_limits() -> Limits {
         max_bulk: 64,
         max_args: 8,
         max_inline: 64,
+        unauthenticated: false,
     }
 }
 
@@ -71,10 +76,23 @@ pub fn check_request_bytes(data: &[u8]) {
 
 fn check_request_stream(data: &[u8], limits: &Limits) {
     let mut ranges: Vec<Range<usize>> = Vec::new();
+    // One parser for the whole stream, as a connection keeps one: handed each request whole, it
+    // must read what the stateless parser reads, whatever it parsed before.
+    let mut stream = RequestParser::default();
     let mut pos = 0;
     while pos < data.len() {
         let rest = &data[pos..];
         let parsed = parse_request(rest, limits, &mut ranges);
+        let resumed = stream.parse(rest, limits);
+        assert_eq!(resumed, parsed, "a reused parser reads the same");
+        if let Ok(Parsed::Request { .. }) = parsed {
+            assert_eq!(
+                stream.args(),
+                &ranges[..],
+                "a reused parser finds the same arguments"
+            );
+        }
+        check_split_delivery(rest, limits);
         match parsed {
             Ok(Parsed::Request { consumed }) => {
                 assert!(
@@ -128,6 +146,62 @@ fn check_request_stream(data: &[u8], limits: &Limits) {
             }
             // A protocol error closes the connection: nothing after it is read.
             Err(_) => break,
+        }
+    }
+}
+
+/// The front of `rest` delivered in pieces to one [`RequestParser`], as a connection's reads
+/// deliver it: after every piece the parser must answer exactly what the stateless parser answers
+/// for the bytes so far (the same `Incomplete { needed }`, the same request and arguments, the
+/// same error), until the request is read or refused. Requests up to 1 KiB are delivered one byte
+/// at a time, so a request split at any byte parses to the same command; longer ones in pieces of
+/// a few bytes, and in two pieces cut at each of the prefix cuts.
+fn check_split_delivery(rest: &[u8], limits: &Limits) {
+    let whole = parse_request(rest, limits, &mut Vec::new());
+    let end = match &whole {
+        Ok(
+            Parsed::Request { consumed }
+            | Parsed::Inline { consumed, .. }
+            | Parsed::Empty { consumed },
+        ) => *consumed,
+        // Bytes up to where the stateless parser gave up (or all of them) are fed.
+        _ => rest.len(),
+    };
+    let step = 1 + end / 1024;
+    let mut stops: Vec<usize> = (1..=end).step_by(step).collect();
+    stops.push(end);
+    deliver(rest, limits, &stops);
+    for cut in [
+        1,
+        end / 3,
+        end / 2,
+        end.saturating_sub(2),
+        end.saturating_sub(1),
+    ] {
+        if cut > 0 && cut < end {
+            deliver(rest, limits, &[cut, end]);
+        }
+    }
+}
+
+/// Feeds `rest[..stop]` for each stop in turn to one parser, comparing each answer with the
+/// stateless parser's on the same bytes; stops at the first answer that is not `Incomplete`.
+fn deliver(rest: &[u8], limits: &Limits, stops: &[usize]) {
+    let mut parser = RequestParser::default();
+    let mut expected_args = Vec::new();
+    for &stop in stops {
+        let bytes = &rest[..stop];
+        let resumed = parser.parse(bytes, limits);
+        let expected = parse_request(bytes, limits, &mut expected_args);
+        assert_eq!(
+            resumed, expected,
+            "{stop} bytes delivered in pieces (stops {stops:?}) read differently"
+        );
+        if !matches!(expected, Ok(Parsed::Incomplete { .. })) {
+            if let Ok(Parsed::Request { .. }) = expected {
+                assert_eq!(parser.args(), &expected_args[..], "the same arguments");
+            }
+            return;
         }
     }
 }
