@@ -24,6 +24,7 @@ impl Handler for OkHandler {
         _conn: &mut (),
         _args: &[&[u8]],
         out: &mut Vec<u8>,
+        _out_limit: usize,
         _now: Now,
     ) -> Flow {
         out.extend_from_slice(b"+OK\r\n");

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cads_engine::{Engine, Now};
-use cads_protocol::resp::{write_error, write_reply_as, Protocol};
+use cads_protocol::resp::{
+    write_error, write_reply_as, write_reply_within, Protocol, ReplyTooLarge,
+};
 use cads_protocol::spec::{self, CommandSpec};
 use cads_protocol::{ClientSub, Command, CommandSub, ConfigSub, ErrorKind, ErrorReply, Reply};
 
@@ -73,7 +75,15 @@ impl Cmi {
         }
     }
 
-    fn run(&mut self, client: &mut Client, cmd: &Command<'_>, out: &mut Vec<u8>, now: Now) -> Flow {
+    /// Runs a command and writes its reply to `out`, which may grow to `out_limit` bytes.
+    fn run(
+        &mut self,
+        client: &mut Client,
+        cmd: &Command<'_>,
+        out: &mut Vec<u8>,
+        out_limit: usize,
+        now: Now,
+    ) -> Flow {
         use Command as C;
         let reply = match cmd {
             C::Ping(None) => Reply::status("PONG"),
@@ -100,13 +110,11 @@ impl Cmi {
                     refusal.into()
                 } else {
                     let reply = self.engine.execute(cmd, now);
-                    write_reply_as(out, &reply, client.protocol);
-                    return Flow::Continue;
+                    return reply_flow(write_reply_within(out, &reply, client.protocol, out_limit));
                 }
             }
         };
-        write_reply_as(out, &reply, client.protocol);
-        Flow::Continue
+        reply_flow(write_reply_within(out, &reply, client.protocol, out_limit))
     }
 
     /// While the log cannot be written, writes are refused rather than acknowledged and lost.
@@ -519,6 +527,10 @@ impl Cmi {
                     net.total_net_output_bytes.to_string(),
                 ),
                 ("rejected_connections", net.rejected_connections.to_string()),
+                (
+                    "client_output_buffer_limit_disconnections",
+                    net.client_output_buffer_limit_disconnections.to_string(),
+                ),
                 ("expired_keys", store.expired.to_string()),
                 ("evicted_keys", store.evicted.to_string()),
                 ("discarded_keys", store.discarded.to_string()),
@@ -567,6 +579,15 @@ impl Cmi {
         };
         section("Keyspace", keyspace);
         text
+    }
+}
+
+/// A reply that did not fit under the output limit closes the client, as Redis's
+/// `client-output-buffer-limit` does: the reply is never built in full.
+fn reply_flow(written: Result<(), ReplyTooLarge>) -> Flow {
+    match written {
+        Ok(()) => Flow::Continue,
+        Err(ReplyTooLarge) => Flow::Disconnect,
     }
 }
 
@@ -651,6 +672,7 @@ impl Handler for Cmi {
         client: &mut Client,
         args: &[&[u8]],
         out: &mut Vec<u8>,
+        out_limit: usize,
         now: Now,
     ) -> Flow {
         let cmd = match Command::parse(args) {
@@ -669,7 +691,11 @@ impl Handler for Cmi {
             write_error(out, &noauth());
             return Flow::Continue;
         }
-        self.run(client, &cmd, out, now)
+        self.run(client, &cmd, out, out_limit, now)
+    }
+
+    fn authenticated(&self, client: &Client) -> bool {
+        client.authenticated
     }
 
     fn on_close(&mut self, client: &mut Client) {

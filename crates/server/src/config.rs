@@ -70,7 +70,8 @@ pub struct Options {
     #[arg(long, value_name = "SIZE")]
     pub max_session_memory: Option<String>,
 
-    /// Password clients must give with AUTH (or HELLO AUTH) before any other command.
+    /// Password clients must give with AUTH (or HELLO AUTH) before any other command. Until they
+    /// do, requests are limited to 10 arguments of 16 KiB.
     #[arg(long, value_name = "PASSWORD")]
     pub requirepass: Option<String>,
 
@@ -90,7 +91,9 @@ pub struct Options {
     #[arg(long, value_name = "N")]
     pub max_args: Option<usize>,
 
-    /// A client whose unsent replies exceed this is disconnected. [default: 256mb]
+    /// A client whose replies would take its unsent output past this is disconnected, checked
+    /// as each reply is written (a request repeating a large value never builds its replies).
+    /// [default: 256mb]
     #[arg(long, value_name = "SIZE")]
     pub max_output: Option<String>,
 

@@ -51,11 +51,20 @@
 //!   [`LoopConfig::max_request_bytes`] of input, so a client that writes its whole pipeline before
 //!   reading any reply (as many client libraries do) does not deadlock; past that much input the
 //!   loop stops reading from it (and its writes block) until it reads.
-//! - A connection whose unsent output still exceeds [`LoopConfig::max_output_bytes`] (one huge
-//!   reply) is closed at once, like Redis's `client-output-buffer-limit`.
+//! - A connection whose unsent output would exceed [`LoopConfig::max_output_bytes`] (one huge
+//!   reply, or many) is closed at once, like Redis's `client-output-buffer-limit`.
 //! - A single request larger than `max_request_bytes`, or any malformed one, gets
 //!   `-ERR Protocol error: ...` and the connection is closed after that reply is flushed, as Redis
 //!   does; requests after it in the same batch are not run.
+//! - Until a connection authenticates ([`Handler::authenticated`]) its requests are held to
+//!   [`LoopConfig::unauthenticated_limits`] (Redis's 16 KiB arguments and ten arguments), and
+//!   its request and held input to the largest request those allow.
+//! - A reply is checked against `max_output_bytes` as it is written ([`Handler::on_request`]'s
+//!   `out_limit`): one that would pass it is never built, and the connection is closed at once
+//!   ([`Flow::Disconnect`]), so a small request naming a large value many times cannot make the
+//!   loop hold its replies.
+//! - The parser of each connection keeps its progress across reads ([`RequestParser`]), so a
+//!   request costs the same to parse however it is split.
 //! - Beyond `max_clients` connections a new one gets `-ERR max number of clients reached` and is
 //!   closed.
 //! - A peer that half-closes still gets the replies to everything it sent; then it is closed.
@@ -77,13 +86,12 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cads_protocol::resp::{parse_request, write_error};
+use cads_protocol::resp::{write_error, RequestParser};
 use cads_protocol::{Limits, Parsed, ProtocolError};
 
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT};
@@ -102,6 +110,9 @@ pub enum Flow {
     /// Run nothing more from it; flush its pending output, then close it (Redis's
     /// `CLIENT_CLOSE_AFTER_REPLY`, as for QUIT).
     Close,
+    /// Close it at once, sending nothing more: its reply would take its output past
+    /// `out_limit` (Redis closes a client at its output buffer limit the same way).
+    Disconnect,
 }
 
 /// The command side of a CMI, driven by the loop. All calls come from the loop's thread.
@@ -114,13 +125,24 @@ pub trait Handler {
 
     /// Runs one request (`args[0]` is the command name, never absent) and appends its RESP reply
     /// to `out`. `out` may hold earlier replies not yet sent: append, never inspect or truncate.
+    /// `out` may grow to `out_limit` bytes ([`LoopConfig::max_output_bytes`] unsent): a reply that
+    /// would take it further must be left unwritten (or cut back) and answered with
+    /// [`Flow::Disconnect`], so that no request makes the loop hold more. Checking as the reply is
+    /// produced matters for replies that repeat large values (`MGET k k k ...`).
     fn on_request(
         &mut self,
         conn: &mut Self::Conn,
         args: &[&[u8]],
         out: &mut Vec<u8>,
+        out_limit: usize,
         now: Now,
     ) -> Flow;
+
+    /// Whether the connection has authenticated. Until it has, its requests are held to
+    /// [`LoopConfig::unauthenticated_limits`]. Without a password, every connection has.
+    fn authenticated(&self, _conn: &Self::Conn) -> bool {
+        true
+    }
 
     /// The connection is gone (closed by either side, or by the loop stopping).
     fn on_close(&mut self, conn: &mut Self::Conn);
@@ -144,6 +166,10 @@ pub trait Handler {
 pub struct LoopConfig {
     /// Bulk, argument-count and inline limits for the request parser.
     pub limits: Limits,
+    /// The same for a connection that has not authenticated ([`Handler::authenticated`]); its
+    /// requests, and the unread input kept for it, are also held to the largest request these
+    /// allow.
+    pub unauthenticated_limits: Limits,
     /// A single request larger than this is a protocol error and closes the connection. It also
     /// bounds the unread input kept for a stalled connection.
     pub max_request_bytes: usize,
@@ -167,6 +193,7 @@ impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
             limits: Limits::default(),
+            unauthenticated_limits: Limits::unauthenticated(),
             max_request_bytes: 512 * 1024 * 1024,
             max_clients: 10_000,
             max_output_bytes: 256 * 1024 * 1024,
@@ -178,6 +205,25 @@ impl Default for LoopConfig {
     }
 }
 
+impl LoopConfig {
+    /// The parser limits for a connection, and the largest request (and unread input) it may
+    /// send: `max_request_bytes` once authenticated; before, what the unauthenticated limits
+    /// allow (every argument at its largest, with its header), or one inline line.
+    fn request_limits(&self, authenticated: bool) -> (&Limits, usize) {
+        if authenticated {
+            return (&self.limits, self.max_request_bytes);
+        }
+        let limits = &self.unauthenticated_limits;
+        const HEADER: usize = 32;
+        let multibulk = limits
+            .max_args
+            .saturating_mul(limits.max_bulk.saturating_add(HEADER))
+            .saturating_add(HEADER);
+        let largest = multibulk.max(limits.max_inline + 1);
+        (limits, largest.min(self.max_request_bytes))
+    }
+}
+
 /// A snapshot of the loop's counters, named as Redis's INFO names them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoopStats {
@@ -186,6 +232,8 @@ pub struct LoopStats {
     pub rejected_connections: u64,
     pub total_net_input_bytes: u64,
     pub total_net_output_bytes: u64,
+    /// Connections closed because their replies would have passed `max_output_bytes`.
+    pub client_output_buffer_limit_disconnections: u64,
 }
 
 /// The loop's live counters, shared with the handler (and anyone else) through an `Arc`.
@@ -196,6 +244,7 @@ pub struct SharedStats {
     rejected_connections: AtomicU64,
     total_net_input_bytes: AtomicU64,
     total_net_output_bytes: AtomicU64,
+    client_output_buffer_limit_disconnections: AtomicU64,
 }
 
 impl SharedStats {
@@ -207,6 +256,9 @@ impl SharedStats {
             rejected_connections: get(&self.rejected_connections),
             total_net_input_bytes: get(&self.total_net_input_bytes),
             total_net_output_bytes: get(&self.total_net_output_bytes),
+            client_output_buffer_limit_disconnections: get(
+                &self.client_output_buffer_limit_disconnections
+            ),
         }
     }
 }
@@ -351,12 +403,15 @@ struct ConnIo<C> {
     /// Replies; `output[sent..]` is not written yet.
     output: Vec<u8>,
     sent: usize,
+    /// The request being read: the parser keeps its progress across reads, so a request costs
+    /// the same to parse however it is split.
+    parser: RequestParser,
     /// Do not parse the unread input before it holds this many bytes (from the parser's
-    /// `Incomplete { needed }`), so a large request is not re-parsed on every read.
+    /// `Incomplete { needed }`).
     need: usize,
     /// Run nothing more; close once the output is flushed.
     closing: bool,
-    /// The output exceeded `max_output_bytes`: close without flushing.
+    /// The output would exceed `max_output_bytes`: close without flushing.
     overflowed: bool,
     /// Requests wait in `input` until the output drains below `output_pause_bytes`.
     stalled: bool,
@@ -398,8 +453,6 @@ struct Runtime<'a, H: Handler> {
     freed: Vec<usize>,
     /// The shared read buffer.
     shared: Vec<u8>,
-    /// Argument ranges from the parser, reused.
-    ranges: Vec<Range<usize>>,
     events: Vec<sys::Event>,
     /// Connections to write to (or close) after `before_reply`.
     pending: Vec<usize>,
@@ -427,7 +480,6 @@ impl<'a, H: Handler> Runtime<'a, H> {
             free: Vec::new(),
             freed: Vec::new(),
             shared: vec![0; READ_CHUNK],
-            ranges: Vec::new(),
             events: sys::event_buffer(EVENTS_PER_WAIT),
             pending: Vec::new(),
             resume: Vec::new(),
@@ -593,6 +645,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 app,
                 output: Vec::new(),
                 sent: 0,
+                parser: RequestParser::default(),
                 need: 0,
                 closing: false,
                 overflowed: false,
@@ -618,7 +671,6 @@ impl<'a, H: Handler> Runtime<'a, H> {
             conns,
             handler,
             shared,
-            ranges,
             lp,
             ..
         } = self;
@@ -667,14 +719,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
         conn.io.last_active = self.mono_ms;
         if from_shared {
             let batch = &shared[..n];
-            let used = run_batch(
-                &mut **handler,
-                &mut conn.io,
-                batch,
-                ranges,
-                config,
-                self.now,
-            );
+            let used = run_batch(&mut **handler, &mut conn.io, batch, config, self.now);
             if !conn.io.closing {
                 conn.input.push(&batch[used..]);
             }
@@ -684,7 +729,6 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 &mut **handler,
                 &mut conn.io,
                 conn.input.unread(),
-                ranges,
                 config,
                 self.now,
             );
@@ -693,7 +737,14 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 conn.input.clear();
             }
         }
-        if conn.io.overflowed {
+        self.after_batch(slot);
+    }
+
+    /// After requests ran: a connection whose output would pass `max_output_bytes` is closed at
+    /// once, without its output; any other has output to send (or a close to settle).
+    fn after_batch(&mut self, slot: usize) {
+        if self.conns[slot].as_ref().is_some_and(|c| c.io.overflowed) {
+            bump(&self.lp.stats.client_output_buffer_limit_disconnections, 1);
             self.close(slot);
         } else {
             self.mark_pending(slot);
@@ -705,11 +756,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
         let mut resume = std::mem::take(&mut self.resume);
         for &(slot, id) in &resume {
             let Runtime {
-                conns,
-                handler,
-                ranges,
-                lp,
-                ..
+                conns, handler, lp, ..
             } = self;
             let Some(conn) = conns[slot].as_mut().filter(|c| c.io.id == id) else {
                 continue;
@@ -721,7 +768,6 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 &mut **handler,
                 &mut conn.io,
                 conn.input.unread(),
-                ranges,
                 &lp.config,
                 self.now,
             );
@@ -729,11 +775,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
             if conn.io.closing {
                 conn.input.clear();
             }
-            if conn.io.overflowed {
-                self.close(slot);
-            } else {
-                self.mark_pending(slot);
-            }
+            self.after_batch(slot);
         }
         resume.clear();
         self.resume = resume;
@@ -813,7 +855,11 @@ impl<'a, H: Handler> Runtime<'a, H> {
             self.resume.push((slot, io.id));
         }
         let mut interest = 0;
-        if !io.closing && !io.eof && conn.input.len() < self.lp.config.max_request_bytes {
+        let (_, max_input) = self
+            .lp
+            .config
+            .request_limits(self.handler.authenticated(&io.app));
+        if !io.closing && !io.eof && conn.input.len() < max_input {
             interest |= EPOLLIN;
         }
         if io.write_blocked {
@@ -874,12 +920,13 @@ impl<'a, H: Handler> Runtime<'a, H> {
 }
 
 /// Runs the complete requests at the front of `buf` for one connection and returns how many bytes
-/// they took. Stops early when the connection is closing or its output must drain first.
+/// they took. Stops early when the connection is closing or its output must drain first. A
+/// request left unfinished at the end stays in `io.parser`, which resumes it when `buf` (then the
+/// connection's held input, starting with that request) has grown.
 fn run_batch<H: Handler>(
     handler: &mut H,
     io: &mut ConnIo<H::Conn>,
     buf: &[u8],
-    ranges: &mut Vec<Range<usize>>,
     config: &LoopConfig,
     now: Now,
 ) -> usize {
@@ -895,25 +942,29 @@ fn run_batch<H: Handler>(
         if rest.len() < io.need {
             break;
         }
-        let flow = match parse_request(rest, &config.limits, ranges) {
+        let (limits, max_request) = config.request_limits(handler.authenticated(&io.app));
+        let out_limit = io.sent + config.max_output_bytes;
+        let flow = match io.parser.parse(rest, limits) {
             Ok(Parsed::Request { consumed }) => {
                 io.need = 0;
                 pos += consumed;
+                let ranges = io.parser.args();
                 if ranges.len() <= ARGV_INLINE {
-                    for (arg, range) in argv.iter_mut().zip(ranges.iter()) {
+                    for (arg, range) in argv.iter_mut().zip(ranges) {
                         *arg = &rest[range.clone()];
                     }
-                    handler.on_request(&mut io.app, &argv[..ranges.len()], &mut io.output, now)
+                    let args = &argv[..ranges.len()];
+                    handler.on_request(&mut io.app, args, &mut io.output, out_limit, now)
                 } else {
                     let args: Vec<&[u8]> = ranges.iter().map(|r| &rest[r.clone()]).collect();
-                    handler.on_request(&mut io.app, &args, &mut io.output, now)
+                    handler.on_request(&mut io.app, &args, &mut io.output, out_limit, now)
                 }
             }
             Ok(Parsed::Inline { consumed, args }) => {
                 io.need = 0;
                 pos += consumed;
                 let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                handler.on_request(&mut io.app, &args, &mut io.output, now)
+                handler.on_request(&mut io.app, &args, &mut io.output, out_limit, now)
             }
             Ok(Parsed::Empty { consumed }) => {
                 io.need = 0;
@@ -921,7 +972,7 @@ fn run_batch<H: Handler>(
                 Flow::Continue
             }
             Ok(Parsed::Incomplete { needed }) => {
-                if needed > config.max_request_bytes {
+                if needed > max_request {
                     protocol_error(io, &ProtocolError("too big request".into()));
                 } else {
                     io.need = needed;
@@ -933,8 +984,13 @@ fn run_batch<H: Handler>(
                 break;
             }
         };
-        if flow == Flow::Close {
-            io.closing = true;
+        match flow {
+            Flow::Continue => {}
+            Flow::Close => io.closing = true,
+            Flow::Disconnect => {
+                io.overflowed = true;
+                break;
+            }
         }
         if io.unsent() > config.max_output_bytes {
             io.overflowed = true;
@@ -983,6 +1039,7 @@ mod tests {
             _: &mut ConnId,
             args: &[&[u8]],
             out: &mut Vec<u8>,
+            _: usize,
             _: Now,
         ) -> Flow {
             assert!(!self.shutdown);
@@ -1244,6 +1301,21 @@ mod tests {
         assert_eq!(client.status(), "-ERR Protocol error: too big request");
         assert!(client.at_eof());
         server.stop();
+    }
+
+    #[test]
+    fn unauthenticated_connections_are_held_to_the_largest_request_their_limits_allow() {
+        let config = LoopConfig::default();
+        let (limits, largest) = config.request_limits(false);
+        assert!(limits.unauthenticated);
+        assert_eq!((limits.max_args, limits.max_bulk), (10, 16 * 1024));
+        assert!(
+            (10 * 16 * 1024..200 * 1024).contains(&largest),
+            "ten 16 KiB arguments with their headers: {largest}"
+        );
+        let (limits, largest) = config.request_limits(true);
+        assert!(!limits.unauthenticated);
+        assert_eq!(largest, config.max_request_bytes);
     }
 
     #[test]

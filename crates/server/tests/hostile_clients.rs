@@ -129,3 +129,72 @@ fn a_revalidating_session_is_aborted_at_max_session_ms_and_a_writer_proceeds() {
     assert_eq!(call(&mut writer, "GET k"), Reply::Nil);
     stop(server);
 }
+
+/// One request naming a 2 MB value 200 times asks for 400 MB of replies. They are counted against
+/// `--max-output` as they are produced, so the client is closed at the limit having made the CMI
+/// hold about that much, and everyone else is served on.
+#[test]
+fn amplified_mget_and_lmget_leave_memory_bounded_and_the_server_answering() {
+    let server = support::start_cads_with(1, &["--log-level", "warn", "--max-output", "8mb"]);
+    let mut c = server.connect();
+    let value = vec![b'x'; 2 << 20];
+    assert_eq!(c.call(&[&b"SET"[..], b"big", &value]), Reply::OK);
+    let amplified: [&[&str]; 2] = [&["MGET"], &["LMGET", "1", "RO"]];
+    for command in amplified {
+        let mut args: Vec<&str> = command.to_vec();
+        args.extend(std::iter::repeat_n("big", 200));
+        let mut greedy = server.connect();
+        greedy.send(&args).unwrap();
+        assert_eq!(
+            greedy.expect_closed(),
+            Ok(()),
+            "{} is cut off at --max-output without a reply",
+            command[0]
+        );
+        let mut other = server.connect();
+        assert_eq!(call(&mut other, "PING"), Reply::status("PONG"));
+    }
+    assert_eq!(
+        info_number(&mut c, "client_output_buffer_limit_disconnections"),
+        2
+    );
+    let peak = server.peak_rss();
+    assert!(
+        peak < 100 << 20,
+        "the server's resident memory peaked at {} MB",
+        peak >> 20
+    );
+}
+
+#[test]
+fn unauthenticated_oversize_requests_are_refused_and_closed() {
+    let server = start(Options {
+        requirepass: Some("s3cret".into()),
+        ..Options::default()
+    });
+    let refused = |bytes: &[u8], error: &str| {
+        let mut c = connect(&server);
+        c.send_raw(bytes).unwrap();
+        assert_eq!(
+            c.read_raw().unwrap(),
+            format!("-ERR Protocol error: {error}\r\n").as_bytes()
+        );
+        assert_eq!(c.expect_closed(), Ok(()), "{error} closes the connection");
+    };
+    refused(
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$16385\r\n",
+        "unauthenticated bulk length",
+    );
+    refused(b"*11\r\n", "unauthenticated multibulk length");
+    // Small requests before AUTH get NOAUTH and keep the connection; after AUTH the full limits hold.
+    let mut c = connect(&server);
+    assert_eq!(error_kind(&call(&mut c, "GET k")), Some(ErrorKind::NoAuth));
+    assert_eq!(call(&mut c, "AUTH s3cret"), Reply::OK);
+    let big = vec![b'v'; 100_000];
+    assert_eq!(c.call(&[&b"SET"[..], b"k", &big]), Reply::OK);
+    let many: Vec<String> = std::iter::once("MSET".to_string())
+        .chain((0..20).map(|i| format!("k{i}")))
+        .collect();
+    assert_eq!(c.call(&many), Reply::OK);
+    stop(server);
+}
