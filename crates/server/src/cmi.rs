@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -317,6 +317,10 @@ impl Cmi {
             ("save", String::new()),
             ("databases", "1".to_string()),
             ("requirepass", c.requirepass.clone().unwrap_or_default()),
+            (
+                "protected-mode",
+                if c.protected_mode { "yes" } else { "no" }.to_string(),
+            ),
         ]
     }
 
@@ -648,8 +652,37 @@ fn command_info(sub: &CommandSub<'_>) -> Reply<'static> {
     }
 }
 
+/// Redis's protected-mode refusal, for a client from outside loopback when no password is set.
+const PROTECTED_MODE_REPLY: &[u8] = b"-DENIED cads is running in protected mode because protected \
+mode is enabled and no password is set. In this mode connections are only accepted from the \
+loopback interface. If you want to connect from other computers, either 1) set a password with \
+--requirepass (or requirepass in the configuration file) and restart the server, then \
+authenticate with AUTH; or 2) if the server is reachable only from trusted networks, disable \
+protected mode with --protected-mode false (or protected-mode = false in the configuration file) \
+and restart the server.\r\n";
+
+/// Whether `ip` is a loopback address: 127.0.0.0/8 or ::1, also as an IPv4-mapped IPv6 address.
+fn is_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+/// Whether a request is the start of an HTTP request (`POST /...`, or a `Host:` header line): a
+/// web page can make a browser send one to a server on localhost, with commands in its body.
+fn is_http(args: &[&[u8]]) -> bool {
+    args[0].eq_ignore_ascii_case(b"POST") || args[0].eq_ignore_ascii_case(b"Host:")
+}
+
 impl Handler for Cmi {
     type Conn = Client;
+
+    fn refusal(&mut self, peer: SocketAddr) -> Option<Vec<u8>> {
+        let open = self.config.requirepass.is_none() && self.config.protected_mode;
+        if open && !is_loopback(peer.ip()) {
+            tracing::warn!(%peer, "protected mode: refused a client from outside loopback");
+            return Some(PROTECTED_MODE_REPLY.to_vec());
+        }
+        None
+    }
 
     fn on_accept(&mut self, id: ConnId, peer: SocketAddr) -> Client {
         self.clients.insert(
@@ -675,6 +708,16 @@ impl Handler for Cmi {
         out_limit: usize,
         now: Now,
     ) -> Flow {
+        if is_http(args) {
+            // Redis's answer to the cross-protocol attack: run nothing more from this client.
+            let peer = self.clients.get(&client.id).map(|c| c.addr);
+            tracing::warn!(
+                ?peer,
+                "possible SECURITY ATTACK: a client sent POST or Host:, as an HTTP request from \
+                 a web page would; connection closed"
+            );
+            return Flow::Close;
+        }
         let cmd = match Command::parse(args) {
             Ok(cmd) => cmd,
             Err(e) => {
@@ -744,6 +787,16 @@ mod tests {
         assert!(glob_match(b"p?rt", b"port"));
         assert!(!glob_match(b"port?", b"port"));
         assert!(!glob_match(b"save", b"saved"));
+    }
+
+    #[test]
+    fn loopback_is_all_of_127_slash_8_and_ipv6_s_one() {
+        for ip in ["127.0.0.1", "127.0.0.2", "127.255.255.254", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["10.0.0.1", "192.0.2.2", "0.0.0.0", "::ffff:10.0.0.1", "fd00::2", "::"] {
+            assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
+        }
     }
 
     #[test]

@@ -75,6 +75,11 @@ pub struct Options {
     #[arg(long, value_name = "PASSWORD")]
     pub requirepass: Option<String>,
 
+    /// Without --requirepass, refuse clients from other addresses than loopback (127.0.0.0/8,
+    /// ::1), telling them how to enable them, as Redis's protected mode does. [default: true]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub protected_mode: Option<bool>,
+
     /// Most connections per CMI. [default: 10000]
     #[arg(long, value_name = "N")]
     pub max_clients: Option<usize>,
@@ -161,6 +166,7 @@ pub struct Config {
     pub max_session_ms: u64,
     pub max_session_memory: usize,
     pub requirepass: Option<String>,
+    pub protected_mode: bool,
     pub max_clients: usize,
     pub max_bulk: usize,
     pub max_request: usize,
@@ -232,6 +238,7 @@ impl Options {
             max_session_ms,
             max_session_memory,
             requirepass,
+            protected_mode,
             max_clients,
             max_bulk,
             max_request,
@@ -300,6 +307,7 @@ impl Config {
                 .unwrap_or_else(|| lease_ms.saturating_mul(5)),
             max_session_memory,
             requirepass: o.requirepass.filter(|p| !p.is_empty()),
+            protected_mode: o.protected_mode.unwrap_or(true),
             max_clients: o.max_clients.unwrap_or(10_000),
             max_bulk: size(&o.max_bulk, "64mb", "max-bulk")?,
             max_request: size(&o.max_request, "128mb", "max-request")?,

@@ -123,6 +123,13 @@ pub trait Handler {
     /// A connection was accepted.
     fn on_accept(&mut self, id: ConnId, peer: SocketAddr) -> Self::Conn;
 
+    /// Whether to turn away a new connection from `peer` before it is served: the reply to send
+    /// it (best effort) before closing it, or None to serve it. Called before
+    /// [`Handler::on_accept`]; a refused connection is counted in `rejected_connections`.
+    fn refusal(&mut self, _peer: SocketAddr) -> Option<Vec<u8>> {
+        None
+    }
+
     /// Runs one request (`args[0]` is the command name, never absent) and appends its RESP reply
     /// to `out`. `out` may hold earlier replies not yet sent: append, never inspect or truncate.
     /// `out` may grow to `out_limit` bytes ([`LoopConfig::max_output_bytes`] unsent): a reply that
@@ -622,6 +629,11 @@ impl<'a, H: Handler> Runtime<'a, H> {
         if self.live >= self.lp.config.max_clients {
             // Best effort, as Redis does: a fresh socket's send buffer is empty.
             let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            bump(&self.lp.stats.rejected_connections, 1);
+            return;
+        }
+        if let Some(reply) = self.handler.refusal(peer) {
+            let _ = (&stream).write(&reply);
             bump(&self.lp.stats.rejected_connections, 1);
             return;
         }

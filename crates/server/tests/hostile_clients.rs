@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::process::Command as Process;
 use std::time::{Duration, Instant};
 
 use cads_protocol::{ErrorKind, Reply};
@@ -197,4 +199,143 @@ fn unauthenticated_oversize_requests_are_refused_and_closed() {
         .collect();
     assert_eq!(c.call(&many), Reply::OK);
     stop(server);
+}
+
+#[test]
+fn an_http_post_runs_nothing_and_closes_the_connection() {
+    let server = start(Options::default());
+    let mut c = connect(&server);
+    // What a web page can make a browser send to a server on localhost.
+    c.send_raw(
+        b"POST / HTTP/1.1\r\nHost: localhost:7379\r\nContent-Type: text/plain\r\n\
+          Content-Length: 40\r\n\r\nSET pwned 1\r\nCONFIG SET maxmemory 1\r\n",
+    )
+    .unwrap();
+    assert_eq!(c.expect_closed(), Ok(()), "closed with no reply");
+    // A GET line is merely an unknown form of GET; the Host: line after it closes the connection.
+    let mut c = connect(&server);
+    c.send_raw(b"GET / HTTP/1.1\r\nHost: localhost\r\nSET pwned 1\r\n")
+        .unwrap();
+    let reply = c.read_raw().unwrap();
+    assert!(
+        reply.starts_with(b"-ERR wrong number of arguments"),
+        "{}",
+        support::show(&reply, 80)
+    );
+    assert_eq!(c.expect_closed(), Ok(()));
+    let mut c = connect(&server);
+    assert_eq!(call(&mut c, "GET pwned"), Reply::Nil, "nothing ran");
+    assert_eq!(
+        call(&mut c, "CONFIG GET maxmemory"),
+        Reply::Array(vec![
+            Reply::owned_bulk(b"maxmemory".to_vec()),
+            Reply::owned_bulk((1u64 << 30).to_string().into_bytes())
+        ])
+    );
+    stop(server);
+}
+
+/// The address the protected-mode test connects from: a veth interface's, not loopback.
+const OUTSIDE: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+
+/// Runs `f` on a thread of its own, in a new network namespace (the thread's alone) with loopback
+/// up and [`OUTSIDE`] on a veth pair, so that a connection can come from an address that is not
+/// loopback. Needs root and iproute2: without them the test is skipped, or fails under
+/// CADS_REQUIRE_SERVICES=1.
+fn in_network_namespace(f: impl FnOnce() + Send + 'static) {
+    let setup = std::thread::spawn(move || {
+        // SAFETY: unshare(2) takes no pointers; CLONE_NEWNET moves only this thread (and what it
+        // starts) into a fresh network namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(format!(
+                "unshare(CLONE_NEWNET): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let outside = format!("{OUTSIDE}/24");
+        for args in [
+            &["link", "set", "lo", "up"][..],
+            &[
+                "link", "add", "cads-a", "type", "veth", "peer", "name", "cads-b",
+            ],
+            &["addr", "add", &outside, "dev", "cads-a"],
+            &["link", "set", "cads-a", "up"],
+            &["link", "set", "cads-b", "up"],
+        ] {
+            // A child started from this thread lives in its namespace.
+            let status = Process::new("ip").args(args).status();
+            if !status.as_ref().is_ok_and(|s| s.success()) {
+                return Err(format!("ip {}: {status:?}", args.join(" ")));
+            }
+        }
+        f();
+        Ok(())
+    });
+    match setup.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => support::skip_or_fail(
+            &format!("a network namespace with a veth pair ({why})"),
+            "run as root with iproute2 installed",
+        ),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// Connects from `from` to the CMI on `port` and reads everything it sends until it closes or
+/// answers PING.
+fn first_words(from: Ipv4Addr, port: u16) -> Vec<u8> {
+    let stream = TcpStream::connect(SocketAddr::from((from, port))).expect("connect");
+    let mut conn = RespConn::from_stream(stream);
+    conn.set_read_timeout(PATIENCE);
+    conn.raw(&["PING"])
+        .unwrap_or_else(|e| format!("{e}").into_bytes())
+}
+
+#[test]
+fn protected_mode_refuses_clients_from_outside_loopback_without_a_password() {
+    in_network_namespace(|| {
+        let bind_all = |extra: Options| {
+            start(Options {
+                bind: Some([0, 0, 0, 0].into()),
+                ..extra
+            })
+        };
+        // The default: protected, no password.
+        let server = bind_all(Options::default());
+        let port = server.addrs()[0].port();
+        let refused = first_words(OUTSIDE, port);
+        assert!(
+            refused.starts_with(b"-DENIED cads is running in protected mode"),
+            "{}",
+            support::show(&refused, 120)
+        );
+        let refused = String::from_utf8_lossy(&refused).into_owned();
+        assert!(refused.contains("--requirepass") && refused.contains("--protected-mode false"));
+        assert_eq!(first_words(Ipv4Addr::LOCALHOST, port), b"+PONG\r\n");
+        let mut c = RespConn::connect(port);
+        assert_eq!(info_number(&mut c, "rejected_connections"), 1);
+        stop(server);
+
+        // With a password, anyone may try it.
+        let server = bind_all(Options {
+            requirepass: Some("s3cret".into()),
+            ..Options::default()
+        });
+        let port = server.addrs()[0].port();
+        let reply = first_words(OUTSIDE, port);
+        assert!(
+            reply.starts_with(b"-NOAUTH"),
+            "{}",
+            support::show(&reply, 80)
+        );
+        stop(server);
+
+        // Protected mode off: served.
+        let server = bind_all(Options {
+            protected_mode: Some(false),
+            ..Options::default()
+        });
+        assert_eq!(first_words(OUTSIDE, server.addrs()[0].port()), b"+PONG\r\n");
+        stop(server);
+    });
 }
