@@ -791,10 +791,23 @@ mod tests {
 
     #[test]
     fn loopback_is_all_of_127_slash_8_and_ipv6_s_one() {
-        for ip in ["127.0.0.1", "127.0.0.2", "127.255.255.254", "::1", "::ffff:127.0.0.1"] {
+        for ip in [
+            "127.0.0.1",
+            "127.0.0.2",
+            "127.255.255.254",
+            "::1",
+            "::ffff:127.0.0.1",
+        ] {
             assert!(is_loopback(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["10.0.0.1", "192.0.2.2", "0.0.0.0", "::ffff:10.0.0.1", "fd00::2", "::"] {
+        for ip in [
+            "10.0.0.1",
+            "192.0.2.2",
+            "0.0.0.0",
+            "::ffff:10.0.0.1",
+            "fd00::2",
+            "::",
+        ] {
             assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
         }
     }

@@ -66,7 +66,10 @@
 //! - The parser of each connection keeps its progress across reads ([`RequestParser`]), so a
 //!   request costs the same to parse however it is split.
 //! - Beyond `max_clients` connections a new one gets `-ERR max number of clients reached` and is
-//!   closed.
+//!   closed. So does one arriving when the process has no file descriptor left: the loop keeps a
+//!   spare one to give up for that, rather than leave it waiting in the backlog, and logs the
+//!   shortage once, not on every attempt. [`Handler::refusal`] may turn away others (protected
+//!   mode).
 //! - A peer that half-closes still gets the replies to everything it sent; then it is closed.
 //!
 //! # Stats for INFO
@@ -466,6 +469,11 @@ struct Runtime<'a, H: Handler> {
     /// Stalled connections whose output drained: run their held requests in the next iteration.
     resume: Vec<(usize, ConnId)>,
     listener_paused: bool,
+    /// A descriptor held in reserve, given up to turn a client away when the process has no
+    /// other (see `refuse_without_a_fd`).
+    spare_fd: Option<std::fs::File>,
+    /// Accepting failed for want of file descriptors, and none has succeeded since.
+    out_of_fds: bool,
     started: Instant,
     /// Monotonic time of this iteration.
     mono: Instant,
@@ -491,6 +499,8 @@ impl<'a, H: Handler> Runtime<'a, H> {
             pending: Vec::new(),
             resume: Vec::new(),
             listener_paused: false,
+            spare_fd: spare_fd(),
+            out_of_fds: false,
             started: now,
             mono: now,
             now: Now::at(0),
@@ -589,14 +599,21 @@ impl<'a, H: Handler> Runtime<'a, H> {
     fn accept(&mut self) {
         for _ in 0..MAX_ACCEPTS_PER_EVENT {
             match self.lp.listener.accept() {
-                Ok((stream, peer)) => self.admit(stream, peer),
+                Ok((stream, peer)) => {
+                    if self.out_of_fds {
+                        self.out_of_fds = false;
+                        tracing::info!("file descriptors available again: accepting clients");
+                    }
+                    self.admit(stream, peer);
+                }
                 Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock => return,
                     io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
+                    _ if is_out_of_fds(&e) && self.refuse_without_a_fd() => continue,
                     _ => {
-                        // Typically EMFILE: the connection stays in the backlog and a level-triggered
-                        // listener would be reported again at once, spinning. Stop listening until
-                        // the next tick.
+                        // The connection stays in the backlog and a level-triggered listener
+                        // would be reported again at once, spinning. Stop listening until the
+                        // next tick.
                         tracing::warn!(error = %e, "accept failed; pausing the listener until the next tick");
                         self.pause_listener(true);
                         return;
@@ -604,6 +621,31 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 },
             }
         }
+    }
+
+    /// The process is out of file descriptors, so the connection waiting in the backlog cannot be
+    /// accepted, and left there it would wait unanswered while the listener reported it over and
+    /// over. Redis's and nginx's remedy: give up the spare descriptor kept for this, accept the
+    /// connection, tell it `max number of clients reached`, close it, take the spare back. Logs
+    /// once per shortage. False if there is no spare to give up.
+    fn refuse_without_a_fd(&mut self) -> bool {
+        if self.spare_fd.take().is_none() {
+            return false;
+        }
+        if !self.out_of_fds {
+            self.out_of_fds = true;
+            tracing::warn!(
+                "out of file descriptors: refusing new clients until some leave (raise the limit \
+                 with ulimit -n, or lower --max-clients)"
+            );
+        }
+        if let Ok((stream, _)) = self.lp.listener.accept() {
+            // Best effort, as for max_clients: a fresh socket's send buffer is empty.
+            let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            bump(&self.lp.stats.rejected_connections, 1);
+        }
+        self.spare_fd = spare_fd();
+        self.spare_fd.is_some()
     }
 
     fn pause_listener(&mut self, pause: bool) {
@@ -929,6 +971,16 @@ impl<'a, H: Handler> Runtime<'a, H> {
         }
         self.handler.on_shutdown(self.now);
     }
+}
+
+/// Whether an error says the process (or the system) has no file descriptor left.
+fn is_out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// A descriptor to hold in reserve for turning clients away when the process runs out.
+fn spare_fd() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
 }
 
 /// Runs the complete requests at the front of `buf` for one connection and returns how many bytes

@@ -339,3 +339,83 @@ fn protected_mode_refuses_clients_from_outside_loopback_without_a_password() {
         stop(server);
     });
 }
+
+/// A cads-server held to 40 file descriptors: once they are used up, a new client is told
+/// `max number of clients reached` and closed at once (not left waiting in the backlog while the
+/// log repeats `accept failed`), the shortage is logged once, and the server serves again when
+/// clients leave.
+#[test]
+fn out_of_file_descriptors_new_clients_are_refused_not_left_waiting() {
+    let dir = std::env::temp_dir().join(format!("cads-fds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("stderr.log");
+    let port = support::free_port();
+    let mut server = Process::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 40 && exec \"$@\"")
+        .arg("sh")
+        .arg(support::cads_server_binary())
+        .args([
+            "--port",
+            &port.to_string(),
+            "--cmis",
+            "1",
+            "--log-level",
+            "info",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while !support::answers_ping(port) {
+        assert!(Instant::now() < deadline, "cads-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut served = Vec::new();
+    let mut refused = 0;
+    for i in 0..60 {
+        let mut c = RespConn::connect(port);
+        c.set_read_timeout(PATIENCE);
+        match c.raw(&["PING"]) {
+            Ok(reply) if reply == b"+PONG\r\n" => served.push(c),
+            Ok(reply) => {
+                assert_eq!(reply, b"-ERR max number of clients reached\r\n");
+                refused += 1;
+            }
+            // Closed at once; the refusal may be lost to the reset our PING provokes.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+                ) =>
+            {
+                refused += 1
+            }
+            Err(e) => panic!("client {i} was left waiting: {e}"),
+        }
+    }
+    assert!(
+        !served.is_empty() && refused > 0,
+        "{} served, {refused} refused",
+        served.len()
+    );
+    drop(served);
+    let deadline = Instant::now() + PATIENCE;
+    while !support::answers_ping(port) {
+        assert!(Instant::now() < deadline, "the server never served again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let count = |text: &str| log.lines().filter(|l| l.contains(text)).count();
+    assert_eq!(
+        count("out of file descriptors"),
+        1,
+        "one shortage, one line:\n{log}"
+    );
+    assert_eq!(count("accept failed"), 0, "{log}");
+    assert_eq!(count("file descriptors available again"), 1, "{log}");
+}
