@@ -12,27 +12,13 @@
 use std::fs;
 
 use cads_engine::fuzzing;
-use cads_protocol::fuzzing::{corpus_dir, replay_corpus};
+use cads_protocol::fuzzing::assert_corpora_pass;
 
 #[test]
 fn every_corpus_input_passes_the_fuzz_checks() {
-    let mut count = 0;
-    let mut failures = Vec::new();
-    for target in fuzzing::TARGETS {
-        let (n, failed) = replay_corpus(&corpus_dir(target), |data| {
-            assert!(fuzzing::check_input(target, data), "known target {target}");
-        });
-        assert!(n > 0, "fuzz/corpus/{target}/ has inputs");
-        count += n;
-        failures.extend(failed);
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {count} corpus inputs fail (the panics are printed above):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    println!("{count} corpus inputs pass");
+    assert_corpora_pass(fuzzing::TARGETS, |target, data| {
+        assert!(fuzzing::check_input(target, data), "known target {target}");
+    });
 }
 
 #[test]

@@ -15,7 +15,7 @@
 //! - [`check_command_round_trip`] and [`check_reply_round_trip`]: one command or reply, for other
 //!   crates' checks that produce them (the engine's).
 //!
-//! [`replay_corpus`] runs a check over a committed corpus directory.
+//! [`assert_corpora_pass`] runs a check over the committed corpora of fuzz targets.
 
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -30,15 +30,36 @@ use crate::{Command, Limits, Parsed, Reply};
 pub const REQUEST_PARSER: &str = "request_parser";
 
 /// The committed corpus of a fuzz target: `fuzz/corpus/<target>/` of the repository.
-pub fn corpus_dir(target: &str) -> PathBuf {
+fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../fuzz/corpus")
         .join(target)
 }
 
+/// Replays the committed corpus of each of `targets` through `check(target, input)` and panics,
+/// listing the inputs that failed, unless every input of every (non-empty) corpus passes. For the
+/// corpus replay tests.
+pub fn assert_corpora_pass(targets: &[&str], check: impl Fn(&str, &[u8])) {
+    let mut count = 0;
+    let mut failures = Vec::new();
+    for target in targets {
+        let (n, failed) = replay_corpus(&corpus_dir(target), |data| check(target, data));
+        assert!(n > 0, "fuzz/corpus/{target}/ has inputs");
+        count += n;
+        failures.extend(failed);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {count} corpus inputs fail (the panics are printed above):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    println!("{count} corpus inputs pass");
+}
+
 /// Runs `check` on every file of `dir` (in name order), catching panics. Returns how many files
 /// there were and the paths of those whose check panicked (the panics are printed as they happen).
-pub fn replay_corpus(dir: &Path, check: impl Fn(&[u8])) -> (usize, Vec<String>) {
+fn replay_corpus(dir: &Path, check: impl Fn(&[u8])) -> (usize, Vec<String>) {
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(read) => read
             .map(|e| e.expect("readable directory entry").path())
