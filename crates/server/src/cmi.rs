@@ -364,6 +364,13 @@ impl Cmi {
                 "CONFIG SET failed (possibly related to argument '{name}') - {e}"
             ))
         };
+        let ms = || {
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|&ms| ms > 0)
+                .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))
+        };
         match name.as_str() {
             "maxmemory" => {
                 let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
@@ -373,22 +380,8 @@ impl Cmi {
                 let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
                 self.engine.set_max_pinned_memory(bytes);
             }
-            "lease-ms" => {
-                let ms: u64 = value
-                    .parse()
-                    .ok()
-                    .filter(|&ms| ms > 0)
-                    .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))?;
-                self.engine.set_lease_ms(ms);
-            }
-            "max-session-ms" => {
-                let ms: u64 = value
-                    .parse()
-                    .ok()
-                    .filter(|&ms| ms > 0)
-                    .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))?;
-                self.engine.set_max_session_ms(ms);
-            }
+            "lease-ms" => self.engine.set_lease_ms(ms()?),
+            "max-session-ms" => self.engine.set_max_session_ms(ms()?),
             "max-session-memory" => {
                 let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
                 self.engine.set_max_session_memory(bytes);

@@ -96,6 +96,20 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// bind(2) with a `sockaddr_in` or `sockaddr_in6` (`T` must be one of them).
+fn bind<T>(fd: &OwnedFd, addr: &T) -> io::Result<()> {
+    // SAFETY: `addr` is an initialised socket address of the family the socket was made with,
+    // living across the call and passed with its own size; the kernel only reads it.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (addr as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// A TCP socket listening on `addr` with room for `backlog` connections waiting to be accepted
 /// (the kernel caps it at `net.core.somaxconn`). Otherwise as `TcpListener::bind`, which always
 /// asks for 128: close-on-exec, `SO_REUSEADDR`.
@@ -119,28 +133,21 @@ pub(crate) fn tcp_listen(addr: SocketAddr, backlog: i32) -> io::Result<TcpListen
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     })?;
-    // SAFETY (both arms): the address is a properly initialised sockaddr_in / sockaddr_in6 that
-    // lives across the call, passed with its own size; the kernel only reads it.
     match addr {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
+        SocketAddr::V4(v4) => bind(
+            &fd,
+            &libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: v4.port().to_be(),
                 sin_addr: libc::in_addr {
                     s_addr: u32::from_ne_bytes(v4.ip().octets()),
                 },
                 sin_zero: [0; 8],
-            };
-            check(unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sin as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            })?;
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
+            },
+        )?,
+        SocketAddr::V6(v6) => bind(
+            &fd,
+            &libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: v6.port().to_be(),
                 sin6_flowinfo: v6.flowinfo(),
@@ -148,15 +155,8 @@ pub(crate) fn tcp_listen(addr: SocketAddr, backlog: i32) -> io::Result<TcpListen
                     s6_addr: v6.ip().octets(),
                 },
                 sin6_scope_id: v6.scope_id(),
-            };
-            check(unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sin6 as *const libc::sockaddr_in6).cast(),
-                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                )
-            })?;
-        }
+            },
+        )?,
     }
     // SAFETY: listen(2) takes no pointers.
     check(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;

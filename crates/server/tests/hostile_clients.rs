@@ -132,6 +132,37 @@ fn a_revalidating_session_is_aborted_at_max_session_ms_and_a_writer_proceeds() {
     stop(server);
 }
 
+#[test]
+fn session_limits_are_shown_and_set_by_config() {
+    let server = start(Options {
+        lease_ms: Some(400),
+        maxmemory: Some("64mb".into()),
+        ..Options::default()
+    });
+    let mut c = connect(&server);
+    let get = |c: &mut RespConn, name: &str| match call(c, &format!("CONFIG GET {name}")) {
+        Reply::Array(pair) => pair[1].clone(),
+        other => panic!("CONFIG GET {name}: {other:?}"),
+    };
+    assert_eq!(
+        get(&mut c, "max-session-ms"),
+        Reply::owned_bulk(b"2000".to_vec())
+    );
+    assert_eq!(
+        get(&mut c, "max-session-memory"),
+        Reply::owned_bulk((16u64 << 20).to_string().into_bytes())
+    );
+    assert_eq!(call(&mut c, "CONFIG SET max-session-ms 900"), Reply::OK);
+    assert_eq!(call(&mut c, "CONFIG SET max-session-memory 1mb"), Reply::OK);
+    assert_eq!(info_number(&mut c, "max_session_ms"), 900);
+    assert_eq!(info_number(&mut c, "max_session_memory"), 1 << 20);
+    assert_eq!(
+        error_kind(&call(&mut c, "CONFIG SET max-session-ms 0")),
+        Some(ErrorKind::Err)
+    );
+    stop(server);
+}
+
 /// One request naming a 2 MB value 200 times asks for 400 MB of replies. They are counted against
 /// `--max-output` as they are produced, so the client is closed at the limit having made the CMI
 /// hold about that much, and everyone else is served on.
