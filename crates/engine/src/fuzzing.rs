@@ -428,11 +428,17 @@ fn decode_config(b: &mut Bytes<'_>) -> EngineConfig {
     } else {
         Mode::WriteAround
     };
+    let maxmemory = [0, 400, 1_000, 3_000][((c >> 1) & 3) as usize];
+    let lease = (c >> 5) & 3;
     EngineConfig {
         mode,
-        maxmemory: [0, 400, 1_000, 3_000][((c >> 1) & 3) as usize],
+        maxmemory,
         max_pinned_memory: [0, 250, 700, 1_500][((c >> 3) & 3) as usize],
-        lease_ms: [500, 50, 2_000, 500][((c >> 5) & 3) as usize],
+        lease_ms: [500, 50, 2_000, 500][lease as usize],
+        // The last lease setting also cuts sessions short, whatever they validate.
+        max_session_ms: if lease == 3 { 800 } else { 5 * 2_000 },
+        // Session state gets the same small budget as entries: a handful of sessions.
+        max_session_memory: maxmemory,
         tombstone_ms: 2_000,
         max_value_bytes: if c & 0x80 != 0 { 2_000 } else { 64 << 20 },
         ..EngineConfig::default()
@@ -574,6 +580,12 @@ impl Harness {
             eprintln!("    {:?} leases {:?}", e.memory(), e.leases);
         }
         e.check_invariants();
+        let cap = e.config().max_session_memory;
+        assert!(
+            cap == 0 || e.session_memory() <= cap,
+            "session state {} beyond its cap {cap}",
+            e.session_memory()
+        );
         let m = e.memory();
         if m.maxmemory != 0 {
             // Within the limit, or (after the limit was lowered below what is held) not growing.
