@@ -212,8 +212,8 @@ impl Engine {
         self.sessions.insert(sid, session);
     }
 
-    /// Takes a session out of the table and the deadline index, returning its bytes. Its holds,
-    /// still charged, go back through `release` (or the lease table keeps them: never).
+    /// Takes a session out of the table and the deadline index and uncharges its record; its holds
+    /// stay charged until each goes through `release`.
     fn take_session(&mut self, sid: SessionId) -> Option<Session> {
         let session = self.sessions.remove(&sid)?;
         self.deadlines.remove(&(session.deadline, sid));

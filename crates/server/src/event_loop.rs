@@ -625,9 +625,9 @@ impl<'a, H: Handler> Runtime<'a, H> {
 
     /// The process is out of file descriptors, so the connection waiting in the backlog cannot be
     /// accepted, and left there it would wait unanswered while the listener reported it over and
-    /// over. Redis's and nginx's remedy: give up the spare descriptor kept for this, accept the
-    /// connection, tell it `max number of clients reached`, close it, take the spare back. Logs
-    /// once per shortage. False if there is no spare to give up.
+    /// over. The usual remedy (libev's manual describes it): give up the spare descriptor kept for
+    /// this, accept the connection, tell it `max number of clients reached`, close it, take the
+    /// spare back. Logs once per shortage. False if there is no spare to give up.
     fn refuse_without_a_fd(&mut self) -> bool {
         if self.spare_fd.take().is_none() {
             return false;
