@@ -273,6 +273,13 @@ impl<'a> Session<'a> {
     /// `writeStatement` (Algorithm 10): runs the write in the data-store transaction and records
     /// what it does to the cache, applied at pre-commit.
     pub fn write<C: CacheStore>(&mut self, cs: &C, write: &C::Write) -> Result<()> {
+        let ops = match self.cads.policy() {
+            Policy::WriteBack => cs.buffer(write),
+            _ => Vec::new(),
+        };
+        for (doc, _) in &ops {
+            doc.check()?;
+        }
         let keys = cs.keys_written(write);
         self.written_keys.extend(keys.iter().cloned());
         match self.cads.policy() {
@@ -286,7 +293,6 @@ impl<'a> Session<'a> {
             }
         }
         if self.cads.policy() == Policy::WriteBack {
-            let ops = cs.buffer(write);
             self.written_docs
                 .extend(ops.iter().map(|(doc, _)| doc.clone()));
             if !ops.is_empty() && !self.write_through {
