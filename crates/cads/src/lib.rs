@@ -39,7 +39,7 @@ pub mod writeback;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cads_client::{Backoff, Client, ClientConfig, RetryPolicy};
@@ -160,6 +160,8 @@ pub struct Cads {
     write_back: WriteBackStats,
     /// Write-back, Design 2: `cads_applied_sessions` exists.
     pub(crate) applied_sessions_ready: AtomicBool,
+    /// Write-back's MACs, once the key is known.
+    seal: OnceLock<writeback::Seal>,
 }
 
 /// What [`Cads::read`]'s plain GET found.
@@ -199,6 +201,7 @@ impl Cads {
             started: Instant::now(),
             write_back: WriteBackStats::default(),
             applied_sessions_ready: AtomicBool::new(false),
+            seal: OnceLock::new(),
         }
     }
 
@@ -234,6 +237,16 @@ impl Cads {
     /// Write-back's counters in this process.
     pub fn write_back_stats(&self) -> &WriteBackStats {
         &self.write_back
+    }
+
+    /// Write-back's MACs under `WriteBackConfig::mac_key`; the stored key is read from the data
+    /// store (created there if missing) on first use.
+    pub(crate) fn seal(&self) -> Result<&writeback::Seal> {
+        if let Some(seal) = self.seal.get() {
+            return Ok(seal);
+        }
+        let seal = self.config.write_back.mac_key.seal(self.store.as_ref())?;
+        Ok(self.seal.get_or_init(|| seal))
     }
 
     /// Pinned bytes on every CMI (buffered writes, PendingWrites, markers), from their INFO.

@@ -13,7 +13,7 @@ use crate::missed::Missed;
 use crate::tx::StoreTx;
 use crate::writeback::design1;
 use crate::writeback::design2::{self, SessionWrites};
-use crate::writeback::SqlBuffer;
+use crate::writeback::{Refused, SqlBuffer};
 use crate::{Cads, Policy};
 
 /// One atomic unit of work: reads and writes through [`CacheStore`]s, at most one data-store
@@ -37,6 +37,9 @@ pub struct Session<'a> {
     sql_writes: SessionWrites,
     /// Write-back's fallback to write-through: queues this session holds and has applied.
     held_queues: Vec<String>,
+    /// Write-back: what this session's writes leave out of the entries they rewrite (refused
+    /// lines of buffered writes and queues), counted if it commits.
+    refused: Refused,
     /// Write-back found pinned memory full: this session writes through, after applying the
     /// buffered writes of its documents.
     write_through: bool,
@@ -63,6 +66,7 @@ impl<'a> Session<'a> {
             written_docs: Vec::new(),
             sql_writes: SessionWrites::default(),
             held_queues: Vec::new(),
+            refused: Refused::default(),
             write_through,
             degraded: None,
             prepared: false,
@@ -337,7 +341,8 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         let cache = self.cache.as_mut().expect("use_cache checked it");
-        design2::hold_and_apply(self.cads, cache, queue)?;
+        let refused = design2::hold_and_apply(self.cads, cache, queue)?;
+        self.refused.extend(refused);
         self.held_queues.push(queue.to_string());
         Ok(())
     }
@@ -409,7 +414,8 @@ impl<'a> Session<'a> {
                 design1::apply_buffered(self.cads, doc)?;
             }
         } else {
-            let staging = design1::Staging::plan(self.cads, &self.buffered);
+            let seal = self.cads.seal()?;
+            let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
             let sql = !self.sql_writes.is_empty();
             let validated = match self.stage(Some(&staging), !sql) {
                 Ok(validated) => validated,
@@ -552,7 +558,9 @@ impl<'a> Session<'a> {
         let own = writes.len();
         if let Some(staging) = staging {
             let buffered_reads = &values[values.len() - staging.reads().len()..];
-            writes.extend(staging.writes(self.cads, buffered_reads)?);
+            let (buffered, refused) = staging.writes(self.cads, buffered_reads);
+            writes.extend(buffered);
+            self.refused.extend(refused);
         }
         if writes.is_empty() && !validate {
             return Ok(false);
@@ -600,6 +608,7 @@ impl<'a> Session<'a> {
         match cache.commit() {
             Ok(()) => {
                 let stats = self.cads.write_back_stats();
+                std::mem::take(&mut self.refused).discarded(stats);
                 let buffered = self.buffered.len() as u64;
                 stats.buffered.fetch_add(buffered, Ordering::Relaxed);
                 if !self.sql_writes.is_empty() {
