@@ -101,6 +101,10 @@ impl Policy {
 /// Framework settings.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The CMIs' password (their `requirepass`), sent with AUTH on every connection
+    /// [`Cads::connect`] opens. A CMI that wants one and does not get it (or gets a wrong one)
+    /// fails every call with `ClientError::Auth`.
+    pub cache_password: Option<Password>,
     /// Isolation of the sessions' SQL transactions. READ COMMITTED lets every miss be cached; with
     /// a snapshot fixed for the whole transaction, misses read after the snapshot was taken are
     /// served but not cached (see `Session::read`).
@@ -131,9 +135,21 @@ impl std::fmt::Debug for FillHook {
     }
 }
 
+/// A password, kept out of `Debug` output (and so out of logs and panics that print a
+/// [`Config`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(pub String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(hidden)")
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
+            cache_password: None,
             isolation: Isolation::ReadCommitted,
             max_attempts: 100,
             retry: RetryPolicy::default(),
@@ -206,15 +222,18 @@ impl Cads {
     }
 
     /// The framework over a data store and the CMIs at `cmis` (started in the policy's lease mode),
-    /// with session ids from the process's coordinator.
+    /// with session ids from the process's coordinator, logging in with `config.cache_password`.
     pub fn connect(
         store: Arc<dyn DataStore>,
         cmis: &[SocketAddr],
         policy: Policy,
         config: Config,
     ) -> Cads {
-        let client = (policy != Policy::DataStoreOnly)
-            .then(|| Client::new(ClientConfig::new(cmis.to_vec()), Coordinator::process()));
+        let client = (policy != Policy::DataStoreOnly).then(|| {
+            let mut client_config = ClientConfig::new(cmis.to_vec());
+            client_config.password = config.cache_password.as_ref().map(|p| p.0.clone());
+            Client::new(client_config, Coordinator::process())
+        });
         Cads::new(store, client, policy, config)
     }
 

@@ -403,3 +403,16 @@ fn the_stored_key_is_one_per_data_store_on_every_backend() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn debug_output_hides_the_cache_password() {
+    let config = Config {
+        cache_password: Some(cads::Password("s3cret".into())),
+        ..Config::default()
+    };
+    let shown = format!("{config:?}");
+    assert!(
+        !shown.contains("s3cret") && shown.contains("hidden"),
+        "{shown}"
+    );
+}
