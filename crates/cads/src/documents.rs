@@ -4,14 +4,14 @@
 //! of a document is `<collection>:<id>`, and a write-through update applies the same change
 //! operators to the cached document as to the stored one.
 //!
-//! Names, ids, documents and changes are checked when they enter, before anything reaches the
-//! cache (under write-back the data store sees a write only later, when nobody could be told it
-//! is bad): collection names as the data store wants them, ids without control characters, and
-//! documents and changes within the bounds of [`cads_store::limits`].
+//! Names and ids are checked when they enter, before anything reaches the cache: collection
+//! names as the data store wants them, ids without control characters. Documents and changes
+//! past the bounds of [`cads_store::limits`] are refused by the data store, or, under write-back,
+//! which the data store sees only later, when the write is made (`Session::write`).
 
 use cads_store::{
-    limits::check_document, validate_collection_name, validate_id, Changes, DocWrite, Document,
-    FieldKind, IndexedField, StoreError,
+    validate_collection_name, validate_id, Changes, DocWrite, Document, FieldKind, IndexedField,
+    StoreError,
 };
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
@@ -90,19 +90,16 @@ impl Collection {
     /// Applies change operators to a document (atomically in the data store; to the cached copy
     /// under write-through). Changes past the bounds of [`cads_store::limits`] are an error.
     pub fn update(&self, s: &mut Session<'_>, id: &str, changes: Changes) -> Result<()> {
-        changes.check()?;
         s.write(self, &(checked(id)?, DocOp::Update(changes)))
     }
 
     /// Inserts a new document (the commit fails with a constraint error if it exists).
     pub fn insert(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
-        check_document(&document).map_err(StoreError::from)?;
         s.write(self, &(checked(id)?, DocOp::Insert(document)))
     }
 
     /// Inserts or replaces a document.
     pub fn put(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
-        check_document(&document).map_err(StoreError::from)?;
         s.write(self, &(checked(id)?, DocOp::Put(document)))
     }
 

@@ -281,8 +281,8 @@ impl<'a> Session<'a> {
             Policy::WriteBack => cs.buffer(write),
             _ => Vec::new(),
         };
-        for (doc, _) in &ops {
-            doc.check()?;
+        for (doc, op) in &ops {
+            doc.check(op)?;
         }
         let keys = cs.keys_written(write);
         self.written_keys.extend(keys.iter().cloned());

@@ -188,6 +188,19 @@ impl DocOp {
         }
     }
 
+    /// Checks the operation against the bounds of [`limits`](crate::limits): a whole document's
+    /// depth and size, or each change's ([`Changes::check`]).
+    pub fn check(&self) -> Result<()> {
+        match self {
+            DocOp::Insert(d) | DocOp::Put(d) => {
+                crate::limits::check_document(d)?;
+                Ok(())
+            }
+            DocOp::Update(changes) => changes.check(),
+            DocOp::Delete => Ok(()),
+        }
+    }
+
     /// The operation applied to a document (`None`: no document).
     pub fn apply(&self, document: Option<Document>) -> Result<Option<Document>> {
         match self {
