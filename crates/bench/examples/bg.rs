@@ -203,6 +203,7 @@ fn run(a: RunArgs) -> Result<()> {
         cmi: cads_bench::CmiSettings {
             maxmemory: a.maxmemory,
             max_pinned_memory: a.max_pinned_memory,
+            ..cads_bench::CmiSettings::default()
         },
         workload: a.workload,
         layout: a.layout,

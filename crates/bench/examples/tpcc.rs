@@ -93,6 +93,7 @@ fn main() -> Result<()> {
         cmi: CmiSettings {
             maxmemory: a.maxmemory,
             max_pinned_memory: a.max_pinned_memory,
+            ..CmiSettings::default()
         },
         warehouses: a.warehouses,
         scale: a.scale,

@@ -118,6 +118,7 @@ fn main() -> Result<()> {
         cmi: CmiSettings {
             maxmemory: a.maxmemory,
             max_pinned_memory: a.max_pinned_memory,
+            ..CmiSettings::default()
         },
         workload: a.workload,
         threads: a.threads,

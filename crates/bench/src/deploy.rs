@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use cads::{Cads, Config, Policy};
+use cads::writeback::MacKey;
+use cads::{Cads, Config, Password, Policy};
 use cads_client::Client;
 use cads_protocol::{Command, Reply};
 use cads_server::{Options, Server};
@@ -82,13 +83,18 @@ impl CacheSpec {
     }
 }
 
-/// Settings of embedded CMIs.
+/// Settings of embedded CMIs, and how the framework reaches and trusts any CMIs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CmiSettings {
     /// `--maxmemory` of each CMI (the server's default when None).
     pub maxmemory: Option<String>,
     /// `--max-pinned-memory` of each CMI (the server's default when None).
     pub max_pinned_memory: Option<String>,
+    /// The CMIs' password: embedded CMIs are started requiring it, and the framework logs in
+    /// with it (`Config::cache_password`).
+    pub password: Option<Password>,
+    /// Where write-back's MAC key comes from (`WriteBackConfig::mac_key`).
+    pub write_back_key: MacKey,
 }
 
 thread_local! {
@@ -270,6 +276,7 @@ impl Deployment {
                     mode: Some(policy.cmi_mode().into()),
                     maxmemory: cmi.maxmemory.clone(),
                     max_pinned_memory: cmi.max_pinned_memory.clone(),
+                    requirepass: cmi.password.as_ref().map(|p| p.0.clone()),
                     ..Options::default()
                 })
                 .context("configuring the embedded CMIs")?;
@@ -279,6 +286,9 @@ impl Deployment {
             }
             (_, CacheSpec::External(addrs)) => (None, addrs.clone()),
         };
+        let mut config = config;
+        config.cache_password = cmi.password.clone();
+        config.write_back.mac_key = cmi.write_back_key.clone();
         let cads = Cads::connect(misses.clone(), &addrs, policy, config);
         if let (Some(client), CacheSpec::External(_)) = (cads.cache(), cache) {
             for index in 0..client.cmis() {

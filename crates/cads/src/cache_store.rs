@@ -13,6 +13,17 @@ pub struct DocRef {
     pub id: String,
 }
 
+impl DocRef {
+    /// Checks the collection name and the id as the data store will (write-back's keys and lists
+    /// are built from them), and `op` against the bounds of [`cads_store::limits`]: a write-back
+    /// write the data store would refuse must fail when it is made, not when a worker applies it.
+    pub(crate) fn check(&self, op: &DocOp) -> Result<(), StoreError> {
+        cads_store::validate_collection_name(&self.collection)?;
+        cads_store::validate_id(&self.id)?;
+        op.check()
+    }
+}
+
 /// The application's description of one kind of query and write. A session may use several.
 pub trait CacheStore: Send + Sync {
     /// A read: what the application asks for.

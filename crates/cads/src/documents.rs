@@ -3,8 +3,16 @@
 //! application gets consistent caching of its documents without writing key logic: the cache key
 //! of a document is `<collection>:<id>`, and a write-through update applies the same change
 //! operators to the cached document as to the stored one.
+//!
+//! Names and ids are checked when they enter, before anything reaches the cache: collection
+//! names as the data store wants them, ids without control characters. Documents and changes
+//! past the bounds of [`cads_store::limits`] are refused by the data store, or, under write-back,
+//! which the data store sees only later, when the write is made (`Session::write`).
 
-use cads_store::{Changes, DocWrite, Document, FieldKind, IndexedField, StoreError};
+use cads_store::{
+    validate_collection_name, validate_id, Changes, DocWrite, Document, FieldKind, IndexedField,
+    StoreError,
+};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::Result;
@@ -39,14 +47,18 @@ impl Collection {
             })
             .collect();
         cads.store().create_collection(name, &fields)?;
-        Ok(Collection::named(name))
+        Collection::named(name)
     }
 
-    /// A handle to a collection that exists.
-    pub fn named(name: &str) -> Collection {
-        Collection {
+    /// A handle to a collection that exists. A name no collection can have is an error
+    /// (`[a-z0-9_]`, not a name reserved for the framework's tables; see
+    /// [`validate_collection_name`]): it is part of cache keys, and a `:` in it would make
+    /// write-back apply a buffered write to another collection.
+    pub fn named(name: &str) -> Result<Collection> {
+        validate_collection_name(name)?;
+        Ok(Collection {
             name: name.to_string(),
-        }
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -67,33 +79,39 @@ impl Collection {
 
     /// Reads a document, from the cache when it holds it.
     pub fn get(&self, s: &mut Session<'_>, id: &str) -> Result<Option<Document>> {
-        s.read(self, &id.to_string())
+        s.read(self, &checked(id)?)
     }
 
     /// Reads a document in a session of its own ([`Cads::read`]): one cache round trip on a hit.
     pub fn read(&self, cads: &Cads, id: &str) -> Result<Option<Document>> {
-        cads.read(self, &id.to_string())
+        cads.read(self, &checked(id)?)
     }
 
     /// Applies change operators to a document (atomically in the data store; to the cached copy
-    /// under write-through).
+    /// under write-through). Changes past the bounds of [`cads_store::limits`] are an error.
     pub fn update(&self, s: &mut Session<'_>, id: &str, changes: Changes) -> Result<()> {
-        s.write(self, &(id.to_string(), DocOp::Update(changes)))
+        s.write(self, &(checked(id)?, DocOp::Update(changes)))
     }
 
     /// Inserts a new document (the commit fails with a constraint error if it exists).
     pub fn insert(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
-        s.write(self, &(id.to_string(), DocOp::Insert(document)))
+        s.write(self, &(checked(id)?, DocOp::Insert(document)))
     }
 
     /// Inserts or replaces a document.
     pub fn put(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
-        s.write(self, &(id.to_string(), DocOp::Put(document)))
+        s.write(self, &(checked(id)?, DocOp::Put(document)))
     }
 
     pub fn delete(&self, s: &mut Session<'_>, id: &str) -> Result<()> {
-        s.write(self, &(id.to_string(), DocOp::Delete))
+        s.write(self, &(checked(id)?, DocOp::Delete))
     }
+}
+
+/// A document id as the data store takes it (see [`validate_id`]).
+fn checked(id: &str) -> Result<String> {
+    validate_id(id)?;
+    Ok(id.to_string())
 }
 
 fn encode(document: &Document) -> Vec<u8> {

@@ -40,7 +40,7 @@ pub mod writeback;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cads_client::{Backoff, Client, ClientConfig, RetryPolicy};
@@ -102,6 +102,10 @@ impl Policy {
 /// Framework settings.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The CMIs' password (their `requirepass`), sent with AUTH on every connection
+    /// [`Cads::connect`] opens. A CMI that wants one and does not get it (or gets a wrong one)
+    /// fails every call with `ClientError::Auth`.
+    pub cache_password: Option<Password>,
     /// Isolation of the sessions' SQL transactions. READ COMMITTED lets every miss be cached; with
     /// a snapshot fixed for the whole transaction, misses read after the snapshot was taken are
     /// served but not cached (see `Session::read`).
@@ -114,9 +118,21 @@ pub struct Config {
     pub write_back: WriteBackConfig,
 }
 
+/// A password, kept out of `Debug` output (and so out of logs and panics that print a
+/// [`Config`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(pub String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(hidden)")
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
+            cache_password: None,
             isolation: Isolation::ReadCommitted,
             max_attempts: 100,
             retry: RetryPolicy::default(),
@@ -141,6 +157,8 @@ pub struct Cads {
     write_back: WriteBackStats,
     /// Write-back, Design 2: `cads_applied_sessions` exists.
     pub(crate) applied_sessions_ready: AtomicBool,
+    /// Write-back's MACs, once the key is known.
+    seal: OnceLock<writeback::Seal>,
 }
 
 /// What [`Cads::read`]'s plain GET found.
@@ -180,19 +198,23 @@ impl Cads {
             started: Instant::now(),
             write_back: WriteBackStats::default(),
             applied_sessions_ready: AtomicBool::new(false),
+            seal: OnceLock::new(),
         }
     }
 
     /// The framework over a data store and the CMIs at `cmis` (started in the policy's lease mode),
-    /// with session ids from the process's coordinator.
+    /// with session ids from the process's coordinator, logging in with `config.cache_password`.
     pub fn connect(
         store: Arc<dyn DataStore>,
         cmis: &[SocketAddr],
         policy: Policy,
         config: Config,
     ) -> Cads {
-        let client = (policy != Policy::DataStoreOnly)
-            .then(|| Client::new(ClientConfig::new(cmis.to_vec()), Coordinator::process()));
+        let client = (policy != Policy::DataStoreOnly).then(|| {
+            let mut client_config = ClientConfig::new(cmis.to_vec());
+            client_config.password = config.cache_password.as_ref().map(|p| p.0.clone());
+            Client::new(client_config, Coordinator::process())
+        });
         Cads::new(store, client, policy, config)
     }
 
@@ -215,6 +237,16 @@ impl Cads {
     /// Write-back's counters in this process.
     pub fn write_back_stats(&self) -> &WriteBackStats {
         &self.write_back
+    }
+
+    /// Write-back's MACs under `WriteBackConfig::mac_key`; the stored key is read from the data
+    /// store (created there if missing) on first use.
+    pub(crate) fn seal(&self) -> Result<&writeback::Seal> {
+        if let Some(seal) = self.seal.get() {
+            return Ok(seal);
+        }
+        let seal = self.config.write_back.mac_key.seal(self.store.as_ref())?;
+        Ok(self.seal.get_or_init(|| seal))
     }
 
     /// Pinned bytes on every CMI (buffered writes, PendingWrites, markers), from their INFO.

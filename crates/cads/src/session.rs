@@ -14,7 +14,7 @@ use crate::missed::Missed;
 use crate::tx::StoreTx;
 use crate::writeback::design1;
 use crate::writeback::design2::{self, SessionWrites};
-use crate::writeback::SqlBuffer;
+use crate::writeback::{Refused, SqlBuffer};
 use crate::{Cads, Policy};
 
 /// One atomic unit of work: reads and writes through [`CacheStore`]s, at most one data-store
@@ -38,6 +38,9 @@ pub struct Session<'a> {
     sql_writes: SessionWrites,
     /// Write-back's fallback to write-through: queues this session holds and has applied.
     held_queues: Vec<String>,
+    /// Write-back: what this session's writes leave out of the entries they rewrite (refused
+    /// lines of buffered writes and queues), counted if it commits.
+    refused: Refused,
     /// Write-back found pinned memory full: this session writes through, after applying the
     /// buffered writes of its documents.
     write_through: bool,
@@ -64,6 +67,7 @@ impl<'a> Session<'a> {
             written_docs: Vec::new(),
             sql_writes: SessionWrites::default(),
             held_queues: Vec::new(),
+            refused: Refused::default(),
             write_through,
             degraded: None,
             prepared: false,
@@ -274,6 +278,13 @@ impl<'a> Session<'a> {
     /// `writeStatement` (Algorithm 10): runs the write in the data-store transaction and records
     /// what it does to the cache, applied at pre-commit.
     pub fn write<C: CacheStore>(&mut self, cs: &C, write: &C::Write) -> Result<()> {
+        let ops = match self.cads.policy() {
+            Policy::WriteBack => cs.buffer(write),
+            _ => Vec::new(),
+        };
+        for (doc, op) in &ops {
+            doc.check(op)?;
+        }
         let keys = cs.keys_written(write);
         self.written_keys.extend(keys.iter().cloned());
         match self.cads.policy() {
@@ -287,7 +298,6 @@ impl<'a> Session<'a> {
             }
         }
         if self.cads.policy() == Policy::WriteBack {
-            let ops = cs.buffer(write);
             self.written_docs
                 .extend(ops.iter().map(|(doc, _)| doc.clone()));
             if !ops.is_empty() && !self.write_through {
@@ -332,7 +342,8 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         let cache = self.cache.as_mut().expect("use_cache checked it");
-        design2::hold_and_apply(self.cads, cache, queue)?;
+        let refused = design2::hold_and_apply(self.cads, cache, queue)?;
+        self.refused.extend(refused);
         self.held_queues.push(queue.to_string());
         Ok(())
     }
@@ -404,7 +415,8 @@ impl<'a> Session<'a> {
                 design1::apply_buffered(self.cads, doc)?;
             }
         } else {
-            let staging = design1::Staging::plan(self.cads, &self.buffered);
+            let seal = self.cads.seal()?;
+            let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
             let sql = !self.sql_writes.is_empty();
             let validated = match self.stage(Some(&staging), !sql) {
                 Ok(validated) => validated,
@@ -547,7 +559,9 @@ impl<'a> Session<'a> {
         let own = writes.len();
         if let Some(staging) = staging {
             let buffered_reads = &values[values.len() - staging.reads().len()..];
-            writes.extend(staging.writes(self.cads, buffered_reads)?);
+            let (buffered, refused) = staging.writes(self.cads, buffered_reads);
+            writes.extend(buffered);
+            self.refused.extend(refused);
         }
         if writes.is_empty() && !validate {
             return Ok(false);
@@ -595,6 +609,7 @@ impl<'a> Session<'a> {
         match cache.commit() {
             Ok(()) => {
                 let stats = self.cads.write_back_stats();
+                std::mem::take(&mut self.refused).discarded(stats);
                 let buffered = self.buffered.len() as u64;
                 stats.buffered.fetch_add(buffered, Ordering::Relaxed);
                 if !self.sql_writes.is_empty() {

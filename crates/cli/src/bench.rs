@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use cads::Policy;
+use cads::writeback::MacKey;
+use cads::{Password, Policy};
 use cads_bench::bg::{self, BgOptions, Popularity, Sla};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
@@ -70,6 +71,20 @@ pub struct Common {
     /// each run, whose --mode must suit every policy given.
     #[arg(long, value_name = "SPEC", default_value = "embedded:2", value_parser = CacheSpec::parse)]
     pub cache: CacheSpec,
+    /// The CMIs' password (their --requirepass): the benchmark logs in with it, and starts
+    /// embedded CMIs requiring it.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "CADS_CACHE_PASSWORD",
+        hide_env_values = true
+    )]
+    pub cache_password: Option<String>,
+    /// Where write-back's MAC key comes from: stored (generated on first use and kept in the
+    /// data store, so every process using it agrees), file:PATH (the key in hex), or off (no
+    /// MACs: for CMIs only the benchmark can write to, and to measure what the MACs cost).
+    #[arg(long, value_name = "stored|file:PATH|off", default_value = "stored", value_parser = MacKey::parse)]
+    pub write_back_key: MacKey,
     /// maxmemory of each embedded CMI (e.g. 512mb). [default: the server's]
     #[arg(long, value_name = "BYTES")]
     pub maxmemory: Option<String>,
@@ -99,6 +114,8 @@ impl Common {
         CmiSettings {
             maxmemory: self.maxmemory.clone(),
             max_pinned_memory: self.max_pinned_memory.clone(),
+            password: self.cache_password.clone().map(Password),
+            write_back_key: self.write_back_key.clone(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use cads_protocol::resp::parse_reply;
-use cads_protocol::{Command, Reply};
+use cads_protocol::{Command, ErrorKind, Reply};
 
 use crate::error::{ClientError, Result};
 
@@ -51,7 +51,10 @@ impl Connection {
                 password: password.as_bytes(),
             })?;
             if let Reply::Error(e) = reply {
-                return Err(ClientError::Server(e));
+                return Err(ClientError::Auth {
+                    cmi,
+                    reason: e.to_string(),
+                });
             }
         }
         Ok(conn)
@@ -85,6 +88,16 @@ impl Connection {
                     if self.consumed == self.input.len() {
                         self.input.clear();
                         self.consumed = 0;
+                    }
+                    // A CMI that wants a password answers every command so: a failure of the
+                    // connection, not of the command.
+                    if let Reply::Error(e) = &reply {
+                        if e.kind == ErrorKind::NoAuth {
+                            return Err(ClientError::Auth {
+                                cmi: self.cmi,
+                                reason: e.to_string(),
+                            });
+                        }
                     }
                     return Ok(reply);
                 }

@@ -29,6 +29,10 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// The CMI wants a password this client does not have, or refused the one it sent
+    /// (NOAUTH, WRONGPASS): give the client the CMIs' password (`ClientConfig::password`).
+    #[error("CMI {cmi} refused this client: {reason} (the CMIs' password is missing or wrong)")]
+    Auth { cmi: usize, reason: String },
     /// Any other error reply (bad arguments, NOTAVAILABLE, LEASED, ...).
     #[error("{0}")]
     Server(ErrorReply),
@@ -62,6 +66,10 @@ impl ClientError {
             ClientError::Io { cmi, source } => ClientError::Io {
                 cmi: *cmi,
                 source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            ClientError::Auth { cmi, reason } => ClientError::Auth {
+                cmi: *cmi,
+                reason: reason.clone(),
             },
             ClientError::Server(reply) => ClientError::Server(reply.clone()),
             ClientError::PartialCommit { committed, failed } => ClientError::PartialCommit {

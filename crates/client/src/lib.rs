@@ -58,10 +58,12 @@ pub use session::{IqRead, Session, Write, Written};
 use pool::Pool;
 
 /// How a client reaches its CMIs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// The CMIs, in a fixed order (their index is what routers return).
     pub cmis: Vec<SocketAddr>,
+    /// The CMIs' password (their `requirepass`), sent with AUTH on every new connection; left
+    /// out of `Debug` output.
     pub password: Option<String>,
     /// Idle connections kept per CMI.
     pub max_idle: usize,
@@ -69,6 +71,19 @@ pub struct ClientConfig {
     /// Longest wait for a reply before the CMI counts as failed.
     pub io_timeout: Duration,
     pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("cmis", &self.cmis)
+            .field("password", &self.password.as_ref().map(|_| "(hidden)"))
+            .field("max_idle", &self.max_idle)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl ClientConfig {

@@ -18,6 +18,7 @@ use crate::document::{
     DocumentStore, FieldKind, IndexKey, IndexedField, CATALOG_TABLE,
 };
 use crate::error::{Result, StoreError};
+use crate::limits::check_document;
 use crate::pool::{Pool, Pooled, TimedGuard, TimedLock};
 use crate::sql::{Dialect, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
 use crate::DataStore;
@@ -170,9 +171,7 @@ impl Collection {
     fn row_params(&self, id: &str, doc: &Document) -> Result<Vec<SqlValue>> {
         let mut params = Vec::with_capacity(2 + self.fields.len());
         params.push(SqlValue::Text(id.to_owned()));
-        params.push(SqlValue::Text(
-            serde_json::to_string(doc).expect("JSON maps always serialize"),
-        ));
+        params.push(SqlValue::Text(check_document(doc)?));
         for f in &self.fields {
             params.push(index_param(indexed_value(doc, f)?));
         }

@@ -8,6 +8,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::error::{Result, StoreError};
+use crate::limits::{check_path_segments, check_placed_depth};
 use crate::Document;
 
 /// A change operator, as in MongoDB's update command (000 Table 3.2).
@@ -105,9 +106,41 @@ impl Change {
         self.op.idempotent()
     }
 
+    /// Checks the change on its own: its path, the bounds of [`limits`](crate::limits) (path
+    /// segments; the depth its operand reaches in the document), and a number for `$inc`.
+    pub fn check(&self) -> Result<()> {
+        let segments = split_path(&self.field)?.len();
+        let operands: Vec<&Value> = match (self.op, &self.value) {
+            (Op::Unset, _) => Vec::new(),
+            (Op::Inc, v) if !v.is_number() => {
+                return Err(StoreError::Invalid(format!(
+                    "$inc of {:?} by a non-number {v}",
+                    self.field
+                )))
+            }
+            (Op::Push | Op::AddToSet, Value::Object(m))
+                if m.len() == 1 && m.contains_key("$each") =>
+            {
+                match &m["$each"] {
+                    Value::Array(items) => items.iter().collect(),
+                    other => vec![other],
+                }
+            }
+            (_, v) => vec![v],
+        };
+        // An appended element sits one level below the path, inside the array.
+        let above = segments + usize::from(matches!(self.op, Op::Push | Op::AddToSet));
+        for operand in operands {
+            check_placed_depth(operand, above, &self.field)?;
+        }
+        Ok(())
+    }
+
     /// Applies this change to `doc`. On error (a field of the wrong type on the way or at the end,
-    /// a bad path, an overflowing `$inc`) `doc` is left as it was: every check precedes the write.
+    /// a bad path, an overflowing `$inc`, a bound of [`limits`](crate::limits)) `doc` is left as
+    /// it was: every check precedes the write.
     pub fn apply(&self, doc: &mut Document) -> Result<()> {
+        self.check()?;
         let path = split_path(&self.field)?;
         let (last, parents) = path
             .split_last()
@@ -220,18 +253,33 @@ fn kind_name(v: &Value) -> &'static str {
     }
 }
 
-/// `a + b` as JSON numbers: integers stay integers (an overflow is an error), anything else becomes
-/// a float.
+/// `a + b` as JSON numbers, `a` the field's value: integers stay integers of the field's width
+/// (signed 64-bit, or unsigned for a value above `i64::MAX`), and a sum past it is an error, not
+/// a float that silently loses digits; anything else becomes a float.
 fn add_numbers(a: &serde_json::Number, b: &serde_json::Number, field: &str) -> Result<Value> {
-    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
-        return x.checked_add(y).map(Value::from).ok_or_else(|| {
-            StoreError::Invalid(format!("$inc of {field:?} overflows a 64-bit integer"))
+    let integer = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    if let (Some(x), Some(y)) = (integer(a), integer(b)) {
+        // Two 64-bit integers cannot overflow 128 bits.
+        let sum = x + y;
+        let sum = if a.as_i64().is_some() {
+            i64::try_from(sum).map(Value::from).ok()
+        } else {
+            u64::try_from(sum).map(Value::from).ok()
+        };
+        let width = if a.as_i64().is_some() {
+            "signed"
+        } else {
+            "unsigned"
+        };
+        return sum.ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "$inc of {field:?}: {x} + {y} overflows a {width} 64-bit integer"
+            ))
         });
-    }
-    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
-        if let Some(sum) = x.checked_add(y) {
-            return Ok(Value::from(sum));
-        }
     }
     let sum = a.as_f64().unwrap_or(f64::NAN) + b.as_f64().unwrap_or(f64::NAN);
     serde_json::Number::from_f64(sum)
@@ -241,8 +289,10 @@ fn add_numbers(a: &serde_json::Number, b: &serde_json::Number, field: &str) -> R
         })
 }
 
-/// Splits a dotted path into its segments, checking that none is empty.
+/// Splits a dotted path into its segments, checking that none is empty and that there are at most
+/// [`MAX_PATH_SEGMENTS`](crate::limits::MAX_PATH_SEGMENTS).
 pub(crate) fn split_path(field: &str) -> Result<Vec<&str>> {
+    check_path_segments(field)?;
     let segments: Vec<&str> = field.split('.').collect();
     if segments.iter().any(|s| s.is_empty()) {
         return Err(StoreError::Invalid(format!(
@@ -397,7 +447,9 @@ impl Changes {
     /// one object may not change a field twice or change both a field and a field inside it (`a` and
     /// `a.b`); so the order in which one object's changes are applied cannot matter, and the result is
     /// deterministic. Unknown operators, empty or bad paths, and a non-number `$inc` are
-    /// [`StoreError::Invalid`].
+    /// [`StoreError::Invalid`]; a path or an operand past the bounds of [`limits`](crate::limits)
+    /// is [`StoreError::Limit`]. A value has no duplicate keys; from text, [`Changes::parse`]
+    /// refuses them.
     pub fn from_json(v: &Value) -> Result<Changes> {
         match v {
             Value::Array(items) => {
@@ -409,6 +461,19 @@ impl Changes {
             }
             other => Changes::from_object(other),
         }
+    }
+
+    /// Parses changes from JSON text, as [`Changes::from_json`] does; an object that names a key
+    /// twice (`{"$set": {"a": 1}, "$set": {"b": 2}}`) is [`StoreError::Invalid`] rather than
+    /// silently keeping the last.
+    pub fn parse(text: &str) -> Result<Changes> {
+        Changes::from_json(&crate::json::parse_json(text.as_bytes())?)
+    }
+
+    /// Checks every change on its own ([`Change::check`]): what [`Changes::from_json`] checks,
+    /// for changes built in code.
+    pub fn check(&self) -> Result<()> {
+        self.0.iter().try_for_each(Change::check)
     }
 
     fn from_object(v: &Value) -> Result<Changes> {
@@ -435,13 +500,9 @@ impl Changes {
                 )));
             };
             for (field, value) in fields {
-                split_path(field)?;
-                if op == Op::Inc && !value.is_number() {
-                    return Err(StoreError::Invalid(format!(
-                        "$inc of {field:?} by a non-number {value}"
-                    )));
-                }
-                out.push(Change::new(op, field.clone(), value.clone()));
+                let change = Change::new(op, field.clone(), value.clone());
+                change.check()?;
+                out.push(change);
             }
         }
         for (i, a) in out.iter().enumerate() {
@@ -628,6 +689,113 @@ mod tests {
         let mut d = doc(json!({}));
         Changes::new().inc("a.b", 2).apply(&mut d).unwrap();
         assert_eq!(Value::Object(d), json!({"a": {"b": 2}}));
+    }
+
+    #[test]
+    fn inc_overflow_is_an_error_for_every_integer_width() {
+        for (start, by) in [
+            (json!(i64::MAX), json!(1)),
+            (json!(i64::MIN), json!(-1)),
+            (json!(-1), json!(u64::MAX)),
+            (json!(u64::MAX), json!(1)),
+            (json!(u64::MAX), json!(u64::MAX)),
+        ] {
+            let mut d = doc(json!({ "n": start.clone() }));
+            let r = Changes::new().inc("n", by.clone()).apply(&mut d);
+            assert!(
+                matches!(r, Err(StoreError::Invalid(ref m)) if m.contains("overflows")),
+                "{start} + {by}: {r:?}"
+            );
+            assert_eq!(d["n"], start, "unchanged");
+        }
+        // Within the field's width, the sum is exact whatever the operand's sign.
+        let mut d = doc(json!({ "n": u64::MAX }));
+        Changes::new().inc("n", i64::MIN).apply(&mut d).unwrap();
+        assert_eq!(d["n"], json!(i64::MAX as u64));
+        let mut d = doc(json!({ "n": u64::MAX - 1 }));
+        Changes::new().inc("n", 1).apply(&mut d).unwrap();
+        assert_eq!(d["n"], json!(u64::MAX));
+        let mut d = doc(json!({ "n": -5 }));
+        Changes::new().inc("n", 7u64).apply(&mut d).unwrap();
+        assert_eq!(d["n"], json!(2));
+        // Floats stay floats.
+        let mut d = doc(json!({ "n": 1.5 }));
+        Changes::new().inc("n", 1).apply(&mut d).unwrap();
+        assert_eq!(d["n"], json!(2.5));
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_from_text() {
+        assert!(matches!(
+            Changes::parse(r#"{"$set": {"a": 1}, "$set": {"b": 2}}"#),
+            Err(StoreError::Invalid(m)) if m.contains("duplicate key")
+        ));
+        assert!(Changes::parse(r#"{"$set": {"a": 1, "a": 2}}"#).is_err());
+        assert_eq!(
+            Changes::parse(r#"{"$set": {"a": 1}, "$inc": {"b": 2}}"#).unwrap(),
+            Changes::new().set("a", 1).inc("b", 2)
+        );
+    }
+
+    #[test]
+    fn limits_are_checked_when_changes_are_parsed_and_applied() {
+        use crate::limits::{LimitExceeded, MAX_DEPTH, MAX_PATH_SEGMENTS};
+        let path = |n: usize| vec!["a"; n].join(".");
+        let nested = |levels: usize| {
+            let mut v = json!(1);
+            for _ in 0..levels {
+                v = json!([v]);
+            }
+            v
+        };
+        let limit = |r: Result<Changes>| matches!(r, Err(StoreError::Limit(_)));
+        // Paths: the issue's 130 segments, and a huge one, are refused before anything splits them.
+        assert!(Changes::from_json(&json!({"$set": {path(MAX_PATH_SEGMENTS): 1}})).is_ok());
+        assert!(limit(Changes::from_json(
+            &json!({"$set": {path(MAX_PATH_SEGMENTS + 1): 1}})
+        )));
+        assert!(limit(Changes::from_json(&json!({"$set": {path(130): 1}}))));
+        assert!(matches!(
+            Changes::from_json(&json!({"$unset": {path(50_000): ""}})),
+            Err(StoreError::Limit(LimitExceeded::PathSegments {
+                segments: 50_000,
+                ..
+            }))
+        ));
+        // Depth: the path's segments plus the operand's nesting (plus the array an element joins).
+        let deepest = MAX_DEPTH - 2;
+        assert!(Changes::from_json(&json!({"$set": {"a.b": nested(deepest)}})).is_ok());
+        assert!(limit(Changes::from_json(
+            &json!({"$set": {"a.b": nested(deepest + 1)}})
+        )));
+        assert!(Changes::from_json(&json!({"$push": {"a.b": nested(deepest - 1)}})).is_ok());
+        assert!(limit(Changes::from_json(
+            &json!({"$push": {"a.b": nested(deepest)}})
+        )));
+        assert!(limit(Changes::from_json(
+            &json!({"$addToSet": {"a": {"$each": [1, nested(MAX_DEPTH)]}}})
+        )));
+        assert!(limit(Changes::from_json(
+            &json!({"$pull": {"a": nested(MAX_DEPTH)}})
+        )));
+        // Built in code, a change past a bound is refused when applied, and changes nothing.
+        let mut d = doc(json!({"a": {"b": 1}}));
+        let before = d.clone();
+        let r = Changes::new()
+            .set("x", 1)
+            .set("a.b", nested(deepest + 1))
+            .apply(&mut d);
+        assert!(
+            matches!(r, Err(StoreError::Limit(LimitExceeded::Depth { .. }))),
+            "{r:?}"
+        );
+        assert_eq!(d, before);
+        // Applying within the bounds keeps the document within them.
+        Changes::new()
+            .set("a.b", nested(deepest))
+            .apply(&mut d)
+            .unwrap();
+        assert!(crate::limits::check_document(&d).is_ok());
     }
 
     #[test]

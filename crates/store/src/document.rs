@@ -19,6 +19,10 @@ pub const MAX_INDEXED_TEXT_LEN: usize = 512;
 pub const MAX_COLLECTION_NAME_LEN: usize = 48;
 /// The table that records each collection's indexed fields; no collection may have this name.
 pub const CATALOG_TABLE: &str = "cads_collections";
+/// Names that start with this are the tables of cads itself (the catalog, write-back's
+/// `cads_applied_sessions`, ...): no collection may have one, so that neither
+/// [`DocumentStore::create_collection`] nor [`DocumentStore::drop_collection`] can reach them.
+pub const RESERVED_PREFIX: &str = "cads_";
 
 /// The type of an indexed field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,16 +78,21 @@ impl IndexedField {
 /// document (the document face of DESIGN.md §6).
 ///
 /// Every backend passes the same conformance suite (`tests/conformance.rs`), so callers see the same
-/// behaviour on each. Ids are non-empty strings of at most [`MAX_ID_LEN`] bytes, ordered by their
-/// UTF-8 bytes. Using a collection that was not created is [`StoreError::Invalid`].
+/// behaviour on each. Ids are non-empty strings of at most [`MAX_ID_LEN`] bytes without control
+/// characters, ordered by their UTF-8 bytes. Using a collection that was not created is
+/// [`StoreError::Invalid`]. Documents are bounded in depth and size
+/// ([`limits`](crate::limits)); a write past a bound is [`StoreError::Limit`] and changes
+/// nothing.
 pub trait DocumentStore: Send + Sync {
     /// Creates a collection with the given indexed fields, unless it exists. Creating an existing
     /// collection with the same indexed fields (in any order) does nothing; with different ones it is
     /// [`StoreError::Invalid`]. Names are 1 to [`MAX_COLLECTION_NAME_LEN`] characters of `[a-z0-9_]`,
-    /// not [`CATALOG_TABLE`]; a collection is a table of that name, visible to the SQL face.
+    /// not starting with [`RESERVED_PREFIX`]; a collection is a table of that name, visible to the
+    /// SQL face.
     fn create_collection(&self, name: &str, indexed: &[IndexedField]) -> Result<()>;
 
-    /// Drops a collection and its documents; dropping a missing collection does nothing.
+    /// Drops a collection and its documents; dropping a missing collection does nothing. A name
+    /// that no collection may have (see `create_collection`) is [`StoreError::Invalid`].
     fn drop_collection(&self, name: &str) -> Result<()>;
 
     /// The document with this id, if any.
@@ -179,6 +188,19 @@ impl DocOp {
         }
     }
 
+    /// Checks the operation against the bounds of [`limits`](crate::limits): a whole document's
+    /// depth and size, or each change's ([`Changes::check`]).
+    pub fn check(&self) -> Result<()> {
+        match self {
+            DocOp::Insert(d) | DocOp::Put(d) => {
+                crate::limits::check_document(d)?;
+                Ok(())
+            }
+            DocOp::Update(changes) => changes.check(),
+            DocOp::Delete => Ok(()),
+        }
+    }
+
     /// The operation applied to a document (`None`: no document).
     pub fn apply(&self, document: Option<Document>) -> Result<Option<Document>> {
         match self {
@@ -225,8 +247,8 @@ impl DocOp {
     }
 }
 
-/// Checks a collection name: `[a-z0-9_]+`, at most [`MAX_COLLECTION_NAME_LEN`] bytes, not the
-/// catalog.
+/// Checks a collection name: `[a-z0-9_]+`, at most [`MAX_COLLECTION_NAME_LEN`] bytes, not starting
+/// with [`RESERVED_PREFIX`].
 pub fn validate_collection_name(name: &str) -> Result<()> {
     let ok_chars = name
         .bytes()
@@ -236,17 +258,21 @@ pub fn validate_collection_name(name: &str) -> Result<()> {
             "bad collection name {name:?}: use 1 to {MAX_COLLECTION_NAME_LEN} characters of [a-z0-9_]"
         )));
     }
-    if name == CATALOG_TABLE {
-        return Err(StoreError::Invalid(format!("{CATALOG_TABLE} is reserved")));
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(StoreError::Invalid(format!(
+            "bad collection name {name:?}: names starting with {RESERVED_PREFIX} are reserved for \
+             the tables of cads"
+        )));
     }
     Ok(())
 }
 
-/// Checks a document id: non-empty, at most [`MAX_ID_LEN`] bytes.
+/// Checks a document id: 1 to [`MAX_ID_LEN`] bytes, no control characters (a line break would
+/// split the lines in which write-back lists documents).
 pub fn validate_id(id: &str) -> Result<()> {
-    if id.is_empty() || id.len() > MAX_ID_LEN {
+    if id.is_empty() || id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
         return Err(StoreError::Invalid(format!(
-            "bad document id {:?}: ids are 1 to {MAX_ID_LEN} bytes",
+            "bad document id {:?}: ids are 1 to {MAX_ID_LEN} bytes without control characters",
             id.chars().take(40).collect::<String>()
         )));
     }
@@ -298,7 +324,8 @@ pub(crate) fn indexed_to_json(indexed: &[IndexedField]) -> String {
     Value::Array(list).to_string()
 }
 
-/// Reads the catalog's JSON back.
+/// Reads the catalog's JSON back. Its fields are checked as `create_collection` checks them: a
+/// row written to the catalog by other means must not put arbitrary text into SQL statements.
 pub(crate) fn indexed_from_json(text: &str) -> Result<Vec<IndexedField>> {
     let bad = || StoreError::Backend(format!("bad catalog entry {text:?}"));
     let v: Value = serde_json::from_str(text).map_err(|_| bad())?;
@@ -315,6 +342,7 @@ pub(crate) fn indexed_from_json(text: &str) -> Result<Vec<IndexedField>> {
             kind,
         });
     }
+    validate_indexed(&out).map_err(|e| StoreError::Backend(format!("bad catalog entry: {e}")))?;
     Ok(out)
 }
 

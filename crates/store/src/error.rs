@@ -32,6 +32,10 @@ pub enum StoreError {
     /// backend rejects, a parameter that does not fit its column.
     #[error("invalid: {0}")]
     Invalid(String),
+    /// A document or a change went past one of the bounds of [`limits`](crate::limits): too
+    /// many path segments, too deep, too large. Nothing was changed.
+    #[error("limit exceeded: {0}")]
+    Limit(#[from] crate::limits::LimitExceeded),
     /// Anything else the backend reported.
     #[error("data store error: {0}")]
     Backend(String),

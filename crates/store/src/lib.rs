@@ -66,6 +66,8 @@ mod changes;
 mod document;
 mod error;
 mod fault;
+mod json;
+pub mod limits;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pool;
@@ -78,9 +80,12 @@ pub use changes::{Change, Changes, Op};
 pub use document::{
     validate_collection_name, validate_id, DocOp, DocWrite, Document, DocumentStore, FieldKind,
     IndexedField, CATALOG_TABLE, MAX_COLLECTION_NAME_LEN, MAX_ID_LEN, MAX_INDEXED_TEXT_LEN,
+    RESERVED_PREFIX,
 };
 pub use error::{Result, StoreError};
 pub use fault::{CallCounts, FaultMode, Faults, FaultyStore};
+pub use json::parse_json;
+pub use limits::LimitExceeded;
 pub use sql::{
     rewrite_placeholders, ColumnIndex, Dialect, FromSqlValue, Isolation, Row, SqlStore,
     SqlTransaction, SqlValue,

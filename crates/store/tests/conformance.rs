@@ -201,6 +201,10 @@ conformance!(
     scan_by_indexed_field,
     indexed_field_kinds_are_checked,
     collections,
+    reserved_names_are_refused,
+    crafted_catalog_rows_are_refused,
+    ids_without_control_characters,
+    document_limits_change_nothing,
     concurrent_inc_is_atomic,
     concurrent_push_keeps_every_element,
     many_threads_mixed,
@@ -970,6 +974,138 @@ fn collections(cx: &Ctx) {
     assert!(is_invalid(cx.store.get(&c, "x")));
     cx.store.create_collection(&c, &[]).unwrap();
     assert_eq!(cx.store.count(&c).unwrap(), 0);
+}
+
+/// The framework's own tables (`cads_` names) cannot be created or dropped as collections.
+fn reserved_names_are_refused(cx: &Ctx) {
+    cx.store
+        .execute_batch(
+            "CREATE TABLE IF NOT EXISTS cads_applied_sessions (id VARCHAR(64) PRIMARY KEY)",
+        )
+        .unwrap();
+    for name in ["cads_applied_sessions", "cads_collections", "cads_anything"] {
+        assert!(is_invalid(cx.store.drop_collection(name)), "{name}");
+        assert!(is_invalid(cx.store.create_collection(name, &[])), "{name}");
+    }
+    // Still there.
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    tx.query("SELECT COUNT(*) FROM cads_applied_sessions", &[])
+        .unwrap();
+    tx.commit().unwrap();
+}
+
+/// A catalog row written behind the store's back, naming an indexed field that is not a field
+/// name, is refused when the collection is loaded: its text never reaches a SQL statement.
+fn crafted_catalog_rows_are_refused(cx: &Ctx) {
+    let c = cx.coll("crafted", &[IndexedField::int("a")]);
+    let victim = cx.table("victim");
+    cx.store
+        .execute_batch(&format!("CREATE TABLE {victim} (x INTEGER)"))
+        .unwrap();
+    let crafted =
+        json!([{"name": format!("a\" INTEGER); DROP TABLE {victim}; --"), "kind": "int"}]);
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    tx.execute(
+        "UPDATE cads_collections SET indexed = ? WHERE name = ?",
+        &[
+            SqlValue::Text(crafted.to_string()),
+            SqlValue::Text(c.clone()),
+        ],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    // A store that has not loaded the collection yet reads the crafted row.
+    let fresh = cx.open_with(StoreOptions::default().with_pool_size(2));
+    for r in [
+        fresh.get(&c, "x").map(drop),
+        fresh.insert(&c, "x", &doc(json!({"a": 1}))),
+    ] {
+        assert!(
+            matches!(r, Err(StoreError::Backend(ref m)) if m.contains("bad catalog entry")),
+            "{r:?}"
+        );
+    }
+    assert!(is_invalid(
+        fresh.create_collection(&c, &[IndexedField::int("a")])
+    ));
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    tx.query(&format!("SELECT COUNT(*) FROM {victim}"), &[])
+        .expect("the victim table is still there");
+    tx.commit().unwrap();
+}
+
+/// Ids with control characters (a line break would split write-back's lists) are refused.
+fn ids_without_control_characters(cx: &Ctx) {
+    let c = cx.coll("ctrl_ids", &[]);
+    for id in ["a\nb", "a\rb", "\0", "tab\there", "\u{7f}"] {
+        assert!(
+            is_invalid(cx.store.insert(&c, id, &doc(json!({})))),
+            "{id:?}"
+        );
+        assert!(is_invalid(cx.store.get(&c, id)), "{id:?}");
+    }
+    assert_eq!(cx.store.count(&c).unwrap(), 0);
+}
+
+fn is_limit<T: std::fmt::Debug>(r: Result<T, StoreError>) -> bool {
+    matches!(r, Err(StoreError::Limit(_)))
+}
+
+/// Documents past the bounds of depth and size are refused, on every kind of write, and change
+/// nothing.
+fn document_limits_change_nothing(cx: &Ctx) {
+    use cads_store::limits::{MAX_DEPTH, MAX_DOCUMENT_BYTES};
+    use cads_store::{DocOp, DocWrite};
+    let c = cx.coll("limits", &[]);
+    let mut deep = json!(1);
+    for _ in 0..=MAX_DEPTH {
+        deep = json!({ "d": deep });
+    }
+    let deep = doc(deep);
+    let big = doc(json!({ "s": "x".repeat(MAX_DOCUMENT_BYTES) }));
+    for d in [&deep, &big] {
+        assert!(is_limit(cx.store.insert(&c, "a", d)));
+        assert!(is_limit(cx.store.put(&c, "a", d)));
+        assert!(is_limit(
+            cx.store.insert_many(&c, &[("a".into(), d.clone())])
+        ));
+    }
+    assert_eq!(cx.store.count(&c).unwrap(), 0);
+    // An update that would grow a document past the size bound leaves it as it was.
+    let half = "y".repeat(MAX_DOCUMENT_BYTES / 2 + 1);
+    cx.store.insert(&c, "a", &doc(json!({"p": half}))).unwrap();
+    let before = cx.store.get(&c, "a").unwrap();
+    assert!(is_limit(cx.store.update(
+        &c,
+        "a",
+        &Changes::new().set("q", half.clone())
+    )));
+    let batch = [
+        DocWrite {
+            collection: c.clone(),
+            id: "b".into(),
+            op: DocOp::Put(doc(json!({"ok": true}))),
+        },
+        DocWrite {
+            collection: c.clone(),
+            id: "a".into(),
+            op: DocOp::Update(Changes::new().push("r", half.clone())),
+        },
+    ];
+    assert!(is_limit(cx.store.write_batch(&batch)));
+    assert_eq!(cx.store.get(&c, "a").unwrap(), before);
+    assert_eq!(cx.store.get(&c, "b").unwrap(), None);
+    // A change too deep for the document, built in code, is refused too.
+    let mut operand = json!(1);
+    for _ in 0..MAX_DEPTH {
+        operand = json!([operand]);
+    }
+    assert!(is_limit(cx.store.update(
+        &c,
+        "a",
+        &Changes::new().set("p", operand)
+    )));
+    assert_eq!(cx.store.get(&c, "a").unwrap(), before);
 }
 
 fn concurrent_inc_is_atomic(cx: &Ctx) {

@@ -151,7 +151,7 @@ pub(crate) fn load(ctx: &RunContext<'_>, store: &Arc<dyn DataStore>) -> Result<D
 pub(crate) fn warm(ctx: &RunContext<'_>, cads: &Cads) -> Result<Duration> {
     let opts = ctx.opts;
     let started = Instant::now();
-    let table = Collection::named(&opts.table);
+    let table = Collection::named(&opts.table)?;
     let next = AtomicU64::new(0);
     let warmed = AtomicU64::new(0);
     let total = opts.records;
@@ -465,7 +465,7 @@ pub(crate) fn run_phase(ctx: &RunContext<'_>, dep: &Deployment) -> Result<RunRec
     let started = Instant::now();
     let shared = Shared {
         cads,
-        table: Collection::named(&opts.table),
+        table: Collection::named(&opts.table)?,
         workload,
         opts,
         inserts: AcknowledgedCounter::new(opts.records as i64),

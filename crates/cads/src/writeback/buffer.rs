@@ -5,17 +5,28 @@
 //! replicas, `n` counts the operations writes buffered, which compaction and conversion merge,
 //! and `l` the operation lines written with the header (lines appended after those count one
 //! write each).
+//!
+//! Every line is sealed ([`Seal`]) for the buffered write's cache key: a line whose seal does not
+//! open, or that does not read as an operation, is refused and left out (see [`Buffered::refused`]).
 
-use cads_store::{Change, Changes, DocOp, Document, Op, StoreError};
+use cads_store::{parse_json, Change, Changes, DocOp, Document, Op, StoreError};
 
-/// Encodes operations as lines.
-pub fn encode(ops: &[DocOp]) -> Vec<u8> {
+use super::mac::Seal;
+use super::Refusal;
+
+/// Encodes operations as lines, each sealed for the buffered write `key`.
+pub fn encode(seal: &Seal, key: &[u8], ops: &[DocOp]) -> Vec<u8> {
     let mut out = Vec::new();
     for op in ops {
-        serde_json::to_writer(&mut out, &op.to_json()).expect("JSON serializes");
-        out.push(b'\n');
+        push_line(&mut out, seal, key, &op.to_json());
     }
     out
+}
+
+fn push_line(out: &mut Vec<u8>, seal: &Seal, key: &[u8], value: &serde_json::Value) {
+    let payload = serde_json::to_vec(value).expect("JSON serializes");
+    out.extend(seal.seal(key, &payload));
+    out.push(b'\n');
 }
 
 /// A buffered write read back.
@@ -26,52 +37,75 @@ pub struct Buffered {
     /// Operations writes put in it (before compaction and conversion).
     pub writes: u64,
     pub ops: Vec<DocOp>,
+    /// Lines left out, and why: written by something other than an AppNode of this deployment
+    /// (their seals do not open), or unreadable.
+    pub refused: Vec<(Vec<u8>, Refusal)>,
 }
 
-/// Encodes operations after a header line.
-pub fn encode_versioned(version: u64, writes: u64, ops: &[DocOp]) -> Vec<u8> {
-    let mut out = serde_json::json!({ "v": version, "n": writes, "l": ops.len() })
-        .to_string()
-        .into_bytes();
-    out.push(b'\n');
-    out.extend(encode(ops));
+/// Encodes operations after a header line, each line sealed for the buffered write `key`.
+pub fn encode_versioned(
+    seal: &Seal,
+    key: &[u8],
+    version: u64,
+    writes: u64,
+    ops: &[DocOp],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let header = serde_json::json!({ "v": version, "n": writes, "l": ops.len() });
+    push_line(&mut out, seal, key, &header);
+    out.extend(encode(seal, key, ops));
     out
 }
 
-/// Decodes a buffered write (appended lines after the header count one write each).
-pub fn decode_versioned(bytes: &[u8]) -> Result<Buffered, StoreError> {
+/// Decodes the buffered write `key` (appended lines after the header count one write each),
+/// leaving out the lines it refuses.
+pub fn decode_versioned(seal: &Seal, key: &[u8], bytes: &[u8]) -> Buffered {
     let mut buffered = Buffered {
         version: 0,
         writes: 0,
         ops: Vec::new(),
+        refused: Vec::new(),
     };
     // Operation lines the header's count already covers.
     let mut covered = 0;
     for line in bytes.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
-        let value: serde_json::Value = serde_json::from_slice(line)
-            .map_err(|e| StoreError::Invalid(format!("a buffered write is not JSON: {e}")))?;
+        let Some(payload) = seal.open(key, line) else {
+            buffered
+                .refused
+                .push((line.to_vec(), Refusal::Unauthenticated));
+            continue;
+        };
+        let value = match parse_json(payload) {
+            Ok(value) => value,
+            Err(e) => {
+                buffered
+                    .refused
+                    .push((line.to_vec(), Refusal::Malformed(e.to_string())));
+                continue;
+            }
+        };
         match (value.get("v"), value.get("n")) {
             (Some(v), Some(n)) => {
                 buffered.version = v.as_u64().unwrap_or(0);
                 buffered.writes = n.as_u64().unwrap_or(0);
                 covered = value.get("l").and_then(|l| l.as_u64()).unwrap_or(0);
             }
-            _ => {
-                buffered.ops.push(DocOp::from_json(&value)?);
-                if covered > 0 {
-                    covered -= 1;
-                } else {
-                    buffered.writes += 1;
+            _ => match DocOp::from_json(&value) {
+                Ok(op) => {
+                    buffered.ops.push(op);
+                    if covered > 0 {
+                        covered -= 1;
+                    } else {
+                        buffered.writes += 1;
+                    }
                 }
-            }
+                Err(e) => buffered
+                    .refused
+                    .push((line.to_vec(), Refusal::Malformed(e.to_string()))),
+            },
         }
     }
-    Ok(buffered)
-}
-
-/// Decodes the operations of a buffered write.
-pub fn decode(bytes: &[u8]) -> Result<Vec<DocOp>, StoreError> {
-    decode_versioned(bytes).map(|b| b.ops)
+    buffered
 }
 
 /// Removes operations that later ones make redundant (000 Example 3.2.1): everything before a
@@ -216,27 +250,61 @@ mod tests {
         v.as_object().unwrap().clone()
     }
 
+    const KEY: &[u8] = b"BW:users:u1";
+
     #[test]
     fn encodes_and_decodes_lines() {
-        let ops = vec![
-            update(json!({"$inc": {"n": 1}})),
-            DocOp::Put(doc(json!({"a": [1, 2]}))),
-            DocOp::Delete,
-        ];
-        let mut bytes = encode(&ops[..1]);
-        bytes.extend(encode(&ops[1..]));
-        assert_eq!(decode(&bytes).unwrap(), ops);
-        assert!(decode(b"{not json}\n").is_err());
-        // Five writes compacted into three operations, then one appended.
-        let mut versioned = encode_versioned(7, 5, &ops);
-        versioned.extend(encode(&ops[..1]));
-        let read = decode_versioned(&versioned).unwrap();
-        assert_eq!((read.version, read.writes), (7, 6));
-        assert_eq!(read.ops.len(), 4);
-        // Read back and written again, the count stays.
-        let again = encode_versioned(read.version + 1, read.writes, &read.ops);
-        assert_eq!(decode_versioned(&again).unwrap().writes, 6);
-        assert_eq!(decode_versioned(&bytes).unwrap().writes, 3);
+        for seal in [Seal::new(&[7; 32]), Seal::off()] {
+            let ops = vec![
+                update(json!({"$inc": {"n": 1}})),
+                DocOp::Put(doc(json!({"a": [1, 2]}))),
+                DocOp::Delete,
+            ];
+            let mut bytes = encode(&seal, KEY, &ops[..1]);
+            bytes.extend(encode(&seal, KEY, &ops[1..]));
+            let read = decode_versioned(&seal, KEY, &bytes);
+            assert_eq!(read.ops, ops);
+            assert!(read.refused.is_empty());
+            // Five writes compacted into three operations, then one appended.
+            let mut versioned = encode_versioned(&seal, KEY, 7, 5, &ops);
+            versioned.extend(encode(&seal, KEY, &ops[..1]));
+            let read = decode_versioned(&seal, KEY, &versioned);
+            assert_eq!((read.version, read.writes), (7, 6));
+            assert_eq!(read.ops.len(), 4);
+            // Read back and written again, the count stays.
+            let again = encode_versioned(&seal, KEY, read.version + 1, read.writes, &read.ops);
+            assert_eq!(decode_versioned(&seal, KEY, &again).writes, 6);
+            assert_eq!(decode_versioned(&seal, KEY, &bytes).writes, 3);
+        }
+    }
+
+    #[test]
+    fn lines_that_do_not_open_or_read_are_refused_and_left_out() {
+        let seal = Seal::new(&[7; 32]);
+        let genuine = encode(&seal, KEY, &[update(json!({"$inc": {"n": 1}}))]);
+        let mut bytes = genuine.clone();
+        // Forged (no tag), sealed for another document, sealed but not an operation, sealed but
+        // with a duplicate key, or past a bound.
+        bytes.extend_from_slice(b"{\"put\":{\"evil\":true}}\n");
+        bytes.extend(encode(&seal, b"BW:users:u2", &[DocOp::Delete]));
+        for payload in [
+            &b"{not json}"[..],
+            br#"{"delete": true, "delete": true}"#,
+            br#"{"update": {"$set": {"a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a": 1}}}"#,
+        ] {
+            bytes.extend(seal.seal(KEY, payload));
+            bytes.push(b'\n');
+        }
+        bytes.extend(genuine);
+        let read = decode_versioned(&seal, KEY, &bytes);
+        assert_eq!(read.ops.len(), 2, "the genuine lines stay");
+        assert_eq!(read.writes, 2);
+        let why: Vec<bool> = read
+            .refused
+            .iter()
+            .map(|(_, r)| *r == Refusal::Unauthenticated)
+            .collect();
+        assert_eq!(why, [true, true, false, false, false]);
     }
 
     #[test]

@@ -7,8 +7,9 @@ use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_protocol::{Command, Reply};
 use cads_store::{DocOp, DocWrite, StoreError};
 
-use super::replicated::{join_lines, lines, placed, read_many, replicas};
-use super::{buffer, Buffering};
+use super::mac::Seal;
+use super::replicated::{filter_list, open_lines, placed, read_many, replicas, sealed_line};
+use super::{buffer, Buffering, Refused};
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
 use crate::failpoints;
@@ -47,6 +48,7 @@ fn partition_of(cads: &Cads, bw_key: &[u8]) -> usize {
 /// the same pipeline as its other writes and its validation.
 pub(crate) struct Staging {
     buffering: Buffering,
+    seal: Seal,
     docs: Vec<DocStaging>,
 }
 
@@ -57,7 +59,7 @@ struct DocStaging {
 }
 
 impl Staging {
-    pub(crate) fn plan(cads: &Cads, ops: &[(DocRef, DocOp)]) -> Staging {
+    pub(crate) fn plan(cads: &Cads, seal: &Seal, ops: &[(DocRef, DocOp)]) -> Staging {
         let client = cads.cache().expect("write-back has a cache");
         let mut per_doc: BTreeMap<&DocRef, Vec<DocOp>> = BTreeMap::new();
         for (doc, op) in ops {
@@ -76,6 +78,7 @@ impl Staging {
             .collect();
         Staging {
             buffering: cads.config().write_back.buffering,
+            seal: seal.clone(),
             docs,
         }
     }
@@ -92,7 +95,8 @@ impl Staging {
             .collect()
     }
 
-    /// The writes, given the values [`reads`](Self::reads) returned (in its order).
+    /// The writes, given the values [`reads`](Self::reads) returned (in its order), and the
+    /// lines they leave out of the buffered writes they rewrite (refused: see [`buffer`]).
     ///
     /// Read-modify-write keeps the newest of the replicas' copies (a replica may lag behind after
     /// a commit that failed on it), adds the operations, compacts, and writes the result, one
@@ -102,12 +106,13 @@ impl Staging {
         &self,
         cads: &Cads,
         read: &[Option<Vec<u8>>],
-    ) -> Result<Vec<(usize, Write)>, ClientError> {
+    ) -> (Vec<(usize, Write)>, Refused) {
         let mut writes = Vec::new();
+        let mut refused = Refused::default();
         let mut read = read.iter();
         for doc in &self.docs {
             if self.buffering == Buffering::Append {
-                let lines = buffer::encode(&doc.ops);
+                let lines = buffer::encode(&self.seal, &doc.key, &doc.ops);
                 writes.extend(doc.cmis.iter().map(|&cmi| {
                     let append = Write::Append {
                         key: doc.key.clone(),
@@ -119,8 +124,10 @@ impl Staging {
             }
             let mut newest: Option<buffer::Buffered> = None;
             for bytes in read.by_ref().take(doc.cmis.len()).flatten() {
-                let held = buffer::decode_versioned(bytes)
-                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let mut held = buffer::decode_versioned(&self.seal, &doc.key, bytes);
+                for (line, why) in std::mem::take(&mut held.refused) {
+                    refused.add(&doc.key, &line, why);
+                }
                 if newest.as_ref().is_none_or(|n| held.version > n.version) {
                     newest = Some(held);
                 }
@@ -130,6 +137,7 @@ impl Staging {
                 version: 0,
                 writes: 0,
                 ops: Vec::new(),
+                refused: Vec::new(),
             });
             let count = held.writes + doc.ops.len() as u64;
             let mut all = held.ops;
@@ -139,7 +147,13 @@ impl Staging {
             } else {
                 held.version + 1
             };
-            let value = buffer::encode_versioned(version, count, &buffer::compact(all));
+            let value = buffer::encode_versioned(
+                &self.seal,
+                &doc.key,
+                version,
+                count,
+                &buffer::compact(all),
+            );
             writes.extend(doc.cmis.iter().map(|&cmi| {
                 let set = Write::Set {
                     key: doc.key.clone(),
@@ -149,10 +163,10 @@ impl Staging {
                 (cmi, set)
             }));
             if created {
-                writes.extend(registration(cads, &doc.key));
+                writes.extend(registration(cads, &self.seal, &doc.key));
             }
         }
-        Ok(writes)
+        (writes, refused)
     }
 
     /// Append buffering, after the writes: a document whose replicas all lacked a buffered write
@@ -187,8 +201,14 @@ impl Staging {
             let whole = match holder {
                 // A new buffered write starts with its creation version (see `new_version`).
                 None => {
-                    fixes.extend(registration(cads, &doc.key));
-                    buffer::encode_versioned(new_version(), doc.ops.len() as u64, &doc.ops)
+                    fixes.extend(registration(cads, &self.seal, &doc.key));
+                    buffer::encode_versioned(
+                        &self.seal,
+                        &doc.key,
+                        new_version(),
+                        doc.ops.len() as u64,
+                        &doc.ops,
+                    )
                 }
                 Some(h) => session
                     .on(h, |s| s.get(&doc.key, true))?
@@ -222,12 +242,12 @@ fn new_version() -> u64 {
 }
 
 /// The writes listing a new buffered write in its PendingWrites partition, on every replica of
-/// the partition: an empty pinned list where there is none, then the line appended.
-fn registration(cads: &Cads, key: &[u8]) -> Vec<(usize, Write)> {
+/// the partition: an empty pinned list where there is none, then the line (sealed for the
+/// partition) appended.
+fn registration(cads: &Cads, seal: &Seal, key: &[u8]) -> Vec<(usize, Write)> {
     let client = cads.cache().expect("write-back has a cache");
     let pw = pw_key(partition_of(cads, key));
-    let mut line = key.to_vec();
-    line.push(b'\n');
+    let line = sealed_line(seal, &pw, key);
     replicas(cads, client, &pw)
         .into_iter()
         .flat_map(|cmi| {
@@ -366,6 +386,8 @@ fn crashed() -> Error {
 fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
     let client = cads.cache().expect("write-back has a cache");
     let store = cads.store().as_ref();
+    let seal = cads.seal()?;
+    let mut refused = Refused::default();
     let keys: Vec<Vec<u8>> = docs.iter().map(bw_key).collect();
     let places = placed(cads, client, &keys);
     let mut session = client.session();
@@ -378,7 +400,10 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
             index += 1;
         }
         let Some(bytes) = bytes else { continue };
-        let held = buffer::decode_versioned(&bytes)?;
+        let mut held = buffer::decode_versioned(seal, key, &bytes);
+        for (line, why) in std::mem::take(&mut held.refused) {
+            refused.add(key, &line, why);
+        }
         if newest[index]
             .as_ref()
             .is_none_or(|n| held.version > n.version)
@@ -412,7 +437,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
             let form = buffer::idempotent_form(&ops, before)?;
             converted.push((
                 i,
-                buffer::encode_versioned(held.version + 1, held.writes, &form),
+                buffer::encode_versioned(seal, &keys[i], held.version + 1, held.writes, &form),
             ));
         }
     }
@@ -452,7 +477,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         } else {
             session.mget_at(&pw_places, true)?
         };
-        writes.extend(unlisting(&pw_places, lists, &gone));
+        writes.extend(unlisting(seal, &pw_places, lists, &gone, &mut refused));
     }
     session = match crash_at(failpoints::APPLY_LEASED, session) {
         Ok(()) => return Err(crashed()),
@@ -503,6 +528,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         }
         Err(e) => return Err(e.into()),
     }
+    refused.discarded(cads.write_back_stats());
     if !unlist_now {
         if let Err(e) = unlist(cads, &gone) {
             // The lines stay; the next pass over the partition finds no buffered write there
@@ -538,30 +564,22 @@ fn partitions_listing(cads: &Cads, bw_keys: &HashSet<&[u8]>) -> Vec<Vec<u8>> {
     partitions.into_iter().map(pw_key).collect()
 }
 
-/// The writes removing the lines of `gone` buffered writes from the PendingWrites `lists` read
-/// at `pw_places`.
+/// The writes removing the lines of `gone` buffered writes, and the lines whose seals do not open
+/// (noted in `refused`), from the PendingWrites `lists` read at `pw_places`.
 fn unlisting(
+    seal: &Seal,
     pw_places: &[(usize, &[u8])],
     lists: Vec<Option<Vec<u8>>>,
     gone: &HashSet<&[u8]>,
+    refused: &mut Refused,
 ) -> Vec<(usize, Write)> {
     let mut writes = Vec::new();
     for (&(cmi, pw), list) in pw_places.iter().zip(lists) {
         let Some(list) = list else { continue };
-        let kept: Vec<&[u8]> = lines(&list)
-            .into_iter()
-            .filter(|line| !gone.contains(line))
-            .collect();
-        let write = if kept.is_empty() {
-            Write::Delete { key: pw.to_vec() }
-        } else {
-            Write::Set {
-                key: pw.to_vec(),
-                value: join_lines(&kept),
-                pin: true,
-            }
-        };
-        writes.push((cmi, write));
+        let keep = |bw_key: &[u8]| !gone.contains(bw_key);
+        if let Some(write) = filter_list(seal, pw, &list, keep, false, refused) {
+            writes.push((cmi, write));
+        }
     }
     writes
 }
@@ -570,11 +588,24 @@ fn unlisting(
 /// holds their exclusive leases with the partitions', so that a buffered write a writer created
 /// since keeps its line (the writer registered it again, or will once these leases are gone).
 fn unlist(cads: &Cads, bw_keys: &[Vec<u8>]) -> Result<()> {
+    let all: HashSet<&[u8]> = bw_keys.iter().map(Vec::as_slice).collect();
+    unlist_from(cads, bw_keys, &partitions_listing(cads, &all))
+}
+
+/// Removes the lines whose seals do not open from PendingWrites `partitions` (found by
+/// [`pending_in`]): not written by an AppNode of this deployment, they name nothing to apply.
+pub(crate) fn purge(cads: &Cads, partitions: &[usize]) -> Result<()> {
+    let pw_keys: Vec<Vec<u8>> = partitions.iter().map(|&p| pw_key(p)).collect();
+    unlist_from(cads, &[], &pw_keys)
+}
+
+/// [`unlist`] from the lists `pw_keys`, which also loses its lines that do not open.
+fn unlist_from(cads: &Cads, bw_keys: &[Vec<u8>], pw_keys: &[Vec<u8>]) -> Result<()> {
     let client = cads.cache().expect("write-back has a cache");
+    let seal = cads.seal()?;
     let all: HashSet<&[u8]> = bw_keys.iter().map(Vec::as_slice).collect();
     let bw_places = placed(cads, client, bw_keys);
-    let pw_keys = partitions_listing(cads, &all);
-    let pw_places = placed(cads, client, &pw_keys);
+    let pw_places = placed(cads, client, pw_keys);
     let mut reads = bw_places.clone();
     reads.extend_from_slice(&pw_places);
     let mut session = client.session();
@@ -587,8 +618,11 @@ fn unlist(cads: &Cads, bw_keys: &[Vec<u8>]) -> Result<()> {
         .map(|(&(_, key), _)| key)
         .collect();
     let gone: HashSet<&[u8]> = all.difference(&recreated).copied().collect();
-    session.write_at(&unlisting(&pw_places, lists, &gone), true)?;
+    let mut refused = Refused::default();
+    let writes = unlisting(seal, &pw_places, lists, &gone, &mut refused);
+    session.write_at(&writes, true)?;
     session.commit()?;
+    refused.discarded(cads.write_back_stats());
     Ok(())
 }
 
@@ -596,6 +630,7 @@ fn unlist(cads: &Cads, bw_keys: &[Vec<u8>]) -> Result<()> {
 /// commit left on some replicas. A newer copy is a new buffered write and stays.
 fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
     let client = cads.cache().expect("write-back has a cache");
+    let seal = cads.seal()?;
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -605,7 +640,7 @@ fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
                 let Some(bytes) = session.on(cmi, |s| s.get(key, true))? else {
                     continue;
                 };
-                let held = buffer::decode_versioned(&bytes)?;
+                let held = buffer::decode_versioned(seal, key, &bytes);
                 if held.version <= applied {
                     session.on(cmi, |s| s.delete(key))?;
                 }
@@ -623,29 +658,53 @@ fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
     }
 }
 
-/// The documents with buffered writes listed in each of the PendingWrites `partitions` (the
-/// union over each partition's reachable replicas), read in one round trip.
-pub(crate) fn pending_in(cads: &Cads, partitions: &[usize]) -> Result<Vec<Vec<DocRef>>> {
+/// What the PendingWrites partitions list.
+pub(crate) struct Listed {
+    /// Per partition asked for, the documents with buffered writes it lists (the union over its
+    /// reachable replicas).
+    pub docs: Vec<Vec<DocRef>>,
+    /// The partitions holding lines whose seals do not open (see [`purge`]).
+    pub refused: Vec<usize>,
+}
+
+/// The documents with buffered writes listed in each of the PendingWrites `partitions`, read in
+/// one round trip.
+pub(crate) fn pending_in(cads: &Cads, partitions: &[usize]) -> Result<Listed> {
+    let seal = cads.seal()?;
     let keys: Vec<Vec<u8>> = partitions.iter().map(|&p| pw_key(p)).collect();
-    let mut all = Vec::with_capacity(partitions.len());
-    for copies in read_many(cads, &keys)? {
+    let mut listed = Listed {
+        docs: Vec::with_capacity(partitions.len()),
+        refused: Vec::new(),
+    };
+    for ((copies, key), &partition) in read_many(cads, &keys)?
+        .into_iter()
+        .zip(&keys)
+        .zip(partitions)
+    {
         let mut docs: Vec<DocRef> = Vec::new();
+        let mut refused = false;
         for list in copies.into_iter().flatten() {
-            for doc in lines(&list).into_iter().filter_map(doc_of) {
+            let (payloads, some_refused) = open_lines(seal, key, &list);
+            refused |= some_refused;
+            for doc in payloads.into_iter().filter_map(doc_of) {
                 if !docs.contains(&doc) {
                     docs.push(doc);
                 }
             }
         }
-        all.push(docs);
+        if refused {
+            listed.refused.push(partition);
+        }
+        listed.docs.push(docs);
     }
-    Ok(all)
+    Ok(listed)
 }
 
 /// Every document with a buffered write waiting (all PendingWrites partitions).
 pub fn pending(cads: &Cads) -> Result<Vec<DocRef>> {
     let partitions: Vec<usize> = (0..cads.config().write_back.partitions.max(1)).collect();
     Ok(pending_in(cads, &partitions)?
+        .docs
         .into_iter()
         .flatten()
         .collect())

@@ -24,10 +24,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use cads_client::{Backoff, ClientError, Session as CacheSession, Write};
-use cads_store::{SqlTransaction, SqlValue, StoreError};
+use cads_store::{parse_json, SqlTransaction, SqlValue, StoreError};
 use serde_json::{json, Value};
 
-use super::replicated::{join_lines, lines, placed, read_all, read_many};
+use super::mac::Seal;
+use super::replicated::{
+    open_lines, placed, purge_list, read_all, read_many, rewrite_lists, sealed_line,
+};
+use super::{Refusal, Refused};
 use crate::error::{Error, Result};
 use crate::failpoints;
 use crate::Cads;
@@ -143,7 +147,7 @@ impl SessionWrites {
                 "a buffered session is malformed: {what}"
             )))
         };
-        let value: Value = serde_json::from_slice(bytes).map_err(|_| bad("not JSON"))?;
+        let value: Value = parse_json(bytes).map_err(|_| bad("not JSON"))?;
         let queue = value["q"].as_str().ok_or_else(|| bad("queue"))?.to_string();
         let mut statements = Vec::new();
         for s in value["s"].as_array().ok_or_else(|| bad("statements"))? {
@@ -249,6 +253,13 @@ fn new_session_id() -> String {
     format!("{tag:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// A session object read back from the cache key `key`: refused if its seal does not open or it
+/// cannot be read.
+fn open_object(seal: &Seal, key: &[u8], bytes: &[u8]) -> Result<SessionWrites, Refusal> {
+    let payload = seal.open(key, bytes).ok_or(Refusal::Unauthenticated)?;
+    SessionWrites::decode(payload).map_err(|e| Refusal::Malformed(e.to_string()))
+}
+
 /// Checks a queue name: it is part of cache keys and of list lines.
 pub(crate) fn check_queue_name(queue: &str) -> Result<()> {
     if queue.is_empty() || queue.len() > MAX_QUEUE_NAME || queue.contains(['\n', '\r']) {
@@ -269,8 +280,9 @@ pub(crate) fn stage(
     writes: &SessionWrites,
 ) -> Result<()> {
     let client = cads.cache().expect("write-back has a cache");
+    let seal = cads.seal()?;
     let id = new_session_id();
-    let object = writes.encode()?;
+    let object = seal.seal(&session_key(&id), &writes.encode()?);
     let object_key = [session_key(&id)];
     let sets: Vec<(usize, &[u8], &[u8])> = placed(cads, client, &object_key)
         .into_iter()
@@ -282,11 +294,15 @@ pub(crate) fn stage(
     lists.sort();
     lists.dedup();
     lists.push(queue_key(&writes.queue));
-    let line = join_lines(&[id.as_bytes()]);
+    // Each list's line is sealed for that list, so that it cannot be moved to another.
+    let lines: HashMap<&[u8], Vec<u8>> = lists
+        .iter()
+        .map(|key| (key.as_slice(), sealed_line(seal, key, id.as_bytes())))
+        .collect();
     let places = placed(cads, client, &lists);
     let appends: Vec<(usize, &[u8], &[u8])> = places
         .iter()
-        .map(|&(cmi, key)| (cmi, key, line.as_slice()))
+        .map(|&(cmi, key)| (cmi, key, lines[key].as_slice()))
         .collect();
     let lengths = session.mappend_at(&appends).map_err(buffer_error)?;
     // A list missing on a replica is new, or was lost with a CMI that restarted: it starts with
@@ -307,7 +323,7 @@ pub(crate) fn stage(
         .filter(|((_, key), _)| *key == queue.as_slice())
         .all(|(_, len)| len.is_none());
     if queue_is_new {
-        register_queue(cads, session, &writes.queue).map_err(buffer_error)?;
+        register_queue(cads, seal, session, &writes.queue).map_err(buffer_error)?;
     }
     Ok(())
 }
@@ -323,11 +339,12 @@ fn buffer_error(e: ClientError) -> Error {
 /// Adds a queue to `SQS`, on every replica.
 fn register_queue(
     cads: &Cads,
+    seal: &Seal,
     session: &mut CacheSession<'_>,
     queue: &str,
 ) -> Result<(), ClientError> {
     let client = cads.cache().expect("write-back has a cache");
-    let line = join_lines(&[queue.as_bytes()]);
+    let line = sealed_line(seal, QUEUES_KEY, queue.as_bytes());
     let keys = [QUEUES_KEY.to_vec()];
     let appends: Vec<(usize, &[u8], &[u8])> = placed(cads, client, &keys)
         .into_iter()
@@ -346,31 +363,53 @@ fn register_queue(
     Ok(())
 }
 
-/// The queues sessions have used (the union over the reachable replicas of `SQS`).
-pub(crate) fn queues(cads: &Cads) -> Result<Vec<String>> {
+/// The queues sessions have used (the union over the reachable replicas of `SQS`), and whether
+/// `SQS` holds lines whose seals do not open.
+fn read_queues(cads: &Cads) -> Result<(Vec<String>, bool)> {
+    let seal = cads.seal()?;
     let mut names = BTreeSet::new();
+    let mut refused = false;
     for list in read_all(cads, QUEUES_KEY)?.into_iter().flatten() {
-        for line in lines(&list) {
-            names.insert(String::from_utf8_lossy(line).into_owned());
-        }
+        let (payloads, some_refused) = open_lines(seal, QUEUES_KEY, &list);
+        refused |= some_refused;
+        names.extend(
+            payloads
+                .into_iter()
+                .map(|l| String::from_utf8_lossy(l).into_owned()),
+        );
     }
-    Ok(names.into_iter().collect())
+    Ok((names.into_iter().collect(), refused))
+}
+
+/// The queues for a worker to apply; lines of `SQS` whose seals do not open are removed.
+pub(crate) fn queues(cads: &Cads) -> Result<Vec<String>> {
+    let (names, refused) = read_queues(cads)?;
+    if refused {
+        purge_list(cads, QUEUES_KEY, false)?;
+    }
+    Ok(names)
 }
 
 /// A queue's session ids in commit order: the longest of its replicas (a replica that restarted
-/// empty holds only what was queued since).
-fn queued(cads: &Cads, queue: &str) -> Result<Vec<String>> {
-    let longest = read_all(cads, &queue_key(queue))?
+/// empty holds only what was queued since), and whether some replica holds lines whose seals do
+/// not open.
+fn queued(cads: &Cads, queue: &str) -> Result<(Vec<String>, bool)> {
+    let seal = cads.seal()?;
+    let key = queue_key(queue);
+    let mut refused = false;
+    let longest = read_all(cads, &key)?
         .into_iter()
         .flatten()
         .map(|list| {
-            lines(&list)
+            let (payloads, some_refused) = open_lines(seal, &key, &list);
+            refused |= some_refused;
+            payloads
                 .into_iter()
                 .map(|l| String::from_utf8_lossy(l).into_owned())
                 .collect::<Vec<_>>()
         })
         .max_by_key(Vec::len);
-    Ok(longest.unwrap_or_default())
+    Ok((longest.unwrap_or_default(), refused))
 }
 
 /// A session object read back.
@@ -382,61 +421,73 @@ pub(crate) struct Pending {
 /// The sessions with changes pending to any of `keys` (through their mappings), read without
 /// leases. A session whose object is gone from every replica has been applied.
 pub(crate) fn pending_for(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Pending>> {
+    let seal = cads.seal()?;
     let mappings: Vec<Vec<u8>> = keys.iter().map(|k| mapping_key(k)).collect();
     let mut listed: Vec<Vec<String>> = Vec::new();
-    for replicas in read_many(cads, &mappings)? {
+    // Mappings holding lines whose seals do not open.
+    let mut refused_in: Vec<bool> = Vec::new();
+    for (replicas, mapping) in read_many(cads, &mappings)?.into_iter().zip(&mappings) {
         let mut ids: Vec<String> = Vec::new();
-        for line in replicas.iter().flatten().flat_map(|list| lines(list)) {
-            let id = String::from_utf8_lossy(line).into_owned();
-            if !ids.contains(&id) {
-                ids.push(id);
+        let mut refused = false;
+        for list in replicas.iter().flatten() {
+            let (payloads, some_refused) = open_lines(seal, mapping, list);
+            refused |= some_refused;
+            for line in payloads {
+                let id = String::from_utf8_lossy(line).into_owned();
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
             }
         }
         listed.push(ids);
+        refused_in.push(refused);
     }
     let mut ids: Vec<&String> = listed.iter().flatten().collect();
     ids.sort();
     ids.dedup();
     let objects: Vec<Vec<u8>> = ids.iter().map(|id| session_key(id)).collect();
     let mut pending = Vec::new();
-    for (id, replicas) in ids.iter().zip(read_many(cads, &objects)?) {
-        if let Some(bytes) = replicas.into_iter().flatten().next() {
+    for ((id, key), replicas) in ids.iter().zip(&objects).zip(read_many(cads, &objects)?) {
+        // The first copy that opens; one refused everywhere is left for the worker that meets
+        // it in its queue to discard.
+        let object = replicas
+            .iter()
+            .flatten()
+            .find_map(|bytes| open_object(seal, key, bytes).ok());
+        if let Some(writes) = object {
             pending.push(Pending {
-                writes: SessionWrites::decode(&bytes)?,
+                writes,
                 id: id.to_string(),
             });
         }
     }
     // A mapping that lists only applied sessions is left over from a worker that died before
-    // compacting: it goes now.
-    for (mapping, ids) in mappings.iter().zip(&listed) {
-        if !ids.is_empty() && !pending.iter().any(|p| ids.contains(&p.id)) {
-            drop_stale_mapping(cads, mapping, ids);
+    // compacting: it goes now. Lines whose seals do not open go too.
+    for ((mapping, ids), refused) in mappings.iter().zip(&listed).zip(refused_in) {
+        let stale = !ids.is_empty() && !pending.iter().any(|p| ids.contains(&p.id));
+        if stale || refused {
+            clean_mapping(cads, mapping, if stale { ids } else { &[] });
         }
     }
     Ok(pending)
 }
 
-/// Deletes a mapping whose replicas list only `applied` ids (best effort: a writer that adds
-/// to it meanwhile keeps it).
-fn drop_stale_mapping(cads: &Cads, mapping: &[u8], applied: &[String]) {
+/// Removes from a mapping the lines of `applied` ids and the lines whose seals do not open,
+/// deleting it if nothing is left (best effort: a writer that adds to it meanwhile keeps it).
+fn clean_mapping(cads: &Cads, mapping: &[u8], applied: &[String]) {
     let client = cads.cache().expect("write-back has a cache");
     let keys = [mapping.to_vec()];
     let places = placed(cads, client, &keys);
     let mut session = client.session();
-    let outcome = session.mget_at(&places, true).and_then(|values| {
-        let stale = values.iter().flatten().all(|list| {
-            lines(list)
-                .iter()
-                .all(|l| applied.iter().any(|id| id.as_bytes() == *l))
-        });
-        if stale {
-            session.mdelete_at(&places)?;
-        }
-        session.commit()
+    let outcome = cads.seal().and_then(|seal| {
+        let keep = |_: &[u8], id: &[u8]| !applied.iter().any(|a| a.as_bytes() == id);
+        let refused = rewrite_lists(seal, &mut session, &places, keep, |_| false)?;
+        session.commit()?;
+        Ok(refused)
     });
-    if let Err(e) = outcome {
-        tracing::debug!(error = %e, "dropping a stale mapping failed; it stays");
+    match outcome {
+        Ok(refused) => refused.discarded(cads.write_back_stats()),
+        Err(e) => tracing::debug!(error = %e, "cleaning a mapping failed; it stays"),
     }
 }
 
@@ -450,6 +501,7 @@ pub(crate) fn in_queue_order(cads: &Cads, pending: Vec<Pending>) -> Result<Vec<P
     let mut ordered = Vec::new();
     for (queue, mut sessions) in by_queue {
         let positions: HashMap<String, usize> = queued(cads, &queue)?
+            .0
             .into_iter()
             .enumerate()
             .map(|(i, id)| (id, i))
@@ -566,7 +618,9 @@ fn apply_prefix(
     compact_midway: bool,
 ) -> Result<usize> {
     prepare(cads)?;
-    let ids = queued(cads, queue)?;
+    let (ids, refused) = queued(cads, queue)?;
+    // The queue's lines that do not open leave it at the next compaction.
+    done.refused_lines |= refused;
     let end = match through {
         Some(id) => match ids.iter().position(|q| q == id) {
             Some(i) => i + 1,
@@ -592,6 +646,8 @@ fn apply_prefix(
 struct Done {
     ids: Vec<String>,
     mapped: BTreeSet<Vec<u8>>,
+    /// The queue holds lines whose seals do not open.
+    refused_lines: bool,
 }
 
 /// Runs `step` again after a backoff while it loses lease races or data-store conflicts.
@@ -626,6 +682,7 @@ fn crashed() -> Error {
 fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     let client = cads.cache().expect("write-back has a cache");
     let store = cads.store().as_ref();
+    let seal = cads.seal()?;
     let keys: Vec<Vec<u8>> = ids.iter().map(|id| session_key(id)).collect();
     let places = placed(cads, client, &keys);
     let mut session = client.session();
@@ -633,20 +690,49 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     // them in, can work on these sessions until this one is done.
     let values = session.mget_at(&places, true)?;
     let mut objects: Vec<(&String, SessionWrites)> = Vec::new();
+    // Copies refused: deleted with the applied ones. A session none of whose copies opens is
+    // moved past (its id leaves the queue at the next compaction), so that its queue goes on.
+    let mut refused = Refused::default();
     for (id, key) in ids.iter().zip(&keys) {
-        let value = places
+        let copies = places
             .iter()
             .zip(&values)
-            .find(|((_, k), v)| *k == key.as_slice() && v.is_some())
-            .and_then(|(_, v)| v.clone());
-        match value {
-            Some(bytes) => objects.push((id, SessionWrites::decode(&bytes)?)),
-            // Gone from every replica: applied and deleted already.
-            None => done.ids.push(id.clone()),
+            .filter(|((_, k), _)| *k == key.as_slice())
+            .filter_map(|(_, v)| v.as_deref());
+        let mut object = None;
+        let mut present = false;
+        for bytes in copies {
+            present = true;
+            match open_object(seal, key, bytes) {
+                Ok(writes) if object.is_none() => object = Some(writes),
+                Ok(_) => {}
+                Err(why) => refused.add(key, bytes, why),
+            }
+        }
+        match object {
+            Some(writes) => objects.push((id, writes)),
+            // Gone from every replica (applied and deleted already), or refused on every one.
+            None => {
+                if present {
+                    tracing::warn!(session = %id, "a queued session is refused; its queue goes on");
+                }
+                done.ids.push(id.clone());
+            }
         }
     }
+    // Every copy present goes: those of the sessions applied below, and those refused.
+    let deletes: Vec<(usize, Write)> = places
+        .iter()
+        .zip(&values)
+        .filter(|(_, v)| v.is_some())
+        .map(|(&(cmi, key), _)| (cmi, Write::Delete { key: key.to_vec() }))
+        .collect();
     if objects.is_empty() {
+        if !deletes.is_empty() {
+            session.write_at(&deletes, true)?;
+        }
         session.commit()?;
+        refused.discarded(cads.write_back_stats());
         return Ok(0);
     }
     if failpoints::dies_at(failpoints::APPLY_LEASED) {
@@ -714,15 +800,10 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         std::mem::forget(session);
         return Err(crashed());
     }
-    let deletes: Vec<(usize, Write)> = places
-        .iter()
-        .zip(&values)
-        .filter(|(_, v)| v.is_some())
-        .map(|(&(cmi, key), _)| (cmi, Write::Delete { key: key.to_vec() }))
-        .collect();
     session.write_at(&deletes, true)?;
     match session.commit() {
         Ok(()) => {
+            refused.discarded(cads.write_back_stats());
             for (id, writes) in objects {
                 done.ids.push(id.clone());
                 done.mapped.extend(writes.mapped);
@@ -758,15 +839,17 @@ fn apply_error(id: &str, statement: &Statement, e: StoreError) -> Error {
 /// (Algorithm 4, lines 25-29). Only ids whose session objects are gone from every replica are
 /// here, so no applier can be led to them again.
 fn compact(cads: &Cads, queue: &str, done: &mut Done) -> Result<()> {
-    if done.ids.is_empty() {
+    if done.ids.is_empty() && !done.refused_lines {
         return Ok(());
     }
     let client = cads.cache().expect("write-back has a cache");
-    with_retries(cads, || {
+    let refused = with_retries(cads, || {
         let mut session = client.session();
-        remove_ids(cads, &mut session, queue, done)?;
-        Ok(session.commit()?)
+        let refused = remove_ids(cads, &mut session, queue, done)?;
+        session.commit()?;
+        Ok(refused)
     })?;
+    refused.discarded(cads.write_back_stats());
     forget_applied(cads, &done.ids)?;
     *done = Done::default();
     Ok(())
@@ -789,53 +872,32 @@ fn forget_applied(cads: &Cads, ids: &[String]) -> Result<()> {
     })
 }
 
-/// Rewrites, in `session`, the queue and the mappings without the ids in `done`. An emptied
-/// queue stays (empty), so that it is not registered again; an emptied mapping goes.
-fn remove_ids(cads: &Cads, session: &mut CacheSession<'_>, queue: &str, done: &Done) -> Result<()> {
+/// Rewrites, in `session`, the queue and the mappings without the ids in `done` and without
+/// their lines whose seals do not open (returned, to be counted once the session commits). An
+/// emptied queue stays (empty), so that it is not registered again; an emptied mapping goes.
+fn remove_ids(
+    cads: &Cads,
+    session: &mut CacheSession<'_>,
+    queue: &str,
+    done: &Done,
+) -> Result<Refused> {
     let client = cads.cache().expect("write-back has a cache");
+    let seal = cads.seal()?;
     let ids: BTreeSet<&[u8]> = done.ids.iter().map(String::as_bytes).collect();
     let queue = queue_key(queue);
     let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
     lists.extend(done.mapped.iter().map(|k| mapping_key(k)));
     let places = placed(cads, client, &lists);
-    let values = session.mget_at(&places, true)?;
-    let mut sets: Vec<(usize, &[u8], Vec<u8>)> = Vec::new();
-    let mut deletes: Vec<(usize, &[u8])> = Vec::new();
-    for (&(cmi, key), value) in places.iter().zip(&values) {
-        let Some(value) = value else { continue };
-        let listed = lines(value);
-        let kept: Vec<&[u8]> = listed
-            .iter()
-            .copied()
-            .filter(|l| !ids.contains(l))
-            .collect();
-        if kept.len() == listed.len() {
-            continue;
-        }
-        if kept.is_empty() && key != queue.as_slice() {
-            deletes.push((cmi, key));
-        } else {
-            sets.push((cmi, key, join_lines(&kept)));
-        }
-    }
-    let sets: Vec<(usize, &[u8], &[u8])> = sets
-        .iter()
-        .map(|(cmi, key, value)| (*cmi, *key, value.as_slice()))
-        .collect();
-    if !sets.is_empty() {
-        session.mset_at(&sets, true)?;
-    }
-    if !deletes.is_empty() {
-        session.mdelete_at(&deletes)?;
-    }
-    Ok(())
+    let keep = |_: &[u8], id: &[u8]| !ids.contains(id);
+    let keep_empty = |key: &[u8]| key == queue.as_slice();
+    Ok(rewrite_lists(seal, session, &places, keep, keep_empty)?)
 }
 
 /// Sessions still waiting in every queue.
 pub fn pending_sessions(cads: &Cads) -> Result<usize> {
     let mut count = 0;
-    for queue in queues(cads)? {
-        for id in queued(cads, &queue)? {
+    for queue in read_queues(cads)?.0 {
+        for id in queued(cads, &queue)?.0 {
             if read_all(cads, &session_key(&id))?
                 .iter()
                 .any(Option::is_some)
@@ -852,21 +914,23 @@ pub fn pending_sessions(cads: &Cads) -> Result<usize> {
 /// queue holds and removes it from the queue in the same session. No session can join the queue
 /// until this one commits, so the data store receives the queue's sessions and this one in
 /// commit order.
+/// Returns the lines it removed from the queue as refused, to be counted if the session commits.
 pub(crate) fn hold_and_apply(
     cads: &Cads,
     session: &mut CacheSession<'_>,
     queue: &str,
-) -> Result<()> {
+) -> Result<Refused> {
     let client = cads.cache().expect("write-back has a cache");
     let keys = [queue_key(queue)];
     session.mget_at(&placed(cads, client, &keys), true)?;
     let mut done = Done::default();
     apply_prefix(cads, queue, None, &mut done, false)?;
-    if !done.ids.is_empty() {
-        remove_ids(cads, session, queue, &done)?;
+    let mut refused = Refused::default();
+    if !done.ids.is_empty() || done.refused_lines {
+        refused = remove_ids(cads, session, queue, &done)?;
         forget_applied(cads, &done.ids)?;
     }
-    Ok(())
+    Ok(refused)
 }
 
 #[cfg(test)]

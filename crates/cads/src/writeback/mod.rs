@@ -27,18 +27,26 @@
 //! order and applied in batches, exactly once through the `cads_applied_sessions` table (003
 //! Algorithm 4); reads that miss apply what they depend on or fold in query result changes
 //! (Algorithms 1 and 3). See the `design2` module's source for the layout of its entries.
+//!
+//! Every object the workers and readers act on (buffered writes, session objects, and the lines
+//! of PendingWrites, queues and mappings) carries a MAC under the deployment's key ([`mac`]); one
+//! whose MAC does not verify, or that cannot be read, is refused, counted in
+//! [`WriteBackStats`] and moved past.
 
 pub mod buffer;
 pub(crate) mod design1;
 pub(crate) mod design2;
+pub mod mac;
 mod replicated;
 mod workers;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use design1::{apply_buffered, bw_key, pending};
 pub use design2::{pending_sessions, SqlBuffer, Statement, APPLIED_SESSIONS};
+pub use mac::{MacKey, Seal};
 pub use workers::{drain, Workers};
 
 /// How a write adds its changes to a buffered write (000 §3.2).
@@ -83,6 +91,10 @@ pub struct WriteBackConfig {
     /// transactions per write, for writes pending this much longer. Zero applies each write as
     /// soon as a worker finds it.
     pub worker_pause: Duration,
+    /// The key of the MACs on everything write-back keeps in the cache ([`mac`]): by default
+    /// generated on first use and kept in the data store, so that every AppNode of a deployment
+    /// has it.
+    pub mac_key: MacKey,
 }
 
 impl Default for WriteBackConfig {
@@ -95,6 +107,7 @@ impl Default for WriteBackConfig {
             batch: 8,
             compact_every: 64,
             worker_pause: Duration::from_millis(10),
+            mac_key: MacKey::default(),
         }
     }
 }
@@ -116,6 +129,13 @@ pub struct WriteBackStats {
     pub applied_sessions: AtomicU64,
     /// Sessions that found pinned memory full and ran as write-through instead.
     pub fallbacks: AtomicU64,
+    /// Objects and list lines refused because their MAC did not verify (written by something
+    /// other than an AppNode of this deployment, or under another key), each counted by the
+    /// process that discarded it.
+    pub refused_unauthenticated: AtomicU64,
+    /// Objects and list lines refused because they could not be read although their MAC
+    /// verified (or MACs are off).
+    pub refused_malformed: AtomicU64,
 }
 
 /// A snapshot of [`WriteBackStats`].
@@ -128,6 +148,8 @@ pub struct WriteBackCounts {
     pub buffered_sessions: u64,
     pub applied_sessions: u64,
     pub fallbacks: u64,
+    pub refused_unauthenticated: u64,
+    pub refused_malformed: u64,
 }
 
 impl WriteBackStats {
@@ -141,6 +163,60 @@ impl WriteBackStats {
             buffered_sessions: get(&self.buffered_sessions),
             applied_sessions: get(&self.applied_sessions),
             fallbacks: get(&self.fallbacks),
+            refused_unauthenticated: get(&self.refused_unauthenticated),
+            refused_malformed: get(&self.refused_malformed),
+        }
+    }
+
+    /// Records that an object (or a line of a list) was refused and discarded.
+    fn refuse(&self, key: &[u8], refusal: &Refusal) {
+        let key = String::from_utf8_lossy(key);
+        match refusal {
+            Refusal::Unauthenticated => {
+                self.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    key = %key,
+                    "write-back refused an object whose MAC does not verify: written by \
+                     something other than an AppNode of this deployment, or under another key"
+                );
+            }
+            Refusal::Malformed(why) => {
+                self.refused_malformed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(key = %key, why = %why, "write-back refused an object it cannot read");
+            }
+        }
+    }
+}
+
+/// Why write-back refused an object or a line of a list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its MAC does not verify.
+    Unauthenticated,
+    /// It cannot be read (its MAC verified, or MACs are off).
+    Malformed(String),
+}
+
+/// Objects and lines refused by a piece of write-back's work: counted and logged, each once,
+/// when the work that discards them has committed ([`Refused::discarded`]).
+#[derive(Debug, Default)]
+pub(crate) struct Refused(BTreeMap<(Vec<u8>, Vec<u8>), Refusal>);
+
+impl Refused {
+    /// `item` (an object, or a line of a list) found under the cache key `key`. The same bytes
+    /// under the same key (copies on several replicas) count once.
+    pub(crate) fn add(&mut self, key: &[u8], item: &[u8], why: Refusal) {
+        self.0.insert((key.to_vec(), item.to_vec()), why);
+    }
+
+    pub(crate) fn extend(&mut self, other: Refused) {
+        self.0.extend(other.0);
+    }
+
+    /// The refused items are gone from the cache: count and log them.
+    pub(crate) fn discarded(self, stats: &WriteBackStats) {
+        for ((key, _), why) in self.0 {
+            stats.refuse(&key, &why);
         }
     }
 }
@@ -156,6 +232,8 @@ impl WriteBackCounts {
             buffered_sessions: self.buffered_sessions - earlier.buffered_sessions,
             applied_sessions: self.applied_sessions - earlier.applied_sessions,
             fallbacks: self.fallbacks - earlier.fallbacks,
+            refused_unauthenticated: self.refused_unauthenticated - earlier.refused_unauthenticated,
+            refused_malformed: self.refused_malformed - earlier.refused_malformed,
         }
     }
 

@@ -2,9 +2,11 @@
 //! replicated so that losing a CMI loses no acknowledged write), and the newline-separated lists
 //! several of them hold.
 
-use cads_client::{Client, ClientError};
+use cads_client::{Client, ClientError, Session as CacheSession, Write};
 use cads_protocol::{Command, Reply};
 
+use super::mac::Seal;
+use super::{Refusal, Refused};
 use crate::error::{Error, Result};
 use crate::missed::Missed;
 use crate::Cads;
@@ -120,4 +122,104 @@ pub(crate) fn join_lines<L: AsRef<[u8]>>(lines: &[L]) -> Vec<u8> {
         value.push(b'\n');
     }
     value
+}
+
+/// A line of the list `key`: `payload` sealed for that list, with its line break.
+pub(crate) fn sealed_line(seal: &Seal, key: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut line = seal.seal(key, payload);
+    line.push(b'\n');
+    line
+}
+
+/// The payloads of the lines of the list `key` whose seals open, and whether some did not.
+pub(crate) fn open_lines<'v>(seal: &Seal, key: &[u8], list: &'v [u8]) -> (Vec<&'v [u8]>, bool) {
+    let mut refused = false;
+    let payloads = lines(list)
+        .into_iter()
+        .filter_map(|line| {
+            let payload = seal.open(key, line);
+            refused |= payload.is_none();
+            payload
+        })
+        .collect();
+    (payloads, refused)
+}
+
+/// The write that leaves in the list `key` only the lines whose seals open and whose payloads
+/// `keep` accepts, noting the lines that do not open in `refused`; `None` if nothing changes. An
+/// emptied list is deleted, or kept empty when `keep_empty`.
+pub(crate) fn filter_list(
+    seal: &Seal,
+    key: &[u8],
+    list: &[u8],
+    keep: impl Fn(&[u8]) -> bool,
+    keep_empty: bool,
+    refused: &mut Refused,
+) -> Option<Write> {
+    let all = lines(list);
+    let kept: Vec<&[u8]> = all
+        .iter()
+        .copied()
+        .filter(|line| match seal.open(key, line) {
+            Some(payload) => keep(payload),
+            None => {
+                refused.add(key, line, Refusal::Unauthenticated);
+                false
+            }
+        })
+        .collect();
+    if kept.len() == all.len() {
+        return None;
+    }
+    Some(if kept.is_empty() && !keep_empty {
+        Write::Delete { key: key.to_vec() }
+    } else {
+        Write::Set {
+            key: key.to_vec(),
+            value: join_lines(&kept),
+            pin: true,
+        }
+    })
+}
+
+/// Reads the lists at `places` in `session` under exclusive leases (so that no writer's line is
+/// lost) and rewrites each with [`filter_list`]: only the lines whose seals open and that
+/// `keep(list key, payload)` accepts stay; an emptied list goes unless `keep_empty(list key)`.
+/// Returns the lines refused, to be counted once the session commits.
+pub(crate) fn rewrite_lists(
+    seal: &Seal,
+    session: &mut CacheSession<'_>,
+    places: &[(usize, &[u8])],
+    keep: impl Fn(&[u8], &[u8]) -> bool,
+    keep_empty: impl Fn(&[u8]) -> bool,
+) -> Result<Refused, ClientError> {
+    let values = session.mget_at(places, true)?;
+    let mut refused = Refused::default();
+    let writes: Vec<(usize, Write)> = places
+        .iter()
+        .zip(&values)
+        .filter_map(|(&(cmi, key), value)| {
+            let list = value.as_deref()?;
+            let keep_line = |payload: &[u8]| keep(key, payload);
+            filter_list(seal, key, list, keep_line, keep_empty(key), &mut refused).map(|w| (cmi, w))
+        })
+        .collect();
+    if !writes.is_empty() {
+        session.write_at(&writes, false)?;
+    }
+    Ok(refused)
+}
+
+/// Removes the lines whose seals do not open from the list `key` on every replica, in a session
+/// of its own, and counts them.
+pub(crate) fn purge_list(cads: &Cads, key: &[u8], keep_empty: bool) -> Result<()> {
+    let client = cads.cache().expect("write-back has a cache");
+    let seal = cads.seal()?;
+    let keys = [key.to_vec()];
+    let places = placed(cads, client, &keys);
+    let mut session = client.session();
+    let refused = rewrite_lists(seal, &mut session, &places, |_, _| true, |_| keep_empty)?;
+    session.commit()?;
+    refused.discarded(cads.write_back_stats());
+    Ok(())
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::design1::{apply_docs, pending, pending_in};
+use super::design1::{apply_docs, pending_in, purge};
 use super::design2;
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
@@ -80,8 +80,15 @@ impl Drop for Workers {
 pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut last_error = None;
+    let partitions: Vec<usize> = (0..cads.config().write_back.partitions.max(1)).collect();
     loop {
-        let documents = pending(cads)?;
+        let listed = pending_in(cads, &partitions)?;
+        if !listed.refused.is_empty() {
+            purge(cads, &listed.refused)?;
+        }
+        let documents: Vec<DocRef> = listed.docs.into_iter().flatten().collect();
+        // Reading the queues as a worker does also removes refused lines from their list.
+        let queues = design2::queues(cads)?;
         let sessions = design2::pending_sessions(cads)?;
         if documents.is_empty() && sessions == 0 {
             return Ok(());
@@ -100,7 +107,7 @@ pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
                 last_error = Some(e);
             }
         }
-        for queue in design2::queues(cads)? {
+        for queue in queues {
             if let Err(e) = design2::apply_queue(cads, &queue, None) {
                 tracing::debug!(error = %e, queue, "drain: applying a queue failed; retrying");
                 last_error = Some(e);
@@ -122,10 +129,15 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         let mut pass = Pass::default();
         match pending_in(cads, &partitions) {
-            Ok(lists) => {
+            Ok(listed) => {
+                if !listed.refused.is_empty() {
+                    if let Err(e) = purge(cads, &listed.refused) {
+                        tracing::debug!(error = %e, "worker: removing refused lines failed");
+                    }
+                }
                 // Documents of all this worker's partitions share batches: with many partitions
                 // each holds only a few documents at a time.
-                let docs: Vec<DocRef> = lists.into_iter().flatten().collect();
+                let docs: Vec<DocRef> = listed.docs.into_iter().flatten().collect();
                 for batch in docs.chunks(per_transaction(cads)) {
                     if stop.load(Ordering::Acquire) {
                         return;

@@ -45,7 +45,7 @@ impl DocumentLayout {
     /// The layout over the collection [`COLLECTION`].
     pub fn new() -> DocumentLayout {
         DocumentLayout {
-            members: Collection::named(COLLECTION),
+            members: Collection::named(COLLECTION).expect("COLLECTION is a valid name"),
         }
     }
 
