@@ -37,6 +37,7 @@
 mod conn;
 mod error;
 mod ids;
+mod info;
 mod pool;
 mod retry;
 mod router;
@@ -51,6 +52,7 @@ use cads_protocol::{Command, Reply, SessionId};
 
 pub use error::{ClientError, Result};
 pub use ids::{RangeSource, SessionIds};
+pub use info::CmiStats;
 pub use retry::{random, Backoff, RetryPolicy};
 pub use router::{ConsistentHash, Router};
 pub use session::{IqRead, Session, Write, Written};
