@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cads::store::StoreOptions;
 use cads::{Cads, Config, Policy, Workers};
-use cads_example_bg::{layout, Action, Count, CountRead, Counts, GraphParams, LayoutKind};
+use cads_apps::bg::{layout, Action, Count, CountRead, Counts, GraphParams, LayoutKind};
 use cads_server::{Options, Server};
-use cads_store::StoreOptions;
 
 /// Few enough friends and invitations that the lists (ten entries) show them all.
 const GRAPH: GraphParams = GraphParams {
@@ -29,7 +29,7 @@ fn script(kind: LayoutKind, policy: Policy) {
     let what = format!("{kind} {}", policy.name());
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("bg.db").display());
-    let store = cads_store::open(&url, &StoreOptions::default()).unwrap();
+    let store = cads::store::open(&url, &StoreOptions::default()).unwrap();
     let server = (policy != Policy::DataStoreOnly).then(|| {
         let config = cads_server::Config::resolve(Options {
             port: Some(0),

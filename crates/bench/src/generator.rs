@@ -23,75 +23,8 @@ pub const SCRAMBLED_ZETAN: f64 = 26.469_028_201_783_02;
 /// Above this many terms, [`zeta`] uses the Euler–Maclaurin formula instead of summing every term.
 pub const EXACT_ZETA_TERMS: i64 = 10_000_000;
 
-const FNV_OFFSET_BASIS_64: i64 = 0xCBF2_9CE4_8422_2325_u64 as i64;
-const FNV_PRIME_64: i64 = 1_099_511_628_211;
-
-/// YCSB's `Utils.fnvhash64`: FNV-1a over the 8 low-to-high bytes of `value`, returned as Java's
-/// `Math.abs` of the signed result (so `i64::MIN` stays negative, as in Java).
-pub fn fnvhash64(value: i64) -> i64 {
-    let mut value = value;
-    let mut hash = FNV_OFFSET_BASIS_64;
-    for _ in 0..8 {
-        let octet = value & 0xff;
-        // Java's `>>` on a long: arithmetic.
-        value >>= 8;
-        hash ^= octet;
-        hash = hash.wrapping_mul(FNV_PRIME_64);
-    }
-    hash.wrapping_abs()
-}
-
-/// The record key of key number `keynum` (`CoreWorkload.buildKeyName`): `"user"` and the decimal
-/// key number, which with `insertorder=hashed` is first replaced by [`fnvhash64`], left-padded
-/// with zeros to `zeropadding` digits (YCSB's default 1: no padding).
-pub fn key_name(keynum: i64, hashed: bool, zeropadding: usize) -> String {
-    let number = if hashed { fnvhash64(keynum) } else { keynum };
-    format!("user{number:0>zeropadding$}")
-}
-
-/// A small, fast, seedable generator (xoshiro256**, seeded through SplitMix64).
-#[derive(Clone, Debug)]
-pub struct Rng([u64; 4]);
-
-impl Rng {
-    /// A generator whose whole sequence is fixed by `seed`.
-    pub fn new(seed: u64) -> Rng {
-        let mut sm = seed;
-        let mut next = || {
-            sm = sm.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = sm;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
-        Rng([next(), next(), next(), next()])
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let s = &mut self.0;
-        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        result
-    }
-
-    /// Uniform in `[0, 1)` (Java's `nextDouble`: 53 random bits).
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in `[0, n)`; `n` must be positive.
-    pub fn below(&mut self, n: u64) -> u64 {
-        // Lemire's multiply-shift; the bias for benchmark-sized n is far below 2^-32.
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-}
+pub use cads_apps::ycsb::{fnvhash64, key_name};
+pub use cads_apps::Rng;
 
 /// `zeta(n, θ) = Σ_{i=1..n} i^-θ`: summed term by term up to [`EXACT_ZETA_TERMS`], beyond that
 /// the first 10^6 terms summed and the rest from the Euler–Maclaurin formula (YCSB sums every

@@ -7,7 +7,7 @@
 //! buffered writes and pinned memory, and validation of every read and of the data store's final
 //! state.
 //!
-//! BG ([`bg`]): the social graph of the example application `cads-example-bg` under every
+//! BG ([`bg`]): the social graph of the application `cads_apps::bg` under every
 //! policy, BG's mixes and model of relationships, validation of every count read, and the SoAR
 //! search; the entry point is [`bg::run_bg`].
 //!
@@ -15,16 +15,20 @@
 //! CacheStores of rows and per-district entries, tpmC, and the consistency conditions checked
 //! after every run ([`tpcc::run_tpcc`]).
 //!
-//! The entry point for the CLI is [`ycsb::run_ycsb`]:
+//! The entry point for the CLI is [`ycsb::run_ycsb`]; the caller says where the CMIs are, or
+//! starts them (a [`Launcher`]: the `cads` command starts them in its own process):
 //!
 //! ```no_run
 //! use cads_bench::ycsb::{print_progress, run_ycsb, YcsbOptions};
+//! use cads_bench::{CacheSpec, NoLauncher};
 //! let opts = YcsbOptions {
 //!     workload: "B".into(),
 //!     records: 10_000,
+//!     cache: CacheSpec::parse("127.0.0.1:7379,127.0.0.1:7380")?,
+//!     policies: vec![cads::Policy::WriteThrough],
 //!     ..YcsbOptions::default()
 //! };
-//! for record in run_ycsb(&opts, &print_progress)? {
+//! for record in run_ycsb(&opts, &NoLauncher, &print_progress)? {
 //!     println!("{}: {:.0} ops/s, {} stale reads", record.policy, record.throughput, record.stale_reads);
 //! }
 //! # Ok::<(), anyhow::Error>(())
@@ -40,4 +44,4 @@ pub mod report;
 pub mod tpcc;
 pub mod ycsb;
 
-pub use deploy::{CacheSpec, CmiSettings};
+pub use deploy::{CacheSpec, CmiSettings, Launcher, NoLauncher, RunningCmis};

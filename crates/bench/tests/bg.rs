@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+mod support;
+
 use cads::Policy;
-use cads_bench::bg::{run_bg, BgOptions, BgRecord, Progress};
-use cads_example_bg::LayoutKind;
+use cads_bench::bg::{run_bg, BgOptions, BgRecord, LayoutKind, Progress};
+use support::InProcess;
 
 fn quiet(_: Progress) {}
 
@@ -64,6 +66,7 @@ fn documents_under_every_policy_read_nothing_stale() {
             ],
             LayoutKind::Documents,
         ),
+        &InProcess,
         &quiet,
     )
     .unwrap();
@@ -80,5 +83,5 @@ fn sql_layouts_read_nothing_stale() {
         Policy::WriteAround,
         Policy::WriteThrough,
     ];
-    check_clean(&run_bg(&short(&policies, LayoutKind::Sql), &quiet).unwrap());
+    check_clean(&run_bg(&short(&policies, LayoutKind::Sql), &InProcess, &quiet).unwrap());
 }

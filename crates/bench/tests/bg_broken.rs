@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
+mod support;
+
 use cads::Policy;
-use cads_bench::bg::{run_bg, BgOptions, Progress, Sla};
-use cads_example_bg::LayoutKind;
+use cads_bench::bg::{run_bg, BgOptions, LayoutKind, Progress, Sla};
+use support::InProcess;
 
 fn quiet(_: Progress) {}
 
@@ -33,10 +35,18 @@ fn writes_that_skip_the_cache_are_caught() {
             &[Policy::WriteAround, Policy::WriteThrough, Policy::WriteBack],
             LayoutKind::Documents,
         ),
+        &InProcess,
         &quiet,
     )
     .unwrap();
-    records.extend(run_bg(&broken(&[Policy::WriteAround], LayoutKind::Sql), &quiet).unwrap());
+    records.extend(
+        run_bg(
+            &broken(&[Policy::WriteAround], LayoutKind::Sql),
+            &InProcess,
+            &quiet,
+        )
+        .unwrap(),
+    );
     for r in &records {
         let what = format!("{} {}", r.layout, r.policy);
         assert!(
@@ -65,7 +75,7 @@ fn the_soar_search_records_its_probes() {
         },
         ..short(&[Policy::WriteThrough], LayoutKind::Documents)
     };
-    let records = run_bg(&opts, &quiet).unwrap();
+    let records = run_bg(&opts, &InProcess, &quiet).unwrap();
     let r = &records[0];
     let soar = r.soar.as_ref().expect("a search");
     let threads: Vec<usize> = soar.probes.iter().map(|p| p.threads).collect();

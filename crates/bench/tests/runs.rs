@@ -2,8 +2,11 @@
 //! stale and loses nothing (write-back: after its drain), and a deliberately broken policy is
 //! caught by the validator.
 
+mod support;
+
 use cads::Policy;
 use cads_bench::ycsb::{run_ycsb, Fields, Progress, RunRecord, YcsbOptions, SCAN_NOTE};
+use support::InProcess;
 
 fn quiet(_: Progress) {}
 
@@ -65,7 +68,7 @@ fn check_clean(records: &[RunRecord]) {
 #[test]
 fn workloads_a_b_c_under_every_policy() {
     for workload in ["A", "B", "C"] {
-        let records = run_ycsb(&short(workload), &quiet).unwrap();
+        let records = run_ycsb(&short(workload), &InProcess, &quiet).unwrap();
         assert_eq!(records.len(), 4);
         check_clean(&records);
     }
@@ -74,7 +77,7 @@ fn workloads_a_b_c_under_every_policy() {
 #[test]
 fn workloads_d_e_f_under_every_policy() {
     for workload in ["D", "E", "F"] {
-        let records = run_ycsb(&short(workload), &quiet).unwrap();
+        let records = run_ycsb(&short(workload), &InProcess, &quiet).unwrap();
         check_clean(&records);
         if workload == "E" {
             assert!(records.iter().all(|r| r.scan == Some(SCAN_NOTE)));
@@ -85,14 +88,14 @@ fn workloads_d_e_f_under_every_policy() {
 
 #[test]
 fn scan_workloads_s_and_cpr_under_every_policy() {
-    check_clean(&run_ycsb(&short("S"), &quiet).unwrap());
+    check_clean(&run_ycsb(&short("S"), &InProcess, &quiet).unwrap());
     let cpr = YcsbOptions {
         scan_share: Some(0.5),
         scan_length: Some(10),
         projection: Some(Fields::One),
         ..short("CPR")
     };
-    let records = run_ycsb(&cpr, &quiet).unwrap();
+    let records = run_ycsb(&cpr, &InProcess, &quiet).unwrap();
     check_clean(&records);
     assert_eq!(records[0].workload, "CPR-scan50%");
 }
@@ -106,7 +109,7 @@ fn one_field_updates_and_uniform_keys() {
         policies: vec![Policy::WriteThrough, Policy::WriteBack],
         ..short("A")
     };
-    check_clean(&run_ycsb(&opts, &quiet).unwrap());
+    check_clean(&run_ycsb(&opts, &InProcess, &quiet).unwrap());
 }
 
 #[test]
@@ -115,7 +118,7 @@ fn run_records_have_the_documented_keys() {
         policies: vec![Policy::WriteBack],
         ..short("B")
     };
-    let records = run_ycsb(&opts, &quiet).unwrap();
+    let records = run_ycsb(&opts, &InProcess, &quiet).unwrap();
     let json = serde_json::to_value(&records[0]).unwrap();
     for key in [
         "benchmark",
@@ -152,7 +155,7 @@ fn updates_behind_the_frameworks_back_are_caught() {
         policies: vec![Policy::DataStoreOnly, Policy::WriteThrough],
         ..short("A")
     };
-    let records = run_ycsb(&opts, &quiet).unwrap();
+    let records = run_ycsb(&opts, &InProcess, &quiet).unwrap();
     let (none, through) = (&records[0], &records[1]);
     assert_eq!(none.stale_reads, 0, "{:?}", none.stale_examples);
     assert!(

@@ -3,8 +3,10 @@
 //! and leaves no stale entry in the cache. Skipped loudly when the server is unreachable; fails
 //! then with `CADS_REQUIRE_SERVICES=1`. Tables are prefixed per test process.
 
+mod support;
 mod tpcc_support;
 
+use support::InProcess;
 use tpcc_support::{assert_consistent, every_policy, options, server_url, unique_prefix};
 
 #[test]
@@ -19,7 +21,7 @@ fn every_policy_keeps_the_database_consistent() {
     let prefix = unique_prefix("pg");
     let mut opts = options(Some(url), &prefix);
     opts.policies = every_policy();
-    let records = cads_bench::tpcc::run_tpcc(&opts, &|_| {});
+    let records = cads_bench::tpcc::run_tpcc(&opts, &InProcess, &|_| {});
     let dropped = tpcc_support::drop_tables(opts.store.as_deref().expect("a store"), &prefix);
     let records = records.expect("the runs complete");
     dropped.expect("drop the test's tables");

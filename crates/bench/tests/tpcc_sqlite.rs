@@ -2,9 +2,11 @@
 //! consistency conditions and leaves no stale entry in the cache; the checks catch a write made
 //! behind the framework's back.
 
+mod support;
 mod tpcc_support;
 
 use cads::Policy;
+use support::InProcess;
 use tpcc_support::{assert_consistent, every_policy, options, sqlite_url};
 
 #[test]
@@ -12,7 +14,8 @@ fn every_policy_keeps_the_database_consistent() {
     let (url, _dir) = sqlite_url("every-policy");
     let mut opts = options(Some(url), "tpcc_");
     opts.policies = every_policy();
-    let records = cads_bench::tpcc::run_tpcc(&opts, &|_| {}).expect("the runs complete");
+    let records =
+        cads_bench::tpcc::run_tpcc(&opts, &InProcess, &|_| {}).expect("the runs complete");
     assert_eq!(records.len(), opts.policies.len());
     for record in &records {
         assert_consistent(record);
@@ -25,7 +28,8 @@ fn the_checks_catch_a_write_behind_the_cache() {
     let mut opts = options(Some(url), "tpcc_");
     opts.policies = vec![Policy::WriteThrough];
     opts.sabotage = true;
-    let records = cads_bench::tpcc::run_tpcc(&opts, &|_| {}).expect("the run completes");
+    let records =
+        cads_bench::tpcc::run_tpcc(&opts, &InProcess, &|_| {}).expect("the run completes");
     let r = &records[0];
     assert!(!r.consistent, "sabotage went unnoticed");
     assert!(r.stale_reads > 0, "the cached warehouses should be stale");

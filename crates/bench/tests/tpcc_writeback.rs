@@ -4,12 +4,14 @@
 //! (Algorithm 1); and sessions that insert rows (New-Order, Payment) are applied exactly once
 //! while workers die mid-apply.
 
+mod support;
 mod tpcc_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cads::store::{DataStore, StoreOptions};
 use cads::writeback::{ApplyStep, CrashHook};
 use cads::{Cads, Config, Policy, Workers};
 use cads_bench::deploy::Deployment;
@@ -21,7 +23,7 @@ use cads_bench::tpcc::schema::Tables;
 use cads_bench::tpcc::txn::{Attempts, Context, Input, LineInput};
 use cads_bench::tpcc::Scale;
 use cads_bench::{CacheSpec, CmiSettings};
-use cads_store::{DataStore, StoreOptions};
+use support::InProcess;
 use tpcc_support::{assert_consistent, options, sqlite_url, TempDir};
 
 /// One warehouse at a hundredth of the scale, every entry cached, and write-back over two
@@ -36,7 +38,7 @@ impl Setup {
     fn new(tag: &str) -> Setup {
         let (url, dir) = sqlite_url(tag);
         let store: Arc<dyn DataStore> =
-            cads_store::open(&url, &StoreOptions::default().with_pool_size(8))
+            cads::store::open(&url, &StoreOptions::default().with_pool_size(8))
                 .expect("open SQLite");
         let tables = Tables::new("tpcc_", store.dialect());
         load_database(
@@ -55,6 +57,7 @@ impl Setup {
             "",
             &CacheSpec::Embedded { cmis: 2 },
             &CmiSettings::default(),
+            &InProcess,
             Config::default(),
         )
         .expect("start the CMIs");
@@ -248,7 +251,8 @@ fn sessions_that_insert_rows_are_applied_exactly_once_despite_dying_workers() {
         }
         die
     })));
-    let records = cads_bench::tpcc::run_tpcc(&opts, &|_| {}).expect("the run completes");
+    let records =
+        cads_bench::tpcc::run_tpcc(&opts, &InProcess, &|_| {}).expect("the run completes");
     let r = &records[0];
     assert!(crashes.load(Ordering::Relaxed) > 0, "no worker died");
     assert_consistent(r);

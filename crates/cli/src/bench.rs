@@ -8,18 +8,19 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use cads::Policy;
-use cads_bench::bg::{self, BgOptions, Popularity, Sla};
+use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
 use cads_bench::ycsb::{
     self, parse_duration, parse_policies, Distribution, Fields, Phase, YcsbOptions,
 };
 use cads_bench::{CacheSpec, CmiSettings};
-use cads_example_bg::LayoutKind;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cmis::InProcess;
+use crate::latency::{self, BgLatencyArgs, YcsbLatencyArgs};
 use crate::progress::{Progress, Report};
 
 /// `cads bench`.
@@ -43,13 +44,19 @@ pub enum Benchmark {
     /// latency per transaction, and the consistency conditions of clause 3.3.2 checked after
     /// each run.
     Tpcc(TpccArgs),
+    /// One thread, each of BG's seven actions N times on a warm cache: mean latency and round
+    /// trips per action and policy (000 Table 3.6).
+    BgLatency(BgLatencyArgs),
+    /// One thread, YCSB Read and Update (10 fields of 100 bytes, all read, all updated) on the
+    /// document layer: mean latency and round trips per policy (000 Table 3.4).
+    YcsbLatency(YcsbLatencyArgs),
 }
 
 /// The policies of `--policy`.
 #[derive(Clone, Debug)]
 pub struct Policies(pub Vec<Policy>);
 
-fn policy_list(text: &str) -> Result<Policies> {
+pub(crate) fn policy_list(text: &str) -> Result<Policies> {
     parse_policies(text).map(Policies)
 }
 
@@ -206,7 +213,7 @@ impl YcsbArgs {
     }
 }
 
-fn parse_layout(text: &str) -> Result<LayoutKind> {
+pub(crate) fn parse_layout(text: &str) -> Result<LayoutKind> {
     LayoutKind::parse(text).ok_or_else(|| anyhow!("unknown layout {text:?} (use documents or sql)"))
 }
 
@@ -375,7 +382,7 @@ impl TpccArgs {
 /// Runs YCSB with `opts`, showing progress; returns the records.
 pub fn run_ycsb(opts: &YcsbOptions, progress: &Progress) -> Result<Vec<ycsb::RunRecord>> {
     let expected = opts.run_duration();
-    let records = ycsb::run_ycsb(opts, &|p: ycsb::Progress| {
+    let records = ycsb::run_ycsb(opts, &InProcess, &|p: ycsb::Progress| {
         progress.show(
             &p,
             Report {
@@ -394,7 +401,7 @@ pub fn run_ycsb(opts: &YcsbOptions, progress: &Progress) -> Result<Vec<ycsb::Run
 }
 
 fn run_bg(opts: &BgOptions, progress: &Progress) -> Result<Vec<bg::BgRecord>> {
-    let records = bg::run_bg(opts, &|p: bg::Progress| {
+    let records = bg::run_bg(opts, &InProcess, &|p: bg::Progress| {
         let mut label = format!("bg {} {} #{}", p.workload, p.policy.name(), p.run);
         if p.threads > 0 {
             label.push_str(&format!(" T={}", p.threads));
@@ -417,7 +424,7 @@ fn run_bg(opts: &BgOptions, progress: &Progress) -> Result<Vec<bg::BgRecord>> {
 }
 
 fn run_tpcc(opts: &TpccOptions, progress: &Progress) -> Result<Vec<tpcc::TpccRecord>> {
-    let records = tpcc::run_tpcc(opts, &|p: tpcc::Progress| {
+    let records = tpcc::run_tpcc(opts, &InProcess, &|p: tpcc::Progress| {
         progress.show(
             &p,
             Report {
@@ -478,6 +485,8 @@ pub fn run(args: &BenchArgs) -> Result<bool> {
             let summary = tpcc::render_summary(&tpcc::summarize(&records));
             finish(&records, &summary, a.common.out.as_deref())
         }
+        Benchmark::BgLatency(a) => latency::bg(a).map(|()| true),
+        Benchmark::YcsbLatency(a) => latency::ycsb(a).map(|()| true),
     }
 }
 

@@ -2,7 +2,7 @@
 //! actions) and Table 3.4 (YCSB's Read and Update on the document layer).
 //!
 //! Round trips are counted, not estimated: cache round trips from
-//! [`cads_client::Client::round_trips`] (one per request waited for; a batch sent to several CMIs
+//! [`cads::Client::round_trips`] (one per request waited for; a batch sent to several CMIs
 //! in parallel is one), data-store calls from the `FaultyStore` in front of the store: reads +
 //! writes + 2 per transaction (its BEGIN, which `Faults` counts, and the COMMIT or ROLLBACK that
 //! ends it, which it does not).
@@ -13,13 +13,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use cads::documents::Collection;
+use cads::store::{Changes, DataStore, Document};
 use cads::{Config, Policy};
-use cads_example_bg::{layout, ActionKind, GraphParams, LayoutKind};
-use cads_store::{Changes, DataStore, Document};
+use cads_apps::bg::{layout, ActionKind, GraphParams, LayoutKind};
 
 use super::run::warm_cache;
 use super::workload::{MemberChooser, Model, Outcome, Popularity};
-use crate::deploy::{CacheSpec, CmiSettings, Deployment};
+use crate::deploy::{CacheSpec, CmiSettings, Deployment, Launcher};
 use crate::generator::{key_name, Rng};
 use crate::ycsb::validate::{load_token, record, writer_token};
 
@@ -36,6 +36,9 @@ pub struct Cell {
 
 /// A measured row: an action's name and its cell.
 pub type Row = (&'static str, Cell);
+
+/// A policy's column of a table: its rows.
+pub type Column = (Policy, Vec<Row>);
 
 /// Data-store calls so far, as described in the module's documentation.
 fn store_calls(dep: &Deployment) -> u64 {
@@ -69,20 +72,29 @@ fn mean(cells: &[Cell]) -> Cell {
     }
 }
 
-fn deploy(
-    policy: Policy,
-    store: &Arc<dyn DataStore>,
-    collection: &str,
-    cache: &CacheSpec,
-) -> Result<Deployment> {
-    Deployment::start(
-        policy,
-        store.clone(),
-        collection,
-        cache,
-        &CmiSettings::default(),
-        Config::default(),
-    )
+/// Where the measurements run: the data store, and the CMIs (embedded ones started by the
+/// launcher, fresh for each measurement).
+pub struct Site<'a> {
+    /// The data store.
+    pub store: Arc<dyn DataStore>,
+    /// The cache.
+    pub cache: &'a CacheSpec,
+    /// Starts embedded CMIs.
+    pub launcher: &'a dyn Launcher,
+}
+
+impl Site<'_> {
+    fn deploy(&self, policy: Policy, collection: &str) -> Result<Deployment> {
+        Deployment::start(
+            policy,
+            self.store.clone(),
+            collection,
+            self.cache,
+            &CmiSettings::default(),
+            self.launcher,
+            Config::default(),
+        )
+    }
 }
 
 /// BG (000 Table 3.6): loads the graph, warms the cache with every member's read keys, then runs
@@ -91,18 +103,12 @@ fn deploy(
 pub fn measure_actions(
     policy: Policy,
     kind: LayoutKind,
-    store: &Arc<dyn DataStore>,
-    cache: &CacheSpec,
+    site: &Site<'_>,
     graph: &GraphParams,
     actions: usize,
     seed: u64,
 ) -> Result<Vec<Row>> {
-    let dep = deploy(
-        policy,
-        store,
-        cads_example_bg::layout::documents::COLLECTION,
-        cache,
-    )?;
+    let dep = site.deploy(policy, cads_apps::bg::layout::documents::COLLECTION)?;
     let bg = layout(kind, policy);
     bg.load(&dep.cads, graph)
         .context("loading the social graph")?;
@@ -144,13 +150,12 @@ const FIELD_LENGTH: usize = 100;
 /// or updated are read once first, so the cache is warm.
 pub fn measure_ycsb(
     policy: Policy,
-    store: &Arc<dyn DataStore>,
-    cache: &CacheSpec,
+    site: &Site<'_>,
     records: u64,
     actions: usize,
     seed: u64,
 ) -> Result<Vec<Row>> {
-    let dep = deploy(policy, store, USERTABLE, cache)?;
+    let dep = site.deploy(policy, USERTABLE)?;
     let cads = &dep.cads;
     cads.store().drop_collection(USERTABLE)?;
     let table = Collection::create(cads, USERTABLE)?;
@@ -203,7 +208,7 @@ pub fn interleaved(
     policies: &[Policy],
     repeat: usize,
     mut measure: impl FnMut(Policy, usize) -> Result<Vec<Row>>,
-) -> Result<Vec<(Policy, Vec<Row>)>> {
+) -> Result<Vec<Column>> {
     let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); policies.len()];
     for r in 0..repeat {
         for (i, policy) in policies.iter().enumerate() {
@@ -255,7 +260,7 @@ fn count(x: f64) -> String {
 
 /// A Markdown table: one row per action, one column per policy, each cell
 /// `mean ms (round trips = cache + data store)`.
-pub fn table(columns: &[(Policy, Vec<Row>)]) -> String {
+pub fn table(columns: &[Column]) -> String {
     let mut out = String::new();
     let _ = write!(out, "| action |");
     for (policy, _) in columns {

@@ -1,5 +1,5 @@
 //! BG on the framework (`cads bench bg`; benchmarks.md Part A "BG" and Part B §2): the social
-//! graph and its seven core actions are the example application `cads-example-bg` (the document
+//! graph and its seven core actions are the application `cads_apps::bg` (the document
 //! layer, or SQL tables with 001's key layouts); this module is the benchmark around it. See
 //! `docs/BENCHMARKS.md` for what is measured and how.
 //!
@@ -33,14 +33,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use cads::store::{DataStore, StoreOptions};
 use cads::{Config, Policy};
-use cads_store::{DataStore, StoreOptions};
 
+pub use cads_apps::bg::{GraphParams, LayoutKind};
 pub use options::{BgOptions, ConfigRecord, Sla};
 pub use record::{render_summary, summarize, BgRecord, BgSummary, CacheCheck, Probe, SoarRecord};
 pub use workload::{Mix, Popularity};
 
-use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment};
+use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment, Launcher};
 pub use crate::ycsb::Phase;
 use run::{Bench, RunContext};
 
@@ -108,13 +109,17 @@ pub fn print_progress(p: Progress) {
 /// Errors: bad options, a data store or CMIs that cannot be reached, or a phase that fails
 /// (loading, warming, draining). Stale reads, lost writes and cached keys that differ from the
 /// data store are not errors: they are in the records.
-pub fn run_bg(opts: &BgOptions, progress: &dyn Fn(Progress)) -> Result<Vec<BgRecord>> {
+pub fn run_bg(
+    opts: &BgOptions,
+    launcher: &dyn Launcher,
+    progress: &dyn Fn(Progress),
+) -> Result<Vec<BgRecord>> {
     opts.check()?;
     let mix = opts.mix()?;
     check_one_lease_mode(&opts.cache, &opts.policies)?;
     let (url, _scratch) = store_url(&opts.store, "bg")?;
     let pool = (opts.peak_threads() + opts.workers + 4).min(MAX_POOL);
-    let store = cads_store::open(&url, &StoreOptions::default().with_pool_size(pool))
+    let store = cads::store::open(&url, &StoreOptions::default().with_pool_size(pool))
         .with_context(|| format!("cannot open the data store {}", redact(&url)))?;
     let mut records = Vec::new();
     for run in 0..opts.repeat {
@@ -129,7 +134,7 @@ pub fn run_bg(opts: &BgOptions, progress: &dyn Fn(Progress)) -> Result<Vec<BgRec
                 run,
                 progress,
             };
-            records.push(run_policy(&ctx, store.clone())?);
+            records.push(run_policy(&ctx, store.clone(), launcher)?);
             if let Some(path) = &opts.json {
                 // Rewritten after every record, so an interrupted benchmark keeps what it measured.
                 write_json(path, &records)?;
@@ -140,17 +145,22 @@ pub fn run_bg(opts: &BgOptions, progress: &dyn Fn(Progress)) -> Result<Vec<BgRec
 }
 
 /// One policy: deploy, load, warm, the run or the search, and the cache check.
-fn run_policy(ctx: &RunContext<'_>, store: Arc<dyn DataStore>) -> Result<BgRecord> {
+fn run_policy(
+    ctx: &RunContext<'_>,
+    store: Arc<dyn DataStore>,
+    launcher: &dyn Launcher,
+) -> Result<BgRecord> {
     let opts = ctx.opts;
     let dep = Deployment::start(
         ctx.policy,
         store,
-        cads_example_bg::layout::documents::COLLECTION,
+        cads_apps::bg::layout::documents::COLLECTION,
         &opts.cache,
         &opts.cmi,
+        launcher,
         Config::default(),
     )?;
-    let layout = cads_example_bg::layout(opts.layout, ctx.policy);
+    let layout = cads_apps::bg::layout(opts.layout, ctx.policy);
     let (mut bench, load_s) = Bench::load(ctx, &dep, layout)?;
     let warm_s = if opts.warm && dep.cads.cache().is_some() {
         Some(bench.warm()?)

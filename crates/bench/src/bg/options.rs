@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use cads::Policy;
-use cads_example_bg::{GraphParams, LayoutKind};
+use cads_apps::bg::{GraphParams, LayoutKind};
 use serde::Serialize;
 
 use super::workload::{Mix, Popularity};

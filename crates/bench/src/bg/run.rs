@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use cads::{Cads, Config, Policy, Workers};
-use cads_example_bg::{Action, ActionKind, Counts, GraphParams, Layout};
+use cads_apps::bg::{Action, ActionKind, Counts, GraphParams, Layout};
 use hdrhistogram::Histogram;
 
 use super::options::{BgOptions, ConfigRecord};

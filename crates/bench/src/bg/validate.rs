@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use cads_example_bg::{Action, Count, CountRead, Counts};
+use cads_apps::bg::{Action, Count, CountRead, Counts};
 use serde::Serialize;
 
 /// Nanoseconds since the run began.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{bail, Result};
-use cads_example_bg::{Action, ActionKind, GraphParams};
+use cads_apps::bg::{Action, ActionKind, GraphParams};
 use serde::Serialize;
 
 use crate::generator::{Discrete, Rng};

@@ -16,16 +16,13 @@
 //! 5. **Check**: the consistency conditions on the data store, then every entry the cache holds
 //!    compared with the data store.
 
-pub mod cache;
 pub mod check;
 pub mod keyspace;
 pub mod load;
 mod options;
 pub mod random;
 mod record;
-pub mod rows;
 mod run;
-pub mod schema;
 pub mod txn;
 
 use std::fmt;
@@ -34,16 +31,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use cads::store::{DataStore, StoreOptions};
 use cads::Policy;
-use cads_store::{DataStore, StoreOptions};
 
-pub use options::{ConfigRecord, Mix, Scale, TpccOptions, DISTRICTS};
+pub use cads_apps::tpcc::{cache, rows, schema, Scale, DISTRICTS};
+pub use options::{ConfigRecord, Mix, TpccOptions};
 pub use record::{
     render_summary, summarize, weighted_latency_ms, TpccRecord, TpccSummary, TpccWriteBack,
     TxnCounts,
 };
 
-use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment};
+use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment, Launcher};
 use cache::Db;
 use run::RunContext;
 use schema::Tables;
@@ -130,6 +128,7 @@ pub fn print_progress(p: Progress) {
 /// entries are not errors: they are in the records (`consistent`).
 pub fn run_tpcc(
     opts: &TpccOptions,
+    launcher: &dyn Launcher,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Vec<TpccRecord>> {
     opts.check()?;
@@ -137,7 +136,7 @@ pub fn run_tpcc(
     let (url, _scratch) = store_url(&opts.store, "tpcc")?;
     let store_options =
         StoreOptions::default().with_pool_size(opts.threads + opts.workers + opts.load_threads + 4);
-    let store = cads_store::open(&url, &store_options)
+    let store = cads::store::open(&url, &store_options)
         .with_context(|| format!("cannot open the data store {}", redact(&url)))?;
     let tables = Tables::new(&opts.prefix, store.dialect());
     let mut records = Vec::new();
@@ -152,7 +151,7 @@ pub fn run_tpcc(
                     progress,
                 };
                 let load = !opts.keep_data || records.is_empty();
-                records.push(run_policy(&ctx, &store, &tables, load)?);
+                records.push(run_policy(&ctx, &store, &tables, load, launcher)?);
                 if let Some(path) = &opts.json {
                     // Rewritten after every run, so an interrupted benchmark keeps what it measured.
                     write_json(path, &records)?;
@@ -175,6 +174,7 @@ fn run_policy(
     store: &Arc<dyn DataStore>,
     tables: &Tables,
     load: bool,
+    launcher: &dyn Launcher,
 ) -> Result<TpccRecord> {
     let opts = ctx.opts;
     let load_s = if load {
@@ -188,6 +188,7 @@ fn run_policy(
         "",
         &opts.cache,
         &opts.cmi,
+        launcher,
         run::config(opts),
     )?;
     let db = Db::new(tables.clone(), opts.scale);

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use cads::store::DataStore;
 use cads::{Cads, Config, Policy, Workers, WriteBackCounts};
-use cads_store::DataStore;
 use hdrhistogram::Histogram;
 
 use super::cache::Db;

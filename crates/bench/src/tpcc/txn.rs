@@ -17,11 +17,11 @@ use super::cache::{
     RecentLines, Rows, RowsQuery, StockChange, TpccWrite, Writes,
 };
 use super::load::now_ms;
-use super::options::{Scale, DISTRICTS};
 use super::random::{last_name, nurand, uniform, C_ID, C_LAST_RUN, OL_I_ID};
 use super::rows::{
     Customer, District, History, Item, Order, OrderLine, OrderRow, RowId, Stock, Warehouse,
 };
+use super::{Scale, DISTRICTS};
 use crate::generator::Rng;
 
 /// The five transaction types.
@@ -357,7 +357,7 @@ impl Context<'_> {
         let outcome = self
             .cads
             .store()
-            .begin(cads_store::Isolation::ReadCommitted)
+            .begin(cads::store::Isolation::ReadCommitted)
             .and_then(|mut tx| {
                 tx.execute(&sql, &[w.into()])?;
                 tx.commit()

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use cads::store::StoreOptions;
 use cads::{Config, Policy};
-use cads_store::StoreOptions;
 
 pub use options::{parse_duration, parse_policies, ConfigRecord, YcsbOptions, DEFAULT_DURATION};
 pub use record::{
@@ -41,7 +41,7 @@ pub use record::{
 };
 pub use workload::{Distribution, Fields, Operation, ScanLength, Workload};
 
-use crate::deploy::{check_one_lease_mode, store_url, Deployment};
+use crate::deploy::{check_one_lease_mode, store_url, Deployment, Launcher};
 use run::RunContext;
 
 /// A phase of a policy's run.
@@ -127,7 +127,11 @@ pub fn print_progress(p: Progress) {
 /// Errors: bad options, a data store or CMIs that cannot be reached, or a phase that fails
 /// (loading, warming, draining). Stale reads and lost writes are not errors: they are in the
 /// records.
-pub fn run_ycsb(opts: &YcsbOptions, progress: &dyn Fn(Progress)) -> Result<Vec<RunRecord>> {
+pub fn run_ycsb(
+    opts: &YcsbOptions,
+    launcher: &dyn Launcher,
+    progress: &dyn Fn(Progress),
+) -> Result<Vec<RunRecord>> {
     opts.check()?;
     let workload = opts.resolved_workload()?;
     check_one_lease_mode(&opts.cache, &opts.policies)?;
@@ -135,7 +139,7 @@ pub fn run_ycsb(opts: &YcsbOptions, progress: &dyn Fn(Progress)) -> Result<Vec<R
     let store_options = StoreOptions::default()
         .with_pool_size(opts.threads + opts.workers + 4)
         .with_timeout(opts.store_timeout);
-    let store = cads_store::open(&url, &store_options)
+    let store = cads::store::open(&url, &store_options)
         .with_context(|| format!("cannot open the data store {}", crate::deploy::redact(&url)))?;
     let mut records = Vec::new();
     for run in 0..opts.repeat {
@@ -148,7 +152,7 @@ pub fn run_ycsb(opts: &YcsbOptions, progress: &dyn Fn(Progress)) -> Result<Vec<R
                 run,
                 progress,
             };
-            let record = run_policy(&ctx, store.clone())?;
+            let record = run_policy(&ctx, store.clone(), launcher)?;
             records.push(record);
             if let Some(path) = &opts.json {
                 // Rewritten after every run, so an interrupted benchmark keeps what it measured.
@@ -163,7 +167,11 @@ pub fn run_ycsb(opts: &YcsbOptions, progress: &dyn Fn(Progress)) -> Result<Vec<R
 }
 
 /// One policy's run: deploy, load, warm, run, drain, verify.
-fn run_policy(ctx: &RunContext<'_>, store: Arc<dyn cads_store::DataStore>) -> Result<RunRecord> {
+fn run_policy(
+    ctx: &RunContext<'_>,
+    store: Arc<dyn cads::store::DataStore>,
+    launcher: &dyn Launcher,
+) -> Result<RunRecord> {
     let opts = ctx.opts;
     let mut config = Config::default();
     config.write_back.worker_pause = opts.worker_pause;
@@ -173,6 +181,7 @@ fn run_policy(ctx: &RunContext<'_>, store: Arc<dyn cads_store::DataStore>) -> Re
         &opts.table,
         &opts.cache,
         &opts.cmi,
+        launcher,
         config,
     )?;
     let load_s = run::load(ctx, &store)?.as_secs_f64();

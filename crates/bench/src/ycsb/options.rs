@@ -179,7 +179,7 @@ impl YcsbOptions {
         if self.repeat == 0 {
             bail!("--repeat must be positive");
         }
-        cads_store::validate_collection_name(&self.table).map_err(|e| anyhow!("--table: {e}"))?;
+        cads::store::validate_collection_name(&self.table).map_err(|e| anyhow!("--table: {e}"))?;
         self.resolved_workload().map(|_| ())
     }
 

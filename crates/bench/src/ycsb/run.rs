@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use cads::documents::Collection;
+use cads::store::{Changes, DataStore, Document};
 use cads::{Cads, Policy, Workers};
-use cads_store::{Changes, DataStore, Document};
 use hdrhistogram::Histogram;
 use serde_json::Value;
 

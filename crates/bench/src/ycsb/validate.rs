@@ -19,123 +19,18 @@
 
 use std::collections::HashMap;
 
-use cads_store::Document;
-use serde_json::Value;
+use crate::generator::key_name;
 
-use crate::generator::{key_name, Rng};
+pub use cads_apps::ycsb::{field_name, field_value, inspect, load_token, record, Seen, LOAD_BIT};
 
-/// The bit that marks the version a record was loaded with (`LOAD_BIT | keynum`).
-const LOAD_BIT: u64 = 1 << 52;
 /// Writer tokens: `(thread + 1) << THREAD_SHIFT | sequence`.
 const THREAD_SHIFT: u32 = 40;
-
-/// The version a record is loaded with.
-pub fn load_token(keynum: i64) -> u64 {
-    LOAD_BIT | keynum as u64
-}
 
 /// The version of the `seq`-th write of benchmark thread `thread` (below 2^53, so exact in JSON
 /// numbers anywhere).
 pub fn writer_token(thread: usize, seq: u64) -> u64 {
     assert!(thread < 4095 && seq < 1 << THREAD_SHIFT);
     ((thread as u64 + 1) << THREAD_SHIFT) | seq
-}
-
-const ALPHANUMERIC: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-/// The value of field `field` written by the write with version `token`: the token in 16 hex
-/// digits, then letters and digits drawn from a generator seeded by (token, field). Like
-/// YCSB's random field values, it is `len` bytes that do not compress much.
-pub fn field_value(token: u64, field: usize, len: usize) -> String {
-    let mut value = format!("{token:016x}");
-    let mut rng = Rng::new(token ^ (field as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    'fill: while value.len() < len {
-        for byte in rng.next_u64().to_le_bytes() {
-            if value.len() == len {
-                break 'fill;
-            }
-            value.push(ALPHANUMERIC[byte as usize % ALPHANUMERIC.len()] as char);
-        }
-    }
-    value.truncate(len);
-    value
-}
-
-/// The name of field `i` (`field0`, `field1`, ...).
-pub fn field_name(i: usize) -> String {
-    format!("field{i}")
-}
-
-/// A whole record at version `token`.
-pub fn record(token: u64, fields: usize, len: usize) -> Document {
-    let mut doc: Document = (0..fields)
-        .map(|i| (field_name(i), Value::String(field_value(token, i, len))))
-        .collect();
-    doc.insert("v".into(), token.into());
-    doc
-}
-
-/// What a read saw of a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Seen {
-    /// Its version (`None`: the record was missing or had no version).
-    pub token: Option<u64>,
-    /// Whether every field is the value its own token derives, and the version's own write is
-    /// among them (every field, when updates write all fields).
-    pub intact: bool,
-}
-
-/// Checks a record read from the cache or the data store.
-pub fn inspect(doc: Option<&Document>, fields: usize, len: usize, all_fields: bool) -> Seen {
-    let Some(doc) = doc else {
-        return Seen {
-            token: None,
-            intact: false,
-        };
-    };
-    let Some(token) = doc.get("v").and_then(Value::as_u64) else {
-        return Seen {
-            token: None,
-            intact: false,
-        };
-    };
-    let mut own = 0;
-    for i in 0..fields {
-        let Some(value) = doc.get(&field_name(i)).and_then(Value::as_str) else {
-            return Seen {
-                token: Some(token),
-                intact: false,
-            };
-        };
-        let Some(field_token) = value
-            .get(..16)
-            .and_then(|h| u64::from_str_radix(h, 16).ok())
-        else {
-            return Seen {
-                token: Some(token),
-                intact: false,
-            };
-        };
-        if value != field_value(field_token, i, len) {
-            return Seen {
-                token: Some(token),
-                intact: false,
-            };
-        }
-        if field_token == token {
-            own += 1;
-        }
-    }
-    let loaded = token & LOAD_BIT != 0;
-    let intact = if all_fields || loaded {
-        own == fields
-    } else {
-        own >= 1
-    };
-    Seen {
-        token: Some(token),
-        intact,
-    }
 }
 
 /// A 64-bit hash of a record id (FNV-1a): the validation's key.

@@ -8,11 +8,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cads::store::StoreOptions;
 use cads::Policy;
 use cads_bench::tpcc::schema::Tables;
 use cads_bench::tpcc::{Scale, TpccOptions, TpccRecord};
 use cads_bench::CacheSpec;
-use cads_store::StoreOptions;
 
 /// Two warehouses (so remote stock and remote payments happen) of a hundredth of the scale, four
 /// terminals, short runs, one load for all the policies of a test.
@@ -121,7 +121,7 @@ pub fn server_url(variable: &str, default: &str, name: &str) -> Option<String> {
         // server that is down refuses at once anyway.
         .with_timeout(Duration::from_secs(20))
         .with_pool_size(1);
-    match cads_store::open(&url, &options) {
+    match cads::store::open(&url, &options) {
         Ok(_) => Some(url),
         Err(e) => {
             let message = format!("{name} not reachable at {url} ({e}); run scripts/provision");
@@ -146,8 +146,8 @@ pub fn every_policy() -> Vec<Policy> {
 }
 
 /// Drops the tables a test made on a shared server.
-pub fn drop_tables(url: &str, prefix: &str) -> cads_store::Result<()> {
-    let store = cads_store::open(url, &StoreOptions::default().with_pool_size(1))?;
+pub fn drop_tables(url: &str, prefix: &str) -> cads::store::Result<()> {
+    let store = cads::store::open(url, &StoreOptions::default().with_pool_size(1))?;
     Tables::new(prefix, store.dialect()).drop_all(store.as_ref())
 }
 
