@@ -5,7 +5,6 @@
 use std::cell::Cell;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,6 +125,8 @@ thread_local! {
     static DRIVER: Cell<bool> = const { Cell::new(false) };
     /// Data-store calls a benchmark thread has made.
     static DRIVER_CALLS: Cell<u64> = const { Cell::new(0) };
+    /// `get`s of the benchmark's collection a benchmark thread has made.
+    static DRIVER_MISSES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Marks the calling thread as a benchmark thread (its `get`s on the table are misses).
@@ -135,8 +136,14 @@ pub(crate) fn mark_driver_thread() {
 
 /// Data-store calls the calling benchmark thread has made so far (every call, of any
 /// collection or SQL table): unchanged across an operation means the cache answered it alone.
-pub(crate) fn driver_store_calls() -> u64 {
+pub fn driver_store_calls() -> u64 {
     DRIVER_CALLS.with(Cell::get)
+}
+
+/// Data-store `get`s of the benchmark's collection the calling benchmark thread has made so far:
+/// its cache misses on the document layer (the deployment wraps the data store to count them).
+pub fn driver_misses() -> u64 {
+    DRIVER_MISSES.with(Cell::get)
 }
 
 /// Counts a data-store call if a benchmark thread makes it.
@@ -150,12 +157,12 @@ fn count_call() {
 /// document layer queries the data store for a single record exactly when its read missed the
 /// cache (or the policy has no cache), so these are the driver's cache misses; write-back's
 /// workers and INFO-visible bookkeeping reads (PendingWrites, buffered writes) do not count.
-/// It also counts every call of each benchmark thread ([`driver_store_calls`]), for benchmarks
-/// whose reads miss through other calls (`get_many`, SQL).
+/// Each thread counts its own ([`driver_misses`]). It also counts every call of each benchmark
+/// thread ([`driver_store_calls`]), for benchmarks whose reads miss through other calls
+/// (`get_many`, SQL).
 pub(crate) struct MissCountingStore {
     inner: Arc<dyn DataStore>,
     collection: String,
-    misses: AtomicU64,
 }
 
 impl MissCountingStore {
@@ -163,12 +170,7 @@ impl MissCountingStore {
         MissCountingStore {
             inner,
             collection: collection.to_string(),
-            misses: AtomicU64::new(0),
         }
-    }
-
-    pub(crate) fn misses(&self) -> u64 {
-        self.misses.load(Ordering::Relaxed)
     }
 }
 
@@ -184,7 +186,7 @@ impl DocumentStore for MissCountingStore {
     fn get(&self, coll: &str, id: &str) -> cads::store::Result<Option<Document>> {
         count_call();
         if coll == self.collection && DRIVER.with(Cell::get) {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+            DRIVER_MISSES.with(|c| c.set(c.get() + 1));
         }
         self.inner.get(coll, id)
     }
@@ -275,7 +277,6 @@ pub struct Deployment {
     pub cads: Arc<Cads>,
     /// Counts every call the data store receives (benchmark threads and workers).
     pub faults: Faults,
-    misses: Arc<MissCountingStore>,
     cmis: Option<Box<dyn RunningCmis>>,
 }
 
@@ -331,14 +332,8 @@ impl Deployment {
         Ok(Deployment {
             cads: Arc::new(cads),
             faults,
-            misses,
             cmis,
         })
-    }
-
-    /// Data-store `get`s of the benchmark's collection made by benchmark threads so far.
-    pub fn driver_misses(&self) -> u64 {
-        self.misses.misses()
     }
 
     /// Cache round trips so far ([`Client::round_trips`]), all threads.
@@ -394,7 +389,7 @@ pub fn redact(url: &str) -> String {
 
 /// External CMIs run in one lease mode, so a policy list that needs both (write-around beside
 /// write-through or write-back) cannot run on them.
-pub(crate) fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Result<()> {
+pub fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Result<()> {
     if let CacheSpec::External(_) = cache {
         let mut modes: Vec<&str> = policies
             .iter()

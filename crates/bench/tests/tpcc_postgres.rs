@@ -6,27 +6,12 @@
 mod support;
 mod tpcc_support;
 
-use support::InProcess;
-use tpcc_support::{assert_consistent, every_policy, options, server_url, unique_prefix};
-
 #[test]
 fn every_policy_keeps_the_database_consistent() {
-    let Some(url) = server_url(
+    tpcc_support::every_policy_on(
         "CADS_POSTGRES_URL",
         "postgres://cads:cads@127.0.0.1:5432/cads",
         "PostgreSQL",
-    ) else {
-        return;
-    };
-    let prefix = unique_prefix("pg");
-    let mut opts = options(Some(url), &prefix);
-    opts.policies = every_policy();
-    let records = cads_bench::tpcc::run_tpcc(&opts, &InProcess, &|_| {});
-    let dropped = tpcc_support::drop_tables(opts.store.as_deref().expect("a store"), &prefix);
-    let records = records.expect("the runs complete");
-    dropped.expect("drop the test's tables");
-    assert_eq!(records.len(), opts.policies.len());
-    for record in &records {
-        assert_consistent(record);
-    }
+        "pg",
+    );
 }

@@ -21,7 +21,7 @@ use cads_bench::tpcc::load::load_database;
 use cads_bench::tpcc::rows::{RowId, Stock};
 use cads_bench::tpcc::schema::Tables;
 use cads_bench::tpcc::txn::{Attempts, Context, Input, LineInput};
-use cads_bench::tpcc::Scale;
+use cads_bench::tpcc::{BenchmarkOptions, Scale};
 use cads_bench::{CacheSpec, CmiSettings};
 use support::InProcess;
 use tpcc_support::{assert_consistent, options, sqlite_url, TempDir};
@@ -229,7 +229,7 @@ fn a_partly_missed_read_sees_pending_changes_of_the_keys_that_hit() {
 fn sessions_that_insert_rows_are_applied_exactly_once_despite_dying_workers() {
     let (url, _dir) = sqlite_url("crash");
     let mut opts = options(Some(url), "tpcc_");
-    opts.policies = vec![Policy::WriteBack];
+    opts.common.policies = vec![Policy::WriteBack];
     let crashes = Arc::new(AtomicU64::new(0));
     let rolls = Arc::new(AtomicU64::new(0x2545_F491_4F6C_DD1D));
     let (c, r) = (crashes.clone(), rolls.clone());
@@ -251,8 +251,7 @@ fn sessions_that_insert_rows_are_applied_exactly_once_despite_dying_workers() {
         }
         die
     })));
-    let records =
-        cads_bench::tpcc::run_tpcc(&opts, &InProcess, &|_| {}).expect("the run completes");
+    let records = opts.run(&InProcess, &|_| {}).expect("the run completes");
     let r = &records[0];
     assert!(crashes.load(Ordering::Relaxed) > 0, "no worker died");
     assert_consistent(r);

@@ -5,9 +5,9 @@
 use anyhow::{Context, Result};
 use cads::store::StoreOptions;
 use cads::Policy;
-use cads_bench::bg::latency::{self, Column, Row, Site};
 use cads_bench::bg::{GraphParams, LayoutKind};
 use cads_bench::deploy::{redact, store_url};
+use cads_bench::latency::{self, Column, Row, Site};
 use cads_bench::CacheSpec;
 use clap::Args;
 

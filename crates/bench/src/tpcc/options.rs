@@ -1,16 +1,13 @@
 //! The options of a TPC-C benchmark, spelled as `cads bench tpcc` spells its flags.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use cads::writeback::CrashHook;
-use cads::Policy;
+use cads_apps::tpcc::Scale;
 use serde::Serialize;
 
-use cads_apps::tpcc::Scale;
-
-use crate::deploy::{CacheSpec, CmiSettings};
+use crate::harness::CommonOptions;
 
 /// The mix of transactions, in percent (BenchBase's `<weights>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -82,34 +79,19 @@ impl Mix {
 /// size on SQLite with two embedded CMIs, every policy in turn, 8 terminals for 30 s.
 #[derive(Clone, Debug)]
 pub struct TpccOptions {
-    /// `--policy`: the policies to run, each in turn.
-    pub policies: Vec<Policy>,
-    /// `--store`: a data-store URL; `None`: a SQLite file in a temporary directory.
-    pub store: Option<String>,
-    /// `--cache`: `embedded:N` (default `embedded:2`) or CMI addresses.
-    pub cache: CacheSpec,
-    /// Settings of embedded CMIs.
-    pub cmi: CmiSettings,
+    /// What every benchmark has: policies, store, cache, threads (terminals, spread evenly over
+    /// the warehouses, each owning a range of districts, as BenchBase does), workers, warm-up
+    /// (every row and per-district entry read through the cache, 003 §4.3), repeats, seed (the
+    /// loader's and the terminals' generators), ...
+    pub common: CommonOptions,
     /// `--warehouses` (1).
     pub warehouses: u32,
     /// `--scale spec|hundredth`.
     pub scale: Scale,
-    /// `--threads`: terminals, spread evenly over the warehouses, each owning a range of
-    /// districts (BenchBase).
-    pub threads: usize,
     /// `--duration`: the measured interval.
     pub duration: Duration,
     /// `--mix`: transaction weights.
     pub mix: Mix,
-    /// `--warm`: read every row and per-district entry through the cache before the run, so it
-    /// starts at a 100% hit rate (003 §4.3). Default on.
-    pub warm: bool,
-    /// `--workers`: write-back's background workers.
-    pub workers: usize,
-    /// `--repeat`: runs of each policy, the policies interleaved.
-    pub repeat: usize,
-    /// `--seed`: the loader's and the terminals' generators.
-    pub seed: u64,
     /// `--prefix`: table name prefix (tests use their own, so they can share a database).
     pub prefix: String,
     /// `--keep-data`: load the database once, before the first run; later runs go on with the
@@ -118,16 +100,13 @@ pub struct TpccOptions {
     pub keep_data: bool,
     /// `--load-threads`: threads inserting the initial database.
     pub load_threads: usize,
-    /// `--drain-timeout`: how long write-back's drain may take after the run.
-    pub drain_timeout: Duration,
-    /// `--json FILE`: every run record in one JSON array, rewritten after each run.
-    pub json: Option<PathBuf>,
     /// Test hook: Payments also change W_YTD in the data store behind the framework's back, so
     /// the cached warehouse goes stale and condition 1 breaks (shows the checks at work).
     #[doc(hidden)]
     pub sabotage: bool,
     /// Test hook: write-back's appliers (workers, and reads that apply a queue) die where it
     /// says (`WriteBackConfig::crash`), to show that sessions are applied exactly once anyway.
+    /// Only for runs in one process (a hook does not cross into AppNodes).
     #[doc(hidden)]
     pub crash: Option<CrashHook>,
 }
@@ -135,29 +114,18 @@ pub struct TpccOptions {
 impl Default for TpccOptions {
     fn default() -> Self {
         TpccOptions {
-            policies: vec![
-                Policy::DataStoreOnly,
-                Policy::WriteAround,
-                Policy::WriteThrough,
-                Policy::WriteBack,
-            ],
-            store: None,
-            cache: CacheSpec::default(),
-            cmi: CmiSettings::default(),
+            common: CommonOptions {
+                workers: 2,
+                seed: 0x007A_C00C,
+                ..CommonOptions::default()
+            },
             warehouses: 1,
             scale: Scale::SPEC,
-            threads: 8,
             duration: Duration::from_secs(30),
             mix: Mix::default(),
-            warm: true,
-            workers: 2,
-            repeat: 1,
-            seed: 0x007A_C00C,
             prefix: "tpcc_".into(),
             keep_data: false,
             load_threads: 4,
-            drain_timeout: Duration::from_secs(600),
-            json: None,
             sabotage: false,
             crash: None,
         }
@@ -167,17 +135,9 @@ impl Default for TpccOptions {
 impl TpccOptions {
     /// Checks the options.
     pub fn check(&self) -> Result<()> {
-        if self.policies.is_empty() {
-            bail!("--policy: give at least one policy");
-        }
+        self.common.check(usize::MAX)?;
         if self.warehouses == 0 {
             bail!("--warehouses must be at least 1");
-        }
-        if self.threads == 0 {
-            bail!("--threads must be at least 1");
-        }
-        if self.repeat == 0 {
-            bail!("--repeat must be at least 1");
         }
         if self.scale.items < 15 || self.scale.customers_per_district < 10 {
             bail!("the scale needs at least 15 items and 10 customers per district");
@@ -202,24 +162,17 @@ impl TpccOptions {
     }
 }
 
-/// The options as recorded in a run record's `config` (fields as in [`TpccOptions`]).
+/// TPC-C's part of a run record's `config` (fields as in [`TpccOptions`]).
 #[derive(Clone, Debug, Serialize)]
 #[allow(missing_docs)]
 pub struct ConfigRecord {
     pub warehouses: u32,
     pub scale: Scale,
     pub scale_name: String,
-    pub threads: usize,
     pub duration_s: f64,
     pub mix: Mix,
-    pub warm: bool,
-    pub workers: usize,
-    pub cache: String,
-    pub cmi_maxmemory: Option<String>,
-    pub cmi_max_pinned_memory: Option<String>,
     pub prefix: String,
     pub keep_data: bool,
-    pub seed: u64,
     /// The data store's isolation for every policy's transactions.
     pub isolation: &'static str,
     /// NURand constants C: customer id, item id, last name at load and at run time.

@@ -49,15 +49,19 @@ impl Kind {
         Kind::StockLevel,
     ];
 
-    /// The name in run records (BenchBase's procedure names, upper-cased).
+    /// The names in run records (BenchBase's procedure names, upper-cased), in the order of
+    /// [`Kind::ALL`].
+    pub const NAMES: [&'static str; 5] = [
+        "NEW_ORDER",
+        "PAYMENT",
+        "ORDER_STATUS",
+        "DELIVERY",
+        "STOCK_LEVEL",
+    ];
+
+    /// The name in run records.
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::NewOrder => "NEW_ORDER",
-            Kind::Payment => "PAYMENT",
-            Kind::OrderStatus => "ORDER_STATUS",
-            Kind::Delivery => "DELIVERY",
-            Kind::StockLevel => "STOCK_LEVEL",
-        }
+        Kind::NAMES[self.index()]
     }
 
     /// Its position in [`Kind::ALL`].

@@ -19,7 +19,10 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
+
 use crate::generator::key_name;
+use crate::harness::{LoggedWrite, ReadWriteLog};
 
 pub use cads_apps::ycsb::{field_name, field_value, inspect, load_token, record, Seen, LOAD_BIT};
 
@@ -43,14 +46,13 @@ pub fn id_hash(id: &str) -> u64 {
     hash
 }
 
-/// Nanoseconds since the run began.
-pub type Nanos = u64;
+pub use crate::harness::Nanos;
 
 /// `end` of a write whose outcome is unknown (it may have taken effect any time after it began).
 pub const UNKNOWN_END: Nanos = Nanos::MAX;
 
 /// A write (update, insert, or the write of a read-modify-write) that committed or may have.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct WriteRecord {
     /// [`id_hash`] of the record.
     pub key: u64,
@@ -63,7 +65,7 @@ pub struct WriteRecord {
 }
 
 /// A record a read, scan or read-modify-write returned.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct ReadRecord {
     /// [`id_hash`] of the record.
     pub key: u64,
@@ -75,22 +77,14 @@ pub struct ReadRecord {
     pub end: Nanos,
 }
 
-/// The reads and writes of a run (each thread keeps one; merged at the end).
-#[derive(Debug, Default)]
-pub struct Log {
-    /// Records read.
-    pub reads: Vec<ReadRecord>,
-    /// Records written.
-    pub writes: Vec<WriteRecord>,
-}
-
-impl Log {
-    /// Appends another thread's log.
-    pub fn merge(&mut self, other: Log) {
-        self.reads.extend(other.reads);
-        self.writes.extend(other.writes);
+impl LoggedWrite for WriteRecord {
+    fn document(&self) -> u64 {
+        self.key
     }
 }
+
+/// The records a run read and the writes it made.
+pub type Log = ReadWriteLog<ReadRecord, WriteRecord>;
 
 /// How many problems a check describes.
 const EXAMPLES: usize = 10;

@@ -36,15 +36,13 @@ impl Operation {
         Operation::ReadModifyWrite,
     ];
 
-    /// YCSB's name for it in its output (`[READ]`, `[READ-MODIFY-WRITE]`, ...).
+    /// YCSB's names for them in its output (`[READ]`, `[READ-MODIFY-WRITE]`, ...), in the
+    /// order of [`Operation::ALL`].
+    pub const NAMES: [&'static str; 5] = ["READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE"];
+
+    /// YCSB's name for it.
     pub fn name(self) -> &'static str {
-        match self {
-            Operation::Read => "READ",
-            Operation::Update => "UPDATE",
-            Operation::Insert => "INSERT",
-            Operation::Scan => "SCAN",
-            Operation::ReadModifyWrite => "READ-MODIFY-WRITE",
-        }
+        Operation::NAMES[self.index()]
     }
 
     pub(crate) fn index(self) -> usize {

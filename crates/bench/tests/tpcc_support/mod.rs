@@ -10,25 +10,31 @@ use std::time::Duration;
 
 use cads::store::StoreOptions;
 use cads::Policy;
+use cads_bench::harness::CommonOptions;
 use cads_bench::tpcc::schema::Tables;
-use cads_bench::tpcc::{Scale, TpccOptions, TpccRecord};
+use cads_bench::tpcc::{BenchmarkOptions, Scale, TpccOptions, TpccRecord};
+
+use super::support::InProcess;
 use cads_bench::CacheSpec;
 
 /// Two warehouses (so remote stock and remote payments happen) of a hundredth of the scale, four
 /// terminals, short runs, one load for all the policies of a test.
 pub fn options(store: Option<String>, prefix: &str) -> TpccOptions {
     TpccOptions {
-        store,
-        cache: CacheSpec::Embedded { cmis: 2 },
+        common: CommonOptions {
+            store,
+            cache: CacheSpec::Embedded { cmis: 2 },
+            threads: 4,
+            workers: 2,
+            drain_timeout: Duration::from_secs(60),
+            ..TpccOptions::default().common
+        },
         warehouses: 2,
         scale: Scale::HUNDREDTH,
-        threads: 4,
         duration: Duration::from_millis(1500),
-        workers: 2,
         load_threads: 2,
         prefix: prefix.to_string(),
         keep_data: true,
-        drain_timeout: Duration::from_secs(60),
         ..TpccOptions::default()
     }
 }
@@ -52,14 +58,19 @@ impl Drop for TempDir {
 /// The checks every run must pass: New-Order and Payment committed, and every other type the run
 /// drew, none failed, every consistency condition held, no cached entry stale.
 pub fn assert_consistent(r: &TpccRecord) {
-    let broken: Vec<_> = r.consistency.iter().filter(|c| c.violations > 0).collect();
+    let broken: Vec<_> = r
+        .detail
+        .consistency
+        .iter()
+        .filter(|c| c.violations > 0)
+        .collect();
     assert!(
         broken.is_empty(),
         "{}: conditions broken: {broken:#?}",
         r.policy
     );
     assert_eq!(
-        r.consistency.len(),
+        r.detail.consistency.len(),
         12,
         "{}: every condition checked",
         r.policy
@@ -67,17 +78,17 @@ pub fn assert_consistent(r: &TpccRecord) {
     assert_eq!(
         r.stale_reads, 0,
         "{}: stale entries {:#?}",
-        r.policy, r.cache_check
+        r.policy, r.detail.cache_check
     );
-    assert!(r.consistent, "{}", r.policy);
-    for (name, counts) in &r.counts {
+    assert!(r.detail.consistent, "{}", r.policy);
+    for (name, counts) in &r.detail.counts {
         // A short run may draw none of a rare type (4% of the mix each; a run of 77 transactions
         // draws no ORDER_STATUS one time in 23), but every type drawn must commit.
         assert!(
             counts.sessions == 0 || counts.completed > 0,
             "{}: no {name} committed: {:?}",
             r.policy,
-            r.counts
+            r.detail.counts
         );
         assert_eq!(
             counts.failed, 0,
@@ -87,15 +98,15 @@ pub fn assert_consistent(r: &TpccRecord) {
     }
     for name in ["NEW_ORDER", "PAYMENT"] {
         assert!(
-            r.counts.get(name).is_some_and(|c| c.completed > 0),
+            r.detail.counts.get(name).is_some_and(|c| c.completed > 0),
             "{}: no {name} committed: {:?}",
             r.policy,
-            r.counts
+            r.detail.counts
         );
     }
-    assert!(r.tpmc > 0.0);
+    assert!(r.detail.tpmc > 0.0);
     if r.policy != "none" {
-        let check = r.cache_check.as_ref().expect("a cache to check");
+        let check = r.detail.cache_check.as_ref().expect("a cache to check");
         assert!(check.cached > 0, "{}: nothing was cached", r.policy);
         assert!(r.hit_ratio.is_some());
     }
@@ -132,6 +143,26 @@ pub fn server_url(variable: &str, default: &str, name: &str) -> Option<String> {
             let _ = writeln!(std::io::stderr(), "\n{bar}\nSKIPPED: {message}\n{bar}");
             None
         }
+    }
+}
+
+/// Every policy on the database server that `variable` names (or `default`), if it answers:
+/// each keeps the consistency conditions and leaves no stale entry in the cache. The test's
+/// tables (prefixed `tag` and the process id) are dropped afterwards.
+pub fn every_policy_on(variable: &str, default: &str, name: &str, tag: &str) {
+    let Some(url) = server_url(variable, default, name) else {
+        return;
+    };
+    let prefix = unique_prefix(tag);
+    let mut opts = options(Some(url), &prefix);
+    opts.common.policies = every_policy();
+    let records = opts.run(&InProcess, &|_| {});
+    let dropped = drop_tables(opts.common.store.as_deref().expect("a store"), &prefix);
+    let records = records.expect("the runs complete");
+    dropped.expect("drop the test's tables");
+    assert_eq!(records.len(), opts.common.policies.len());
+    for record in &records {
+        assert_consistent(record);
     }
 }
 

@@ -13,15 +13,16 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use cads::documents::Collection;
-use cads::store::{Changes, DataStore, Document};
+use cads::store::{DataStore, Document};
 use cads::{Config, Policy};
 use cads_apps::bg::{layout, ActionKind, GraphParams, LayoutKind};
+use cads_apps::ycsb::{load_token, record, update, TABLE};
 
-use super::run::warm_cache;
-use super::workload::{MemberChooser, Model, Outcome, Popularity};
+use crate::bg::warm_cache;
+use crate::bg::workload::{MemberChooser, Model, Outcome, Popularity};
 use crate::deploy::{CacheSpec, CmiSettings, Deployment, Launcher};
 use crate::generator::{key_name, Rng};
-use crate::ycsb::validate::{load_token, record, writer_token};
+use crate::ycsb::validate::writer_token;
 
 /// One cell of a latency table: means per action.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -138,9 +139,6 @@ pub fn measure_actions(
     Ok(rows)
 }
 
-/// The collection of [`measure_ycsb`]'s records.
-pub const USERTABLE: &str = "usertable";
-
 /// Fields per YCSB record (each of 100 bytes).
 const FIELDS: usize = 10;
 const FIELD_LENGTH: usize = 100;
@@ -155,10 +153,10 @@ pub fn measure_ycsb(
     actions: usize,
     seed: u64,
 ) -> Result<Vec<Row>> {
-    let dep = site.deploy(policy, USERTABLE)?;
+    let dep = site.deploy(policy, TABLE)?;
     let cads = &dep.cads;
-    cads.store().drop_collection(USERTABLE)?;
-    let table = Collection::create(cads, USERTABLE)?;
+    cads.store().drop_collection(TABLE)?;
+    let table = Collection::create(cads, TABLE)?;
     let ids: Vec<String> = (0..records as i64).map(|k| key_name(k, true, 1)).collect();
     for (chunk, first) in ids.chunks(500).zip((0..).step_by(500)) {
         let docs: Vec<(String, Document)> = chunk
@@ -167,7 +165,7 @@ pub fn measure_ycsb(
             .map(|(id, k)| (id.clone(), record(load_token(k), FIELDS, FIELD_LENGTH)))
             .collect();
         cads.store()
-            .insert_many(USERTABLE, &docs)
+            .insert_many(TABLE, &docs)
             .context("loading usertable")?;
     }
     let mut rng = Rng::new(seed);
@@ -190,8 +188,7 @@ pub fn measure_ycsb(
     let read = mean(&cells);
     cells.clear();
     for (seq, id) in updates.iter().enumerate() {
-        let fields = record(writer_token(0, seq as u64 + 1), FIELDS, FIELD_LENGTH);
-        let changes = Changes::from_json(&serde_json::json!({ "$set": fields }))?;
+        let changes = update(writer_token(0, seq as u64 + 1), None, FIELDS, FIELD_LENGTH);
         let (_, cell) = timed(&dep, || {
             Ok(cads.run(|s| table.update(s, id, changes.clone()))?)
         })?;
