@@ -1,17 +1,14 @@
 //! TPC-C on PostgreSQL (`CADS_POSTGRES_URL`, default `postgres://cads:cads@127.0.0.1:5432/cads`)
-//! at a hundredth of the specification's scale: every policy keeps the consistency conditions
-//! and leaves no stale entry in the cache. Skipped loudly when the server is unreachable; fails
-//! then with `CADS_REQUIRE_SERVICES=1`. Tables are prefixed per test process.
+//! at a hundredth of the specification's scale, in a scratch database of its own: every policy
+//! keeps the consistency conditions and leaves no stale entry in the cache. Skipped loudly when
+//! the server is unreachable; fails then with `CADS_REQUIRE_SERVICES=1`.
 
 mod support;
 mod tpcc_support;
 
+use cads_testkit::scratch::StoreServer;
+
 #[test]
 fn every_policy_keeps_the_database_consistent() {
-    tpcc_support::every_policy_on(
-        "CADS_POSTGRES_URL",
-        "postgres://cads:cads@127.0.0.1:5432/cads",
-        "PostgreSQL",
-        "pg",
-    );
+    tpcc_support::every_policy_on(StoreServer::Postgres);
 }

@@ -1,18 +1,15 @@
 //! TPC-C under write-back's Design 2 (per-warehouse queues of buffered sessions), on SQLite:
 //! reads that miss while sessions are pending see them, by folding New-Order's query result
 //! changes into Stock-Level's recent orders (Algorithm 3) or by applying the queue first
-//! (Algorithm 1); and sessions that insert rows (New-Order, Payment) are applied exactly once
-//! while workers die mid-apply.
+//! (Algorithm 1). Workers that die mid-apply are in `tpcc_dying_workers.rs`.
 
 mod support;
 mod tpcc_support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cads::store::{DataStore, StoreOptions};
-use cads::writeback::{ApplyStep, CrashHook};
 use cads::{Cads, Config, Policy, Workers};
 use cads_bench::deploy::Deployment;
 use cads_bench::tpcc::cache::{recent_lines_key, stock_key, Db, RecentLines, Rows, RowsQuery};
@@ -21,15 +18,16 @@ use cads_bench::tpcc::load::load_database;
 use cads_bench::tpcc::rows::{RowId, Stock};
 use cads_bench::tpcc::schema::Tables;
 use cads_bench::tpcc::txn::{Attempts, Context, Input, LineInput};
-use cads_bench::tpcc::{BenchmarkOptions, Scale};
+use cads_bench::tpcc::Scale;
 use cads_bench::{CacheSpec, CmiSettings};
+use cads_testkit::ScratchDir;
 use support::InProcess;
-use tpcc_support::{assert_consistent, options, sqlite_url, TempDir};
+use tpcc_support::sqlite_url;
 
 /// One warehouse at a hundredth of the scale, every entry cached, and write-back over two
 /// embedded CMIs with no workers: what sessions buffer stays pending until a test applies it.
 struct Setup {
-    _dir: TempDir,
+    _dir: ScratchDir,
     db: Db,
     dep: Deployment,
 }
@@ -218,43 +216,4 @@ fn a_partly_missed_read_sees_pending_changes_of_the_keys_that_hit() {
         both[0].order_cnt, changed.order_cnt,
         "the row that hit was read from the data store, which lacks the pending New-Order"
     );
-}
-
-/// Write-back runs with workers that die at every step of Algorithm 4 (and carry on, as a
-/// restarted worker would): once drained, the consistency conditions hold (nothing lost) and
-/// every cached entry equals the data store (nothing applied twice: a Payment applied twice
-/// would add its amount to W_YTD again and insert its HISTORY row again, and the cached
-/// warehouse, changed once, would differ).
-#[test]
-fn sessions_that_insert_rows_are_applied_exactly_once_despite_dying_workers() {
-    let (url, _dir) = sqlite_url("crash");
-    let mut opts = options(Some(url), "tpcc_");
-    opts.common.policies = vec![Policy::WriteBack];
-    let crashes = Arc::new(AtomicU64::new(0));
-    let rolls = Arc::new(AtomicU64::new(0x2545_F491_4F6C_DD1D));
-    let (c, r) = (crashes.clone(), rolls.clone());
-    opts.crash = Some(CrashHook(Arc::new(move |_step: ApplyStep| {
-        // Only the workers die: a terminal applying a queue for its read would fail its
-        // transaction instead.
-        let worker = std::thread::current()
-            .name()
-            .is_some_and(|n| n.starts_with("cads-bgt-"));
-        let mut x = r.load(Ordering::Relaxed);
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        r.store(x, Ordering::Relaxed);
-        // At most a dozen deaths: each stalls a queue until the dead worker's leases expire.
-        let die = worker && x % 8 == 0 && c.load(Ordering::Relaxed) < 12;
-        if die {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-        die
-    })));
-    let records = opts.run(&InProcess, &|_| {}).expect("the run completes");
-    let r = &records[0];
-    assert!(crashes.load(Ordering::Relaxed) > 0, "no worker died");
-    assert_consistent(r);
-    let wb = r.write_back.as_ref().expect("write-back's record");
-    assert!(wb.buffered_sessions > 0);
 }

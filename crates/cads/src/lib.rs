@@ -32,6 +32,7 @@
 mod cache_store;
 pub mod documents;
 mod error;
+pub mod failpoints;
 mod missed;
 mod session;
 mod tx;
@@ -117,24 +118,6 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// Write-back's settings (used with [`Policy::WriteBack`]).
     pub write_back: WriteBackConfig,
-    /// Leases on. Only the race tests turn them off, to show what they prevent.
-    #[doc(hidden)]
-    pub leases: bool,
-    /// Test hook, run between querying the data store on a miss and filling the cache: the
-    /// window of the read-write race of 001 §3.3.
-    #[doc(hidden)]
-    pub fill_hook: Option<FillHook>,
-}
-
-/// A callback for [`Config::fill_hook`].
-#[doc(hidden)]
-#[derive(Clone)]
-pub struct FillHook(pub Arc<dyn Fn() + Send + Sync>);
-
-impl std::fmt::Debug for FillHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FillHook")
-    }
 }
 
 impl Default for Config {
@@ -144,8 +127,6 @@ impl Default for Config {
             max_attempts: 100,
             retry: RetryPolicy::default(),
             write_back: WriteBackConfig::default(),
-            leases: true,
-            fill_hook: None,
         }
     }
 }
@@ -339,7 +320,7 @@ impl Cads {
         let Some(client) = &self.cache else {
             return SingleRead::SessionPath;
         };
-        if self.policy == Policy::DataStoreOnly || !self.config.leases {
+        if self.policy == Policy::DataStoreOnly || !self.leases() {
             return SingleRead::SessionPath;
         }
         let keys = cs.keys_read(query);
@@ -479,9 +460,9 @@ impl Cads {
         flushed
     }
 
-    pub(crate) fn pause_before_fill(&self) {
-        if let Some(hook) = &self.config.fill_hook {
-            (hook.0)();
-        }
+    /// Whether sessions take leases: always, but for the broken baseline of the race tests
+    /// ([`failpoints::LEASES_OFF`]).
+    pub(crate) fn leases(&self) -> bool {
+        !failpoints::leases_off()
     }
 }

@@ -174,27 +174,16 @@ mod tests {
         use std::time::Duration;
 
         use cads_protocol::{Command, Reply};
-        use cads_store::{open, Changes, StoreOptions};
+        use cads_store::{Changes, StoreOptions};
+        use cads_testkit::{Cmis, ScratchDir};
         use serde_json::json;
 
         use crate::documents::Collection;
         use crate::{Cads, Config, Policy, WriteBackConfig};
 
-        let dir = std::env::temp_dir().join(format!("cads-missed-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite:{}", dir.join("data.db").display());
-        let store = open(&url, &StoreOptions::default()).unwrap();
-        let server = cads_server::Server::start(
-            cads_server::Config::resolve(cads_server::Options {
-                port: Some(0),
-                cmis: Some(2),
-                mode: Some(Policy::WriteBack.cmi_mode().into()),
-                ..cads_server::Options::default()
-            })
-            .unwrap(),
-        )
-        .unwrap();
+        let dir = ScratchDir::new("missed");
+        let store = dir.sqlite(&StoreOptions::default());
+        let cmis = Cmis::start(2, Policy::WriteBack.cmi_mode());
         let config = Config {
             write_back: WriteBackConfig {
                 replicas: 2,
@@ -202,7 +191,7 @@ mod tests {
             },
             ..Config::default()
         };
-        let cads = Cads::connect(store.clone(), server.addrs(), Policy::WriteBack, config);
+        let cads = Cads::connect(store.clone(), cmis.addrs(), Policy::WriteBack, config);
         let docs = Collection::create(&cads, "tallies").unwrap();
         store
             .put("tallies", "d", json!({"n": 0}).as_object().unwrap())
@@ -240,8 +229,5 @@ mod tests {
 
         crate::writeback::drain(&cads, Duration::from_secs(10)).unwrap();
         assert_eq!(store.get("tallies", "d").unwrap().unwrap()["n"], json!(1));
-        server.stop();
-        server.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -9,6 +9,7 @@ use cads_store::{DocOp, StoreError};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::{Error, Result};
+use crate::failpoints;
 use crate::missed::Missed;
 use crate::tx::StoreTx;
 use crate::writeback::design1;
@@ -176,7 +177,7 @@ impl<'a> Session<'a> {
     }
 
     fn use_cache(&self) -> bool {
-        self.cache.is_some() && self.degraded.is_none() && self.cads.config().leases
+        self.cache.is_some() && self.degraded.is_none() && self.cads.leases()
     }
 
     /// `readStatement` (Algorithm 9): the cached result if every key hits, else the data store's,
@@ -184,7 +185,7 @@ impl<'a> Session<'a> {
     /// key query the data store once, and a writer's exclusive lease voids a fill computed from
     /// data it is about to change (001 §3.3).
     pub fn read<C: CacheStore>(&mut self, cs: &C, query: &C::Query) -> Result<C::Output> {
-        if !self.cads.config().leases && self.cache.is_some() {
+        if !self.cads.leases() && self.cache.is_some() {
             return self.read_without_leases(cs, query);
         }
         let keys = cs.keys_read(query);
@@ -217,7 +218,7 @@ impl<'a> Session<'a> {
         // Pending buffered writes of every key count, not only of those that missed: the data
         // store's result also stands for the keys that hit.
         let output = self.query_store(cs, query, &keys, true)?;
-        self.cads.pause_before_fill();
+        failpoints::before_fill();
         // A transaction reading from a snapshot older than our leases could have read data that a
         // writer changed and released before we asked: such a result is not cached.
         if self.tx.snapshot_before(step) {
@@ -263,7 +264,7 @@ impl<'a> Session<'a> {
             }
         }
         let output = self.query_store(cs, query, &keys, false)?;
-        self.cads.pause_before_fill();
+        failpoints::before_fill();
         for (key, value) in cs.entries(query, &output) {
             client.set(&key, &value).map_err(Error::from)?;
         }
@@ -344,7 +345,7 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         self.prepared = true;
-        if !self.cads.config().leases {
+        if !self.cads.leases() {
             return Ok(());
         }
         if let Some((cmi, cause)) = &self.degraded {
@@ -581,7 +582,7 @@ impl<'a> Session<'a> {
             }
             return Err(e.into());
         }
-        if !self.cads.config().leases {
+        if !self.cads.leases() {
             return self.apply_without_leases();
         }
         let Some(cache) = self.cache.take() else {

@@ -1,125 +1,13 @@
-//! The read-write race of 001 §3.3, the thundering herd, and thousands of randomized concurrent
-//! sessions whose every read is checked.
+//! Thousands of randomized concurrent sessions whose every read is checked, and writes whose cache
+//! commit is lost. The read-write race of 001 §3.3 and the thundering herd are in `races.rs`.
 
 mod common;
 
-use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use cads::{Config, FillHook, Policy};
+use cads::{Config, Policy};
 use common::{counter_key, Counters, Deployment, History};
-
-/// A fill hook that, the first time, tells the test the reader has queried the data store and then
-/// waits until the test says the writer is done.
-fn hold_first_fill() -> (FillHook, mpsc::Receiver<()>, mpsc::Sender<()>) {
-    let (queried_tx, queried_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let state = Mutex::new(Some((queried_tx, go_rx)));
-    let hook = FillHook(Arc::new(move || {
-        if let Some((queried, go)) = state.lock().unwrap().take() {
-            queried.send(()).unwrap();
-            go.recv().unwrap();
-        }
-    }));
-    (hook, queried_rx, go_tx)
-}
-
-/// The interleaving of 001 §3.3: a reader misses and queries the data store; a writer updates the
-/// data store and the cache; then the reader fills the cache with what it read.
-fn race(policy: Policy, leases: bool) -> (Option<i64>, i64) {
-    let d = Deployment::start(policy);
-    d.counters(1);
-    let (hook, queried, go) = hold_first_fill();
-    let reader = d.cads(Config {
-        leases,
-        fill_hook: Some(hook),
-        ..Config::default()
-    });
-    let writer = d.cads(Config {
-        leases,
-        ..Config::default()
-    });
-    std::thread::scope(|scope| {
-        let read = scope.spawn(|| {
-            reader
-                .run(|s| s.read(&Counters, &"c0".to_string()))
-                .unwrap()
-        });
-        queried.recv().unwrap();
-        writer
-            .run(|s| s.write(&Counters, &"c0".to_string()))
-            .unwrap();
-        go.send(()).unwrap();
-        read.join().unwrap();
-    });
-    let cached = reader
-        .cache()
-        .unwrap()
-        .get(&counter_key("c0"))
-        .unwrap()
-        .map(|v| String::from_utf8(v).unwrap().parse().unwrap());
-    (cached, d.stored("c0"))
-}
-
-#[test]
-fn without_leases_the_race_leaves_a_stale_value_in_the_cache() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
-        let (cached, stored) = race(policy, false);
-        assert_eq!(stored, 1);
-        assert_eq!(
-            cached,
-            Some(0),
-            "{policy:?}: the reader cached what it read before the write"
-        );
-    }
-}
-
-#[test]
-fn with_leases_the_same_race_leaves_the_cache_consistent() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
-        let (cached, stored) = race(policy, true);
-        assert_eq!(stored, 1);
-        assert!(
-            cached.is_none() || cached == Some(1),
-            "{policy:?}: cache holds {cached:?}, the data store 1"
-        );
-    }
-}
-
-#[test]
-fn concurrent_misses_on_one_key_query_the_data_store_once() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
-        // Long leases: on a loaded machine the filler's 500 ms default could run out while it
-        // lingers, and a second reader would then rightly query the data store too.
-        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(10_000));
-        d.counters(1);
-        let threads = 24;
-        let barrier = Barrier::new(threads);
-        // The filler lingers so that every other reader arrives while the key is being filled.
-        let cads = d.cads(Config {
-            fill_hook: Some(FillHook(Arc::new(|| {
-                std::thread::sleep(std::time::Duration::from_millis(100))
-            }))),
-            ..Config::default()
-        });
-        d.faults.reset_counts();
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| {
-                    barrier.wait();
-                    let v = cads.run(|s| s.read(&Counters, &"c0".to_string())).unwrap();
-                    assert_eq!(v, 0);
-                });
-            }
-        });
-        let queries = d.faults.counts().reads;
-        assert_eq!(
-            queries, 1,
-            "{policy:?}: {threads} concurrent misses, {queries} queries"
-        );
-    }
-}
 
 /// Thousands of sessions from many threads over counters on two CMIs: single reads, single
 /// increments, and sessions that read two counters and increment both (on different CMIs). Every

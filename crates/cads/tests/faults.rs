@@ -4,16 +4,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cads::{Cads, Config, Error, Policy};
 use cads_client::{Client, ClientConfig, ConsistentHash};
 use cads_coord::Coordinator;
 use cads_store::{FaultMode, StoreError};
+use cads_testkit::Relay;
 use common::{counter_key, Counters, Deployment};
 
 #[test]
@@ -87,68 +85,14 @@ fn a_data_store_that_hangs_times_out_within_its_timeout() {
     );
 }
 
-/// A TCP relay that can cut the path to a CMI while the CMI keeps running with its entries, as a
-/// network partition would.
-struct Relay {
-    addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Relay {
-    fn new(target: SocketAddr) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (cut2, conns2) = (cut.clone(), conns.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming().flatten() {
-                if cut2.load(Ordering::Acquire) {
-                    continue; // dropped: the client sees its connection closed
-                }
-                let Ok(server) = TcpStream::connect(target) else {
-                    continue;
-                };
-                conns2.lock().unwrap().push(client.try_clone().unwrap());
-                conns2.lock().unwrap().push(server.try_clone().unwrap());
-                for (mut from, mut to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16384];
-                        while let Ok(n) = from.read(&mut buf) {
-                            if n == 0 || to.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Relay { addr, cut, conns }
-    }
-
-    fn set_cut(&self, cut: bool) {
-        self.cut.store(cut, Ordering::Release);
-        if cut {
-            for c in self.conns.lock().unwrap().drain(..) {
-                let _ = c.shutdown(std::net::Shutdown::Both);
-            }
-        }
-    }
-}
-
 #[test]
 fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values() {
     for policy in [Policy::WriteAround, Policy::WriteThrough] {
         let d = Deployment::start(policy);
         d.counters(4);
-        let addrs = d.server.as_ref().unwrap().addrs().to_vec();
+        let addrs = d.cmis.addrs().to_vec();
         let relays: Vec<Relay> = addrs.iter().map(|a| Relay::new(*a)).collect();
-        let mut config = ClientConfig::new(relays.iter().map(|r| r.addr).collect());
+        let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
         config.connect_timeout = Duration::from_millis(300);
         config.io_timeout = Duration::from_millis(500);
         let client = Client::new(config, Coordinator::process());
@@ -175,7 +119,7 @@ fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values
             r.set_cut(false);
         }
         // A client straight to the CMIs, routing keys as the relayed one does.
-        let relay_names: Vec<String> = relays.iter().map(|r| r.addr.to_string()).collect();
+        let relay_names: Vec<String> = relays.iter().map(|r| r.addr().to_string()).collect();
         let direct = Client::with_router(
             ClientConfig::new(addrs.clone()),
             Arc::new(ConsistentHash::new(&relay_names)),

@@ -4,9 +4,6 @@
 //! matches. A CMI that comes back with what it held before it died brings back no old buffered
 //! write, and a session that cannot reach the cache writes nothing rather than losing its write.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,66 +14,34 @@ use cads::{Cads, Config, Policy, Workers, WriteBackConfig};
 use cads_client::{Client, ClientConfig};
 use cads_coord::Coordinator;
 use cads_protocol::{Command as CacheCommand, Reply};
-use cads_store::{open, Changes, DataStore, StoreOptions};
+use cads_store::{Changes, DataStore, StoreOptions};
+use cads_testkit::cmis::Program;
+use cads_testkit::{ScratchDir, ServerProcess};
 use serde_json::json;
 
-struct Cmi {
-    child: Child,
-    addr: SocketAddr,
+/// A `cads server` process serving one write-through CMI with 300 ms leases, killed on drop.
+fn start_cmi() -> ServerProcess {
+    ServerProcess::start_cmis(&cads_server(), 1, CMI_FLAGS)
 }
 
-impl Drop for Cmi {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+const CMI_FLAGS: &[&str] = &["--mode", "write-through", "--lease-ms", "300"];
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start_cmi() -> Cmi {
-    start_cmi_on(free_port(), &[])
-}
-
-fn start_cmi_on(port: u16, extra: &[&str]) -> Cmi {
-    let child = Command::new(env!("CARGO_BIN_EXE_cads"))
-        .args(["server", "--port", &port.to_string(), "--cmis", "1"])
-        .args(["--mode", "write-through", "--lease-ms", "300"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start cads server");
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "a CMI did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Cmi { child, addr }
+fn cads_server() -> Program {
+    Program::cads(env!("CARGO_BIN_EXE_cads"))
 }
 
 /// An empty directory for a test and a SQLite data store in it.
-fn scratch_store(name: &str) -> (PathBuf, Arc<dyn DataStore>) {
-    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let url = format!("sqlite:{}", dir.join("data.db").display());
-    let store = open(&url, &StoreOptions::default()).unwrap();
+fn scratch_store(name: &str) -> (ScratchDir, Arc<dyn DataStore>) {
+    let dir = ScratchDir::new(name);
+    let store = dir.sqlite(&StoreOptions::default());
     (dir, store)
 }
 
 #[test]
 fn killing_a_cmi_loses_no_acknowledged_write() {
     let (dir, store) = scratch_store("cads-durability");
-    let mut cmis: Vec<Cmi> = (0..4).map(|_| start_cmi()).collect();
-    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr).collect());
+    let mut cmis: Vec<ServerProcess> = (0..4).map(|_| start_cmi()).collect();
+    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr(0)).collect());
     config.connect_timeout = Duration::from_millis(200);
     config.io_timeout = Duration::from_millis(500);
     let client = Client::new(config, Coordinator::process());
@@ -89,7 +54,6 @@ fn killing_a_cmi_loses_no_acknowledged_write() {
                 replicas: 3,
                 partitions: 16,
                 buffering: Buffering::ReadModifyWrite,
-                crash: None,
                 ..WriteBackConfig::default()
             },
             ..Config::default()
@@ -133,13 +97,10 @@ fn killing_a_cmi_loses_no_acknowledged_write() {
         }
         std::thread::sleep(Duration::from_millis(1500));
         // SIGKILL: the process gets no chance to flush or to answer anything.
-        unsafe {
-            libc::kill(cmis[1].child.id() as i32, libc::SIGKILL);
-        }
+        cmis[1].kill();
         std::thread::sleep(Duration::from_millis(2500));
         stop.store(true, Ordering::Release);
     });
-    let _ = cmis[1].child.wait();
     workers.drain(Duration::from_secs(60)).unwrap();
     workers.stop();
 
@@ -192,13 +153,16 @@ fn killing_a_cmi_loses_no_acknowledged_write() {
         failed.into_inner().unwrap()
     );
     drop(cmis);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 /// Write-back over `cmis` with R = 2, and a document `{"n": 0}` of "tallies" whose cached value
 /// lives on CMI 0, so that CMI 1 holds only a replica of its buffered write.
-fn write_back_over(store: &Arc<dyn DataStore>, cmis: &[Cmi]) -> (Cads, Collection, String) {
-    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr).collect());
+fn write_back_over(
+    store: &Arc<dyn DataStore>,
+    cmis: &[ServerProcess],
+) -> (Cads, Collection, String) {
+    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr(0)).collect());
     config.connect_timeout = Duration::from_millis(200);
     config.io_timeout = Duration::from_millis(500);
     let client = Client::new(config, Coordinator::process());
@@ -235,8 +199,8 @@ fn write_back_over(store: &Arc<dyn DataStore>, cmis: &[Cmi]) -> (Cads, Collectio
 #[test]
 fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
     let (dir, store) = scratch_store("cads-restored");
-    std::fs::create_dir_all(dir.join("aof")).unwrap();
-    let aof = dir.join("aof").display().to_string();
+    std::fs::create_dir_all(dir.path().join("aof")).unwrap();
+    let aof = dir.path().join("aof").display().to_string();
     let persistent = [
         "--appendonly",
         "true",
@@ -245,8 +209,12 @@ fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
         "--dir",
         &aof,
     ];
-    let port = free_port();
-    let mut cmis = vec![start_cmi(), start_cmi_on(port, &persistent)];
+    let flags = [CMI_FLAGS, &persistent].concat();
+    let mut cmis = vec![
+        start_cmi(),
+        ServerProcess::start_cmis(&cads_server(), 1, &flags),
+    ];
+    let port = cmis[1].port;
     let (cads, docs, id) = write_back_over(&store, &cmis);
     let direct = cads.cache().unwrap();
     let set = |n: i64| {
@@ -260,10 +228,7 @@ fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
     };
 
     set(1).unwrap(); // buffered on both CMIs, and in CMI 1's log
-    unsafe {
-        libc::kill(cmis[1].child.id() as i32, libc::SIGKILL);
-    }
-    let _ = cmis[1].child.wait();
+    cmis[1].kill();
     // The first write to find CMI 1 gone may fail; the next ones skip it.
     let deadline = Instant::now() + Duration::from_secs(10);
     while set(2).is_err() {
@@ -276,7 +241,8 @@ fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
     assert_eq!(stored(), 2);
 
     // Back on its port with its log: it holds the old buffered write (n = 1) again.
-    cmis[1] = start_cmi_on(port, &persistent);
+    cmis[1] = ServerProcess::start_cmis_on(&cads_server(), port, 1, &flags)
+        .expect("the CMI restarts on its port");
     let key = cads::writeback::bw_key(&docs.doc_ref(&id));
     let held = direct.execute(1, &CacheCommand::Get(&key)).unwrap();
     assert!(
@@ -290,7 +256,7 @@ fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
     let read = docs.read(&cads, &id).unwrap().unwrap();
     assert_eq!(read["n"], json!(2));
     drop(cmis);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 /// A write-back session that found a CMI unreachable (and read around it, from the data store)
@@ -303,10 +269,7 @@ fn a_write_back_session_that_lost_the_cache_writes_nothing() {
     let (cads, docs, id) = write_back_over(&store, &cmis);
 
     // The document's CMI is gone; the other replica of its buffered write is there.
-    unsafe {
-        libc::kill(cmis[0].child.id() as i32, libc::SIGKILL);
-    }
-    let _ = cmis[0].child.wait();
+    cmis[0].kill();
     let changes = Changes::from_json(&json!({"$set": {"n": 1}})).unwrap();
     let outcome = cads.run(|s| {
         let before = docs.get(s, &id)?; // from the data store: the session degrades
@@ -321,5 +284,5 @@ fn a_write_back_session_that_lost_the_cache_writes_nothing() {
     cads::writeback::drain(&cads, Duration::from_secs(5)).unwrap();
     assert_eq!(store.get("tallies", &id).unwrap().unwrap()["n"], json!(0));
     drop(cmis);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }

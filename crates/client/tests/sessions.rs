@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cads_client::{Client, ClientConfig, ClientError, IqRead, RangeSource};
-use cads_server::{Config, Options, Server};
+use cads_testkit::Cmis;
 
 fn ranges() -> Arc<dyn RangeSource> {
     let next = Arc::new(AtomicU64::new(1));
@@ -18,35 +18,14 @@ fn ranges() -> Arc<dyn RangeSource> {
 }
 
 struct Cluster {
-    server: Option<Server>,
+    cmis: Cmis,
     client: Client,
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(server) = self.server.take() {
-            server.stop();
-            let _ = server.join();
-        }
-    }
-}
-
 fn cluster(mode: &str) -> Cluster {
-    let server = Server::start(
-        Config::resolve(Options {
-            port: Some(0),
-            cmis: Some(2),
-            mode: Some(mode.into()),
-            ..Options::default()
-        })
-        .unwrap(),
-    )
-    .unwrap();
-    let client = Client::new(ClientConfig::new(server.addrs().to_vec()), ranges());
-    Cluster {
-        server: Some(server),
-        client,
-    }
+    let cmis = Cmis::start(2, mode);
+    let client = Client::new(ClientConfig::new(cmis.addrs().to_vec()), ranges());
+    Cluster { cmis, client }
 }
 
 /// A key that the client routes to `cmi`.
@@ -234,7 +213,7 @@ fn a_session_can_keep_a_key_on_several_cmis() {
 #[test]
 fn a_failed_batch_leaves_no_unread_reply_behind() {
     let c = cluster("write-through");
-    let live = c.server.as_ref().unwrap().addrs()[0];
+    let live = c.cmis.addrs()[0];
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()

@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use cads_store::{
     open, Change, Changes, DataStore, Dialect, Document, DocumentStore, FaultMode, FaultyStore,
     IndexedField, Isolation, Op, SqlStore, SqlValue, StoreError, StoreOptions,
 };
+use cads_testkit::scratch::StoreServer;
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------------
@@ -33,54 +34,20 @@ enum Kind {
     MySql,
 }
 
-fn services_required() -> bool {
-    std::env::var("CADS_REQUIRE_SERVICES").is_ok_and(|v| v.trim() == "1")
-}
-
-fn server_url(kind: Kind) -> String {
-    match kind {
-        Kind::Postgres => std::env::var("CADS_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://cads:cads@127.0.0.1:5432/cads".into()),
-        Kind::MySql => std::env::var("CADS_MYSQL_URL")
-            .unwrap_or_else(|_| "mysql://cads:cads@127.0.0.1:3306/cads".into()),
-        Kind::Sqlite => unreachable!("SQLite uses a file per test"),
+impl Kind {
+    /// The server behind a server kind.
+    fn server(self) -> StoreServer {
+        match self {
+            Kind::Postgres => StoreServer::Postgres,
+            Kind::MySql => StoreServer::MariaDb,
+            Kind::Sqlite => unreachable!("SQLite uses a file per test"),
+        }
     }
 }
 
 /// Whether the server of `kind` is reachable; if not, skips loudly (once per backend) or fails.
 fn reachable(kind: Kind) -> bool {
-    static PG: OnceLock<Result<(), String>> = OnceLock::new();
-    static MY: OnceLock<Result<(), String>> = OnceLock::new();
-    static PG_SAID: AtomicBool = AtomicBool::new(false);
-    static MY_SAID: AtomicBool = AtomicBool::new(false);
-    let (cell, said, name) = match kind {
-        Kind::Sqlite => return true,
-        Kind::Postgres => (&PG, &PG_SAID, "PostgreSQL"),
-        Kind::MySql => (&MY, &MY_SAID, "MariaDB/MySQL"),
-    };
-    let url = server_url(kind);
-    let state = cell.get_or_init(|| {
-        let options = StoreOptions::default()
-            // Generous: a loaded machine can take seconds to start a server's backend, and a
-            // server that is down refuses at once anyway.
-            .with_timeout(Duration::from_secs(20))
-            .with_pool_size(1);
-        open(&url, &options).map(drop).map_err(|e| e.to_string())
-    });
-    match state {
-        Ok(()) => true,
-        Err(e) => {
-            let message = format!("{name} not reachable at {url} ({e}); run scripts/provision");
-            if services_required() {
-                panic!("CADS_REQUIRE_SERVICES=1 but {message}");
-            }
-            if !said.swap(true, Ordering::SeqCst) {
-                let bar = "=".repeat(72);
-                let _ = writeln!(std::io::stderr(), "\n{bar}\nSKIPPED: {message}\n{bar}");
-            }
-            false
-        }
-    }
+    kind == Kind::Sqlite || kind.server().reachable()
 }
 
 /// How much later than its timeout a call may return and still count as bounded by it (generous: the
@@ -117,7 +84,7 @@ impl Ctx {
                 let path = std::env::temp_dir().join(format!("{}.db", unique("sqlite")));
                 (format!("sqlite:{}", path.display()), Some(path))
             }
-            _ => (server_url(kind), None),
+            _ => (kind.server().url(), None),
         };
         let store = open(&url, &StoreOptions::default()).expect("open the store");
         Some(Ctx {

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use cads::writeback::CrashHook;
 use cads_apps::tpcc::Scale;
 use serde::Serialize;
 
@@ -104,11 +103,6 @@ pub struct TpccOptions {
     /// the cached warehouse goes stale and condition 1 breaks (shows the checks at work).
     #[doc(hidden)]
     pub sabotage: bool,
-    /// Test hook: write-back's appliers (workers, and reads that apply a queue) die where it
-    /// says (`WriteBackConfig::crash`), to show that sessions are applied exactly once anyway.
-    /// Only for runs in one process (a hook does not cross into AppNodes).
-    #[doc(hidden)]
-    pub crash: Option<CrashHook>,
 }
 
 impl Default for TpccOptions {
@@ -127,7 +121,6 @@ impl Default for TpccOptions {
             keep_data: false,
             load_threads: 4,
             sabotage: false,
-            crash: None,
         }
     }
 }

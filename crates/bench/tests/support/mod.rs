@@ -6,15 +6,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use cads::Policy;
 use cads_bench::bg::{BgOptions, LayoutKind};
 use cads_bench::harness::{CommonOptions, Validated};
 use cads_bench::{CmiSettings, Launcher, RunningCmis};
-use cads_server::{Options, Server};
+use cads_testkit::Cmis;
 use serde_json::Value;
 
-/// Starts embedded CMIs in this process.
+/// Starts embedded CMIs in this process (the test kit's).
 pub struct InProcess;
 
 impl Launcher for InProcess {
@@ -23,29 +22,25 @@ impl Launcher for InProcess {
         count: usize,
         mode: &str,
         settings: &CmiSettings,
-    ) -> Result<Box<dyn RunningCmis>> {
-        let config = cads_server::Config::resolve(Options {
-            port: Some(0),
-            cmis: Some(count),
-            mode: Some(mode.into()),
-            maxmemory: settings.maxmemory.clone(),
-            max_pinned_memory: settings.max_pinned_memory.clone(),
-            ..Options::default()
-        })?;
-        Ok(Box::new(Running(Server::start(config)?)))
+    ) -> anyhow::Result<Box<dyn RunningCmis>> {
+        Ok(Box::new(Running(Cmis::start_with(count, |o| {
+            o.mode = Some(mode.to_string());
+            o.maxmemory = settings.maxmemory.clone();
+            o.max_pinned_memory = settings.max_pinned_memory.clone();
+        }))))
     }
 }
 
-struct Running(Server);
+struct Running(Cmis);
 
 impl RunningCmis for Running {
     fn addrs(&self) -> Vec<SocketAddr> {
         self.0.addrs().to_vec()
     }
 
-    fn stop(self: Box<Self>) -> Result<()> {
+    fn stop(mut self: Box<Self>) -> anyhow::Result<()> {
         self.0.stop();
-        self.0.join().context("a CMI stopped with an error")
+        Ok(())
     }
 }
 

@@ -8,9 +8,10 @@ use cads_protocol::{Command, Reply};
 use cads_store::{DocOp, DocWrite, StoreError};
 
 use super::replicated::{join_lines, lines, placed, read_many, replicas};
-use super::{buffer, ApplyStep, Buffering};
+use super::{buffer, Buffering};
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
+use crate::failpoints;
 use crate::Cads;
 
 /// The cache key of a document's buffered write.
@@ -338,24 +339,19 @@ struct Round {
     converted: Vec<usize>,
 }
 
-/// A worker dying at `step`: the session is abandoned without releasing anything, as a crashed
-/// process would leave it; its leases expire.
-fn crash_at<'c>(
-    cads: &Cads,
-    step: ApplyStep,
-    session: CacheSession<'c>,
-) -> Result<(), CacheSession<'c>> {
-    match &cads.config().write_back.crash {
-        Some(hook) if (hook.0)(step) => {
-            std::mem::forget(session);
-            Ok(())
-        }
-        _ => Err(session),
+/// An applier that a failpoint makes die at `point`: the session is abandoned without releasing
+/// anything, as a crashed process would leave it; its leases expire.
+fn crash_at<'c>(point: &str, session: CacheSession<'c>) -> Result<(), CacheSession<'c>> {
+    if failpoints::dies_at(point) {
+        std::mem::forget(session);
+        Ok(())
+    } else {
+        Err(session)
     }
 }
 
 fn crashed() -> Error {
-    Error::App("the worker died (test crash hook)".into())
+    Error::App("the worker died (failpoint)".into())
 }
 
 /// One round of Algorithm 2 over distinct documents, in three cache round trips and one
@@ -458,7 +454,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         };
         writes.extend(unlisting(&pw_places, lists, &gone));
     }
-    session = match crash_at(cads, ApplyStep::Leased, session) {
+    session = match crash_at(failpoints::APPLY_LEASED, session) {
         Ok(()) => return Err(crashed()),
         Err(s) => s,
     };
@@ -484,13 +480,13 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
             return Err(e.into());
         }
         fenced?;
-        session = match crash_at(cads, ApplyStep::Applied, session) {
+        session = match crash_at(failpoints::APPLY_APPLIED, session) {
             Ok(()) => return Err(crashed()),
             Err(s) => s,
         };
     }
     if !converted.is_empty() {
-        session = match crash_at(cads, ApplyStep::Converted, session) {
+        session = match crash_at(failpoints::APPLY_CONVERTED, session) {
             Ok(()) => return Err(crashed()),
             Err(s) => s,
         };
@@ -519,13 +515,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         stats
             .conversions
             .fetch_add(converted.len() as u64, Ordering::Relaxed);
-        if cads
-            .config()
-            .write_back
-            .crash
-            .as_ref()
-            .is_some_and(|hook| (hook.0)(ApplyStep::ConvertedCommitted))
-        {
+        if failpoints::dies_at(failpoints::APPLY_CONVERTED_COMMITTED) {
             return Err(crashed());
         }
     }

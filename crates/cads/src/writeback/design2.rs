@@ -28,8 +28,8 @@ use cads_store::{SqlTransaction, SqlValue, StoreError};
 use serde_json::{json, Value};
 
 use super::replicated::{join_lines, lines, placed, read_all, read_many};
-use super::ApplyStep;
 use crate::error::{Error, Result};
+use crate::failpoints;
 use crate::Cads;
 
 /// A SQL statement buffered by a write-back session, with its `?` parameters.
@@ -615,18 +615,10 @@ fn retryable(e: &Error) -> bool {
     e.is_retryable() || matches!(e, Error::Store(StoreError::Constraint(_)))
 }
 
-/// A worker dying at `step`: the cache session is abandoned without releasing anything, as a
-/// crashed process would leave it (its leases expire).
-fn crash_at(cads: &Cads, step: ApplyStep) -> bool {
-    cads.config()
-        .write_back
-        .crash
-        .as_ref()
-        .is_some_and(|hook| (hook.0)(step))
-}
-
+/// The error of an applier that a failpoint made die: its cache session was abandoned without
+/// releasing anything, as a crashed process would leave it (its leases expire).
 fn crashed() -> Error {
-    Error::App("the worker died (test crash hook)".into())
+    Error::App("the worker died (failpoint)".into())
 }
 
 /// Applies one batch of consecutive queued sessions in one data-store transaction (Algorithm 4,
@@ -657,7 +649,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         session.commit()?;
         return Ok(0);
     }
-    if crash_at(cads, ApplyStep::Leased) {
+    if failpoints::dies_at(failpoints::APPLY_LEASED) {
         std::mem::forget(session);
         return Err(crashed());
     }
@@ -692,7 +684,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         }
         applied += 1;
     }
-    if crash_at(cads, ApplyStep::Running) {
+    if failpoints::dies_at(failpoints::APPLY_RUNNING) {
         std::mem::forget(session);
         drop(tx);
         return Err(crashed());
@@ -718,7 +710,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         return Err(Error::Aborted);
     }
     tx.commit()?;
-    if crash_at(cads, ApplyStep::Applied) {
+    if failpoints::dies_at(failpoints::APPLY_APPLIED) {
         std::mem::forget(session);
         return Err(crashed());
     }

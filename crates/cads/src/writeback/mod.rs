@@ -35,7 +35,6 @@ mod replicated;
 mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 pub use design1::{apply_buffered, bw_key, pending};
@@ -58,34 +57,6 @@ impl Buffering {
             "rmw" | "read-modify-write" => Some(Buffering::ReadModifyWrite),
             _ => None,
         }
-    }
-}
-
-/// A point inside Algorithm 2 or 4 where tests make a worker die.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApplyStep {
-    /// Design 1: the buffered write was rewritten in idempotent form, not yet committed.
-    Converted,
-    /// Design 1: the idempotent form is committed; it was not applied yet.
-    ConvertedCommitted,
-    /// The buffered writes (Design 1) or the batch's session objects (Design 2) are read under
-    /// exclusive leases; nothing was applied.
-    Leased,
-    /// Design 2: the batch's statements ran; its data-store transaction is not committed.
-    Running,
-    /// The data store has the changes; the buffered write is still in the cache.
-    Applied,
-}
-
-/// A test hook deciding whether a worker dies at a step (no cleanup: its leases expire).
-#[doc(hidden)]
-#[derive(Clone)]
-pub struct CrashHook(pub Arc<dyn Fn(ApplyStep) -> bool + Send + Sync>);
-
-impl std::fmt::Debug for CrashHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CrashHook")
     }
 }
 
@@ -112,8 +83,6 @@ pub struct WriteBackConfig {
     /// transactions per write, for writes pending this much longer. Zero applies each write as
     /// soon as a worker finds it.
     pub worker_pause: Duration,
-    #[doc(hidden)]
-    pub crash: Option<CrashHook>,
 }
 
 impl Default for WriteBackConfig {
@@ -126,7 +95,6 @@ impl Default for WriteBackConfig {
             batch: 8,
             compact_every: 64,
             worker_pause: Duration::from_millis(10),
-            crash: None,
         }
     }
 }

@@ -3,25 +3,26 @@
 //! can be checked.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+pub mod bank;
 
-use cads::writeback::{ApplyStep, CrashHook};
-use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx};
-use cads_server::{Options, Server};
-use cads_store::{open, DataStore, Faults, FaultyStore, SqlValue, StoreError, StoreOptions};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cads::writeback::Buffering;
+use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx, WriteBackConfig};
+use cads_server::Options;
+use cads_store::{
+    Changes, DataStore, Document, Faults, FaultyStore, SqlValue, StoreError, StoreOptions,
+};
+use cads_testkit::{Cmis, ScratchDir};
 
 pub struct Deployment {
-    pub server: Option<Server>,
+    pub cmis: Cmis,
     pub faults: Faults,
     pub store: Arc<dyn DataStore>,
-    pub dir: PathBuf,
+    pub dir: ScratchDir,
     pub policy: Policy,
 }
-
-static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
 /// The data store's timeout in these tests: short, so that hang tests are quick.
 pub const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
@@ -38,23 +39,12 @@ impl Deployment {
         cmis: usize,
         configure: impl FnOnce(&mut Options),
     ) -> Deployment {
-        let dir = std::env::temp_dir().join(format!(
-            "cads-framework-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut options = Options {
-            port: Some(0),
-            cmis: Some(cmis),
-            mode: Some(policy.cmi_mode().into()),
-            ..Options::default()
-        };
-        configure(&mut options);
-        let server = Server::start(cads_server::Config::resolve(options).unwrap()).unwrap();
-        let url = format!("sqlite:{}", dir.join("data.db").display());
-        let inner = open(&url, &StoreOptions::default().with_timeout(STORE_TIMEOUT)).unwrap();
+        let dir = ScratchDir::new("framework");
+        let cmis = Cmis::start_with(cmis, |options| {
+            options.mode = Some(policy.cmi_mode().into());
+            configure(options);
+        });
+        let inner = dir.sqlite(&StoreOptions::default().with_timeout(STORE_TIMEOUT));
         let faulty = FaultyStore::new(inner);
         let faults = faulty.faults();
         let store: Arc<dyn DataStore> = Arc::new(faulty);
@@ -62,7 +52,7 @@ impl Deployment {
             .execute_batch("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             .unwrap();
         Deployment {
-            server: Some(server),
+            cmis,
             faults,
             store,
             dir,
@@ -71,15 +61,11 @@ impl Deployment {
     }
 
     pub fn cads(&self, config: Config) -> Cads {
-        let addrs = self.server.as_ref().unwrap().addrs().to_vec();
-        Cads::connect(self.store.clone(), &addrs, self.policy, config)
+        Cads::connect(self.store.clone(), self.cmis.addrs(), self.policy, config)
     }
 
     pub fn stop_cache(&mut self) {
-        if let Some(server) = self.server.take() {
-            server.stop();
-            server.join().unwrap();
-        }
+        self.cmis.stop();
     }
 
     /// Creates counters `c0..c<n>` at 0.
@@ -113,13 +99,6 @@ impl Deployment {
             )
             .unwrap();
         rows[0].get::<i64>(0).unwrap()
-    }
-}
-
-impl Drop for Deployment {
-    fn drop(&mut self) {
-        self.stop_cache();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -205,40 +184,25 @@ impl History {
     }
 }
 
-/// A write-back applier held up at one step of Algorithm 2 or 4, as a descheduled thread or a
-/// slow data store would hold it, until the test lets it go on (or 20 s pass).
-#[derive(Clone, Default)]
-pub struct Stall {
-    /// 0: the first applier to reach the step is to stall; 1: it is stalled; 2: it may go on.
-    state: Arc<std::sync::atomic::AtomicU8>,
+/// A document from JSON.
+pub fn doc(v: serde_json::Value) -> Document {
+    v.as_object().unwrap().clone()
 }
 
-impl Stall {
-    /// The crash hook that never crashes but stalls the first applier reaching `step`.
-    pub fn hook(&self, step: ApplyStep) -> CrashHook {
-        let state = self.state.clone();
-        CrashHook(Arc::new(move |at: ApplyStep| {
-            let first = || state.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
-            if at == step && first().is_ok() {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while state.load(Ordering::Acquire) != 2 && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-            false
-        }))
-    }
+/// Change operators from JSON.
+pub fn changes(v: serde_json::Value) -> Changes {
+    Changes::from_json(&v).unwrap()
+}
 
-    /// Waits (up to 5 s) until an applier is stalled.
-    pub fn wait_stalled(&self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.state.load(Ordering::Acquire) == 0 {
-            assert!(Instant::now() < deadline, "no applier reached the stall");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    pub fn release(&self) {
-        self.state.store(2, Ordering::Release);
+/// Write-back Design 1 with two replicas and eight PendingWrites partitions.
+pub fn documents_config(buffering: Buffering) -> Config {
+    Config {
+        write_back: WriteBackConfig {
+            replicas: 2,
+            partitions: 8,
+            buffering,
+            ..WriteBackConfig::default()
+        },
+        ..Config::default()
     }
 }

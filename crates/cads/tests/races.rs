@@ -1,0 +1,120 @@
+//! The read-write race of 001 §3.3 with and without leases, and the thundering herd, each made to
+//! happen by holding readers between their data-store query and their cache fill (cads'
+//! failpoints).
+//!
+//! Failpoints are process-wide, so every test here holds the failpoint scenario (they run one at
+//! a time) and no test of another file sees them.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::{Barrier, Mutex};
+
+use cads::{Config, Policy};
+use cads_testkit::failpoints::{Scenario, FILL, LEASES_OFF};
+use common::{counter_key, Counters, Deployment};
+
+/// Holds the first reader to reach the fill: it tells the test it has queried the data store,
+/// then waits until the test says the writer is done.
+fn hold_first_fill(scenario: &Scenario) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (queried_tx, queried_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let state = Mutex::new(Some((queried_tx, go_rx)));
+    scenario.on(FILL, move || {
+        if let Some((queried, go)) = state.lock().unwrap().take() {
+            queried.send(()).unwrap();
+            go.recv().unwrap();
+        }
+    });
+    (queried_rx, go_tx)
+}
+
+/// The interleaving of 001 §3.3: a reader misses and queries the data store; a writer updates the
+/// data store and the cache; then the reader fills the cache with what it read.
+fn race(policy: Policy, leases: bool) -> (Option<i64>, i64) {
+    let scenario = Scenario::setup();
+    if !leases {
+        scenario.set(LEASES_OFF, "return");
+    }
+    let d = Deployment::start(policy);
+    d.counters(1);
+    let (queried, go) = hold_first_fill(&scenario);
+    let reader = d.cads(Config::default());
+    let writer = d.cads(Config::default());
+    std::thread::scope(|scope| {
+        let read = scope.spawn(|| {
+            reader
+                .run(|s| s.read(&Counters, &"c0".to_string()))
+                .unwrap()
+        });
+        queried.recv().unwrap();
+        writer
+            .run(|s| s.write(&Counters, &"c0".to_string()))
+            .unwrap();
+        go.send(()).unwrap();
+        read.join().unwrap();
+    });
+    let cached = reader
+        .cache()
+        .unwrap()
+        .get(&counter_key("c0"))
+        .unwrap()
+        .map(|v| String::from_utf8(v).unwrap().parse().unwrap());
+    (cached, d.stored("c0"))
+}
+
+#[test]
+fn without_leases_the_race_leaves_a_stale_value_in_the_cache() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let (cached, stored) = race(policy, false);
+        assert_eq!(stored, 1);
+        assert_eq!(
+            cached,
+            Some(0),
+            "{policy:?}: the reader cached what it read before the write"
+        );
+    }
+}
+
+#[test]
+fn with_leases_the_same_race_leaves_the_cache_consistent() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let (cached, stored) = race(policy, true);
+        assert_eq!(stored, 1);
+        assert!(
+            cached.is_none() || cached == Some(1),
+            "{policy:?}: cache holds {cached:?}, the data store 1"
+        );
+    }
+}
+
+#[test]
+fn concurrent_misses_on_one_key_query_the_data_store_once() {
+    let scenario = Scenario::setup();
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        // Long leases: on a loaded machine the filler's 500 ms default could run out while it
+        // lingers, and a second reader would then rightly query the data store too.
+        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(10_000));
+        d.counters(1);
+        let threads = 24;
+        let barrier = Barrier::new(threads);
+        // The filler lingers so that every other reader arrives while the key is being filled.
+        scenario.set(FILL, "sleep(100)");
+        let cads = d.cads(Config::default());
+        d.faults.reset_counts();
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let v = cads.run(|s| s.read(&Counters, &"c0".to_string())).unwrap();
+                    assert_eq!(v, 0);
+                });
+            }
+        });
+        let queries = d.faults.counts().reads;
+        assert_eq!(
+            queries, 1,
+            "{policy:?}: {threads} concurrent misses, {queries} queries"
+        );
+    }
+}

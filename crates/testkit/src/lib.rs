@@ -1,0 +1,25 @@
+//! What cads' tests share, so that no test file sets up a deployment of its own.
+//!
+//! - [`cmis`]: CMIs started in this process on free loopback ports ([`Cmis`]), or as `cads
+//!   server` / `cads-server` / `redis-server` processes killed on drop ([`ServerProcess`]).
+//! - [`scratch`]: a temporary directory, a SQLite data store in it, and PostgreSQL / MariaDB
+//!   databases of unique names dropped afterwards; the URLs of the local servers.
+//! - [`relay`]: a TCP relay that cuts connections on demand, as a network partition would.
+//! - [`resp`]: a raw RESP connection that hands back replies byte for byte.
+//! - [`failpoints`]: the scenario lock, stalls and deaths at cads' failpoints.
+//! - [`services`]: loud skipping when a server or tool is absent, a failure instead under
+//!   `CADS_REQUIRE_SERVICES=1` (CI).
+//!
+//! It is a dev-dependency only: it turns on cads' `failpoints` feature.
+
+pub mod cmis;
+pub mod failpoints;
+pub mod relay;
+pub mod resp;
+pub mod scratch;
+pub mod services;
+
+pub use cmis::{free_port, free_ports, Cmis, ServerProcess};
+pub use relay::Relay;
+pub use resp::RespConn;
+pub use scratch::{ScratchDatabase, ScratchDir};
