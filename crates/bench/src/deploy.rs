@@ -89,7 +89,7 @@ pub struct CmiSettings {
 
 /// What the caller of a benchmark provides that the benchmarks cannot do through the framework:
 /// starting CMIs for `--cache embedded:N` (the `cads` command starts them in its own process, on
-/// loopback; tests do the same).
+/// loopback; tests do the same), and starting the application processes of `--appnodes N`.
 pub trait Launcher: Sync {
     /// Starts `count` empty CMIs on loopback in lease `mode` (`write-around` or
     /// `write-through`, as [`Policy::cmi_mode`] names them) with `settings`.
@@ -99,6 +99,13 @@ pub trait Launcher: Sync {
         mode: &str,
         settings: &CmiSettings,
     ) -> Result<Box<dyn RunningCmis>>;
+
+    /// The command that starts one AppNode of a run: this program, run with the same benchmark
+    /// options, to which the harness appends `--appnode JOB` (see
+    /// [`crate::harness::serve_appnode`]).
+    fn appnode_command(&self) -> Result<std::process::Command> {
+        bail!("this program cannot start application processes: run with --appnodes 1")
+    }
 }
 
 /// The launcher of a caller that only uses CMIs already running (`--cache host:port,...`): it
@@ -293,9 +300,6 @@ impl Deployment {
         launcher: &dyn Launcher,
         config: Config,
     ) -> Result<Deployment> {
-        let faulty = FaultyStore::new(store);
-        let faults = faulty.faults();
-        let misses = Arc::new(MissCountingStore::new(Arc::new(faulty), collection));
         let (cmis, addrs) = match (policy, cache) {
             (Policy::DataStoreOnly, _) => (None, Vec::new()),
             (_, CacheSpec::Embedded { cmis }) => {
@@ -307,32 +311,55 @@ impl Deployment {
             }
             (_, CacheSpec::External(addrs)) => (None, addrs.clone()),
         };
-        let cads = Cads::connect(misses.clone(), &addrs, policy, config);
-        if let CacheSpec::External(addrs) = cache {
-            if policy != Policy::DataStoreOnly {
-                let stats = cads
-                    .cmi_stats()
-                    .with_context(|| format!("cannot reach the CMIs at {}", cache.describe()))?;
-                for (addr, stats) in addrs.iter().zip(stats) {
-                    if stats.mode != policy.cmi_mode() {
-                        bail!(
-                            "the CMI at {addr} runs in {:?} mode, but policy {} needs {} mode \
-                             (cads server --mode {})",
-                            stats.mode,
-                            policy.name(),
-                            policy.cmi_mode(),
-                            policy.cmi_mode()
-                        );
-                    }
+        let mut dep = Deployment::attach(policy, store, collection, &addrs, config);
+        dep.cmis = cmis;
+        if let (CacheSpec::External(addrs), true) = (cache, policy != Policy::DataStoreOnly) {
+            let stats = dep
+                .cads
+                .cmi_stats()
+                .with_context(|| format!("cannot reach the CMIs at {}", cache.describe()))?;
+            for (addr, stats) in addrs.iter().zip(stats) {
+                if stats.mode != policy.cmi_mode() {
+                    bail!(
+                        "the CMI at {addr} runs in {:?} mode, but policy {} needs {} mode \
+                         (cads server --mode {})",
+                        stats.mode,
+                        policy.name(),
+                        policy.cmi_mode(),
+                        policy.cmi_mode()
+                    );
                 }
-                cads.flush_cache()
-                    .context("cannot empty the external CMIs (FLUSHALL)")?;
             }
+            dep.cads
+                .flush_cache()
+                .context("cannot empty the external CMIs (FLUSHALL)")?;
         }
-        Ok(Deployment {
-            cads: Arc::new(cads),
+        Ok(dep)
+    }
+
+    /// The framework of an AppNode of a run: over the CMIs at `addrs`, which the process that
+    /// deployed started or checked, and emptied; `store` wrapped as [`Deployment::start`] wraps it.
+    pub fn attach(
+        policy: Policy,
+        store: Arc<dyn DataStore>,
+        collection: &str,
+        addrs: &[SocketAddr],
+        config: Config,
+    ) -> Deployment {
+        let faulty = FaultyStore::new(store);
+        let faults = faulty.faults();
+        let misses = Arc::new(MissCountingStore::new(Arc::new(faulty), collection));
+        Deployment {
+            cads: Arc::new(Cads::connect(misses, addrs, policy, config)),
             faults,
-            cmis,
+            cmis: None,
+        }
+    }
+
+    /// The addresses of its CMIs (none without a cache).
+    pub fn cmi_addrs(&self) -> Vec<SocketAddr> {
+        self.cads.cache().map_or_else(Vec::new, |client| {
+            (0..client.cmis()).map(|i| client.cmi_addr(i)).collect()
         })
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use cads::Policy;
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
-use cads_bench::harness::{self, BenchmarkOptions, CommonOptions};
+use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
 use cads_bench::ycsb::{self, Distribution, Fields, YcsbOptions};
@@ -18,7 +18,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cmis::InProcess;
+use crate::cmis::ThisProgram;
 use crate::latency::{self, BgLatencyArgs, YcsbLatencyArgs};
 use crate::progress::{Progress, Report};
 
@@ -98,6 +98,14 @@ pub struct Common {
     /// File for every run record in one JSON array, rewritten after each run.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Application processes to split each run phase over (AppNodes: copies of this command over
+    /// the same CMIs and data store, each with its share of --threads and its own write-back
+    /// workers); their logs are merged and validated as one history.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub appnodes: usize,
+    /// Runs one AppNode of a run, the job in FILE (what --appnodes starts; not for users).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub appnode: Option<PathBuf>,
 }
 
 impl Common {
@@ -119,7 +127,7 @@ impl Common {
             seed,
             drain_timeout: self.drain_timeout,
             json: self.json.clone(),
-            appnodes: 1,
+            appnodes: self.appnodes,
         }
     }
 }
@@ -385,55 +393,70 @@ pub fn with_progress<R>(
 
 /// Runs YCSB with `opts`, showing progress; returns the records.
 pub fn run_ycsb(opts: &YcsbOptions, progress: &Progress) -> Result<Vec<ycsb::RunRecord>> {
-    with_progress(progress, |p| opts.run(&InProcess, p))
+    with_progress(progress, |p| opts.run(&ThisProgram, p))
 }
 
 /// Runs `cads bench`; returns whether every run was consistent.
 pub fn run(args: &BenchArgs) -> Result<bool> {
-    let progress = Progress::new();
     match &args.benchmark {
-        Benchmark::Ycsb(a) => {
-            let records = run_ycsb(&a.options(), &progress)?;
-            let summary = ycsb::render_summary(&ycsb::summarize(&records));
-            finish(&records, &summary, a.common.out.as_deref())
-        }
+        Benchmark::Ycsb(a) => bench(&a.options(), &a.common, |records| {
+            ycsb::render_summary(&ycsb::summarize(records))
+        }),
         Benchmark::Bg(a) => {
             let opts = a.options();
-            let records = with_progress(&progress, |p| opts.run(&InProcess, p))?;
-            for r in &records {
-                if let Some(s) = &r.detail.soar {
-                    let probes: Vec<String> = s
-                        .probes
-                        .iter()
-                        .map(|p| {
-                            let verdict = if p.meets_sla {
-                                "meets the SLA"
-                            } else {
-                                "fails"
-                            };
-                            format!("T={} {:.0}/s {verdict}", p.threads, p.throughput)
-                        })
-                        .collect();
-                    eprintln!(
-                        "bg {} {} #{} search: {}",
-                        r.workload,
-                        r.policy,
-                        r.run,
-                        probes.join(", ")
-                    );
-                }
-            }
-            let summary = bg::render_summary(&bg::summarize(&records), opts.soar);
-            finish(&records, &summary, a.common.out.as_deref())
+            bench(&opts, &a.common, |records| {
+                print_searches(records);
+                bg::render_summary(&bg::summarize(records), opts.soar)
+            })
         }
-        Benchmark::Tpcc(a) => {
-            let opts = a.options();
-            let records = with_progress(&progress, |p| opts.run(&InProcess, p))?;
-            let summary = tpcc::render_summary(&tpcc::summarize(&records));
-            finish(&records, &summary, a.common.out.as_deref())
-        }
+        Benchmark::Tpcc(a) => bench(&a.options(), &a.common, |records| {
+            tpcc::render_summary(&tpcc::summarize(records))
+        }),
         Benchmark::BgLatency(a) => latency::bg(a).map(|()| true),
         Benchmark::YcsbLatency(a) => latency::ycsb(a).map(|()| true),
+    }
+}
+
+/// Runs a benchmark with `opts`, showing progress, then prints `summary` of the records and
+/// finishes (see [`finish`]); or, with `--appnode`, runs one AppNode of a run started by another
+/// `cads bench`.
+fn bench<O: BenchmarkOptions>(
+    opts: &O,
+    common: &Common,
+    summary: impl FnOnce(&[BenchRecord<O::Benchmark>]) -> String,
+) -> Result<bool> {
+    if let Some(job) = &common.appnode {
+        harness::serve_appnode(&opts.benchmark()?, job)?;
+        return Ok(true);
+    }
+    let records = with_progress(&Progress::new(), |p| opts.run(&ThisProgram, p))?;
+    let summary = summary(&records);
+    finish(&records, &summary, common.out.as_deref())
+}
+
+/// BG's SoAR searches, probe by probe, on standard error.
+fn print_searches(records: &[bg::BgRecord]) {
+    for r in records {
+        let Some(s) = &r.detail.soar else { continue };
+        let probes: Vec<String> = s
+            .probes
+            .iter()
+            .map(|p| {
+                let verdict = if p.meets_sla {
+                    "meets the SLA"
+                } else {
+                    "fails"
+                };
+                format!("T={} {:.0}/s {verdict}", p.threads, p.throughput)
+            })
+            .collect();
+        eprintln!(
+            "bg {} {} #{} search: {}",
+            r.workload,
+            r.policy,
+            r.run,
+            probes.join(", ")
+        );
     }
 }
 

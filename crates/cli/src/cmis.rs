@@ -1,7 +1,9 @@
-//! The CMIs of `--cache embedded:N`: started in this process, on loopback and free ports, for
-//! each policy run of a benchmark (the benchmarks ask through [`Launcher`]).
+//! What the `cads` command starts for the benchmarks ([`Launcher`]): the CMIs of `--cache
+//! embedded:N`, in this process on loopback and free ports, fresh for each policy run; and the
+//! AppNodes of `--appnodes N`, copies of this command.
 
 use std::net::SocketAddr;
+use std::process::Command;
 
 use anyhow::{Context, Result};
 use cads_bench::{CmiSettings, Launcher, RunningCmis};
@@ -22,9 +24,9 @@ pub fn start_embedded(count: usize, mode: &str, settings: &CmiSettings) -> Resul
 }
 
 /// What `cads bench` and `cads demo` hand the benchmarks.
-pub struct InProcess;
+pub struct ThisProgram;
 
-impl Launcher for InProcess {
+impl Launcher for ThisProgram {
     fn start_cmis(
         &self,
         count: usize,
@@ -32,6 +34,14 @@ impl Launcher for InProcess {
         settings: &CmiSettings,
     ) -> Result<Box<dyn RunningCmis>> {
         Ok(Box::new(Embedded(start_embedded(count, mode, settings)?)))
+    }
+
+    /// This program with the arguments it was started with: the same benchmark, same options.
+    fn appnode_command(&self) -> Result<Command> {
+        let program = std::env::current_exe().context("finding this program to start AppNodes")?;
+        let mut command = Command::new(program);
+        command.args(std::env::args_os().skip(1));
+        Ok(command)
     }
 }
 

@@ -12,7 +12,7 @@ use cads_bench::CacheSpec;
 use clap::Args;
 
 use crate::bench::{parse_layout, Policies};
-use crate::cmis::InProcess;
+use crate::cmis::ThisProgram;
 
 /// Where single actions are measured.
 #[derive(Args, Debug)]
@@ -88,7 +88,7 @@ fn measure(
         store: cads::store::open(&url, &StoreOptions::default())
             .with_context(|| format!("cannot open the data store {}", redact(&url)))?,
         cache: &d.cache,
-        launcher: &InProcess,
+        launcher: &ThisProgram,
     };
     let columns = latency::interleaved(&d.policy.0, d.repeat, |policy, r| {
         eprintln!("measuring {} ({}/{})", policy.name(), r + 1, d.repeat);

@@ -145,6 +145,11 @@ impl BgOptions {
         if self.duration.is_zero() {
             bail!("--duration must be positive");
         }
+        if self.soar && self.common.appnodes > 1 {
+            // Each probe would start AppNodes whose models of the relationships know nothing of
+            // the probes before it.
+            bail!("--soar runs in one process: drop --appnodes");
+        }
         if !(self.sla.satisfied > 0.0 && self.sla.satisfied <= 1.0)
             || self.sla.latency.is_zero()
             || !(0.0..1.0).contains(&self.sla.max_stale)
@@ -216,6 +221,14 @@ mod tests {
             BgOptions {
                 soar_start: 8,
                 max_threads: 4,
+                ..BgOptions::default()
+            },
+            BgOptions {
+                soar: true,
+                common: CommonOptions {
+                    appnodes: 2,
+                    ..BgOptions::default().common
+                },
                 ..BgOptions::default()
             },
             BgOptions {

@@ -2,13 +2,14 @@
 //! does per action, the validation of a run, the SoAR search over runs, and the final comparison
 //! of the cache with the data store.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
 use cads::store::StoreOptions;
 use cads::{Cads, Config, Policy};
 use cads_apps::bg::{layout, Action, ActionKind, Counts, GraphParams, Layout};
+use serde::{Deserialize, Serialize};
 
 use super::options::{BgOptions, ConfigRecord};
 use super::record::{BgRecord, BgRun, CacheCheck, Probe, SoarRecord};
@@ -18,8 +19,8 @@ use super::{soar, MAX_POOL};
 use crate::deploy::{driver_store_calls, Deployment};
 use crate::generator::{Discrete, Rng};
 use crate::harness::{
-    reported_kinds, Benchmark, CommonOptions, Env, LatencySummary, Limit, Measured, Outcome, Phase,
-    PolicyRun, Runner, Step, ThreadContext, Validated, Verified,
+    reported_kinds, AppNode, Benchmark, CommonOptions, Env, LatencySummary, Limit, Measured,
+    Outcome, Phase, PolicyRun, RunLog, Runner, Step, ThreadContext, Validated, Verified,
 };
 
 /// How many mismatching cache keys a record describes.
@@ -42,6 +43,28 @@ pub struct Loaded {
     kinds: Discrete<ActionKind>,
     /// Every member's counts in the data store when the next run begins.
     base: Vec<Counts>,
+    /// Members left out of writes since the load, after a write of theirs ended with an unknown
+    /// outcome.
+    frozen: BTreeSet<u32>,
+}
+
+/// What BG's threads log: the counts read and changed, and the members frozen (a write of
+/// theirs ended with an unknown outcome, so their state is unknown to the model).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct BgLog {
+    counts: Log,
+    frozen: Vec<u32>,
+}
+
+impl RunLog for BgLog {
+    fn merge(&mut self, other: BgLog) {
+        self.counts.merge(other.counts);
+        self.frozen.extend(other.frozen);
+    }
+
+    fn written_documents(&self) -> u64 {
+        self.counts.written_documents()
+    }
 }
 
 /// One benchmark thread.
@@ -52,6 +75,26 @@ pub struct Thread {
 impl Bg {
     fn graph(&self) -> GraphParams {
         self.opts.graph()
+    }
+
+    /// What `appnode` works with on the loaded graph (without the starting counts).
+    fn loaded(&self, run: &PolicyRun<'_>, dep: &Deployment, appnode: AppNode) -> Loaded {
+        let graph = self.graph();
+        let owned = appnode.share(graph.members as usize);
+        Loaded {
+            layout: layout(self.opts.layout, run.policy),
+            store_only: Cads::new(
+                dep.cads.store().clone(),
+                None,
+                Policy::DataStoreOnly,
+                Config::default(),
+            ),
+            model: Model::owning(&graph, owned.start as u32..owned.end as u32),
+            chooser: MemberChooser::new(self.opts.popularity, graph.members),
+            kinds: self.mix.chooser(),
+            base: Vec::new(),
+            frozen: BTreeSet::new(),
+        }
     }
 
     /// Compares every cache key of every member with what a read would fill it with from the
@@ -180,7 +223,7 @@ impl Benchmark for Bg {
     const UNIT: &'static str = "actions";
     type Loaded = Loaded;
     type Thread = Thread;
-    type Log = Log;
+    type Log = BgLog;
     type Detail = BgRun;
     type Config = ConfigRecord;
 
@@ -225,21 +268,18 @@ impl Benchmark for Bg {
             .load(&dep.cads, &graph)
             .context("loading the social graph")?;
         run.report(Phase::Load, u64::from(graph.members), None, started, "done");
-        let store_only = Cads::new(
-            dep.cads.store().clone(),
-            None,
-            Policy::DataStoreOnly,
-            Config::default(),
-        );
-        let base = layout.stored_counts(store_only.store().as_ref(), &graph)?;
-        Ok(Loaded {
-            layout,
-            store_only,
-            model: Model::new(&graph),
-            chooser: MemberChooser::new(self.opts.popularity, graph.members),
-            kinds: self.mix.chooser(),
-            base,
-        })
+        let mut loaded = self.loaded(run, dep, AppNode::ALONE);
+        loaded.base = loaded
+            .layout
+            .stored_counts(loaded.store_only.store().as_ref(), &graph)?;
+        Ok(loaded)
+    }
+
+    /// The graph as AppNode `appnode` sees it: its writes stay among its share of the members
+    /// (its model owns them), so that no two AppNodes change one relationship. It does not
+    /// verify, so it has no counts to start from.
+    fn attach(&self, run: &PolicyRun<'_>, dep: &Deployment, appnode: AppNode) -> Result<Loaded> {
+        Ok(self.loaded(run, dep, appnode))
     }
 
     /// Reads every member's profile, friends and invitations through the cache, so that runs
@@ -264,7 +304,7 @@ impl Benchmark for Bg {
         }
     }
 
-    fn operate(&self, loaded: &Loaded, t: &mut Thread, log: &mut Log, env: &Env<'_>) -> Step {
+    fn operate(&self, loaded: &Loaded, t: &mut Thread, log: &mut BgLog, env: &Env<'_>) -> Step {
         let kind = loaded.kinds.next(&mut t.rng);
         let step = |outcome, cache_reads, cache_misses| Step {
             kind: kind.index(),
@@ -287,12 +327,12 @@ impl Benchmark for Bg {
         let end = env.clock.now();
         match result {
             Ok(_) if write => {
-                log.write(&action, start, end);
+                log.counts.write(&action, start, end);
                 loaded.model.finish(&action, ModelOutcome::Committed);
                 step(Outcome::Done, 0, 0)
             }
             Ok(reads) => {
-                log.reads(&reads, start, end);
+                log.counts.reads(&reads, start, end);
                 let missed = u64::from(driver_store_calls() > calls);
                 step(Outcome::Done, 1, missed)
             }
@@ -303,7 +343,9 @@ impl Benchmark for Bg {
                     let outcome = if matches!(e, cads::Error::Aborted) {
                         ModelOutcome::RolledBack
                     } else {
-                        log.write(&action, start, UNKNOWN_END);
+                        log.counts.write(&action, start, UNKNOWN_END);
+                        let (a, b) = action.pair().expect("a write action");
+                        log.frozen.extend([a, b]);
                         ModelOutcome::Unknown
                     };
                     loaded.model.finish(&action, outcome);
@@ -321,10 +363,11 @@ impl Benchmark for Bg {
         run: &PolicyRun<'_>,
         _dep: &Deployment,
         loaded: &mut Loaded,
-        measured: &Measured<Log>,
+        measured: &Measured<BgLog>,
     ) -> Result<Verified<BgRun>> {
         let node = &measured.node;
-        let log = &node.log;
+        let log = &node.log.counts;
+        loaded.frozen.extend(&node.log.frozen);
         let started = Instant::now();
         let note = format!(
             "{} count reads, {} count changes",
@@ -372,7 +415,7 @@ impl Benchmark for Bg {
                     lost_writes: lost.wrong,
                     lost_examples: lost.examples,
                 },
-                frozen_members: loaded.model.frozen(),
+                frozen_members: loaded.frozen.len(),
                 cache_check: None,
                 soar: None,
             },

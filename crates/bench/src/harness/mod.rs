@@ -8,10 +8,10 @@
 //!    external ones checked and emptied); the data store behind a call-counting `FaultyStore`.
 //! 2. **Load** ([`Phase::Load`]): the benchmark's data, straight into the data store.
 //! 3. **Warm**: the data read through the cache (000 §3.3), unless `--cold`.
-//! 4. **Run**: `--threads` threads, in this process or split over `--appnodes` processes, issue
-//!    the benchmark's operations until the duration or the operation budget; each operation is
-//!    timed and counted; pinned memory is sampled every second; write-back runs `--workers`
-//!    background workers (in each AppNode).
+//! 4. **Run**: `--threads` threads, in this process or split over `--appnodes` processes
+//!    ([`appnode`]), issue the benchmark's operations until the duration or the operation
+//!    budget; each operation is timed and counted; pinned memory is sampled every second;
+//!    write-back runs `--workers` background workers (in each AppNode).
 //! 5. **Drain** (write-back): the workers stop; what they left buffered is counted, then applied.
 //! 6. **Verify**: the benchmark validates what its threads read and checks the data store.
 //!
@@ -19,6 +19,7 @@
 //! after them (BG compares the cache with the data store). Each run gives one [`Record`]: the
 //! common fields and the benchmark's own part.
 
+pub mod appnode;
 mod drive;
 mod log;
 mod options;
@@ -33,6 +34,7 @@ use cads::store::{CallCounts, StoreOptions};
 use cads::{Cads, Config, Policy, Workers, WriteBackCounts};
 use serde::Serialize;
 
+pub use appnode::serve_appnode;
 pub use drive::{
     run_threads, Clock, Env, Limit, Nanos, NodeResult, Outcome, Step, ThreadContext, TICK,
 };
@@ -89,6 +91,15 @@ pub trait Benchmark: Sync + Sized {
 
     /// Loads the data into the data store (the cache starts empty).
     fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<Self::Loaded>;
+    /// In AppNode `appnode` of a run: what the load built, without loading (the process that
+    /// deployed loaded, and verifies). What it builds must keep the AppNodes apart where a
+    /// process assumes it is alone (which inserts and which members' writes are its own).
+    fn attach(
+        &self,
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        appnode: AppNode,
+    ) -> Result<Self::Loaded>;
     /// Reads the data through the cache.
     fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &Self::Loaded) -> Result<()>;
     /// A benchmark thread's state.
@@ -300,7 +311,7 @@ pub fn run<B: Benchmark>(
                 launcher,
                 bench.framework_config(),
             )?;
-            records.push(run_policy(bench, &policy_run, &dep)?);
+            records.push(run_policy(bench, &policy_run, &dep, launcher)?);
             dep.stop()?;
             if let Some(path) = &opts.json {
                 record::write_json(path, &records)?;
@@ -315,6 +326,7 @@ fn run_policy<B: Benchmark>(
     bench: &B,
     run: &PolicyRun<'_>,
     dep: &Deployment,
+    launcher: &dyn Launcher,
 ) -> Result<BenchRecord<B>> {
     let started = Instant::now();
     let mut loaded = bench.load(run, dep)?;
@@ -330,6 +342,7 @@ fn run_policy<B: Benchmark>(
         bench,
         run,
         dep,
+        launcher,
         loaded: &mut loaded,
         runs: 0,
     };
@@ -346,6 +359,7 @@ pub struct Runner<'a, B: Benchmark> {
     bench: &'a B,
     run: &'a PolicyRun<'a>,
     dep: &'a Deployment,
+    launcher: &'a dyn Launcher,
     loaded: &'a mut B::Loaded,
     /// Runs so far on this load.
     runs: u64,
@@ -361,10 +375,11 @@ impl<B: Benchmark> Runner<'_, B> {
             reporter: self.run.reporter.with_threads(threads),
             ..self.run.clone()
         };
-        if opts.appnodes > 1 {
-            anyhow::bail!("--appnodes above 1 is not implemented yet");
-        }
-        let mut measured = self.measure_here(&run, threads);
+        let mut measured = if opts.appnodes > 1 {
+            appnode::measure(bench, &run, self.dep, threads, self.runs, self.launcher)?
+        } else {
+            self.measure_here(&run, threads)
+        };
         let write_back = if run.policy == Policy::WriteBack {
             Some(self.drain(&run, &mut measured)?)
         } else {

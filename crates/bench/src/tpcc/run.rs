@@ -23,8 +23,8 @@ use super::txn::{is_rollback, Attempts, Context as TxnContext, Kind, Terminal};
 use crate::deploy::Deployment;
 use crate::generator::{Discrete, Rng};
 use crate::harness::{
-    run_threads, Benchmark, CommonOptions, Env, Limit, Measured, Outcome, Phase, PolicyRun, RunLog,
-    Step, ThreadContext, Verified, TICK,
+    run_threads, AppNode, Benchmark, CommonOptions, Env, Limit, Measured, Outcome, Phase,
+    PolicyRun, RunLog, Step, ThreadContext, Verified, TICK,
 };
 
 /// TPC-C with its options checked.
@@ -129,6 +129,15 @@ impl Benchmark for Tpcc {
         }
         Ok(Loaded {
             db: Db::new(tables, o.scale),
+        })
+    }
+
+    /// The database's CacheStores. The AppNodes' terminals own districts apart: they are the
+    /// run's terminals, split.
+    fn attach(&self, _run: &PolicyRun<'_>, dep: &Deployment, _appnode: AppNode) -> Result<Loaded> {
+        let tables = Tables::new(&self.opts.prefix, dep.cads.store().dialect());
+        Ok(Loaded {
+            db: Db::new(tables, self.opts.scale),
         })
     }
 

@@ -22,8 +22,8 @@ use super::workload::{Fields, KeyChooser, Operation, Workload};
 use crate::deploy::{driver_misses, Deployment};
 use crate::generator::{key_name, AcknowledgedCounter, Discrete, Rng};
 use crate::harness::{
-    reported_kinds, run_threads, Benchmark, CommonOptions, Env, Limit, Measured, Outcome, Phase,
-    PolicyRun, Step, ThreadContext, Validated, Verified,
+    reported_kinds, run_threads, AppNode, Benchmark, CommonOptions, Env, Limit, Measured, Outcome,
+    Phase, PolicyRun, Step, ThreadContext, Validated, Verified,
 };
 
 /// Records per `insert_many` call in the load phase.
@@ -57,6 +57,22 @@ pub struct Thread {
 }
 
 impl Ycsb {
+    /// The loaded table as `appnode` sees it: its inserts take every `count`-th key number after
+    /// the loaded records, from `records + index` (all of them in one process).
+    fn loaded(&self, appnode: AppNode) -> Loaded {
+        let o = &self.opts;
+        let expected_ops = o.operations.unwrap_or(o.records) as f64;
+        Loaded {
+            table: Collection::named(&o.table),
+            inserts: AcknowledgedCounter::strided(
+                o.records as i64,
+                appnode.index as i64,
+                appnode.count as i64,
+            ),
+            expected_new_keys: (expected_ops * self.workload.insert * 2.0) as i64,
+        }
+    }
+
     fn inspect(&self, doc: Option<&Document>) -> Seen {
         let o = &self.opts;
         inspect(
@@ -221,12 +237,11 @@ impl Benchmark for Ycsb {
         );
         results.into_iter().collect::<Result<()>>()?;
         run.report(Phase::Load, total, Some(total), started, "done");
-        let expected_ops = o.operations.unwrap_or(o.records) as f64;
-        Ok(Loaded {
-            table: Collection::named(&o.table),
-            inserts: AcknowledgedCounter::new(o.records as i64),
-            expected_new_keys: (expected_ops * self.workload.insert * 2.0) as i64,
-        })
+        Ok(self.loaded(AppNode::ALONE))
+    }
+
+    fn attach(&self, _run: &PolicyRun<'_>, _dep: &Deployment, appnode: AppNode) -> Result<Loaded> {
+        Ok(self.loaded(appnode))
     }
 
     /// Every record read once through the cache, so the run starts at a 100% hit rate

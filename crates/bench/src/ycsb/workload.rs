@@ -290,7 +290,8 @@ impl KeyChooser {
     }
 
     /// A key number of a record whose insert was acknowledged (choices above the highest
-    /// acknowledged insert are redrawn, as YCSB's `nextKeynum` does).
+    /// acknowledged insert, or of another AppNode's inserts, are redrawn, as YCSB's `nextKeynum`
+    /// does).
     pub fn next(&mut self, rng: &mut Rng, inserts: &AcknowledgedCounter) -> i64 {
         loop {
             let last = inserts.last();
@@ -299,7 +300,7 @@ impl KeyChooser {
                 KeyChooser::Zipfian(z) => z.next(rng),
                 KeyChooser::Latest(l) => l.next(last, rng),
             };
-            if keynum <= last {
+            if inserts.holds(keynum) {
                 return keynum;
             }
         }
