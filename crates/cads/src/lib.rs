@@ -43,15 +43,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cads_client::{Backoff, ClientConfig};
-use cads_coord::Coordinator;
+use cads_client::Backoff;
 use cads_store::{DataStore, Isolation};
 use missed::{Missed, MissedWrites};
 
 pub use cache_store::{CacheChange, CacheStore, DocRef, Modifier};
 /// The cache client the framework talks to CMIs with ([`Cads::cache`]), and what a user needs of
-/// it: its errors, retry settings ([`Config::retry`]) and what a CMI says about itself.
-pub use cads_client::{Client, ClientError, CmiStats, RetryPolicy};
+/// it: its settings (for [`Cads::new`] with a client of one's own), errors, retry settings
+/// ([`Config::retry`]) and what a CMI says about itself.
+pub use cads_client::{Client, ClientConfig, ClientError, CmiStats, RetryPolicy};
+/// Where a process's session ids come from: a client of one's own draws them from
+/// `Coordinator::process()`, as [`Cads::connect`] does.
+pub use cads_coord::Coordinator;
 /// The data-store side: stores to open ([`store::open`]), documents and change operators, SQL
 /// transactions, fault injection.
 pub use cads_store as store;

@@ -260,6 +260,12 @@ impl Client {
         session::bulk(self.keyed(key, &Command::Get(key))?)
     }
 
+    /// Plain GET on CMI `cmi`, whichever CMI owns `key`: what one replica of a replicated key
+    /// holds (buffered writes live on several CMIs).
+    pub fn get_from(&self, cmi: usize, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        session::bulk(self.execute(cmi, &Command::Get(key))?)
+    }
+
     /// Plain SET, without leases (LEASED while a session holds one on the key).
     pub fn set(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.keyed(
