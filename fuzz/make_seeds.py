@@ -12,8 +12,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # --- engine_commands -----------------------------------------------------------------------------
 
-# Configuration byte: bit 0 write-around; bits 1-2 maxmemory [0, 400, 1000, 3000]; bits 3-4 pinned
-# cap [0, 250, 700, 1500]; bits 5-6 lease ms [500, 50, 2000, 500]; bit 7 a 2000-byte value limit.
+# Configuration byte: bit 0 write-around; bits 1-2 maxmemory [0, 400, 1000, 3000], also the cap on
+# session state; bits 3-4 pinned cap [0, 250, 700, 1500]; bits 5-6 lease ms [500, 50, 2000, 500],
+# the last with an 800 ms maximum session lifetime; bit 7 a 2000-byte value limit.
 WT, WA = 0, 1
 
 

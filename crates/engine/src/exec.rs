@@ -8,7 +8,7 @@ use cads_protocol::{
 
 use crate::lease::{EndCause, LeaseKind, Pending, Requester};
 use crate::store::{entry_charge, PutOptions, Ttl};
-use crate::{Engine, Mode};
+use crate::{Engine, Mode, Now};
 
 type Outcome<'e> = Result<Reply<'e>, ErrorReply>;
 
@@ -30,32 +30,35 @@ fn overflow() -> ErrorReply {
 }
 
 impl Engine {
-    /// Runs one command at time `now` (Unix ms) and returns its reply. Commands that concern the
+    /// Runs one command at time `now` and returns its reply: key expiry reads `now.wall_ms`,
+    /// leases and sessions `now.mono_ms`. Commands that concern the
     /// connection or the server process (PING, AUTH, INFO, CONFIG, ...) are the runtime's; given
     /// one, the engine answers with an error.
-    pub fn execute<'e>(&'e mut self, cmd: &Command<'_>, now: u64) -> Reply<'e> {
+    pub fn execute<'e>(&'e mut self, cmd: &Command<'_>, now: Now) -> Reply<'e> {
         self.stats.commands += 1;
         self.expire_sessions(now);
         self.dispatch(cmd, now).unwrap_or_else(Reply::Error)
     }
 
-    fn dispatch<'e>(&'e mut self, cmd: &Command<'_>, now: u64) -> Outcome<'e> {
+    fn dispatch<'e>(&'e mut self, cmd: &Command<'_>, now: Now) -> Outcome<'e> {
         use Command as C;
+        // Plain commands know only key expiry, which is wall-clock time.
+        let wall = now.wall_ms;
         match *cmd {
-            C::Get(key) => Ok(self.plain_get(key, now)),
+            C::Get(key) => Ok(self.plain_get(key, wall)),
             C::Set {
                 key,
                 value,
                 condition,
                 expiry,
                 get,
-            } => self.plain_set(key, value, condition, expiry, get, now),
+            } => self.plain_set(key, value, condition, expiry, get, wall),
             C::Del(keys) => {
                 self.refuse_leased(keys.iter().copied())?;
                 let removed = keys
                     .iter()
                     .filter(|k| {
-                        self.store.lookup(k, now).is_some() && self.store.remove(k).is_some()
+                        self.store.lookup(k, wall).is_some() && self.store.remove(k).is_some()
                     })
                     .count();
                 Ok(Reply::Int(removed as i64))
@@ -63,18 +66,18 @@ impl Engine {
             C::Exists(keys) => {
                 let n = keys
                     .iter()
-                    .filter(|k| self.store.lookup(k, now).is_some())
+                    .filter(|k| self.store.lookup(k, wall).is_some())
                     .count();
                 Ok(Reply::Int(n as i64))
             }
-            C::MGet(keys) => Ok(self.plain_mget(keys, now)),
-            C::MSet(pairs) => self.plain_mset(pairs, now),
-            C::IncrBy { key, delta } => self.plain_incr(key, delta, now),
-            C::Append { key, value } => self.plain_append(key, value, now),
+            C::MGet(keys) => Ok(self.plain_mget(keys, wall)),
+            C::MSet(pairs) => self.plain_mset(pairs, wall),
+            C::IncrBy { key, delta } => self.plain_incr(key, delta, wall),
+            C::Append { key, value } => self.plain_append(key, value, wall),
             C::StrLen(key) => {
                 let len = self
                     .store
-                    .lookup(key, now)
+                    .lookup(key, wall)
                     .map_or(0, |slot| self.store.entry(slot).value.len());
                 Ok(Reply::Int(len as i64))
             }
@@ -84,15 +87,15 @@ impl Engine {
                 unit,
                 absolute,
                 condition,
-            } => self.plain_expire(cmd.name(), key, amount, unit, absolute, condition, now),
+            } => self.plain_expire(cmd.name(), key, amount, unit, absolute, condition, wall),
             C::Ttl(key) => Ok(Reply::Int(
-                self.ttl_ms(key, now)
+                self.ttl_ms(key, wall)
                     .map_or_else(|c| c, |ms| (ms + 500) / 1000),
             )),
-            C::PTtl(key) => Ok(Reply::Int(self.ttl_ms(key, now).unwrap_or_else(|c| c))),
+            C::PTtl(key) => Ok(Reply::Int(self.ttl_ms(key, wall).unwrap_or_else(|c| c))),
             C::Persist(key) => {
                 self.refuse_leased([key])?;
-                match self.store.lookup(key, now) {
+                match self.store.lookup(key, wall) {
                     Some(slot) if self.store.entry(slot).expire_at != 0 => {
                         self.store.set_expire(slot, 0);
                         Ok(Reply::Int(1))
@@ -109,7 +112,7 @@ impl Engine {
                 self.flush_all(now, false);
                 Ok(Reply::OK)
             }
-            C::Inspect(key) => Ok(self.inspect(key, now)),
+            C::Inspect(key) => Ok(self.inspect(key, wall)),
             C::ConfigId(id) => {
                 if let Some(id) = id {
                     self.store.config.set_latest(id)?;
@@ -352,7 +355,7 @@ impl Engine {
         &mut self,
         sid: SessionId,
         key: &[u8],
-        now: u64,
+        now: Now,
     ) -> Result<(), ErrorReply> {
         self.live_session(sid)?;
         if self.holds(sid, key) != Some(LeaseKind::Exclusive) {
@@ -620,10 +623,10 @@ impl Engine {
     // --- session commands ---
 
     /// The reply to a session read: the session's view of the key, counted as a hit or a miss.
-    fn session_read(&mut self, sid: SessionId, key: &[u8], now: u64) -> Reply<'_> {
+    fn session_read(&mut self, sid: SessionId, key: &[u8], now: Now) -> Reply<'_> {
         let hit = self.session_view(sid, key, now).is_some();
         self.count_read(hit);
-        if let Some(slot) = self.store.lookup(key, now) {
+        if let Some(slot) = self.store.lookup(key, now.wall_ms) {
             self.store.touch(slot);
         }
         Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v))
@@ -634,7 +637,7 @@ impl Engine {
         sid: SessionId,
         rmw: bool,
         keys: &[&[u8]],
-        now: u64,
+        now: Now,
     ) -> Outcome<'e> {
         if rmw {
             self.require_write_through()?;
@@ -677,7 +680,7 @@ impl Engine {
         value: &[u8],
         pin: bool,
         only_if_absent: bool,
-        now: u64,
+        now: Now,
     ) -> Outcome<'static> {
         if self.mode() == Mode::WriteAround {
             if pin {
@@ -732,13 +735,13 @@ impl Engine {
 
     /// The lease a write-through set needs: an exclusive one, except that the session filling a
     /// missing value under its shared lease keeps it (other readers of that key are backing off).
-    fn write_lease(&mut self, sid: SessionId, key: &[u8], now: u64) -> Result<(), ErrorReply> {
+    fn write_lease(&mut self, sid: SessionId, key: &[u8], now: Now) -> Result<(), ErrorReply> {
         match self.holds(sid, key) {
             Some(LeaseKind::Exclusive) => {
                 self.live_session(sid)?;
                 Ok(())
             }
-            Some(LeaseKind::Shared) if self.store.peek(key, now).is_none() => {
+            Some(LeaseKind::Shared) if self.store.peek(key, now.wall_ms).is_none() => {
                 self.live_session(sid)?;
                 Ok(())
             }
@@ -746,7 +749,7 @@ impl Engine {
         }
     }
 
-    fn session_delete(&mut self, sid: SessionId, key: &[u8], now: u64) -> Result<i64, ErrorReply> {
+    fn session_delete(&mut self, sid: SessionId, key: &[u8], now: Now) -> Result<i64, ErrorReply> {
         self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
         let existed = self.session_view(sid, key, now).is_some();
         self.set_pending(sid, key, Pending::Delete)?;
@@ -759,7 +762,7 @@ impl Engine {
         key: &[u8],
         delta: &[u8],
         prepend: bool,
-        now: u64,
+        now: Now,
     ) -> Outcome<'static> {
         self.require_write_through()?;
         self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
@@ -787,7 +790,7 @@ impl Engine {
         sid: SessionId,
         key: &[u8],
         delta: i64,
-        now: u64,
+        now: Now,
     ) -> Outcome<'static> {
         self.require_write_through()?;
         self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;

@@ -1,14 +1,11 @@
-//! Checks driven by arbitrary bytes, shared by the cargo-fuzz targets in `fuzz/` and by the corpus
-//! replay test (`tests/fuzz_corpus.rs`), so that CI replays every committed fuzz input on stable
-//! Rust without cargo-fuzz. Not part of the engine's API: nothing here is used by the server.
+//! Checks of the engine driven by arbitrary bytes, shared by the cargo-fuzz targets in `fuzz/` and
+//! by the corpus replay test (`tests/fuzz_corpus.rs`), so that CI replays every committed fuzz
+//! input on stable Rust without cargo-fuzz. Compiled only with the `fuzzing` feature, which the
+//! fuzz crate and this crate's own tests turn on: a server build contains none of it. (The request
+//! parser's checks live beside the parser, in `cads_protocol::fuzzing`.)
 //!
 //! Every function panics when it finds a bug and returns normally otherwise:
 //!
-//! - [`check_request_bytes`]: the bytes are a client's stream. It is parsed the way a CMI reads it
-//!   (parse, consume, go on) under small and default limits; every request is re-encoded and
-//!   re-parsed, every prefix of it must read as incomplete (never as an error, and never asking for
-//!   more bytes than the request has), every command parsed from it must survive
-//!   `Command::to_args`. The same bytes go through `parse_reply` as a server's stream.
 //! - [`check_engine_ops`]: the bytes are decoded (by a small byte-driven decoder, see [`Op`]) into
 //!   a sequence of commands over a handful of keys and session ids, clock advances, `tick`s,
 //!   `maxmemory` changes, log rewrites and restarts, run on one engine with small memory limits.
@@ -21,221 +18,25 @@
 //! [`check_input`] picks the check by the corpus directory (fuzz target) name.
 
 use std::collections::{HashMap, HashSet};
-use std::ops::Range;
 
-use cads_protocol::resp::{parse_reply, parse_request, write_reply_as, write_request, Protocol};
-use cads_protocol::{Command, Limits, Parsed, Reply};
+use cads_protocol::fuzzing::{check_command_round_trip, check_reply_round_trip};
+use cads_protocol::{Command, Reply};
 
 use crate::store::Entry;
-use crate::{Engine, EngineConfig, Mode, MARKER_OVERHEAD};
+use crate::{Engine, EngineConfig, Mode, Now, MARKER_OVERHEAD};
 
-/// The fuzz targets, by name; each has a corpus directory `fuzz/corpus/<name>/`.
-pub const TARGETS: &[&str] = &["request_parser", "engine_commands", "log_replay"];
+/// The fuzz targets of the engine, by name; each has a corpus directory `fuzz/corpus/<name>/`.
+pub const TARGETS: &[&str] = &["engine_commands", "log_replay"];
 
 /// Runs the check of `target` on `data`. Returns false for an unknown target name.
 pub fn check_input(target: &str, data: &[u8]) -> bool {
     match target {
-        "request_parser" => check_request_bytes(data),
         "engine_commands" => check_engine_ops(data),
         "log_replay" => check_log_replay(data),
         _ => return false,
     }
     true
 }
-
-// =============================================================================================
-// Request and reply parsing
-
-/// Small limits, so that the limit paths are reachable with short inputs.
-fn small_limits() -> Limits {
-    Limits {
-        max_bulk: 64,
-        max_args: 8,
-        max_inline: 64,
-    }
-}
-
-/// Parses `data` as a client's byte stream, and as a server's reply stream; panics on a bug.
-pub fn check_request_bytes(data: &[u8]) {
-    check_request_stream(data, &small_limits());
-    check_request_stream(data, &Limits::default());
-    check_reply_stream(data);
-}
-
-fn check_request_stream(data: &[u8], limits: &Limits) {
-    let mut ranges: Vec<Range<usize>> = Vec::new();
-    let mut pos = 0;
-    while pos < data.len() {
-        let rest = &data[pos..];
-        let parsed = parse_request(rest, limits, &mut ranges);
-        match parsed {
-            Ok(Parsed::Request { consumed }) => {
-                assert!(
-                    consumed > 0 && consumed <= rest.len(),
-                    "consumed {consumed}"
-                );
-                assert!(
-                    !ranges.is_empty() && ranges.len() <= limits.max_args,
-                    "{} arguments",
-                    ranges.len()
-                );
-                for r in &ranges {
-                    assert!(r.start <= r.end && r.end <= consumed, "range {r:?}");
-                    assert!(r.len() <= limits.max_bulk, "argument within max_bulk");
-                }
-                let args: Vec<Vec<u8>> = ranges.iter().map(|r| rest[r.clone()].to_vec()).collect();
-                check_prefixes(rest, consumed, limits);
-                check_reencoded(&args, limits);
-                check_command(&args);
-                pos += consumed;
-            }
-            Ok(Parsed::Inline { consumed, args }) => {
-                assert!(
-                    consumed > 0 && consumed <= rest.len(),
-                    "consumed {consumed}"
-                );
-                assert!(!args.is_empty(), "an inline request has arguments");
-                assert!(args.len() <= limits.max_args, "{} arguments", args.len());
-                assert_eq!(rest[consumed - 1], b'\n', "an inline request ends a line");
-                check_prefixes(rest, consumed, limits);
-                // Inline arguments are not bounded by max_bulk; re-encode under default limits.
-                check_reencoded(&args, &Limits::default());
-                check_command(&args);
-                pos += consumed;
-            }
-            Ok(Parsed::Empty { consumed }) => {
-                assert!(
-                    consumed > 0 && consumed <= rest.len(),
-                    "consumed {consumed}"
-                );
-                check_prefixes(rest, consumed, limits);
-                pos += consumed;
-            }
-            Ok(Parsed::Incomplete { needed }) => {
-                assert!(
-                    needed > rest.len(),
-                    "incomplete with {} bytes, yet asks for {needed}",
-                    rest.len()
-                );
-                break;
-            }
-            // A protocol error closes the connection: nothing after it is read.
-            Err(_) => break,
-        }
-    }
-}
-
-/// Every strict prefix of a request that parses in `consumed` bytes must read as incomplete, and
-/// must not ask for more bytes than the request has (or a client waiting for its reply would wait
-/// forever).
-fn check_prefixes(rest: &[u8], consumed: usize, limits: &Limits) {
-    let mut cuts: Vec<usize> = if consumed <= 40 {
-        (0..consumed).collect()
-    } else {
-        let mut c: Vec<usize> = (0..8).map(|i| i * consumed / 8).collect();
-        c.extend([1, 2, 3, consumed - 3, consumed - 2, consumed - 1]);
-        c
-    };
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut ranges = Vec::new();
-    for cut in cuts {
-        match parse_request(&rest[..cut], limits, &mut ranges) {
-            Ok(Parsed::Incomplete { needed }) => assert!(
-                needed > cut && needed <= consumed,
-                "a prefix of {cut} of a {consumed}-byte request asks for {needed} bytes"
-            ),
-            other => panic!("a prefix of {cut} of a {consumed}-byte request parses as {other:?}"),
-        }
-    }
-}
-
-/// Arguments written as a client writes them parse back to themselves.
-fn check_reencoded(args: &[Vec<u8>], limits: &Limits) {
-    let mut encoded = Vec::new();
-    write_request(&mut encoded, args);
-    let mut ranges = Vec::new();
-    match parse_request(&encoded, limits, &mut ranges) {
-        Ok(Parsed::Request { consumed }) => {
-            assert_eq!(
-                consumed,
-                encoded.len(),
-                "a re-encoded request is read whole"
-            );
-            let again: Vec<&[u8]> = ranges.iter().map(|r| &encoded[r.clone()]).collect();
-            assert_eq!(again, args, "a re-encoded request reads the same");
-        }
-        other => panic!("a re-encoded request parses as {other:?}"),
-    }
-}
-
-/// Parses a command from arguments and checks that it round-trips through `to_args`.
-fn check_command(args: &[Vec<u8>]) {
-    let slices: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-    if let Ok(cmd) = Command::parse(&slices) {
-        check_command_round_trip(&cmd);
-    }
-}
-
-fn check_command_round_trip(cmd: &Command<'_>) {
-    assert!(
-        cmd.spec().arity_ok(cmd.to_args().len()),
-        "to_args fits the arity"
-    );
-    let owned: Vec<Vec<u8>> = cmd.to_args().into_iter().map(|a| a.into_owned()).collect();
-    let slices: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-    match Command::parse(&slices) {
-        Ok(again) => assert_eq!(
-            format!("{again:?}"),
-            format!("{cmd:?}"),
-            "a command survives to_args"
-        ),
-        Err(e) => panic!("{cmd:?} became {owned:?}, which does not parse: {e}"),
-    }
-}
-
-/// Parses `data` as replies, as a client reads them; each reply, written (in RESP2 and RESP3) and
-/// read back, is stable.
-fn check_reply_stream(data: &[u8]) {
-    let mut pos = 0;
-    while pos < data.len() {
-        let Ok(Some((reply, used))) = parse_reply(&data[pos..]) else {
-            break;
-        };
-        assert!(used > 0 && used <= data.len() - pos, "used {used}");
-        check_reply_round_trip(&reply);
-        pos += used;
-    }
-}
-
-/// A reply written in either dialect reads back whole, writing what was read gives the same bytes,
-/// and every strict prefix of the bytes reads as incomplete.
-fn check_reply_round_trip(reply: &Reply<'_>) {
-    for protocol in [Protocol::Resp2, Protocol::Resp3] {
-        let mut encoded = Vec::new();
-        write_reply_as(&mut encoded, reply, protocol);
-        let (again, used) = match parse_reply(&encoded) {
-            Ok(Some(parsed)) => parsed,
-            other => panic!("{reply:?} written as {encoded:?} parses as {other:?}"),
-        };
-        assert_eq!(used, encoded.len(), "a written reply is read whole");
-        let mut twice = Vec::new();
-        write_reply_as(&mut twice, &again, protocol);
-        assert_eq!(twice, encoded, "writing a reply read back is stable");
-        for cut in [0, 1, encoded.len() / 2, encoded.len() - 1] {
-            if cut < encoded.len() {
-                assert_eq!(
-                    parse_reply(&encoded[..cut]),
-                    Ok(None),
-                    "prefix {cut} of {encoded:?}"
-                );
-            }
-        }
-    }
-}
-
-// =============================================================================================
-// Engine commands
 
 /// The keys commands use: a few short ones, the empty key and a longer one.
 const KEYS: [&[u8]; 6] = [
@@ -627,11 +428,17 @@ fn decode_config(b: &mut Bytes<'_>) -> EngineConfig {
     } else {
         Mode::WriteAround
     };
+    let maxmemory = [0, 400, 1_000, 3_000][((c >> 1) & 3) as usize];
+    let lease = (c >> 5) & 3;
     EngineConfig {
         mode,
-        maxmemory: [0, 400, 1_000, 3_000][((c >> 1) & 3) as usize],
+        maxmemory,
         max_pinned_memory: [0, 250, 700, 1_500][((c >> 3) & 3) as usize],
-        lease_ms: [500, 50, 2_000, 500][((c >> 5) & 3) as usize],
+        lease_ms: [500, 50, 2_000, 500][lease as usize],
+        // The last lease setting also cuts sessions short, whatever they validate.
+        max_session_ms: if lease == 3 { 800 } else { 5 * 2_000 },
+        // Session state gets the same small budget as entries: a handful of sessions.
+        max_session_memory: maxmemory,
         tombstone_ms: 2_000,
         max_value_bytes: if c & 0x80 != 0 { 2_000 } else { 64 << 20 },
         ..EngineConfig::default()
@@ -693,9 +500,9 @@ impl Harness {
             Op::Command(words) => self.command(&words),
             Op::Advance(ms) => {
                 self.now += ms;
-                self.engine.tick(self.now);
+                self.engine.tick(Now::at(self.now));
             }
-            Op::Tick => self.engine.tick(self.now),
+            Op::Tick => self.engine.tick(Now::at(self.now)),
             Op::SetMaxMemory(bytes) => self.engine.set_maxmemory(bytes),
             Op::RewriteBegin => {
                 if self.log.rewrite.is_none() {
@@ -742,7 +549,7 @@ impl Harness {
         let slices: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
         if let Ok(cmd) = Command::parse(&slices) {
             check_command_round_trip(&cmd);
-            let reply = self.engine.execute(&cmd, self.now);
+            let reply = self.engine.execute(&cmd, Now::at(self.now));
             check_reply_round_trip(&reply);
         }
     }
@@ -773,6 +580,12 @@ impl Harness {
             eprintln!("    {:?} leases {:?}", e.memory(), e.leases);
         }
         e.check_invariants();
+        let cap = e.config().max_session_memory;
+        assert!(
+            cap == 0 || e.session_memory() <= cap,
+            "session state {} beyond its cap {cap}",
+            e.session_memory()
+        );
         let m = e.memory();
         if m.maxmemory != 0 {
             // Within the limit, or (after the limit was lowered below what is held) not growing.
@@ -813,13 +626,13 @@ impl Harness {
         // Ending every session leaves no lease, session or pending byte behind.
         for sid in SIDS {
             let cmd = Command::LAbort(sid);
-            self.engine.execute(&cmd, self.now);
+            self.engine.execute(&cmd, Now::at(self.now));
         }
         // Raw commands may have used other session ids: their leases run out, then their
         // tombstones go.
         for _ in 0..2 {
             self.now += 10_000_000;
-            self.engine.tick(self.now);
+            self.engine.tick(Now::at(self.now));
             self.engine.check_invariants();
         }
         assert_eq!(
@@ -904,7 +717,7 @@ fn compare_replay(what: &str, live: &mut Engine, back: &mut Engine, now: u64) {
     );
 
     // The same through commands, as a client would see it.
-    let dbsize = |e: &mut Engine| match e.execute(&Command::DbSize, now) {
+    let dbsize = |e: &mut Engine| match e.execute(&Command::DbSize, Now::at(now)) {
         Reply::Int(n) => n,
         other => panic!("DBSIZE answered {other:?}"),
     };
@@ -917,11 +730,12 @@ fn compare_replay(what: &str, live: &mut Engine, back: &mut Engine, now: u64) {
         if skip.contains(key) {
             continue;
         }
-        let get = |e: &mut Engine| e.execute(&Command::Get(key), now).into_owned();
+        let get = |e: &mut Engine| e.execute(&Command::Get(key), Now::at(now)).into_owned();
         assert_eq!(get(back), get(live), "GET {key:?} after {what}");
         // A restart ends leases: INSPECT agrees whole where the live CMI holds no lease.
         if !live.leases.contains_key(key) {
-            let inspect = |e: &mut Engine| e.execute(&Command::Inspect(key), now).into_owned();
+            let inspect =
+                |e: &mut Engine| e.execute(&Command::Inspect(key), Now::at(now)).into_owned();
             assert_eq!(inspect(back), inspect(live), "INSPECT {key:?} after {what}");
         }
     }
@@ -973,13 +787,13 @@ pub fn check_log_replay(data: &[u8]) {
             // The restored CMI serves: touch every key, then shrink memory to force evictions.
             let keys: Vec<Box<[u8]>> = engine.store.entries().map(|e| e.key.clone()).collect();
             for key in keys.iter().take(64) {
-                engine.execute(&Command::Get(key), START);
-                engine.execute(&Command::Inspect(key), START);
+                engine.execute(&Command::Get(key), Now::at(START));
+                engine.execute(&Command::Inspect(key), Now::at(START));
                 engine.check_invariants();
             }
             engine.set_maxmemory(200);
             engine.check_invariants();
-            engine.tick(START);
+            engine.tick(Now::at(START));
             engine.check_invariants();
         }
         Err(e) => assert!(

@@ -12,15 +12,16 @@
 //! | exclusive | void (wound) the holders and grant, unless one is golden: then ABORT the requester | write-around: grant too; write-through: ABORT the requester |
 //!
 //! A session's leases live `lease_ms` from its first grant, and a fresh `lease_ms` from its
-//! validation. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
+//! validation, on the monotonic clock ([`Now::mono_ms`]): a step of the wall clock changes no
+//! lease. No renewal reaches past the session's maximum lifetime, `max_session_ms` from its start. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
 //! store already, so the cached value can no longer be trusted (000 §3.1). Wounding does the same
 //! for the same reason. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
 //! still get ABORT rather than silently starting a new session with the same id.
 
-use cads_protocol::{ErrorReply, MarkOp, SessionId};
+use cads_protocol::{ErrorKind, ErrorReply, MarkOp, SessionId};
 
 use crate::store::{entry_charge, PutOptions, Ttl};
-use crate::{Engine, Mode};
+use crate::{Engine, HashMap, HashSet, Mode, Now};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseKind {
@@ -30,11 +31,28 @@ pub enum LeaseKind {
     Exclusive,
 }
 
-/// The lease object of a key: its kind and the sessions holding it (000 §5.1.1).
+/// The lease object of a key: its kind and the sessions holding it (000 §5.1.1). A set, so that
+/// joining, leaving and asking "do I hold it?" cost the same however many sessions share the key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
     pub kind: LeaseKind,
-    pub holders: Vec<SessionId>,
+    pub holders: HashSet<SessionId>,
+    /// How many holders are validated sessions holding it shared: golden leases no exclusive
+    /// request may void. Counted, so that an exclusive request learns it without visiting every
+    /// holder.
+    pub golden: usize,
+}
+
+impl Lease {
+    fn new(kind: LeaseKind, holder: SessionId) -> Lease {
+        let mut holders = HashSet::default();
+        holders.insert(holder);
+        Lease {
+            kind,
+            holders,
+            golden: 0,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +78,6 @@ pub enum Pending {
 /// What a session holds on one key.
 #[derive(Clone, Debug)]
 pub struct Hold {
-    pub key: Box<[u8]>,
     pub kind: LeaseKind,
     pub pending: Option<Pending>,
     /// What commit does to the key's marker.
@@ -70,18 +87,28 @@ pub struct Hold {
 #[derive(Clone, Debug)]
 pub struct Session {
     pub state: SessionState,
-    /// When its leases expire; for a tombstone, when it is forgotten.
+    /// When its leases expire; for a tombstone, when it is forgotten (monotonic ms).
     pub deadline: u64,
-    pub holds: Vec<Hold>,
+    /// Its maximum lifetime ends here (monotonic ms): validation renews its leases up to this
+    /// time, no further.
+    pub ends_by: u64,
+    /// The deadline is `ends_by`, which came before a full lease lifetime.
+    pub cut_short: bool,
+    /// What it holds, by key: looking a key up costs the same however many keys it holds.
+    pub holds: HashMap<Box<[u8]>, Hold>,
 }
 
 impl Session {
     pub(crate) fn hold(&self, key: &[u8]) -> Option<&Hold> {
-        self.holds.iter().find(|h| &*h.key == key)
+        self.holds.get(key)
     }
 
     fn hold_mut(&mut self, key: &[u8]) -> Option<&mut Hold> {
-        self.holds.iter_mut().find(|h| &*h.key == key)
+        self.holds.get_mut(key)
+    }
+
+    fn validated(&self) -> bool {
+        self.state == SessionState::Validated
     }
 }
 
@@ -118,30 +145,83 @@ enum Decision {
     Abort,
 }
 
+/// Bytes of session state charged per session (live or tombstone): the record, its slot in the
+/// session table and its entry in the deadline index. Estimates, fixed so that the accounting is
+/// deterministic, like `ENTRY_OVERHEAD`.
+pub const SESSION_OVERHEAD: usize = 128;
+/// Bytes charged per hold of a session on a key, beyond the key: the slot in the session's holds
+/// and the session's place among the lease's holders.
+pub const HOLD_OVERHEAD: usize = 80;
+/// Bytes charged per lease, beyond the key: the slot in the lease table and the holder set.
+pub const LEASE_OVERHEAD: usize = 96;
+
+fn hold_charge(key: &[u8]) -> usize {
+    key.len() + HOLD_OVERHEAD
+}
+
+fn lease_charge(key: &[u8]) -> usize {
+    key.len() + LEASE_OVERHEAD
+}
+
+/// NOTSTORED for a request that would take the sessions' state past `max_session_memory`.
+fn sessions_full() -> ErrorReply {
+    ErrorReply::new(
+        ErrorKind::NotStored,
+        "too many sessions: their state is at max-session-memory; nothing was changed, retry later",
+    )
+}
+
 impl Engine {
     pub(crate) fn lease_ms(&self) -> u64 {
         self.config().lease_ms
     }
 
-    /// Makes sure `sid` names a live session, creating it on first use.
-    pub(crate) fn open_session(&mut self, sid: SessionId, now: u64) -> Result<(), ErrorReply> {
-        match self.sessions.get(&sid) {
-            Some(s) if s.state == SessionState::Aborted => Err(ErrorReply::abort()),
-            Some(_) => Ok(()),
-            None => {
-                let deadline = now.saturating_add(self.lease_ms());
-                self.sessions.insert(
-                    sid,
-                    Session {
-                        state: SessionState::Active,
-                        deadline,
-                        holds: Vec::new(),
-                    },
-                );
-                self.deadlines.insert((deadline, sid));
-                Ok(())
-            }
+    /// Refuses (and counts) a request that would grow the sessions' state by `bytes` past its cap.
+    fn session_room(&mut self, bytes: usize) -> Result<(), ErrorReply> {
+        let max = self.config().max_session_memory;
+        if bytes > 0 && max != 0 && self.session_bytes + bytes > max {
+            self.stats.sessions_refused += 1;
+            return Err(sessions_full());
         }
+        Ok(())
+    }
+
+    /// Starts session `sid` (which must not exist): its leases live `lease_ms`, and it lives
+    /// `max_session_ms` at most.
+    fn open_session(&mut self, sid: SessionId, now: Now) {
+        let ends_by = now.mono_ms.saturating_add(self.config().max_session_ms);
+        let lease_end = now.mono_ms.saturating_add(self.lease_ms());
+        let session = Session {
+            state: SessionState::Active,
+            deadline: lease_end.min(ends_by),
+            ends_by,
+            cut_short: ends_by < lease_end,
+            holds: HashMap::default(),
+        };
+        self.put_session(sid, session);
+    }
+
+    /// Files a session under `sid`: the table, the deadline index, its bytes, the tombstone count.
+    /// Its holds are charged as they are added.
+    fn put_session(&mut self, sid: SessionId, session: Session) {
+        self.deadlines.insert((session.deadline, sid));
+        self.session_bytes += SESSION_OVERHEAD;
+        if session.state == SessionState::Aborted {
+            self.tombstones += 1;
+        }
+        self.sessions.insert(sid, session);
+    }
+
+    /// Takes a session out of the table and the deadline index and uncharges its record; its holds
+    /// stay charged until each goes through `release`.
+    fn take_session(&mut self, sid: SessionId) -> Option<Session> {
+        let session = self.sessions.remove(&sid)?;
+        self.deadlines.remove(&(session.deadline, sid));
+        self.session_bytes -= SESSION_OVERHEAD;
+        if session.state == SessionState::Aborted {
+            self.tombstones -= 1;
+        }
+        Some(session)
     }
 
     /// A live (not aborted) session, or ABORT.
@@ -152,12 +232,6 @@ impl Engine {
         }
     }
 
-    fn is_golden(&self, sid: SessionId) -> bool {
-        self.sessions
-            .get(&sid)
-            .is_some_and(|s| s.state == SessionState::Validated)
-    }
-
     /// Grants `sid` a lease of kind `want` on `key`, following the compatibility tables, or answers
     /// RETRY (back off, the session lives on) or ABORT (the session is aborted).
     pub(crate) fn acquire(
@@ -166,14 +240,21 @@ impl Engine {
         key: &[u8],
         want: LeaseKind,
         requester: Requester,
-        now: u64,
+        now: Now,
     ) -> Result<(), ErrorReply> {
-        self.open_session(sid, now)?;
-        let cached = self.store.peek(key, now).is_some();
+        let opening = match self.sessions.get(&sid) {
+            Some(s) if s.state == SessionState::Aborted => return Err(ErrorReply::abort()),
+            Some(_) => false,
+            None => true,
+        };
+        let cached = self.store.peek(key, now.wall_ms).is_some();
+        let mine = self
+            .leases
+            .get(key)
+            .is_some_and(|l| l.holders.contains(&sid));
         let decision = match self.leases.get(key) {
             None => Decision::New,
             Some(lease) => {
-                let mine = lease.holders.contains(&sid);
                 match (want, lease.kind) {
                     (_, LeaseKind::Exclusive) if mine => Decision::Already,
                     (LeaseKind::Shared, LeaseKind::Shared) if mine => Decision::Already,
@@ -189,16 +270,13 @@ impl Engine {
                         Requester::Iq => Decision::Retry,
                     },
                     (LeaseKind::Exclusive, LeaseKind::Shared) => {
-                        let others: Vec<SessionId> = lease
-                            .holders
-                            .iter()
-                            .copied()
-                            .filter(|&h| h != sid)
-                            .collect();
-                        if others.iter().any(|&h| self.is_golden(h)) {
+                        let mine_golden = mine && self.sessions[&sid].validated();
+                        if lease.golden > usize::from(mine_golden) {
                             Decision::Abort
                         } else {
-                            Decision::Take(others)
+                            // Every other holder is wounded: the cost is one per lease voided.
+                            let others = lease.holders.iter().copied().filter(|&h| h != sid);
+                            Decision::Take(others.collect())
                         }
                     }
                     (LeaseKind::Exclusive, LeaseKind::Exclusive) => match self.mode() {
@@ -208,6 +286,18 @@ impl Engine {
                 }
             }
         };
+        // What the request adds to the sessions' state; past the cap it is refused before anything
+        // changes (a tombstone, which a conflict would leave, counts as a session).
+        let grows = match decision {
+            Decision::New => hold_charge(key) + lease_charge(key),
+            Decision::Join => hold_charge(key),
+            Decision::Take(_) if !mine => hold_charge(key),
+            _ => 0,
+        } + if opening { SESSION_OVERHEAD } else { 0 };
+        self.session_room(grows)?;
+        if opening {
+            self.open_session(sid, now);
+        }
         match decision {
             Decision::Already => Ok(()),
             Decision::Retry => {
@@ -219,13 +309,8 @@ impl Engine {
                 Err(ErrorReply::abort())
             }
             Decision::New => {
-                self.leases.insert(
-                    key.into(),
-                    Lease {
-                        kind: want,
-                        holders: vec![sid],
-                    },
-                );
+                self.leases.insert(key.into(), Lease::new(want, sid));
+                self.session_bytes += lease_charge(key);
                 self.store.set_leased(key, true);
                 self.add_hold(sid, key, want);
                 self.granted(key, want);
@@ -236,7 +321,7 @@ impl Engine {
                     .get_mut(key)
                     .expect("decided on an existing lease")
                     .holders
-                    .push(sid);
+                    .insert(sid);
                 self.add_hold(sid, key, want);
                 self.granted(key, want);
                 Ok(())
@@ -247,13 +332,12 @@ impl Engine {
                     self.end_session(victim, EndCause::Wounded, now);
                 }
                 // The victims are gone from the lease; what is left is at most our own S lease.
-                self.leases.insert(
-                    key.into(),
-                    Lease {
-                        kind: LeaseKind::Exclusive,
-                        holders: vec![sid],
-                    },
-                );
+                let replaced = self
+                    .leases
+                    .insert(key.into(), Lease::new(LeaseKind::Exclusive, sid));
+                if replaced.is_none() {
+                    self.session_bytes += lease_charge(key);
+                }
                 self.store.set_leased(key, true);
                 let session = self.sessions.get_mut(&sid).expect("opened above");
                 match session.hold_mut(key) {
@@ -266,14 +350,21 @@ impl Engine {
         }
     }
 
+    /// Records a new hold of `sid` on `key`, whose lease already lists it as a holder.
     fn add_hold(&mut self, sid: SessionId, key: &[u8], kind: LeaseKind) {
+        self.session_bytes += hold_charge(key);
         let session = self.sessions.get_mut(&sid).expect("session is open");
-        session.holds.push(Hold {
-            key: key.into(),
-            kind,
-            pending: None,
-            mark: MarkOp::Keep,
-        });
+        session.holds.insert(
+            key.into(),
+            Hold {
+                kind,
+                pending: None,
+                mark: MarkOp::Keep,
+            },
+        );
+        if kind == LeaseKind::Shared && session.validated() {
+            self.leases.get_mut(key).expect("lease granted").golden += 1;
+        }
     }
 
     fn granted(&mut self, key: &[u8], kind: LeaseKind) {
@@ -283,12 +374,18 @@ impl Engine {
         }
     }
 
-    /// Takes `sid` off the holders of the lease on `key`, removing the lease when it was the last.
-    fn release(&mut self, sid: SessionId, key: &[u8]) {
+    /// Takes `sid`'s hold on `key` (already out of its session) off the holders of the lease,
+    /// removing the lease when it was the last. `golden`: the hold was a validated session's
+    /// shared one.
+    fn release(&mut self, sid: SessionId, key: &[u8], golden: bool) {
+        self.session_bytes -= hold_charge(key);
         if let Some(lease) = self.leases.get_mut(key) {
-            lease.holders.retain(|&h| h != sid);
+            if lease.holders.remove(&sid) && golden {
+                lease.golden -= 1;
+            }
             if lease.holders.is_empty() {
                 self.leases.remove(key);
+                self.session_bytes -= lease_charge(key);
                 self.store.set_leased(key, false);
             }
         }
@@ -304,23 +401,23 @@ impl Engine {
     /// Ends a session: drops its pending versions and releases its leases. A CMI-initiated end
     /// (conflict, wound, expiry, flush) leaves a tombstone; wounds and expiry also delete the
     /// unpinned keys the session held exclusively.
-    pub(crate) fn end_session(&mut self, sid: SessionId, cause: EndCause, now: u64) {
-        let Some(mut session) = self.sessions.remove(&sid) else {
+    pub(crate) fn end_session(&mut self, sid: SessionId, cause: EndCause, now: Now) {
+        let Some(mut session) = self.take_session(sid) else {
             return;
         };
-        self.deadlines.remove(&(session.deadline, sid));
         let drop_exclusive = matches!(cause, EndCause::Wounded | EndCause::Expired);
         let was_live = session.state != SessionState::Aborted;
-        for hold in std::mem::take(&mut session.holds) {
-            self.uncharge_pending(&hold.key, &hold.pending);
-            self.release(sid, &hold.key);
+        let validated = session.validated();
+        for (key, hold) in std::mem::take(&mut session.holds) {
+            self.uncharge_pending(&key, &hold.pending);
+            self.release(sid, &key, validated && hold.kind == LeaseKind::Shared);
             if cause == EndCause::Expired {
                 self.stats.leases_expired += 1;
             }
             if drop_exclusive && hold.kind == LeaseKind::Exclusive {
-                if let Some(entry) = self.store.peek(&hold.key, now) {
+                if let Some(entry) = self.store.peek(&key, now.wall_ms) {
                     if !entry.pinned {
-                        self.store.remove(&hold.key);
+                        self.store.remove(&key);
                     }
                 }
             }
@@ -329,23 +426,27 @@ impl Engine {
             self.stats.sessions_aborted += 1;
             match cause {
                 EndCause::Wounded => self.stats.sessions_wounded += 1,
-                EndCause::Expired => self.stats.sessions_expired += 1,
+                EndCause::Expired => {
+                    self.stats.sessions_expired += 1;
+                    if session.cut_short {
+                        self.stats.sessions_outlived += 1;
+                    }
+                }
                 _ => {}
             }
         }
         let tombstone = was_live && cause != EndCause::ClientAbort;
         if tombstone {
             session.state = SessionState::Aborted;
-            session.deadline = now.saturating_add(self.config().tombstone_ms);
-            self.deadlines.insert((session.deadline, sid));
-            self.sessions.insert(sid, session);
+            session.deadline = now.mono_ms.saturating_add(self.config().tombstone_ms);
+            self.put_session(sid, session);
         }
     }
 
     /// Aborts sessions whose leases ran out and forgets tombstones whose time is up.
-    pub(crate) fn expire_sessions(&mut self, now: u64) {
+    pub(crate) fn expire_sessions(&mut self, now: Now) {
         while let Some(&(deadline, sid)) = self.deadlines.first() {
-            if deadline > now {
+            if deadline > now.mono_ms {
                 break;
             }
             let tombstone = self
@@ -353,8 +454,7 @@ impl Engine {
                 .get(&sid)
                 .is_some_and(|s| s.state == SessionState::Aborted);
             if tombstone {
-                self.deadlines.pop_first();
-                self.sessions.remove(&sid);
+                self.take_session(sid);
             } else {
                 self.end_session(sid, EndCause::Expired, now);
             }
@@ -367,7 +467,7 @@ impl Engine {
         &self,
         sid: SessionId,
         key: &[u8],
-        now: u64,
+        now: Now,
     ) -> Option<(&[u8], bool)> {
         let pending = self
             .sessions
@@ -379,7 +479,7 @@ impl Engine {
             Some(Pending::Delete) => None,
             None => self
                 .store
-                .peek(key, now)
+                .peek(key, now.wall_ms)
                 .map(|e| (e.value.as_slice(), e.pinned)),
         }
     }
@@ -454,8 +554,8 @@ impl Engine {
 
     /// Applies one hold at commit: swaps the pending version in, applies the marker change,
     /// releases the lease. Never fails: the pending version's bytes were reserved when it was made.
-    fn commit_hold(&mut self, sid: SessionId, hold: Hold) {
-        let key = &hold.key;
+    /// `validated`: the session was validated (its shared leases are golden).
+    fn commit_hold(&mut self, sid: SessionId, key: &[u8], hold: Hold, validated: bool) {
         match hold.pending {
             Some(Pending::Value { value, pinned }) => {
                 self.store
@@ -482,16 +582,16 @@ impl Engine {
             MarkOp::Set => self.set_marker(key, true),
             MarkOp::Clear => self.set_marker(key, false),
         }
-        self.release(sid, key);
+        self.release(sid, key, validated && hold.kind == LeaseKind::Shared);
     }
 
     /// LCOMMIT: applies every hold and forgets the session.
     pub(crate) fn commit_session(&mut self, sid: SessionId) -> Result<(), ErrorReply> {
         self.live_session(sid)?;
-        let mut session = self.sessions.remove(&sid).expect("checked live");
-        self.deadlines.remove(&(session.deadline, sid));
-        for hold in std::mem::take(&mut session.holds) {
-            self.commit_hold(sid, hold);
+        let mut session = self.take_session(sid).expect("checked live");
+        let validated = session.validated();
+        for (key, hold) in std::mem::take(&mut session.holds) {
+            self.commit_hold(sid, &key, hold, validated);
         }
         self.stats.sessions_committed += 1;
         Ok(())
@@ -502,15 +602,14 @@ impl Engine {
         let Some(session) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let Some(index) = session.holds.iter().position(|h| &*h.key == key) else {
+        let Some(hold) = session.holds.remove(key) else {
             return;
         };
-        let hold = session.holds.swap_remove(index);
         let ended = session.holds.is_empty();
-        self.commit_hold(sid, hold);
+        let validated = session.validated();
+        self.commit_hold(sid, key, hold, validated);
         if ended {
-            let session = self.sessions.remove(&sid).expect("looked up above");
-            self.deadlines.remove(&(session.deadline, sid));
+            self.take_session(sid).expect("looked up above");
             self.stats.sessions_committed += 1;
         }
     }
@@ -520,11 +619,27 @@ impl Engine {
     /// commit, then LCOMMIT on every CMI) must not be cut short by leases that a long session has
     /// almost used up. Otherwise a session could commit on one CMI after its leases expired on
     /// another, leaving its changes on some CMIs only.
-    pub(crate) fn validate_session(&mut self, sid: SessionId, now: u64) -> Result<(), ErrorReply> {
+    ///
+    /// Renewal stops at the session's maximum lifetime (`max_session_ms` from its start): a
+    /// session that validates over and over would otherwise keep its leases, and block every
+    /// writer of its keys, for as long as it liked.
+    pub(crate) fn validate_session(&mut self, sid: SessionId, now: Now) -> Result<(), ErrorReply> {
         self.live_session(sid)?;
-        let renewed = now.saturating_add(self.lease_ms());
+        let lease_end = now.mono_ms.saturating_add(self.lease_ms());
         let session = self.sessions.get_mut(&sid).expect("checked live");
-        session.state = SessionState::Validated;
+        let renewed = lease_end.min(session.ends_by);
+        session.cut_short = session.ends_by < lease_end;
+        if !session.validated() {
+            session.state = SessionState::Validated;
+            for (key, hold) in &session.holds {
+                if hold.kind == LeaseKind::Shared {
+                    self.leases
+                        .get_mut(key)
+                        .expect("a hold has its lease")
+                        .golden += 1;
+                }
+            }
+        }
         let old = std::mem::replace(&mut session.deadline, renewed);
         self.deadlines.remove(&(old, sid));
         self.deadlines.insert((renewed, sid));

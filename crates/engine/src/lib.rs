@@ -1,7 +1,8 @@
 //! cads-engine: one cache manager instance (CMI) as a plain, single-threaded state machine.
 //!
-//! Commands go in ([`Engine::execute`]), replies come out, and the time is passed in, so every rule
-//! here is tested without sockets or clocks. The server runtime only moves bytes; an application
+//! Commands go in ([`Engine::execute`]), replies come out, and the time is passed in ([`Now`]: the
+//! wall clock for key expiry, a monotonic clock for leases), so every rule here is tested without
+//! sockets or clocks. The server runtime only moves bytes; an application
 //! can also link this crate and run a CMI in-process (SAS, 001).
 //!
 //! - [`store`]: entries, byte-accurate memory accounting, pinning, eviction candidates, expiry.
@@ -15,6 +16,7 @@
 pub mod config_ids;
 pub mod eviction;
 pub mod exec;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod lease;
 pub mod persist;
@@ -32,6 +34,33 @@ pub use eviction::{EvictionKind, EvictionPolicy, Lru};
 pub use lease::{Lease, LeaseKind, SessionState};
 pub use persist::{ReplayError, Replayed};
 pub use store::{Entry, Memory, NotStored, ENTRY_OVERHEAD};
+
+/// The time a command or a tick runs at. The runtime reads both clocks once per loop turn and
+/// passes them in; the engine reads no clock.
+///
+/// Two clocks because they answer different questions. Key expiry (EXPIRE, TTL, SET PXAT, ...) is
+/// defined by Redis on the wall clock, and the append-only log persists it as a Unix time that
+/// must mean the same after a restart. Lease, session and tombstone lifetimes are durations: on
+/// the wall clock a step (NTP, an operator) would expire or stretch every lease at once, so they
+/// run on a clock that never steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// Unix time in milliseconds: key expiry and what the log persists.
+    pub wall_ms: u64,
+    /// Milliseconds on a monotonic clock (any origin, never going back): leases, sessions,
+    /// tombstones.
+    pub mono_ms: u64,
+}
+
+impl Now {
+    /// Both clocks at `ms`: for simulations and tests that move one clock by hand.
+    pub fn at(ms: u64) -> Now {
+        Now {
+            wall_ms: ms,
+            mono_ms: ms,
+        }
+    }
+}
 
 /// The policy family a CMI serves (000 §5.1.1). Write-through commands get NOTAVAILABLE from a
 /// write-around CMI; write-around's commands are a subset of write-through's.
@@ -71,6 +100,11 @@ pub struct EngineConfig {
     pub max_pinned_memory: usize,
     /// How long a lease lives, in ms. A session is aborted when its first lease expires.
     pub lease_ms: u64,
+    /// The longest a session may live, in ms, however often it validates; then it is aborted.
+    pub max_session_ms: u64,
+    /// Bytes for the state of sessions, leases and tombstones (see [`lease::SESSION_OVERHEAD`]);
+    /// a request that would need more is refused with NOTSTORED. 0 for no limit.
+    pub max_session_memory: usize,
     /// How long an aborted session is remembered so that its late calls still get ABORT, in ms.
     pub tombstone_ms: u64,
     /// Largest value APPEND and friends may build, in bytes.
@@ -85,6 +119,8 @@ impl Default for EngineConfig {
             maxmemory: 0,
             max_pinned_memory: 0,
             lease_ms: 500,
+            max_session_ms: 5 * 500,
+            max_session_memory: 0,
             tombstone_ms: 60_000,
             max_value_bytes: 64 * 1024 * 1024,
             eviction: EvictionKind::Lru,
@@ -110,6 +146,10 @@ pub struct Stats {
     pub sessions_aborted: u64,
     pub sessions_wounded: u64,
     pub sessions_expired: u64,
+    /// Expired sessions whose end came from their maximum lifetime, before a full lease lifetime.
+    pub sessions_outlived: u64,
+    /// Requests refused because the sessions' state was at `max_session_memory`.
+    pub sessions_refused: u64,
 }
 
 /// One CMI.
@@ -118,8 +158,13 @@ pub struct Engine {
     pub(crate) store: store::Store,
     pub(crate) leases: HashMap<Box<[u8]>, Lease>,
     pub(crate) sessions: HashMap<SessionId, lease::Session>,
-    /// When each session's leases expire (or, for an aborted session, when it is forgotten).
+    /// When each session's leases expire (or, for an aborted session, when it is forgotten), on the
+    /// monotonic clock.
     pub(crate) deadlines: BTreeSet<(u64, SessionId)>,
+    /// Bytes of sessions, holds, leases and tombstones, as charged in `lease.rs`.
+    pub(crate) session_bytes: usize,
+    /// Aborted sessions kept as tombstones.
+    pub(crate) tombstones: usize,
     /// Keys carrying a TARDIS marker; kept apart from entries so that deleting or evicting a value
     /// never loses the marker, and charged as pinned memory.
     pub(crate) markers: HashSet<Box<[u8]>>,
@@ -142,6 +187,8 @@ impl Engine {
             leases: HashMap::default(),
             sessions: HashMap::default(),
             deadlines: BTreeSet::new(),
+            session_bytes: 0,
+            tombstones: 0,
             markers: HashSet::default(),
             stats: Stats::default(),
         }
@@ -189,12 +236,13 @@ impl Engine {
 
     /// Sessions the CMI knows: active or validated, and aborted ones kept as tombstones.
     pub fn session_counts(&self) -> (usize, usize) {
-        let aborted = self
-            .sessions
-            .values()
-            .filter(|s| s.state == SessionState::Aborted)
-            .count();
-        (self.sessions.len() - aborted, aborted)
+        (self.sessions.len() - self.tombstones, self.tombstones)
+    }
+
+    /// Bytes the state of sessions, leases and tombstones takes, as charged against
+    /// `max_session_memory`.
+    pub fn session_memory(&self) -> usize {
+        self.session_bytes
     }
 
     pub fn configuration_id(&self) -> u64 {
@@ -221,18 +269,30 @@ impl Engine {
         self.config.lease_ms = ms;
     }
 
+    /// Changes the maximum session lifetime; sessions already open keep the one they started with.
+    pub fn set_max_session_ms(&mut self, ms: u64) {
+        self.config.max_session_ms = ms;
+    }
+
+    /// Changes the cap on session state (0: none). Lowering it below what is held refuses new
+    /// sessions and leases until enough sessions end; it ends none.
+    pub fn set_max_session_memory(&mut self, bytes: usize) {
+        self.config.max_session_memory = bytes;
+    }
+
     pub fn reset_stats(&mut self) {
         self.stats = Stats::default();
         self.store.stats = Default::default();
     }
 
     /// Periodic work: expires sessions whose leases ran out and reclaims expired entries.
-    pub fn tick(&mut self, now: u64) {
+    pub fn tick(&mut self, now: Now) {
         self.expire_sessions(now);
-        self.store.expire_due(now, 1000);
+        self.store.expire_due(now.wall_ms, 1000);
     }
 
-    /// When the next session deadline falls, if any (the runtime may sleep until then).
+    /// When the next session deadline falls, on the monotonic clock, if any (the runtime may sleep
+    /// until then).
     pub fn next_deadline(&self) -> Option<u64> {
         self.deadlines.first().map(|&(at, _)| at)
     }
@@ -256,7 +316,7 @@ impl Engine {
     /// Drops every entry, marker, lease and session (`unpinned`: only the unpinned entries, that
     /// is cached values, with the leases and sessions; buffered writes, the lists that name them
     /// and markers stay). Sessions become tombstones: their next call gets ABORT.
-    pub fn flush_all(&mut self, now: u64, unpinned: bool) {
+    pub fn flush_all(&mut self, now: Now, unpinned: bool) {
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for sid in sids {
             self.end_session(sid, lease::EndCause::Flushed, now);
@@ -277,6 +337,8 @@ impl Engine {
     /// Checks every bookkeeping invariant against a recount. For tests and fuzzing; O(size).
     pub fn check_invariants(&self) {
         let (mut pending, mut pending_pinned) = (0, 0);
+        let mut session_bytes = self.sessions.len() * lease::SESSION_OVERHEAD;
+        let mut tombstones = 0;
         for (sid, session) in &self.sessions {
             assert!(
                 self.deadlines.contains(&(session.deadline, *sid)),
@@ -284,13 +346,20 @@ impl Engine {
             );
             if session.state == SessionState::Aborted {
                 assert!(session.holds.is_empty(), "an aborted session holds nothing");
+                tombstones += 1;
+            } else {
+                assert!(
+                    session.deadline <= session.ends_by,
+                    "no lease past the lifetime"
+                );
             }
-            for hold in &session.holds {
-                let lease = self.leases.get(&hold.key).expect("a hold has its lease");
+            for (key, hold) in &session.holds {
+                session_bytes += key.len() + lease::HOLD_OVERHEAD;
+                let lease = self.leases.get(key).expect("a hold has its lease");
                 assert!(lease.holders.contains(sid), "a hold is listed in its lease");
                 assert_eq!(lease.kind, hold.kind, "hold and lease agree on the kind");
                 if let Some(lease::Pending::Value { value, pinned }) = &hold.pending {
-                    let charge = store::entry_charge(hold.key.len(), value.len());
+                    let charge = store::entry_charge(key.len(), value.len());
                     pending += charge;
                     if *pinned {
                         pending_pinned += charge;
@@ -304,6 +373,7 @@ impl Engine {
             "one deadline per session"
         );
         for (key, lease) in &self.leases {
+            session_bytes += key.len() + lease::LEASE_OVERHEAD;
             assert!(!lease.holders.is_empty(), "no empty lease");
             if self.config.mode == Mode::WriteThrough && lease.kind == LeaseKind::Exclusive {
                 assert_eq!(
@@ -312,17 +382,21 @@ impl Engine {
                     "one exclusive holder outside write-around"
                 );
             }
+            let mut golden = 0;
             for sid in &lease.holders {
                 let session = self.sessions.get(sid).expect("a holder exists");
-                assert!(
-                    session.holds.iter().any(|h| &h.key == key),
-                    "holder holds the key"
-                );
+                assert!(session.holds.contains_key(key), "holder holds the key");
+                if session.state == SessionState::Validated && lease.kind == LeaseKind::Shared {
+                    golden += 1;
+                }
             }
+            assert_eq!(lease.golden, golden, "golden holders counted");
             if let Some(entry) = self.store.peek(key, 0) {
                 assert!(entry.leased, "an entry under a lease is flagged leased");
             }
         }
+        assert_eq!(self.session_bytes, session_bytes, "session bytes");
+        assert_eq!(self.tombstones, tombstones, "tombstones counted");
         let markers: usize = self.markers.iter().map(|k| k.len() + MARKER_OVERHEAD).sum();
         self.store
             .check_invariants(pending + markers, pending_pinned + markers);

@@ -29,7 +29,7 @@ use cads_protocol::resp::{self, Parsed};
 use cads_protocol::{parse_i64, Limits};
 
 use crate::store::{put_record, PutOptions, SlotId, Ttl};
-use crate::Engine;
+use crate::{Engine, Now};
 
 #[derive(Default)]
 pub struct Log {
@@ -234,6 +234,7 @@ impl Engine {
             max_bulk: usize::MAX,
             max_args: 16,
             max_inline: 0,
+            unauthenticated: false,
         };
         let mut ranges = Vec::new();
         let mut pos = 0;
@@ -364,10 +365,13 @@ impl Engine {
                     .set_fragment_id(f, num(2)?)
                     .map_err(|e| e.to_string())?;
             }
-            b"FLUSH" if args.len() == 2 && args[1] == b"UNPINNED" => self.flush_all(0, true),
+            // A log holds no sessions, so the time a flush would stamp on their tombstones is moot.
+            b"FLUSH" if args.len() == 2 && args[1] == b"UNPINNED" => {
+                self.flush_all(Now::at(0), true)
+            }
             b"FLUSH" => {
                 arity(1)?;
-                self.flush_all(0, false);
+                self.flush_all(Now::at(0), false);
             }
             other => return Err(format!("unknown record {}", String::from_utf8_lossy(other))),
         }

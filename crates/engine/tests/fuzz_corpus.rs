@@ -1,6 +1,7 @@
-//! Replays the committed fuzz corpora (`fuzz/corpus/<target>/*`) through the same checks the
-//! cargo-fuzz targets run (`cads_engine::fuzzing`), on stable Rust: a fast smoke for CI that needs
-//! neither nightly nor cargo-fuzz.
+//! Replays the committed fuzz corpora of the engine's targets (`fuzz/corpus/<target>/*`) through
+//! the same checks the cargo-fuzz targets run (`cads_engine::fuzzing`, compiled for this test by
+//! the `fuzzing` feature), on stable Rust: a fast smoke for CI that needs neither nightly nor
+//! cargo-fuzz. The request parser's corpus replays in `cads-protocol`'s own test.
 //!
 //! The corpora include the minimized inputs of the bugs the fuzzers found (`regression-*`).
 //!
@@ -9,62 +10,15 @@
 //! (with `CADS_FUZZ_TRACE=1`, printing the memory and leases after every operation).
 
 use std::fs;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 
 use cads_engine::fuzzing;
-
-fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
-}
-
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(read) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = read
-        .map(|e| e.expect("readable directory entry").path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files
-}
-
-/// Runs every file of `<root>/<target>/` through `check`; returns the failures.
-fn run_all(root: &Path, check: impl Fn(&str, &[u8])) -> (usize, Vec<String>) {
-    let mut count = 0;
-    let mut failures = Vec::new();
-    for target in fuzzing::TARGETS {
-        for file in files(&root.join(target)) {
-            let data = fs::read(&file).expect("readable corpus file");
-            count += 1;
-            if catch_unwind(AssertUnwindSafe(|| check(target, &data))).is_err() {
-                failures.push(file.display().to_string());
-            }
-        }
-    }
-    (count, failures)
-}
+use cads_protocol::fuzzing::assert_corpora_pass;
 
 #[test]
 fn every_corpus_input_passes_the_fuzz_checks() {
-    let root = fuzz_dir().join("corpus");
-    for target in fuzzing::TARGETS {
-        assert!(
-            !files(&root.join(target)).is_empty(),
-            "fuzz/corpus/{target}/ has inputs"
-        );
-    }
-    let (count, failures) = run_all(&root, |target, data| {
+    assert_corpora_pass(fuzzing::TARGETS, |target, data| {
         assert!(fuzzing::check_input(target, data), "known target {target}");
     });
-    assert!(
-        failures.is_empty(),
-        "{} of {count} corpus inputs fail (the panics are printed above):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    println!("{count} corpus inputs pass");
 }
 
 #[test]

@@ -398,3 +398,37 @@ fn validation_renews_the_leases() {
         "a renewed lease still expires"
     );
 }
+
+/// Golden leases are counted per key rather than found by visiting the holders; the count must
+/// follow every way a shared lease becomes or stops being golden (each step also runs
+/// `check_invariants`, which recounts them).
+#[test]
+fn golden_leases_are_counted_through_every_change() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("MSET a 1 b 2 c 3");
+    for sid in 1..=50 {
+        cmi.value(&format!("LGET {sid} a"));
+    }
+    cmi.ok("LVALIDATE 7");
+    cmi.ok("LVALIDATE 7");
+    assert_eq!(cmi.err("LDEL 100 a"), ErrorKind::Abort, "7 is golden");
+    // A lease taken after validation is golden at once.
+    cmi.value("LGET 7 b");
+    assert_eq!(cmi.err("LDEL 101 b"), ErrorKind::Abort, "b is golden too");
+    // The golden holder upgrading its own lease is not stopped by itself; it wounds the others.
+    assert_eq!(cmi.value("LGET 7 a RMW"), "1");
+    assert_eq!(cmi.engine.stats().sessions_wounded, 49);
+    assert_eq!(cmi.err("LGET 8 a"), ErrorKind::Abort);
+    cmi.ok("LCOMMIT 7");
+    // Committed, its leases are gone: writers get through.
+    assert_eq!(cmi.int("LDEL 102 b"), 1);
+    cmi.ok("LCOMMIT 102");
+    // A golden holder that aborts releases its lease as well.
+    cmi.value("LGET 200 c");
+    cmi.value("LGET 201 c");
+    cmi.ok("LVALIDATE 200");
+    assert_eq!(cmi.err("LDEL 103 c"), ErrorKind::Abort);
+    cmi.ok("LABORT 200");
+    assert_eq!(cmi.int("LDEL 104 c"), 1, "only 201, not golden, is left");
+    assert_eq!(cmi.err("LCOMMIT 201"), ErrorKind::Abort, "201 was wounded");
+}

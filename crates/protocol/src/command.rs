@@ -307,8 +307,24 @@ fn int(bytes: &[u8]) -> Result<i64, ErrorReply> {
     parse_i64(bytes).ok_or_else(ErrorReply::not_integer)
 }
 
+/// A session id: any u64, written in decimal as `parse_i64` wants its digits (no sign, no blanks,
+/// no leading zeros), so ids from 2^63 to 2^64-1 work too.
 fn session_id(bytes: &[u8]) -> Result<SessionId, ErrorReply> {
-    parse_u64(bytes).ok_or_else(|| ErrorReply::err("invalid session id"))
+    let invalid = || ErrorReply::err("invalid session id");
+    match bytes {
+        [] => return Err(invalid()),
+        [b'0'] => return Ok(0),
+        [b'0', ..] => return Err(invalid()),
+        _ => {}
+    }
+    bytes.iter().try_fold(0u64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return Err(invalid());
+        }
+        n.checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(d - b'0')))
+            .ok_or_else(invalid)
+    })
 }
 
 fn eq(arg: &[u8], word: &str) -> bool {
@@ -1195,6 +1211,23 @@ mod tests {
             }
         );
         assert_eq!(parse("LGET x k").unwrap_err().message, "invalid session id");
+        // Session ids are u64s: the upper half works, one past it or a sign does not.
+        for sid in [0, 1, 1 << 63, u64::MAX] {
+            let cmd = parse(&format!("LVALIDATE {sid}")).unwrap();
+            assert_eq!(cmd, Command::LValidate(sid));
+            let args: Vec<Vec<u8>> = cmd.to_args().into_iter().map(|a| a.into_owned()).collect();
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            assert_eq!(Command::parse(&args).unwrap(), cmd, "{sid} round-trips");
+        }
+        for bad in ["18446744073709551616", "-1", "+1", "01", "", "1x"] {
+            assert_eq!(
+                parse(&format!("LABORT {bad}"))
+                    .map_err(|e| e.message)
+                    .unwrap_err(),
+                "invalid session id",
+                "{bad:?}"
+            );
+        }
         assert_eq!(
             parse("LSET 1 k v PINNED").unwrap_err().message,
             "syntax error"

@@ -5,11 +5,14 @@
 //! - [`Reply`] and [`ErrorReply`]: typed replies with stable error words.
 //! - [`spec`]: the command table (arity, flags, key positions).
 //! - [`fragment`]: the key-to-fragment function Gemini configurations are built on.
+//! - `fuzzing` (with the `fuzzing` feature): the parsers' checks for the fuzz targets.
 //!
 //! The crate does no I/O. `docs/PROTOCOL.md` is the reference for the lease and session commands.
 
 pub mod command;
 pub mod fragment;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod reply;
 pub mod resp;
 pub mod spec;

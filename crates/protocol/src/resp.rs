@@ -19,6 +19,9 @@ pub struct Limits {
     pub max_args: usize,
     /// Longest inline (telnet-style) request line, in bytes.
     pub max_inline: usize,
+    /// These are the limits of a client that has not authenticated: the errors for a bulk or an
+    /// argument count beyond them say so, in Redis's words.
+    pub unauthenticated: bool,
 }
 
 impl Default for Limits {
@@ -27,7 +30,38 @@ impl Default for Limits {
             max_bulk: 64 * 1024 * 1024,
             max_args: 1024 * 1024,
             max_inline: 64 * 1024,
+            unauthenticated: false,
         }
+    }
+}
+
+impl Limits {
+    /// What a client may send before it authenticates, with Redis's figures: arguments of 16 KiB
+    /// and ten arguments at most, so that a connection without the password cannot make a CMI
+    /// hold more than about 160 KiB for it.
+    pub fn unauthenticated() -> Limits {
+        Limits {
+            max_bulk: 16 * 1024,
+            max_args: 10,
+            unauthenticated: true,
+            ..Limits::default()
+        }
+    }
+
+    fn too_many_args(&self) -> ProtocolError {
+        ProtocolError(if self.unauthenticated {
+            "unauthenticated multibulk length".into()
+        } else {
+            "invalid multibulk length".into()
+        })
+    }
+
+    fn too_long_bulk(&self) -> ProtocolError {
+        ProtocolError(if self.unauthenticated {
+            "unauthenticated bulk length".into()
+        } else {
+            "invalid bulk length".into()
+        })
     }
 }
 
@@ -59,77 +93,233 @@ pub enum Parsed {
 const MAX_HEADER_LINE: usize = 64 * 1024;
 
 /// Parses one request from the front of `buf`. For a multibulk request the argument ranges are
-/// written to `args` (cleared first).
+/// written to `args` (cleared first). Stateless: a request that arrives in pieces is parsed from
+/// its start each time; a server reading from sockets keeps a [`RequestParser`] instead.
 pub fn parse_request(
     buf: &[u8],
     limits: &Limits,
     args: &mut Vec<Range<usize>>,
 ) -> Result<Parsed, ProtocolError> {
-    args.clear();
-    match buf.first() {
-        None => Ok(Parsed::Incomplete { needed: 1 }),
-        Some(b'*') => parse_multibulk(buf, limits, args),
-        Some(_) => parse_inline(buf, limits),
-    }
+    let mut parser = RequestParser {
+        args: std::mem::take(args),
+        ..RequestParser::default()
+    };
+    let parsed = parser.parse(buf, limits);
+    *args = parser.args;
+    parsed
 }
 
-fn parse_multibulk(
-    buf: &[u8],
-    limits: &Limits,
-    args: &mut Vec<Range<usize>>,
-) -> Result<Parsed, ProtocolError> {
-    let Some((count, mut pos)) = header_line(buf, 1)? else {
-        if buf.len() > MAX_HEADER_LINE {
-            return Err(ProtocolError("too big mbulk count string".into()));
+/// Where a [`RequestParser`] is in the request it is reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Stage {
+    /// Nothing of the request is read yet: its first byte decides multibulk or inline.
+    #[default]
+    Start,
+    /// An inline request: looking for the end of its line.
+    Inline,
+    /// A multibulk request: reading its `*<count>` line.
+    Count,
+    /// A multibulk request with `left` arguments still to read; the next `$` header is at `pos`.
+    Args { left: usize },
+    /// The data of an argument of `len` bytes starts at `pos`; `left` arguments remain after it.
+    Bulk { left: usize, len: usize },
+}
+
+/// A request parser that keeps its progress across reads, so that a request costs the same to
+/// parse however it is split (a client trickling a 7 MB request in 700-byte pieces made the
+/// stateless parser start over on every read: seconds of CPU, and before AUTH).
+///
+/// Feed it the connection's unread bytes, which must start at the first byte of the request being
+/// parsed and only grow between calls until it answers something other than
+/// [`Parsed::Incomplete`]. After [`Parsed::Request`], [`RequestParser::args`] are the arguments'
+/// ranges in that buffer until the next call, which starts the next request. After an error the
+/// connection is to be closed; the parser starts afresh if it is called again.
+#[derive(Debug, Default)]
+pub struct RequestParser {
+    stage: Stage,
+    /// Bytes of the request already parsed: whole header lines and whole arguments.
+    pos: usize,
+    /// How far the search for the end of the current line (a header or an inline request) has
+    /// looked, so that a line arriving byte by byte is scanned once.
+    scanned: usize,
+    args: Vec<Range<usize>>,
+}
+
+impl RequestParser {
+    /// The arguments of the request the last call returned as [`Parsed::Request`], as ranges of
+    /// the buffer it was given.
+    pub fn args(&self) -> &[Range<usize>] {
+        &self.args
+    }
+
+    /// Whether part of a request has been read (a request is under way).
+    pub fn in_request(&self) -> bool {
+        self.stage != Stage::Start
+    }
+
+    fn finish(&mut self, result: Result<Parsed, ProtocolError>) -> Result<Parsed, ProtocolError> {
+        if !matches!(result, Ok(Parsed::Incomplete { .. })) {
+            self.stage = Stage::Start;
+            self.pos = 0;
+            self.scanned = 0;
         }
-        return Ok(Parsed::Incomplete {
-            needed: buf.len() + 1,
-        });
-    };
-    let count = parse_header_int(count).ok_or(ProtocolError("invalid multibulk length".into()))?;
-    if count <= 0 {
-        return Ok(Parsed::Empty { consumed: pos });
+        result
     }
-    if count as u64 > limits.max_args as u64 {
-        return Err(ProtocolError("invalid multibulk length".into()));
+
+    /// Parses on from where the last call stopped. See the type's documentation for what `buf`
+    /// must hold.
+    pub fn parse(&mut self, buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+        if self.stage == Stage::Start {
+            self.args.clear();
+            self.stage = match buf.first() {
+                None => return Ok(Parsed::Incomplete { needed: 1 }),
+                Some(b'*') => Stage::Count,
+                Some(_) => Stage::Inline,
+            };
+        }
+        let result = match self.stage {
+            Stage::Inline => self.inline(buf, limits),
+            _ => self.multibulk(buf, limits),
+        };
+        self.finish(result)
     }
-    let count = count as usize;
-    for _ in 0..count {
-        match buf.get(pos) {
-            None => return Ok(Parsed::Incomplete { needed: pos + 1 }),
-            Some(b'$') => {}
-            Some(&other) => {
-                return Err(ProtocolError(
-                    format!("expected '$', got '{}'", other as char).into(),
-                ))
+
+    /// Finds the end of the line starting at `start` (its `\r\n`), resuming the search where the
+    /// last call left it. Returns the line and the position after it.
+    fn line<'b>(
+        &mut self,
+        buf: &'b [u8],
+        start: usize,
+    ) -> Result<Option<(&'b [u8], usize)>, ProtocolError> {
+        let from = self.scanned.max(start).min(buf.len());
+        match memchr(b'\r', &buf[from..]) {
+            None => {
+                self.scanned = buf.len();
+                Ok(None)
+            }
+            Some(i) => {
+                let cr = from + i;
+                if cr + 1 >= buf.len() {
+                    self.scanned = cr;
+                    return Ok(None);
+                }
+                if buf[cr + 1] != b'\n' {
+                    return Err(ProtocolError(
+                        "header line is not terminated by CRLF".into(),
+                    ));
+                }
+                self.scanned = 0;
+                Ok(Some((&buf[start..cr], cr + 2)))
             }
         }
-        let Some((len, next)) = header_line(buf, pos + 1)? else {
-            if buf.len() - pos > MAX_HEADER_LINE {
-                return Err(ProtocolError("too big bulk count string".into()));
+    }
+
+    fn multibulk(&mut self, buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+        loop {
+            match self.stage {
+                Stage::Start | Stage::Inline => unreachable!("a multibulk request is under way"),
+                Stage::Count => {
+                    let Some((count, next)) = self.line(buf, 1)? else {
+                        if buf.len() > MAX_HEADER_LINE {
+                            return Err(ProtocolError("too big mbulk count string".into()));
+                        }
+                        return Ok(Parsed::Incomplete {
+                            needed: buf.len() + 1,
+                        });
+                    };
+                    let count = parse_header_int(count)
+                        .ok_or(ProtocolError("invalid multibulk length".into()))?;
+                    if count <= 0 {
+                        return Ok(Parsed::Empty { consumed: next });
+                    }
+                    if count as u64 > limits.max_args as u64 {
+                        return Err(limits.too_many_args());
+                    }
+                    self.pos = next;
+                    self.stage = Stage::Args {
+                        left: count as usize,
+                    };
+                }
+                Stage::Args { left: 0 } => return Ok(Parsed::Request { consumed: self.pos }),
+                Stage::Args { left } => {
+                    let pos = self.pos;
+                    match buf.get(pos) {
+                        None => return Ok(Parsed::Incomplete { needed: pos + 1 }),
+                        Some(b'$') => {}
+                        Some(&other) => {
+                            return Err(ProtocolError(
+                                format!("expected '$', got '{}'", other as char).into(),
+                            ))
+                        }
+                    }
+                    let Some((len, next)) = self.line(buf, pos + 1)? else {
+                        if buf.len() - pos > MAX_HEADER_LINE {
+                            return Err(ProtocolError("too big bulk count string".into()));
+                        }
+                        return Ok(Parsed::Incomplete {
+                            needed: buf.len() + 1,
+                        });
+                    };
+                    let len =
+                        parse_header_int(len).ok_or(ProtocolError("invalid bulk length".into()))?;
+                    if len < 0 || len as u64 > limits.max_bulk as u64 {
+                        return Err(limits.too_long_bulk());
+                    }
+                    self.pos = next;
+                    self.stage = Stage::Bulk {
+                        left,
+                        len: len as usize,
+                    };
+                }
+                Stage::Bulk { left, len } => {
+                    let end = self.pos + len;
+                    if buf.len() < end + 2 {
+                        return Ok(Parsed::Incomplete { needed: end + 2 });
+                    }
+                    if &buf[end..end + 2] != b"\r\n" {
+                        return Err(ProtocolError(
+                            "bulk string is not terminated by CRLF".into(),
+                        ));
+                    }
+                    self.args.push(self.pos..end);
+                    self.pos = end + 2;
+                    self.stage = Stage::Args { left: left - 1 };
+                }
+            }
+        }
+    }
+
+    fn inline(&mut self, buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
+        let from = self.scanned.min(buf.len());
+        let Some(nl) = memchr(b'\n', &buf[from..]).map(|i| from + i) else {
+            self.scanned = buf.len();
+            if buf.len() > limits.max_inline {
+                return Err(ProtocolError("too big inline request".into()));
             }
             return Ok(Parsed::Incomplete {
                 needed: buf.len() + 1,
             });
         };
-        let len = parse_header_int(len).ok_or(ProtocolError("invalid bulk length".into()))?;
-        if len < 0 || len as u64 > limits.max_bulk as u64 {
-            return Err(ProtocolError("invalid bulk length".into()));
+        if nl > limits.max_inline {
+            return Err(ProtocolError("too big inline request".into()));
         }
-        let len = len as usize;
-        let end = next + len;
-        if buf.len() < end + 2 {
-            return Ok(Parsed::Incomplete { needed: end + 2 });
+        let mut line = &buf[..nl];
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
         }
-        if &buf[end..end + 2] != b"\r\n" {
-            return Err(ProtocolError(
-                "bulk string is not terminated by CRLF".into(),
-            ));
+        let args =
+            split_inline(line).ok_or(ProtocolError("unbalanced quotes in request".into()))?;
+        if args.len() > limits.max_args {
+            return Err(limits.too_many_args());
         }
-        args.push(next..end);
-        pos = end + 2;
+        if args.is_empty() {
+            return Ok(Parsed::Empty { consumed: nl + 1 });
+        }
+        Ok(Parsed::Inline {
+            consumed: nl + 1,
+            args,
+        })
     }
-    Ok(Parsed::Request { consumed: pos })
 }
 
 /// Finds the `\r\n` ending a header line that starts at `start`; returns the line's digits and the
@@ -182,35 +372,6 @@ fn parse_header_int(digits: &[u8]) -> Option<i64> {
 
 fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
     haystack.iter().position(|&b| b == needle)
-}
-
-fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Parsed, ProtocolError> {
-    let Some(nl) = memchr(b'\n', buf) else {
-        if buf.len() > limits.max_inline {
-            return Err(ProtocolError("too big inline request".into()));
-        }
-        return Ok(Parsed::Incomplete {
-            needed: buf.len() + 1,
-        });
-    };
-    if nl > limits.max_inline {
-        return Err(ProtocolError("too big inline request".into()));
-    }
-    let mut line = &buf[..nl];
-    if line.last() == Some(&b'\r') {
-        line = &line[..line.len() - 1];
-    }
-    let args = split_inline(line).ok_or(ProtocolError("unbalanced quotes in request".into()))?;
-    if args.len() > limits.max_args {
-        return Err(ProtocolError("invalid multibulk length".into()));
-    }
-    if args.is_empty() {
-        return Ok(Parsed::Empty { consumed: nl + 1 });
-    }
-    Ok(Parsed::Inline {
-        consumed: nl + 1,
-        args,
-    })
 }
 
 /// Splits an inline request line into arguments the way redis-cli users expect: blanks separate
@@ -377,6 +538,44 @@ pub fn write_reply(out: &mut Vec<u8>, reply: &Reply<'_>) {
 /// Appends a reply in the given dialect. RESP3 differs for what cads sends only in nulls (`_`) and
 /// maps (`%`).
 pub fn write_reply_as(out: &mut Vec<u8>, reply: &Reply<'_>, protocol: Protocol) {
+    let unbounded = write_bounded(out, reply, protocol, usize::MAX);
+    debug_assert!(unbounded.is_ok());
+}
+
+/// A reply that would not fit in the room it was given (see [`write_reply_within`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyTooLarge;
+
+/// Appends a reply as [`write_reply_as`] does, unless `out` would grow past `max_len` bytes: then
+/// `out` is left as it was and the reply is refused. The check is made as the reply is written,
+/// before each value is copied, so a reply that repeats a large value many times (`MGET k k k ...`
+/// of an 8 MB `k`) never takes more than `max_len`, however large it would have been.
+pub fn write_reply_within(
+    out: &mut Vec<u8>,
+    reply: &Reply<'_>,
+    protocol: Protocol,
+    max_len: usize,
+) -> Result<(), ReplyTooLarge> {
+    let start = out.len();
+    let written = write_bounded(out, reply, protocol, max_len);
+    if written.is_err() {
+        out.truncate(start);
+    }
+    written
+}
+
+/// Bytes a bulk string of `len` bytes takes with its header and trailer (`$<len>\r\n...\r\n`).
+fn bulk_size(len: usize) -> usize {
+    let digits = len.checked_ilog10().map_or(1, |d| d as usize + 1);
+    len.saturating_add(digits + 5)
+}
+
+fn write_bounded(
+    out: &mut Vec<u8>,
+    reply: &Reply<'_>,
+    protocol: Protocol,
+    max_len: usize,
+) -> Result<(), ReplyTooLarge> {
     match reply {
         Reply::Status(s) => {
             out.push(b'+');
@@ -385,7 +584,13 @@ pub fn write_reply_as(out: &mut Vec<u8>, reply: &Reply<'_>, protocol: Protocol) 
         }
         Reply::Error(e) => write_error(out, e),
         Reply::Int(n) => write_int(out, *n),
-        Reply::Bulk(b) => write_bulk(out, b),
+        Reply::Bulk(b) => {
+            // Checked before the copy: the point is never to make the bytes in the first place.
+            if out.len().saturating_add(bulk_size(b.len())) > max_len {
+                return Err(ReplyTooLarge);
+            }
+            write_bulk(out, b);
+        }
         Reply::Nil => match protocol {
             Protocol::Resp2 => out.extend_from_slice(b"$-1\r\n"),
             Protocol::Resp3 => out.extend_from_slice(b"_\r\n"),
@@ -393,7 +598,7 @@ pub fn write_reply_as(out: &mut Vec<u8>, reply: &Reply<'_>, protocol: Protocol) 
         Reply::Array(items) => {
             write_array_header(out, items.len());
             for item in items {
-                write_reply_as(out, item, protocol);
+                write_bounded(out, item, protocol, max_len)?;
             }
         }
         Reply::Map(pairs) => {
@@ -402,11 +607,15 @@ pub fn write_reply_as(out: &mut Vec<u8>, reply: &Reply<'_>, protocol: Protocol) 
                 Protocol::Resp3 => write_header(out, b'%', pairs.len() as i64),
             }
             for (field, value) in pairs {
-                write_reply_as(out, field, protocol);
-                write_reply_as(out, value, protocol);
+                write_bounded(out, field, protocol, max_len)?;
+                write_bounded(out, value, protocol, max_len)?;
             }
         }
     }
+    if out.len() > max_len {
+        return Err(ReplyTooLarge);
+    }
+    Ok(())
 }
 
 /// Appends a request (an array of bulk strings), as a client sends it.
@@ -587,6 +796,7 @@ mod tests {
             max_bulk: 10,
             max_args: 3,
             max_inline: 16,
+            unauthenticated: false,
         };
         let mut ranges = Vec::new();
         let err = |buf: &[u8]| {
@@ -614,6 +824,164 @@ mod tests {
             "Protocol error: bulk string is not terminated by CRLF"
         );
         assert!(parse_request(b"*0\r\n", &limits, &mut ranges).is_ok());
+    }
+
+    /// Feeds `bytes` to one parser as a connection would receive them, `piece` bytes per read,
+    /// running every request as soon as it is complete; returns the requests and the error, if any.
+    fn parse_delivered(
+        bytes: &[u8],
+        piece: usize,
+        limits: &Limits,
+    ) -> (Vec<Vec<Vec<u8>>>, Option<String>) {
+        let mut parser = RequestParser::default();
+        let mut requests = Vec::new();
+        let (mut start, mut received) = (0, 0);
+        while received < bytes.len() {
+            received = (received + piece).min(bytes.len());
+            loop {
+                let held = &bytes[start..received];
+                match parser.parse(held, limits) {
+                    Ok(Parsed::Request { consumed }) => {
+                        requests.push(
+                            parser
+                                .args()
+                                .iter()
+                                .map(|r| held[r.clone()].to_vec())
+                                .collect(),
+                        );
+                        start += consumed;
+                    }
+                    Ok(Parsed::Inline { consumed, args }) => {
+                        requests.push(args);
+                        start += consumed;
+                    }
+                    Ok(Parsed::Empty { consumed }) => start += consumed,
+                    Ok(Parsed::Incomplete { .. }) => break,
+                    Err(e) => return (requests, Some(e.to_string())),
+                }
+                if start == received {
+                    break;
+                }
+            }
+        }
+        (requests, None)
+    }
+
+    #[test]
+    fn a_request_split_at_any_byte_parses_the_same() {
+        let mut bytes = Vec::new();
+        write_request(&mut bytes, &[&b"SET"[..], b"key", &[b'v'; 300]]);
+        bytes.extend_from_slice(b"PING\r\n*0\r\n\r\nECHO \"a b\"\r\n");
+        let many: Vec<Vec<u8>> = (0..50).map(|i| format!("arg{i}").into_bytes()).collect();
+        write_request(&mut bytes, &many);
+        let limits = Limits::default();
+        let (whole, error) = parse_delivered(&bytes, bytes.len(), &limits);
+        assert_eq!(whole.len(), 4);
+        assert_eq!(error, None);
+        for piece in [1, 2, 3, 7, 64, 500] {
+            assert_eq!(
+                parse_delivered(&bytes, piece, &limits),
+                (whole.clone(), None),
+                "{piece}-byte reads"
+            );
+        }
+        // An error is found the same way, after the same requests.
+        bytes.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$x\r\n");
+        for piece in [1, 5, bytes.len()] {
+            let (requests, error) = parse_delivered(&bytes, piece, &limits);
+            assert_eq!(requests, whole);
+            assert_eq!(
+                error.as_deref(),
+                Some("Protocol error: invalid bulk length")
+            );
+        }
+    }
+
+    /// The parser does not go back over what it has read: a header it accepted is not read again
+    /// when the rest of the request arrives (here the accepted bytes are changed behind its back,
+    /// which a parser starting over would refuse).
+    #[test]
+    fn the_parser_resumes_where_it_stopped() {
+        let limits = Limits::default();
+        let mut parser = RequestParser::default();
+        let mut bytes = b"*2\r\n$3\r\nGET\r\n$5\r\nva".to_vec();
+        assert_eq!(
+            parser.parse(&bytes, &limits),
+            Ok(Parsed::Incomplete {
+                needed: bytes.len() + 3 + 2
+            })
+        );
+        assert!(parser.in_request());
+        bytes[0] = b'!';
+        bytes.extend_from_slice(b"lue\r\n");
+        assert_eq!(
+            parser.parse(&bytes, &limits),
+            Ok(Parsed::Request {
+                consumed: bytes.len()
+            })
+        );
+        assert_eq!(parser.args().len(), 2);
+        assert!(!parser.in_request());
+        // The next request starts afresh.
+        assert_eq!(
+            parser.parse(b"PING\r\n", &limits),
+            Ok(Parsed::Inline {
+                consumed: 6,
+                args: vec![b"PING".to_vec()]
+            })
+        );
+    }
+
+    #[test]
+    fn unauthenticated_limits_are_redis_s() {
+        let limits = Limits::unauthenticated();
+        let err = |buf: &[u8]| {
+            parse_request(buf, &limits, &mut Vec::new())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(b"*11\r\n"),
+            "Protocol error: unauthenticated multibulk length"
+        );
+        assert_eq!(
+            err(b"*2\r\n$4\r\nAUTH\r\n$16385\r\n"),
+            "Protocol error: unauthenticated bulk length"
+        );
+        let mut ok = Vec::new();
+        write_request(&mut ok, &[&b"AUTH"[..], &[b'p'; 16384]]);
+        assert!(matches!(
+            parse_request(&ok, &limits, &mut Vec::new()),
+            Ok(Parsed::Request { .. })
+        ));
+    }
+
+    #[test]
+    fn replies_are_bounded_as_they_are_written() {
+        let value = vec![b'v'; 1000];
+        let amplified = Reply::Array((0..100).map(|_| Reply::bulk(&value)).collect());
+        let mut out = b"+earlier\r\n".to_vec();
+        assert_eq!(
+            write_reply_within(&mut out, &amplified, Protocol::Resp2, 10_000),
+            Err(ReplyTooLarge)
+        );
+        assert_eq!(out, b"+earlier\r\n", "nothing of a refused reply is left");
+        // Within the room, the same bytes as an unbounded write.
+        let mut bounded = Vec::new();
+        write_reply_within(&mut bounded, &amplified, Protocol::Resp3, 200_000).unwrap();
+        let mut unbounded = Vec::new();
+        write_reply_as(&mut unbounded, &amplified, Protocol::Resp3);
+        assert_eq!(bounded, unbounded);
+        assert!(
+            write_reply_within(&mut Vec::new(), &amplified, Protocol::Resp2, bounded.len()).is_ok()
+        );
+        assert!(write_reply_within(
+            &mut Vec::new(),
+            &amplified,
+            Protocol::Resp2,
+            bounded.len() - 1
+        )
+        .is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{bail, Context};
-use cads_server::event_loop::{ConnId, EventLoop, Flow, Handler, LoopConfig};
+use cads_server::event_loop::{ConnId, EventLoop, Flow, Handler, LoopConfig, Now};
 
 struct OkHandler;
 
@@ -24,16 +24,17 @@ impl Handler for OkHandler {
         _conn: &mut (),
         _args: &[&[u8]],
         out: &mut Vec<u8>,
-        _now_ms: u64,
+        _out_limit: usize,
+        _now: Now,
     ) -> Flow {
         out.extend_from_slice(b"+OK\r\n");
         Flow::Continue
     }
 
     fn on_close(&mut self, _conn: &mut ()) {}
-    fn before_reply(&mut self, _now_ms: u64) {}
-    fn tick(&mut self, _now_ms: u64) {}
-    fn on_shutdown(&mut self, _now_ms: u64) {}
+    fn before_reply(&mut self, _now: Now) {}
+    fn tick(&mut self, _now: Now) {}
+    fn on_shutdown(&mut self, _now: Now) {}
 }
 
 fn main() -> anyhow::Result<()> {

@@ -3,12 +3,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cads_engine::Engine;
-use cads_protocol::resp::{write_error, write_reply_as, Protocol};
+use cads_engine::{Engine, Now};
+use cads_protocol::resp::{
+    write_error, write_reply_as, write_reply_within, Protocol, ReplyTooLarge,
+};
 use cads_protocol::spec::{self, CommandSpec};
 use cads_protocol::{ClientSub, Command, CommandSub, ConfigSub, ErrorKind, ErrorReply, Reply};
 
@@ -73,7 +75,15 @@ impl Cmi {
         }
     }
 
-    fn run(&mut self, client: &mut Client, cmd: &Command<'_>, out: &mut Vec<u8>, now: u64) -> Flow {
+    /// Runs a command and writes its reply to `out`, which may grow to `out_limit` bytes.
+    fn run(
+        &mut self,
+        client: &mut Client,
+        cmd: &Command<'_>,
+        out: &mut Vec<u8>,
+        out_limit: usize,
+        now: Now,
+    ) -> Flow {
         use Command as C;
         let reply = match cmd {
             C::Ping(None) => Reply::status("PONG"),
@@ -100,13 +110,11 @@ impl Cmi {
                     refusal.into()
                 } else {
                     let reply = self.engine.execute(cmd, now);
-                    write_reply_as(out, &reply, client.protocol);
-                    return Flow::Continue;
+                    return reply_flow(write_reply_within(out, &reply, client.protocol, out_limit));
                 }
             }
         };
-        write_reply_as(out, &reply, client.protocol);
-        Flow::Continue
+        reply_flow(write_reply_within(out, &reply, client.protocol, out_limit))
     }
 
     /// While the log cannot be written, writes are refused rather than acknowledged and lost.
@@ -286,6 +294,8 @@ impl Cmi {
             ("eviction", self.engine.eviction_policy().to_string()),
             ("lease-ms", e.lease_ms.to_string()),
             ("tombstone-ms", e.tombstone_ms.to_string()),
+            ("max-session-ms", e.max_session_ms.to_string()),
+            ("max-session-memory", e.max_session_memory.to_string()),
             ("maxclients", c.max_clients.to_string()),
             ("proto-max-bulk-len", c.max_bulk.to_string()),
             ("client-query-buffer-limit", c.max_request.to_string()),
@@ -307,6 +317,10 @@ impl Cmi {
             ("save", String::new()),
             ("databases", "1".to_string()),
             ("requirepass", c.requirepass.clone().unwrap_or_default()),
+            (
+                "protected-mode",
+                if c.protected_mode { "yes" } else { "no" }.to_string(),
+            ),
         ]
     }
 
@@ -350,6 +364,13 @@ impl Cmi {
                 "CONFIG SET failed (possibly related to argument '{name}') - {e}"
             ))
         };
+        let ms = || {
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|&ms| ms > 0)
+                .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))
+        };
         match name.as_str() {
             "maxmemory" => {
                 let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
@@ -359,13 +380,11 @@ impl Cmi {
                 let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
                 self.engine.set_max_pinned_memory(bytes);
             }
-            "lease-ms" => {
-                let ms: u64 = value
-                    .parse()
-                    .ok()
-                    .filter(|&ms| ms > 0)
-                    .ok_or_else(|| bad_value("not a positive number of milliseconds".into()))?;
-                self.engine.set_lease_ms(ms);
+            "lease-ms" => self.engine.set_lease_ms(ms()?),
+            "max-session-ms" => self.engine.set_max_session_ms(ms()?),
+            "max-session-memory" => {
+                let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
+                self.engine.set_max_session_memory(bytes);
             }
             _ => {
                 return Err(ErrorReply::err(format!(
@@ -448,6 +467,11 @@ impl Cmi {
                 ("maxmemory", mem.maxmemory.to_string()),
                 ("maxmemory_human", human(mem.maxmemory)),
                 ("max_pinned_memory", mem.max_pinned.to_string()),
+                ("used_memory_sessions", e.session_memory().to_string()),
+                (
+                    "max_session_memory",
+                    e.config().max_session_memory.to_string(),
+                ),
                 ("maxmemory_policy", e.eviction_policy().into()),
             ],
         );
@@ -500,6 +524,10 @@ impl Cmi {
                     net.total_net_output_bytes.to_string(),
                 ),
                 ("rejected_connections", net.rejected_connections.to_string()),
+                (
+                    "client_output_buffer_limit_disconnections",
+                    net.client_output_buffer_limit_disconnections.to_string(),
+                ),
                 ("expired_keys", store.expired.to_string()),
                 ("evicted_keys", store.evicted.to_string()),
                 ("discarded_keys", store.discarded.to_string()),
@@ -532,6 +560,9 @@ impl Cmi {
                 ("sessions_aborted", stats.sessions_aborted.to_string()),
                 ("sessions_wounded", stats.sessions_wounded.to_string()),
                 ("sessions_expired", stats.sessions_expired.to_string()),
+                ("sessions_outlived", stats.sessions_outlived.to_string()),
+                ("sessions_refused", stats.sessions_refused.to_string()),
+                ("max_session_ms", e.config().max_session_ms.to_string()),
             ],
         );
         let keys = e.key_count();
@@ -545,6 +576,15 @@ impl Cmi {
         };
         section("Keyspace", keyspace);
         text
+    }
+}
+
+/// A reply that did not fit under the output limit closes the client, as Redis's
+/// `client-output-buffer-limit` does: the reply is never built in full.
+fn reply_flow(written: Result<(), ReplyTooLarge>) -> Flow {
+    match written {
+        Ok(()) => Flow::Continue,
+        Err(ReplyTooLarge) => Flow::Disconnect,
     }
 }
 
@@ -605,8 +645,37 @@ fn command_info(sub: &CommandSub<'_>) -> Reply<'static> {
     }
 }
 
+/// Redis's protected-mode refusal, for a client from outside loopback when no password is set.
+const PROTECTED_MODE_REPLY: &[u8] = b"-DENIED cads is running in protected mode because protected \
+mode is enabled and no password is set. In this mode connections are only accepted from the \
+loopback interface. If you want to connect from other computers, either 1) set a password with \
+--requirepass (or requirepass in the configuration file) and restart the server, then \
+authenticate with AUTH; or 2) if the server is reachable only from trusted networks, disable \
+protected mode with --protected-mode false (or protected-mode = false in the configuration file) \
+and restart the server.\r\n";
+
+/// Whether `ip` is a loopback address: 127.0.0.0/8 or ::1, also as an IPv4-mapped IPv6 address.
+fn is_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+/// Whether a request is the start of an HTTP request (`POST /...`, or a `Host:` header line): a
+/// web page can make a browser send one to a server on localhost, with commands in its body.
+fn is_http(args: &[&[u8]]) -> bool {
+    args[0].eq_ignore_ascii_case(b"POST") || args[0].eq_ignore_ascii_case(b"Host:")
+}
+
 impl Handler for Cmi {
     type Conn = Client;
+
+    fn refusal(&mut self, peer: SocketAddr) -> Option<Vec<u8>> {
+        let open = self.config.requirepass.is_none() && self.config.protected_mode;
+        if open && !is_loopback(peer.ip()) {
+            tracing::warn!(%peer, "protected mode: refused a client from outside loopback");
+            return Some(PROTECTED_MODE_REPLY.to_vec());
+        }
+        None
+    }
 
     fn on_accept(&mut self, id: ConnId, peer: SocketAddr) -> Client {
         self.clients.insert(
@@ -629,8 +698,19 @@ impl Handler for Cmi {
         client: &mut Client,
         args: &[&[u8]],
         out: &mut Vec<u8>,
-        now_ms: u64,
+        out_limit: usize,
+        now: Now,
     ) -> Flow {
+        if is_http(args) {
+            // Redis's answer to the cross-protocol attack: run nothing more from this client.
+            let peer = self.clients.get(&client.id).map(|c| c.addr);
+            tracing::warn!(
+                ?peer,
+                "possible SECURITY ATTACK: a client sent POST or Host:, as an HTTP request from \
+                 a web page would; connection closed"
+            );
+            return Flow::Close;
+        }
         let cmd = match Command::parse(args) {
             Ok(cmd) => cmd,
             Err(e) => {
@@ -647,21 +727,25 @@ impl Handler for Cmi {
             write_error(out, &noauth());
             return Flow::Continue;
         }
-        self.run(client, &cmd, out, now_ms)
+        self.run(client, &cmd, out, out_limit, now)
+    }
+
+    fn authenticated(&self, client: &Client) -> bool {
+        client.authenticated
     }
 
     fn on_close(&mut self, client: &mut Client) {
         self.clients.remove(&client.id);
     }
 
-    fn before_reply(&mut self, _now_ms: u64) {
+    fn before_reply(&mut self, _now: Now) {
         if let Some(aof) = &mut self.aof {
             aof.flush(&mut self.engine);
         }
     }
 
-    fn tick(&mut self, now_ms: u64) {
-        self.engine.tick(now_ms);
+    fn tick(&mut self, now: Now) {
+        self.engine.tick(now);
         self.ops_samples
             .push_back((Instant::now(), self.engine.stats().commands));
         if self.ops_samples.len() > OPS_SAMPLES {
@@ -676,7 +760,7 @@ impl Handler for Cmi {
         }
     }
 
-    fn on_shutdown(&mut self, _now_ms: u64) {
+    fn on_shutdown(&mut self, _now: Now) {
         if let Some(aof) = &mut self.aof {
             aof.close(&mut self.engine);
         }
@@ -696,6 +780,29 @@ mod tests {
         assert!(glob_match(b"p?rt", b"port"));
         assert!(!glob_match(b"port?", b"port"));
         assert!(!glob_match(b"save", b"saved"));
+    }
+
+    #[test]
+    fn loopback_is_all_of_127_slash_8_and_ipv6_s_one() {
+        for ip in [
+            "127.0.0.1",
+            "127.0.0.2",
+            "127.255.255.254",
+            "::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "10.0.0.1",
+            "192.0.2.2",
+            "0.0.0.0",
+            "::ffff:10.0.0.1",
+            "fd00::2",
+            "::",
+        ] {
+            assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
+        }
     }
 
     #[test]

@@ -59,9 +59,26 @@ pub struct Options {
     #[arg(long, value_name = "MS")]
     pub tombstone_ms: Option<u64>,
 
-    /// Password clients must give with AUTH (or HELLO AUTH) before any other command.
+    /// The longest a session may live, in ms: validation renews its leases up to this age, and
+    /// then it is aborted however often it validates. [default: 5 x lease-ms]
+    #[arg(long, value_name = "MS")]
+    pub max_session_ms: Option<u64>,
+
+    /// Memory for the state of sessions, leases and tombstones per CMI, apart from maxmemory; a
+    /// request that would open a session or take a lease beyond it gets NOTSTORED (0: no cap).
+    /// [default: a quarter of maxmemory]
+    #[arg(long, value_name = "SIZE")]
+    pub max_session_memory: Option<String>,
+
+    /// Password clients must give with AUTH (or HELLO AUTH) before any other command. Until they
+    /// do, requests are limited to 10 arguments of 16 KiB.
     #[arg(long, value_name = "PASSWORD")]
     pub requirepass: Option<String>,
+
+    /// Without --requirepass, refuse clients from other addresses than loopback (127.0.0.0/8,
+    /// ::1), telling them how to enable them, as Redis's protected mode does. [default: true]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub protected_mode: Option<bool>,
 
     /// Most connections per CMI. [default: 10000]
     #[arg(long, value_name = "N")]
@@ -79,7 +96,9 @@ pub struct Options {
     #[arg(long, value_name = "N")]
     pub max_args: Option<usize>,
 
-    /// A client whose unsent replies exceed this is disconnected. [default: 256mb]
+    /// A client whose replies would take its unsent output past this is disconnected, checked
+    /// as each reply is written (a request repeating a large value never builds its replies).
+    /// [default: 256mb]
     #[arg(long, value_name = "SIZE")]
     pub max_output: Option<String>,
 
@@ -144,7 +163,10 @@ pub struct Config {
     pub eviction: EvictionKind,
     pub lease_ms: u64,
     pub tombstone_ms: u64,
+    pub max_session_ms: u64,
+    pub max_session_memory: usize,
     pub requirepass: Option<String>,
+    pub protected_mode: bool,
     pub max_clients: usize,
     pub max_bulk: usize,
     pub max_request: usize,
@@ -213,7 +235,10 @@ impl Options {
             eviction,
             lease_ms,
             tombstone_ms,
+            max_session_ms,
+            max_session_memory,
             requirepass,
+            protected_mode,
             max_clients,
             max_bulk,
             max_request,
@@ -247,6 +272,11 @@ impl Config {
             Some(v) => parse_size(v).context("--max-pinned-memory")?,
             None => maxmemory / 2,
         };
+        let max_session_memory = match &o.max_session_memory {
+            Some(v) => parse_size(v).context("--max-session-memory")?,
+            None => maxmemory / 4,
+        };
+        let lease_ms = o.lease_ms.unwrap_or(500);
         let mode_name = o.mode.as_deref().unwrap_or("write-through");
         let mode = Mode::parse(mode_name).with_context(|| {
             format!("--mode: unknown mode '{mode_name}' (write-around, write-through, write-back)")
@@ -270,9 +300,14 @@ impl Config {
             maxmemory,
             max_pinned_memory,
             eviction,
-            lease_ms: o.lease_ms.unwrap_or(500),
+            lease_ms,
             tombstone_ms: o.tombstone_ms.unwrap_or(60_000),
+            max_session_ms: o
+                .max_session_ms
+                .unwrap_or_else(|| lease_ms.saturating_mul(5)),
+            max_session_memory,
             requirepass: o.requirepass.filter(|p| !p.is_empty()),
+            protected_mode: o.protected_mode.unwrap_or(true),
             max_clients: o.max_clients.unwrap_or(10_000),
             max_bulk: size(&o.max_bulk, "64mb", "max-bulk")?,
             max_request: size(&o.max_request, "128mb", "max-request")?,
@@ -305,6 +340,13 @@ impl Config {
         if self.lease_ms == 0 {
             bail!("--lease-ms must be positive");
         }
+        if self.max_session_ms < self.lease_ms {
+            bail!(
+                "--max-session-ms ({}) must be at least --lease-ms ({})",
+                self.max_session_ms,
+                self.lease_ms
+            );
+        }
         if self.max_bulk == 0 || self.max_request < self.max_bulk {
             bail!("--max-request must be at least --max-bulk, and both positive");
         }
@@ -324,6 +366,8 @@ impl Config {
             maxmemory: self.maxmemory,
             max_pinned_memory: self.max_pinned_memory,
             lease_ms: self.lease_ms,
+            max_session_ms: self.max_session_ms,
+            max_session_memory: self.max_session_memory,
             tombstone_ms: self.tombstone_ms,
             max_value_bytes: self.max_bulk,
             eviction: self.eviction,
@@ -370,6 +414,26 @@ mod tests {
             ..Options::default()
         })
         .contains("past port"));
+    }
+
+    #[test]
+    fn session_limits_follow_lease_ms_and_maxmemory() {
+        let c = Config::resolve(Options {
+            lease_ms: Some(300),
+            maxmemory: Some("64mb".into()),
+            ..Options::default()
+        })
+        .unwrap();
+        assert_eq!(c.max_session_ms, 1_500, "five lease lengths");
+        assert_eq!(c.max_session_memory, 16 << 20, "a quarter of maxmemory");
+        assert_eq!(c.engine().max_session_ms, 1_500);
+        let err = Config::resolve(Options {
+            lease_ms: Some(300),
+            max_session_ms: Some(200),
+            ..Options::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("--max-session-ms"), "{err}");
     }
 
     #[test]

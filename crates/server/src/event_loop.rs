@@ -51,13 +51,25 @@
 //!   [`LoopConfig::max_request_bytes`] of input, so a client that writes its whole pipeline before
 //!   reading any reply (as many client libraries do) does not deadlock; past that much input the
 //!   loop stops reading from it (and its writes block) until it reads.
-//! - A connection whose unsent output still exceeds [`LoopConfig::max_output_bytes`] (one huge
-//!   reply) is closed at once, like Redis's `client-output-buffer-limit`.
+//! - A connection whose unsent output would exceed [`LoopConfig::max_output_bytes`] (one huge
+//!   reply, or many) is closed at once, like Redis's `client-output-buffer-limit`.
 //! - A single request larger than `max_request_bytes`, or any malformed one, gets
 //!   `-ERR Protocol error: ...` and the connection is closed after that reply is flushed, as Redis
 //!   does; requests after it in the same batch are not run.
+//! - Until a connection authenticates ([`Handler::authenticated`]) its requests are held to
+//!   [`LoopConfig::unauthenticated_limits`] (Redis's 16 KiB arguments and ten arguments), and
+//!   its request and held input to the largest request those allow.
+//! - A reply is checked against `max_output_bytes` as it is written ([`Handler::on_request`]'s
+//!   `out_limit`): one that would pass it is never built, and the connection is closed at once
+//!   ([`Flow::Disconnect`]), so a small request naming a large value many times cannot make the
+//!   loop hold its replies.
+//! - The parser of each connection keeps its progress across reads ([`RequestParser`]), so a
+//!   request costs the same to parse however it is split.
 //! - Beyond `max_clients` connections a new one gets `-ERR max number of clients reached` and is
-//!   closed.
+//!   closed. So does one arriving when the process has no file descriptor left: the loop keeps a
+//!   spare one to give up for that, rather than leave it waiting in the backlog, and logs the
+//!   shortage once, not on every attempt. [`Handler::refusal`] may turn away others (protected
+//!   mode).
 //! - A peer that half-closes still gets the replies to everything it sent; then it is closed.
 //!
 //! # Stats for INFO
@@ -69,22 +81,26 @@
 //!
 //! # Time
 //!
-//! `now_ms` passed to the handler is wall-clock time in milliseconds since the Unix epoch, read once
-//! per loop iteration (Redis likewise caches the time per iteration). Ticks and idle timeouts run on
-//! the monotonic clock.
+//! The handler is given a [`Now`]: the wall clock (ms since the Unix epoch, for key expiry and what
+//! the log persists) and a monotonic clock (ms since the loop started, for leases and sessions),
+//! both read once per loop iteration (Redis likewise caches the time per iteration). Ticks and idle
+//! timeouts run on the monotonic clock too, so a step of the wall clock moves nothing but key
+//! expiry.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cads_protocol::resp::{parse_request, write_error};
+use cads_protocol::resp::{write_error, RequestParser};
 use cads_protocol::{Limits, Parsed, ProtocolError};
 
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT};
+
+/// The two clocks a handler is given (see "Time" above).
+pub use cads_engine::Now;
 
 /// Identifies a connection for the lifetime of the loop; never reused.
 pub type ConnId = u64;
@@ -97,6 +113,9 @@ pub enum Flow {
     /// Run nothing more from it; flush its pending output, then close it (Redis's
     /// `CLIENT_CLOSE_AFTER_REPLY`, as for QUIT).
     Close,
+    /// Close it at once, sending nothing more: its reply would take its output past
+    /// `out_limit` (Redis closes a client at its output buffer limit the same way).
+    Disconnect,
 }
 
 /// The command side of a CMI, driven by the loop. All calls come from the loop's thread.
@@ -107,15 +126,33 @@ pub trait Handler {
     /// A connection was accepted.
     fn on_accept(&mut self, id: ConnId, peer: SocketAddr) -> Self::Conn;
 
+    /// Whether to turn away a new connection from `peer` before it is served: the reply to send
+    /// it (best effort) before closing it, or None to serve it. Called before
+    /// [`Handler::on_accept`]; a refused connection is counted in `rejected_connections`.
+    fn refusal(&mut self, _peer: SocketAddr) -> Option<Vec<u8>> {
+        None
+    }
+
     /// Runs one request (`args[0]` is the command name, never absent) and appends its RESP reply
     /// to `out`. `out` may hold earlier replies not yet sent: append, never inspect or truncate.
+    /// `out` may grow to `out_limit` bytes ([`LoopConfig::max_output_bytes`] unsent): a reply that
+    /// would take it further must be left unwritten (or cut back) and answered with
+    /// [`Flow::Disconnect`], so that no request makes the loop hold more. Checking as the reply is
+    /// produced matters for replies that repeat large values (`MGET k k k ...`).
     fn on_request(
         &mut self,
         conn: &mut Self::Conn,
         args: &[&[u8]],
         out: &mut Vec<u8>,
-        now_ms: u64,
+        out_limit: usize,
+        now: Now,
     ) -> Flow;
+
+    /// Whether the connection has authenticated. Until it has, its requests are held to
+    /// [`LoopConfig::unauthenticated_limits`]. Without a password, every connection has.
+    fn authenticated(&self, _conn: &Self::Conn) -> bool {
+        true
+    }
 
     /// The connection is gone (closed by either side, or by the loop stopping).
     fn on_close(&mut self, conn: &mut Self::Conn);
@@ -124,14 +161,14 @@ pub trait Handler {
     /// to a socket (this is where the append-only file is written and, with fsync=always, synced).
     /// It runs in every iteration that handled an event, even if no request ran, and at least every
     /// `tick_ms`, so it must be cheap when there is nothing to do.
-    fn before_reply(&mut self, now_ms: u64);
+    fn before_reply(&mut self, now: Now);
 
     /// About every `tick_ms`: timers, expiry.
-    fn tick(&mut self, now_ms: u64);
+    fn tick(&mut self, now: Now);
 
     /// Called once when the loop stops, after pending replies were flushed best-effort and every
     /// remaining connection was closed (with [`Handler::on_close`]); it is the handler's last call.
-    fn on_shutdown(&mut self, now_ms: u64);
+    fn on_shutdown(&mut self, now: Now);
 }
 
 /// Limits and timers of one loop.
@@ -139,6 +176,10 @@ pub trait Handler {
 pub struct LoopConfig {
     /// Bulk, argument-count and inline limits for the request parser.
     pub limits: Limits,
+    /// The same for a connection that has not authenticated ([`Handler::authenticated`]); its
+    /// requests, and the unread input kept for it, are also held to the largest request these
+    /// allow.
+    pub unauthenticated_limits: Limits,
     /// A single request larger than this is a protocol error and closes the connection. It also
     /// bounds the unread input kept for a stalled connection.
     pub max_request_bytes: usize,
@@ -162,6 +203,7 @@ impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
             limits: Limits::default(),
+            unauthenticated_limits: Limits::unauthenticated(),
             max_request_bytes: 512 * 1024 * 1024,
             max_clients: 10_000,
             max_output_bytes: 256 * 1024 * 1024,
@@ -173,6 +215,25 @@ impl Default for LoopConfig {
     }
 }
 
+impl LoopConfig {
+    /// The parser limits for a connection, and the largest request (and unread input) it may
+    /// send: `max_request_bytes` once authenticated; before, what the unauthenticated limits
+    /// allow (every argument at its largest, with its header), or one inline line.
+    fn request_limits(&self, authenticated: bool) -> (&Limits, usize) {
+        if authenticated {
+            return (&self.limits, self.max_request_bytes);
+        }
+        let limits = &self.unauthenticated_limits;
+        const HEADER: usize = 32;
+        let multibulk = limits
+            .max_args
+            .saturating_mul(limits.max_bulk.saturating_add(HEADER))
+            .saturating_add(HEADER);
+        let largest = multibulk.max(limits.max_inline + 1);
+        (limits, largest.min(self.max_request_bytes))
+    }
+}
+
 /// A snapshot of the loop's counters, named as Redis's INFO names them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoopStats {
@@ -181,6 +242,8 @@ pub struct LoopStats {
     pub rejected_connections: u64,
     pub total_net_input_bytes: u64,
     pub total_net_output_bytes: u64,
+    /// Connections closed because their replies would have passed `max_output_bytes`.
+    pub client_output_buffer_limit_disconnections: u64,
 }
 
 /// The loop's live counters, shared with the handler (and anyone else) through an `Arc`.
@@ -191,6 +254,7 @@ pub struct SharedStats {
     rejected_connections: AtomicU64,
     total_net_input_bytes: AtomicU64,
     total_net_output_bytes: AtomicU64,
+    client_output_buffer_limit_disconnections: AtomicU64,
 }
 
 impl SharedStats {
@@ -202,6 +266,9 @@ impl SharedStats {
             rejected_connections: get(&self.rejected_connections),
             total_net_input_bytes: get(&self.total_net_input_bytes),
             total_net_output_bytes: get(&self.total_net_output_bytes),
+            client_output_buffer_limit_disconnections: get(
+                &self.client_output_buffer_limit_disconnections
+            ),
         }
     }
 }
@@ -346,12 +413,15 @@ struct ConnIo<C> {
     /// Replies; `output[sent..]` is not written yet.
     output: Vec<u8>,
     sent: usize,
+    /// The request being read: the parser keeps its progress across reads, so a request costs
+    /// the same to parse however it is split.
+    parser: RequestParser,
     /// Do not parse the unread input before it holds this many bytes (from the parser's
-    /// `Incomplete { needed }`), so a large request is not re-parsed on every read.
+    /// `Incomplete { needed }`).
     need: usize,
     /// Run nothing more; close once the output is flushed.
     closing: bool,
-    /// The output exceeded `max_output_bytes`: close without flushing.
+    /// The output would exceed `max_output_bytes`: close without flushing.
     overflowed: bool,
     /// Requests wait in `input` until the output drains below `output_pause_bytes`.
     stalled: bool,
@@ -393,20 +463,24 @@ struct Runtime<'a, H: Handler> {
     freed: Vec<usize>,
     /// The shared read buffer.
     shared: Vec<u8>,
-    /// Argument ranges from the parser, reused.
-    ranges: Vec<Range<usize>>,
     events: Vec<sys::Event>,
     /// Connections to write to (or close) after `before_reply`.
     pending: Vec<usize>,
     /// Stalled connections whose output drained: run their held requests in the next iteration.
     resume: Vec<(usize, ConnId)>,
     listener_paused: bool,
+    /// A descriptor held in reserve, given up to turn a client away when the process has no
+    /// other (see `refuse_without_a_fd`).
+    spare_fd: Option<std::fs::File>,
+    /// Accepting failed for want of file descriptors, and none has succeeded since.
+    out_of_fds: bool,
     started: Instant,
     /// Monotonic time of this iteration.
     mono: Instant,
-    /// Wall clock, ms since the epoch, for the handler.
-    now_ms: u64,
-    /// Monotonic ms since `started`.
+    /// Both clocks in ms as the handler gets them: the wall clock since the epoch, the monotonic
+    /// one since `started`.
+    now: Now,
+    /// `now.mono_ms`, for the loop's own timers.
     mono_ms: u64,
 }
 
@@ -421,14 +495,15 @@ impl<'a, H: Handler> Runtime<'a, H> {
             free: Vec::new(),
             freed: Vec::new(),
             shared: vec![0; READ_CHUNK],
-            ranges: Vec::new(),
             events: sys::event_buffer(EVENTS_PER_WAIT),
             pending: Vec::new(),
             resume: Vec::new(),
             listener_paused: false,
+            spare_fd: spare_fd(),
+            out_of_fds: false,
             started: now,
             mono: now,
-            now_ms: 0,
+            now: Now::at(0),
             mono_ms: 0,
         };
         runtime.refresh_clock();
@@ -438,9 +513,12 @@ impl<'a, H: Handler> Runtime<'a, H> {
     fn refresh_clock(&mut self) {
         self.mono = Instant::now();
         self.mono_ms = self.mono.duration_since(self.started).as_millis() as u64;
-        self.now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        self.now = Now {
+            wall_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            mono_ms: self.mono_ms,
+        };
     }
 
     fn serve(&mut self, stop: &AtomicBool) -> io::Result<()> {
@@ -483,7 +561,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
             if active || tick_due {
                 // The durability point: the handler persists what this iteration's requests did
                 // before any of their replies leaves the process.
-                self.handler.before_reply(self.now_ms);
+                self.handler.before_reply(self.now);
                 self.flush();
             }
             if tick_due {
@@ -521,14 +599,21 @@ impl<'a, H: Handler> Runtime<'a, H> {
     fn accept(&mut self) {
         for _ in 0..MAX_ACCEPTS_PER_EVENT {
             match self.lp.listener.accept() {
-                Ok((stream, peer)) => self.admit(stream, peer),
+                Ok((stream, peer)) => {
+                    if self.out_of_fds {
+                        self.out_of_fds = false;
+                        tracing::info!("file descriptors available again: accepting clients");
+                    }
+                    self.admit(stream, peer);
+                }
                 Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock => return,
                     io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
+                    _ if is_out_of_fds(&e) && self.refuse_without_a_fd() => continue,
                     _ => {
-                        // Typically EMFILE: the connection stays in the backlog and a level-triggered
-                        // listener would be reported again at once, spinning. Stop listening until
-                        // the next tick.
+                        // The connection stays in the backlog and a level-triggered listener
+                        // would be reported again at once, spinning. Stop listening until the
+                        // next tick.
                         tracing::warn!(error = %e, "accept failed; pausing the listener until the next tick");
                         self.pause_listener(true);
                         return;
@@ -536,6 +621,31 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 },
             }
         }
+    }
+
+    /// The process is out of file descriptors, so the connection waiting in the backlog cannot be
+    /// accepted, and left there it would wait unanswered while the listener reported it over and
+    /// over. The usual remedy (libev's manual describes it): give up the spare descriptor kept for
+    /// this, accept the connection, tell it `max number of clients reached`, close it, take the
+    /// spare back. Logs once per shortage. False if there is no spare to give up.
+    fn refuse_without_a_fd(&mut self) -> bool {
+        if self.spare_fd.take().is_none() {
+            return false;
+        }
+        if !self.out_of_fds {
+            self.out_of_fds = true;
+            tracing::warn!(
+                "out of file descriptors: refusing new clients until some leave (raise the limit \
+                 with ulimit -n, or lower --max-clients)"
+            );
+        }
+        if let Ok((stream, _)) = self.lp.listener.accept() {
+            // Best effort, as for max_clients: a fresh socket's send buffer is empty.
+            let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            bump(&self.lp.stats.rejected_connections, 1);
+        }
+        self.spare_fd = spare_fd();
+        self.spare_fd.is_some()
     }
 
     fn pause_listener(&mut self, pause: bool) {
@@ -564,6 +674,11 @@ impl<'a, H: Handler> Runtime<'a, H> {
             bump(&self.lp.stats.rejected_connections, 1);
             return;
         }
+        if let Some(reply) = self.handler.refusal(peer) {
+            let _ = (&stream).write(&reply);
+            bump(&self.lp.stats.rejected_connections, 1);
+            return;
+        }
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -584,6 +699,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 app,
                 output: Vec::new(),
                 sent: 0,
+                parser: RequestParser::default(),
                 need: 0,
                 closing: false,
                 overflowed: false,
@@ -609,7 +725,6 @@ impl<'a, H: Handler> Runtime<'a, H> {
             conns,
             handler,
             shared,
-            ranges,
             lp,
             ..
         } = self;
@@ -658,14 +773,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
         conn.io.last_active = self.mono_ms;
         if from_shared {
             let batch = &shared[..n];
-            let used = run_batch(
-                &mut **handler,
-                &mut conn.io,
-                batch,
-                ranges,
-                config,
-                self.now_ms,
-            );
+            let used = run_batch(&mut **handler, &mut conn.io, batch, config, self.now);
             if !conn.io.closing {
                 conn.input.push(&batch[used..]);
             }
@@ -675,16 +783,22 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 &mut **handler,
                 &mut conn.io,
                 conn.input.unread(),
-                ranges,
                 config,
-                self.now_ms,
+                self.now,
             );
             conn.input.consume(used);
             if conn.io.closing {
                 conn.input.clear();
             }
         }
-        if conn.io.overflowed {
+        self.after_batch(slot);
+    }
+
+    /// After requests ran: a connection whose output would pass `max_output_bytes` is closed at
+    /// once, without its output; any other has output to send (or a close to settle).
+    fn after_batch(&mut self, slot: usize) {
+        if self.conns[slot].as_ref().is_some_and(|c| c.io.overflowed) {
+            bump(&self.lp.stats.client_output_buffer_limit_disconnections, 1);
             self.close(slot);
         } else {
             self.mark_pending(slot);
@@ -696,11 +810,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
         let mut resume = std::mem::take(&mut self.resume);
         for &(slot, id) in &resume {
             let Runtime {
-                conns,
-                handler,
-                ranges,
-                lp,
-                ..
+                conns, handler, lp, ..
             } = self;
             let Some(conn) = conns[slot].as_mut().filter(|c| c.io.id == id) else {
                 continue;
@@ -712,19 +822,14 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 &mut **handler,
                 &mut conn.io,
                 conn.input.unread(),
-                ranges,
                 &lp.config,
-                self.now_ms,
+                self.now,
             );
             conn.input.consume(used);
             if conn.io.closing {
                 conn.input.clear();
             }
-            if conn.io.overflowed {
-                self.close(slot);
-            } else {
-                self.mark_pending(slot);
-            }
+            self.after_batch(slot);
         }
         resume.clear();
         self.resume = resume;
@@ -804,7 +909,11 @@ impl<'a, H: Handler> Runtime<'a, H> {
             self.resume.push((slot, io.id));
         }
         let mut interest = 0;
-        if !io.closing && !io.eof && conn.input.len() < self.lp.config.max_request_bytes {
+        let (_, max_input) = self
+            .lp
+            .config
+            .request_limits(self.handler.authenticated(&io.app));
+        if !io.closing && !io.eof && conn.input.len() < max_input {
             interest |= EPOLLIN;
         }
         if io.write_blocked {
@@ -835,7 +944,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
     }
 
     fn tick(&mut self) {
-        self.handler.tick(self.now_ms);
+        self.handler.tick(self.now);
         self.pause_listener(false);
         let idle = self.lp.config.idle_timeout_ms;
         if idle > 0 {
@@ -860,19 +969,30 @@ impl<'a, H: Handler> Runtime<'a, H> {
         for slot in 0..self.conns.len() {
             self.close(slot);
         }
-        self.handler.on_shutdown(self.now_ms);
+        self.handler.on_shutdown(self.now);
     }
 }
 
+/// Whether an error says the process (or the system) has no file descriptor left.
+fn is_out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// A descriptor to hold in reserve for turning clients away when the process runs out.
+fn spare_fd() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
 /// Runs the complete requests at the front of `buf` for one connection and returns how many bytes
-/// they took. Stops early when the connection is closing or its output must drain first.
+/// they took. Stops early when the connection is closing or its output must drain first. A
+/// request left unfinished at the end stays in `io.parser`, which resumes it when `buf` (then the
+/// connection's held input, starting with that request) has grown.
 fn run_batch<H: Handler>(
     handler: &mut H,
     io: &mut ConnIo<H::Conn>,
     buf: &[u8],
-    ranges: &mut Vec<Range<usize>>,
     config: &LoopConfig,
-    now_ms: u64,
+    now: Now,
 ) -> usize {
     let mut argv: [&[u8]; ARGV_INLINE] = [&[]; ARGV_INLINE];
     let mut pos = 0;
@@ -886,25 +1006,29 @@ fn run_batch<H: Handler>(
         if rest.len() < io.need {
             break;
         }
-        let flow = match parse_request(rest, &config.limits, ranges) {
+        let (limits, max_request) = config.request_limits(handler.authenticated(&io.app));
+        let out_limit = io.sent + config.max_output_bytes;
+        let flow = match io.parser.parse(rest, limits) {
             Ok(Parsed::Request { consumed }) => {
                 io.need = 0;
                 pos += consumed;
+                let ranges = io.parser.args();
                 if ranges.len() <= ARGV_INLINE {
-                    for (arg, range) in argv.iter_mut().zip(ranges.iter()) {
+                    for (arg, range) in argv.iter_mut().zip(ranges) {
                         *arg = &rest[range.clone()];
                     }
-                    handler.on_request(&mut io.app, &argv[..ranges.len()], &mut io.output, now_ms)
+                    let args = &argv[..ranges.len()];
+                    handler.on_request(&mut io.app, args, &mut io.output, out_limit, now)
                 } else {
                     let args: Vec<&[u8]> = ranges.iter().map(|r| &rest[r.clone()]).collect();
-                    handler.on_request(&mut io.app, &args, &mut io.output, now_ms)
+                    handler.on_request(&mut io.app, &args, &mut io.output, out_limit, now)
                 }
             }
             Ok(Parsed::Inline { consumed, args }) => {
                 io.need = 0;
                 pos += consumed;
                 let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                handler.on_request(&mut io.app, &args, &mut io.output, now_ms)
+                handler.on_request(&mut io.app, &args, &mut io.output, out_limit, now)
             }
             Ok(Parsed::Empty { consumed }) => {
                 io.need = 0;
@@ -912,7 +1036,7 @@ fn run_batch<H: Handler>(
                 Flow::Continue
             }
             Ok(Parsed::Incomplete { needed }) => {
-                if needed > config.max_request_bytes {
+                if needed > max_request {
                     protocol_error(io, &ProtocolError("too big request".into()));
                 } else {
                     io.need = needed;
@@ -924,8 +1048,13 @@ fn run_batch<H: Handler>(
                 break;
             }
         };
-        if flow == Flow::Close {
-            io.closing = true;
+        match flow {
+            Flow::Continue => {}
+            Flow::Close => io.closing = true,
+            Flow::Disconnect => {
+                io.overflowed = true;
+                break;
+            }
         }
         if io.unsent() > config.max_output_bytes {
             io.overflowed = true;
@@ -974,7 +1103,8 @@ mod tests {
             _: &mut ConnId,
             args: &[&[u8]],
             out: &mut Vec<u8>,
-            _: u64,
+            _: usize,
+            _: Now,
         ) -> Flow {
             assert!(!self.shutdown);
             self.requests += 1;
@@ -996,11 +1126,11 @@ mod tests {
             self.closed += 1;
         }
 
-        fn before_reply(&mut self, _: u64) {}
+        fn before_reply(&mut self, _: Now) {}
 
-        fn tick(&mut self, _: u64) {}
+        fn tick(&mut self, _: Now) {}
 
-        fn on_shutdown(&mut self, _: u64) {
+        fn on_shutdown(&mut self, _: Now) {
             assert_eq!(
                 self.accepted, self.closed,
                 "on_close runs for every connection first"
@@ -1235,6 +1365,21 @@ mod tests {
         assert_eq!(client.status(), "-ERR Protocol error: too big request");
         assert!(client.at_eof());
         server.stop();
+    }
+
+    #[test]
+    fn unauthenticated_connections_are_held_to_the_largest_request_their_limits_allow() {
+        let config = LoopConfig::default();
+        let (limits, largest) = config.request_limits(false);
+        assert!(limits.unauthenticated);
+        assert_eq!((limits.max_args, limits.max_bulk), (10, 16 * 1024));
+        assert!(
+            (10 * 16 * 1024..200 * 1024).contains(&largest),
+            "ten 16 KiB arguments with their headers: {largest}"
+        );
+        let (limits, largest) = config.request_limits(true);
+        assert!(!limits.unauthenticated);
+        assert_eq!(largest, config.max_request_bytes);
     }
 
     #[test]

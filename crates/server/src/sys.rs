@@ -1,10 +1,12 @@
-//! Thin, safe wrappers over the Linux syscalls the event loop needs and std does not offer: epoll.
+//! Thin, safe wrappers over the Linux syscalls the event loop needs and std does not offer: epoll,
+//! and a listening socket with a backlog of our choosing.
 //!
 //! Socket I/O itself goes through `std::net` (`recv` for reads, `send(MSG_NOSIGNAL)` for writes,
 //! `accept4(SOCK_CLOEXEC)` for accepts), which issues exactly one syscall per call, so this is the
 //! only module with `unsafe`.
 
 use std::io;
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub(crate) use libc::epoll_event as Event;
@@ -83,4 +85,80 @@ impl Epoll {
 /// A zeroed event buffer for [`Epoll::wait`].
 pub(crate) fn event_buffer(len: usize) -> Vec<Event> {
     vec![Event { events: 0, u64: 0 }; len]
+}
+
+/// Turns a -1 return into the errno as an error.
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// bind(2) with a `sockaddr_in` or `sockaddr_in6` (`T` must be one of them).
+fn bind<T>(fd: &OwnedFd, addr: &T) -> io::Result<()> {
+    // SAFETY: `addr` is an initialised socket address of the family the socket was made with,
+    // living across the call and passed with its own size; the kernel only reads it.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (addr as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// A TCP socket listening on `addr` with room for `backlog` connections waiting to be accepted
+/// (the kernel caps it at `net.core.somaxconn`). Otherwise as `TcpListener::bind`, which always
+/// asks for 128: close-on-exec, `SO_REUSEADDR`.
+pub(crate) fn tcp_listen(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+    let domain = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: socket(2) takes no pointers; a non-negative result is a fresh fd we own.
+    let fd = check(unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: the option value points to a c_int that lives across the call, with its size.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    match addr {
+        SocketAddr::V4(v4) => bind(
+            &fd,
+            &libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            },
+        )?,
+        SocketAddr::V6(v6) => bind(
+            &fd,
+            &libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            },
+        )?,
+    }
+    // SAFETY: listen(2) takes no pointers.
+    check(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
+    Ok(TcpListener::from(fd))
 }

@@ -1,7 +1,7 @@
 //! A CMI under test: commands written as text, a clock moved by hand.
 #![allow(dead_code)]
 
-use cads_engine::{Engine, EngineConfig, Mode};
+use cads_engine::{Engine, EngineConfig, Mode, Now};
 use cads_protocol::{Command, ErrorKind, Reply};
 
 pub struct Cmi {
@@ -54,7 +54,7 @@ impl Cmi {
     pub fn run_args(&mut self, owned: &[Vec<u8>]) -> Reply<'static> {
         let slices: Vec<&[u8]> = owned.iter().map(|a| a.as_slice()).collect();
         let reply = match Command::parse(&slices) {
-            Ok(cmd) => self.engine.execute(&cmd, self.now).into_owned(),
+            Ok(cmd) => self.engine.execute(&cmd, Now::at(self.now)).into_owned(),
             Err(e) => Reply::Error(e),
         };
         self.engine.check_invariants();
@@ -63,7 +63,7 @@ impl Cmi {
 
     pub fn advance(&mut self, ms: u64) {
         self.now += ms;
-        self.engine.tick(self.now);
+        self.engine.tick(Now::at(self.now));
         self.engine.check_invariants();
     }
 
