@@ -33,7 +33,7 @@ pub struct Bg {
 }
 
 /// A policy's loaded graph, BG's model of it, and what its runs' threads share.
-pub struct Loaded {
+pub struct LoadedGraph {
     layout: Box<dyn Layout>,
     /// The framework without a cache over the same data store: the final checks read through
     /// it, and `--broken` writes with it.
@@ -68,7 +68,7 @@ impl RunLog for BgLog {
 }
 
 /// One benchmark thread.
-pub struct Thread {
+pub struct Socialite {
     rng: Rng,
 }
 
@@ -78,10 +78,10 @@ impl Bg {
     }
 
     /// What `appnode` works with on the loaded graph (without the starting counts).
-    fn loaded(&self, run: &PolicyRun<'_>, dep: &Deployment, appnode: AppNode) -> Loaded {
+    fn loaded(&self, run: &PolicyRun<'_>, dep: &Deployment, appnode: AppNode) -> LoadedGraph {
         let graph = self.graph();
         let owned = appnode.share(graph.members as usize);
-        Loaded {
+        LoadedGraph {
             layout: layout(self.opts.layout, run.policy),
             store_only: Cads::new(
                 dep.cads.store().clone(),
@@ -103,7 +103,7 @@ impl Bg {
         &self,
         run: &PolicyRun<'_>,
         dep: &Deployment,
-        loaded: &Loaded,
+        loaded: &LoadedGraph,
     ) -> Result<Option<CacheCheck>> {
         let cads = &dep.cads;
         let Some(client) = cads.cache() else {
@@ -221,8 +221,8 @@ pub(crate) fn warm_cache(
 impl Benchmark for Bg {
     const NAME: &'static str = "bg";
     const UNIT: &'static str = "actions";
-    type Loaded = Loaded;
-    type Thread = Thread;
+    type Loaded = LoadedGraph;
+    type Thread = Socialite;
     type Log = BgLog;
     type Detail = BgRun;
     type Config = ConfigRecord;
@@ -259,7 +259,7 @@ impl Benchmark for Bg {
 
     /// Loads the graph into the data store (the cache starts empty: fresh embedded CMIs, or
     /// external ones emptied by the deployment), and reads its counts back.
-    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<Loaded> {
+    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<LoadedGraph> {
         let graph = self.graph();
         let layout = layout(self.opts.layout, run.policy);
         let started = Instant::now();
@@ -278,13 +278,18 @@ impl Benchmark for Bg {
     /// The graph as AppNode `appnode` sees it: its writes stay among its share of the members
     /// (its model owns them), so that no two AppNodes change one relationship. It does not
     /// verify, so it has no counts to start from.
-    fn attach(&self, run: &PolicyRun<'_>, dep: &Deployment, appnode: AppNode) -> Result<Loaded> {
+    fn attach(
+        &self,
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        appnode: AppNode,
+    ) -> Result<LoadedGraph> {
         Ok(self.loaded(run, dep, appnode))
     }
 
     /// Reads every member's profile, friends and invitations through the cache, so that runs
     /// start warm (000 §3.3).
-    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &Loaded) -> Result<()> {
+    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &LoadedGraph) -> Result<()> {
         let started = Instant::now();
         let members = self.graph().members;
         run.report(Phase::Warm, 0, None, started, "");
@@ -294,8 +299,8 @@ impl Benchmark for Bg {
         Ok(())
     }
 
-    fn thread(&self, _loaded: &Loaded, ctx: &ThreadContext) -> Thread {
-        Thread {
+    fn thread(&self, _loaded: &LoadedGraph, ctx: &ThreadContext) -> Socialite {
+        Socialite {
             rng: Rng::new(
                 ctx.seed
                     ^ ctx.run_on_load.wrapping_mul(0xD134_2543_DE82_EF95)
@@ -304,7 +309,13 @@ impl Benchmark for Bg {
         }
     }
 
-    fn operate(&self, loaded: &Loaded, t: &mut Thread, log: &mut BgLog, env: &Env<'_>) -> Step {
+    fn operate(
+        &self,
+        loaded: &LoadedGraph,
+        t: &mut Socialite,
+        log: &mut BgLog,
+        env: &Env<'_>,
+    ) -> Step {
         let kind = loaded.kinds.next(&mut t.rng);
         let step = |outcome, cache_reads, cache_misses| Step {
             kind: kind.index(),
@@ -362,7 +373,7 @@ impl Benchmark for Bg {
         &self,
         run: &PolicyRun<'_>,
         _dep: &Deployment,
-        loaded: &mut Loaded,
+        loaded: &mut LoadedGraph,
         measured: &Measured<BgLog>,
     ) -> Result<Verified<BgRun>> {
         let node = &measured.node;
@@ -424,7 +435,7 @@ impl Benchmark for Bg {
         })
     }
 
-    fn config(&self, loaded: &Loaded, _threads: usize) -> ConfigRecord {
+    fn config(&self, loaded: &LoadedGraph, _threads: usize) -> ConfigRecord {
         let o = &self.opts;
         let graph = self.graph();
         ConfigRecord {
@@ -480,7 +491,7 @@ impl Benchmark for Bg {
         &self,
         run: &PolicyRun<'_>,
         dep: &Deployment,
-        loaded: &Loaded,
+        loaded: &LoadedGraph,
         record: &mut BgRecord,
     ) -> Result<()> {
         record.detail.cache_check = self.check_cache(run, dep, loaded)?;

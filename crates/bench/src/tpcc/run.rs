@@ -33,12 +33,12 @@ pub struct Tpcc {
 }
 
 /// A policy's database: its tables and CacheStores.
-pub struct Loaded {
+pub struct LoadedDatabase {
     db: Db,
 }
 
 /// One terminal.
-pub struct Thread {
+pub struct TerminalThread {
     terminal: Terminal,
     rng: Rng,
     mix: Discrete<Kind>,
@@ -64,8 +64,8 @@ impl RunLog for TpccLog {
 impl Benchmark for Tpcc {
     const NAME: &'static str = "tpcc";
     const UNIT: &'static str = "txn";
-    type Loaded = Loaded;
-    type Thread = Thread;
+    type Loaded = LoadedDatabase;
+    type Thread = TerminalThread;
     type Log = TpccLog;
     type Detail = TpccRun;
     type Config = ConfigRecord;
@@ -104,7 +104,7 @@ impl Benchmark for Tpcc {
     // sessions applied 8 per transaction, compacted every 64.
 
     /// Loads the database (dropping old tables), unless `--keep-data` keeps the first run's.
-    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<Loaded> {
+    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<LoadedDatabase> {
         let o = &self.opts;
         let store = dep.cads.store();
         let tables = Tables::new(&o.prefix, store.dialect());
@@ -127,22 +127,27 @@ impl Benchmark for Tpcc {
                 },
             )?;
         }
-        Ok(Loaded {
+        Ok(LoadedDatabase {
             db: Db::new(tables, o.scale),
         })
     }
 
     /// The database's CacheStores. The AppNodes' terminals own districts apart: they are the
     /// run's terminals, split.
-    fn attach(&self, _run: &PolicyRun<'_>, dep: &Deployment, _appnode: AppNode) -> Result<Loaded> {
+    fn attach(
+        &self,
+        _run: &PolicyRun<'_>,
+        dep: &Deployment,
+        _appnode: AppNode,
+    ) -> Result<LoadedDatabase> {
         let tables = Tables::new(&self.opts.prefix, dep.cads.store().dialect());
-        Ok(Loaded {
+        Ok(LoadedDatabase {
             db: Db::new(tables, self.opts.scale),
         })
     }
 
     /// Reads every entry through the cache, so the run starts at a 100% hit rate (003 §4.3).
-    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &Loaded) -> Result<()> {
+    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &LoadedDatabase) -> Result<()> {
         let (cads, db) = (&dep.cads, &loaded.db);
         let warehouses = self.opts.warehouses;
         let started = Instant::now();
@@ -170,9 +175,9 @@ impl Benchmark for Tpcc {
         Ok(())
     }
 
-    fn thread(&self, loaded: &Loaded, ctx: &ThreadContext) -> Thread {
+    fn thread(&self, loaded: &LoadedDatabase, ctx: &ThreadContext) -> TerminalThread {
         let o = &self.opts;
-        Thread {
+        TerminalThread {
             terminal: Terminal::assign(ctx.threads, o.warehouses).swap_remove(ctx.index),
             rng: Rng::new(
                 ctx.seed
@@ -188,7 +193,13 @@ impl Benchmark for Tpcc {
         }
     }
 
-    fn operate(&self, _loaded: &Loaded, t: &mut Thread, log: &mut TpccLog, env: &Env<'_>) -> Step {
+    fn operate(
+        &self,
+        _loaded: &LoadedDatabase,
+        t: &mut TerminalThread,
+        log: &mut TpccLog,
+        env: &Env<'_>,
+    ) -> Step {
         let o = &self.opts;
         let kind = t.mix.next(&mut t.rng);
         let input = t.terminal.draw(kind, &mut t.rng, o.scale, o.warehouses);
@@ -219,7 +230,7 @@ impl Benchmark for Tpcc {
         &self,
         run: &PolicyRun<'_>,
         dep: &Deployment,
-        loaded: &mut Loaded,
+        loaded: &mut LoadedDatabase,
         measured: &Measured<TpccLog>,
     ) -> Result<Verified<TpccRun>> {
         let (node, db) = (&measured.node, &loaded.db);
@@ -281,7 +292,7 @@ impl Benchmark for Tpcc {
         })
     }
 
-    fn config(&self, _loaded: &Loaded, _threads: usize) -> ConfigRecord {
+    fn config(&self, _loaded: &LoadedDatabase, _threads: usize) -> ConfigRecord {
         let o = &self.opts;
         ConfigRecord {
             warehouses: o.warehouses,

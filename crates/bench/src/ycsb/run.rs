@@ -38,7 +38,7 @@ pub struct Ycsb {
 }
 
 /// A policy's loaded usertable, and what its run's threads share.
-pub struct Loaded {
+pub struct LoadedTable {
     table: Collection,
     /// Key numbers of the run's inserts, acknowledged as they finish.
     inserts: AcknowledgedCounter,
@@ -47,7 +47,7 @@ pub struct Loaded {
 }
 
 /// One benchmark thread.
-pub struct Thread {
+pub struct YcsbThread {
     index: usize,
     rng: Rng,
     operations: Discrete<Operation>,
@@ -59,10 +59,10 @@ pub struct Thread {
 impl Ycsb {
     /// The loaded table as `appnode` sees it: its inserts take every `count`-th key number after
     /// the loaded records, from `records + index` (all of them in one process).
-    fn loaded(&self, appnode: AppNode) -> Loaded {
+    fn loaded(&self, appnode: AppNode) -> LoadedTable {
         let o = &self.opts;
         let expected_ops = o.operations.unwrap_or(o.records) as f64;
-        Loaded {
+        LoadedTable {
             table: Collection::named(&o.table),
             inserts: AcknowledgedCounter::strided(
                 o.records as i64,
@@ -147,8 +147,8 @@ fn log_write<T>(
 impl Benchmark for Ycsb {
     const NAME: &'static str = "ycsb";
     const UNIT: &'static str = "ops";
-    type Loaded = Loaded;
-    type Thread = Thread;
+    type Loaded = LoadedTable;
+    type Thread = YcsbThread;
     type Log = Log;
     type Detail = YcsbRun;
     type Config = ConfigRecord;
@@ -194,7 +194,7 @@ impl Benchmark for Ycsb {
 
     /// Drops and recreates the table and inserts `records` records (key numbers split across
     /// the threads in batches), each at its load version.
-    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<Loaded> {
+    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<LoadedTable> {
         let o = &self.opts;
         let store = dep.cads.store();
         let started = Instant::now();
@@ -240,13 +240,18 @@ impl Benchmark for Ycsb {
         Ok(self.loaded(AppNode::ALONE))
     }
 
-    fn attach(&self, _run: &PolicyRun<'_>, _dep: &Deployment, appnode: AppNode) -> Result<Loaded> {
+    fn attach(
+        &self,
+        _run: &PolicyRun<'_>,
+        _dep: &Deployment,
+        appnode: AppNode,
+    ) -> Result<LoadedTable> {
         Ok(self.loaded(appnode))
     }
 
     /// Every record read once through the cache, so the run starts at a 100% hit rate
     /// (000 §3.3).
-    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &Loaded) -> Result<()> {
+    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &LoadedTable) -> Result<()> {
         let started = Instant::now();
         let next = AtomicU64::new(0);
         let warmed = AtomicU64::new(0);
@@ -276,9 +281,9 @@ impl Benchmark for Ycsb {
         Ok(())
     }
 
-    fn thread(&self, loaded: &Loaded, ctx: &ThreadContext) -> Thread {
+    fn thread(&self, loaded: &LoadedTable, ctx: &ThreadContext) -> YcsbThread {
         let w = &self.workload;
-        Thread {
+        YcsbThread {
             index: ctx.index,
             rng: Rng::new(
                 ctx.seed
@@ -296,7 +301,13 @@ impl Benchmark for Ycsb {
         }
     }
 
-    fn operate(&self, loaded: &Loaded, t: &mut Thread, log: &mut Log, env: &Env<'_>) -> Step {
+    fn operate(
+        &self,
+        loaded: &LoadedTable,
+        t: &mut YcsbThread,
+        log: &mut Log,
+        env: &Env<'_>,
+    ) -> Step {
         let o = &self.opts;
         let (cads, table) = (env.cads, &loaded.table);
         let op = t.operations.next(&mut t.rng);
@@ -428,7 +439,7 @@ impl Benchmark for Ycsb {
         &self,
         run: &PolicyRun<'_>,
         dep: &Deployment,
-        _loaded: &mut Loaded,
+        _loaded: &mut LoadedTable,
         measured: &Measured<Log>,
     ) -> Result<Verified<YcsbRun>> {
         let node = &measured.node;
@@ -468,7 +479,7 @@ impl Benchmark for Ycsb {
         })
     }
 
-    fn config(&self, _loaded: &Loaded, _threads: usize) -> ConfigRecord {
+    fn config(&self, _loaded: &LoadedTable, _threads: usize) -> ConfigRecord {
         let o = &self.opts;
         ConfigRecord {
             workload: self.workload.clone(),
