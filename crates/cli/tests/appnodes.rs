@@ -5,6 +5,25 @@
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use support::{assert_failed_on_stale_reads, stderr};
+
+mod support;
+
+/// `cads bench bg` on two AppNodes of two threads each, a small graph, short runs, and `more`.
+fn bg_on_two_appnodes(more: &[&str]) -> (Output, Vec<Value>) {
+    let mut args = vec![
+        "bg",
+        "--appnodes",
+        "2",
+        "--threads",
+        "4",
+        "--members",
+        "200",
+    ];
+    args.extend(["--duration", "700ms"]);
+    args.extend(more);
+    bench(&args)
+}
 
 /// Runs `cads bench <args> --json FILE`; returns the output and the records.
 fn bench(args: &[&str]) -> (Output, Vec<Value>) {
@@ -23,10 +42,6 @@ fn bench(args: &[&str]) -> (Output, Vec<Value>) {
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default();
     (out, records)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Every record ran on two AppNodes over all the threads, did work, and found nothing stale or
@@ -82,19 +97,7 @@ fn ycsb_on_two_appnodes_validates_the_merged_history() {
 
 #[test]
 fn bg_on_two_appnodes_validates_the_merged_history() {
-    let (out, records) = bench(&[
-        "bg",
-        "--appnodes",
-        "2",
-        "--threads",
-        "4",
-        "--members",
-        "200",
-        "--duration",
-        "700ms",
-        "--policy",
-        "write-around,write-through,write-back",
-    ]);
+    let (out, records) = bg_on_two_appnodes(&["--policy", "write-around,write-through,write-back"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(records.len(), 3);
     assert_clean_on_two_appnodes(&records, 4);
@@ -107,27 +110,8 @@ fn bg_on_two_appnodes_validates_the_merged_history() {
 fn a_broken_policy_on_two_appnodes_is_caught() {
     // Both AppNodes write behind the cache (--broken): the merged history shows stale reads, and
     // the command fails.
-    let (out, records) = bench(&[
-        "bg",
-        "--appnodes",
-        "2",
-        "--broken",
-        "--threads",
-        "4",
-        "--members",
-        "200",
-        "--duration",
-        "700ms",
-        "--policy",
-        "write-around",
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let log = stderr(&out);
-    assert!(
-        log.contains("inconsistent: bg 90 write-around #0:"),
-        "{log}"
-    );
-    assert!(log.contains("stale reads"), "{log}");
+    let (out, records) = bg_on_two_appnodes(&["--broken", "--policy", "write-around"]);
+    assert_failed_on_stale_reads(&out, "bg 90 write-around #0");
     assert_eq!(records[0]["appnodes"], 2);
     assert!(records[0]["stale_reads"].as_u64().unwrap() > 0);
 }
