@@ -167,3 +167,35 @@ fn updates_behind_the_frameworks_back_are_caught() {
     );
     assert!(!through.detail.validated.stale_examples.is_empty());
 }
+
+#[test]
+fn external_cmis_must_run_the_policys_lease_mode_and_are_emptied() {
+    let cmis = cads_testkit::Cmis::start(2, "write-around");
+    let on = |policies: Vec<Policy>| YcsbOptions {
+        common: CommonOptions {
+            policies,
+            cache: cads_bench::CacheSpec::External(cmis.addrs().to_vec()),
+            ..short("A").common
+        },
+        ..short("A")
+    };
+    let err = on(vec![Policy::WriteThrough])
+        .run(&cads_bench::NoLauncher, &quiet)
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("runs in \"write-around\" mode"),
+        "{err:#}"
+    );
+    // A key left on the CMIs is gone after the deployment emptied them; the run is clean.
+    let client = cads::Client::new(
+        cads::ClientConfig::new(cmis.addrs().to_vec()),
+        cads::Coordinator::process(),
+    );
+    client.set(b"left-over", b"1").unwrap();
+    check_clean(
+        &on(vec![Policy::WriteAround])
+            .run(&cads_bench::NoLauncher, &quiet)
+            .unwrap(),
+    );
+    assert_eq!(client.get(b"left-over").unwrap(), None);
+}
