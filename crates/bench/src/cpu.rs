@@ -1,6 +1,7 @@
 //! CPU time from Linux's `/proc`, to tell what bounds a run on a small machine: this process (the
-//! benchmark threads, embedded CMIs and write-back workers), the data store's server processes,
-//! and the machine as a whole. Elsewhere every reading is `None`.
+//! benchmark threads, embedded CMIs and write-back workers) with the AppNodes it started and
+//! waited for, the data store's server processes, and the machine as a whole. Elsewhere every
+//! reading is `None`.
 
 use std::fs;
 
@@ -12,7 +13,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// A reading of the CPU counters.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CpuSample {
-    /// Ticks this process ran (user + system).
+    /// Ticks this process and its waited-for children ran (user + system).
     process: u64,
     /// Ticks processes named like the data store's server ran (user + system).
     server: u64,
@@ -24,7 +25,8 @@ pub(crate) struct CpuSample {
 /// CPU use over a phase.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct CpuRecord {
-    /// CPU seconds of this process: benchmark threads, embedded CMIs, write-back workers.
+    /// CPU seconds of this process (benchmark threads, embedded CMIs, write-back workers) and of
+    /// its AppNodes (`--appnodes`).
     pub process_s: f64,
     /// CPU seconds of the data store's server processes (`postgres`, `mariadbd`, `mysqld`);
     /// includes whatever else used the same server meanwhile. 0 for SQLite (it runs in this
@@ -51,7 +53,7 @@ impl CpuSample {
         let total: u64 = fields.iter().take(8).sum();
         let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
         Some(CpuSample {
-            process: process_ticks("self").unwrap_or(0),
+            process: process_ticks("self", true).unwrap_or(0),
             server: server_ticks(),
             busy: total - idle,
             total,
@@ -71,16 +73,21 @@ impl CpuSample {
     }
 }
 
-/// utime + stime of `/proc/<pid>/stat`.
-fn process_ticks(pid: &str) -> Option<u64> {
+/// utime + stime of `/proc/<pid>/stat`, and with `children` cutime + cstime: the CPU time of
+/// the children the process waited for.
+fn process_ticks(pid: &str, children: bool) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces: fields count from after its closing parenthesis.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(0) ppid(1) ... utime(11) stime(12).
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    let own = ticks(11)? + ticks(12)?;
+    Some(if children {
+        own + ticks(13)? + ticks(14)?
+    } else {
+        own
+    })
 }
 
 /// CPU ticks of every running data-store server process.
@@ -97,7 +104,7 @@ fn server_ticks() -> u64 {
             }
             let comm = fs::read_to_string(format!("/proc/{name}/comm")).ok()?;
             matches!(comm.trim(), "postgres" | "mariadbd" | "mysqld")
-                .then(|| process_ticks(&name))
+                .then(|| process_ticks(&name, false))
                 .flatten()
         })
         .sum()

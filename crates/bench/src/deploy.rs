@@ -1,24 +1,20 @@
 //! A deployment for one policy: the data store (behind a call-counting [`FaultyStore`] and a
-//! wrapper that counts the benchmark's cache misses), the CMIs (started in this process in the
-//! policy's lease mode, or running elsewhere) and the framework.
+//! wrapper that counts the benchmark's cache misses), the CMIs (started by the caller's
+//! [`Launcher`] in the policy's lease mode, or running elsewhere) and the framework.
 
 use std::cell::Cell;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use cads::writeback::MacKey;
-use cads::{Cads, Config, Password, Policy};
-use cads_client::Client;
-use cads_protocol::{Command, Reply};
-use cads_server::{Options, Server};
-use cads_store::{
+use cads::store::{
     Changes, DataStore, Dialect, DocWrite, Document, DocumentStore, Faults, FaultyStore,
     IndexedField, Isolation, SqlStore, SqlTransaction,
 };
+use cads::writeback::MacKey;
+use cads::{Cads, Client, Config, Password, Policy};
 use serde_json::Value;
 
 /// Where the cache is (`--cache`).
@@ -97,12 +93,62 @@ pub struct CmiSettings {
     pub write_back_key: MacKey,
 }
 
+impl CmiSettings {
+    /// `config` with these settings' password and MAC key.
+    pub fn framework_config(&self, mut config: Config) -> Config {
+        config.cache_password = self.password.clone();
+        config.write_back.mac_key = self.write_back_key.clone();
+        config
+    }
+}
+
+/// What the caller of a benchmark provides that the benchmarks cannot do through the framework:
+/// starting CMIs for `--cache embedded:N` (the `cads` command starts them in its own process, on
+/// loopback; tests do the same), and starting the application processes of `--appnodes N`.
+pub trait Launcher: Sync {
+    /// Starts `count` empty CMIs on loopback in lease `mode` (`write-around` or
+    /// `write-through`, as [`Policy::cmi_mode`] names them) with `settings`.
+    fn start_cmis(
+        &self,
+        count: usize,
+        mode: &str,
+        settings: &CmiSettings,
+    ) -> Result<Box<dyn RunningCmis>>;
+
+    /// The command that starts one AppNode of a run: this program, run with the same benchmark
+    /// options, to which the harness appends `--appnode JOB` (see
+    /// [`crate::harness::serve_appnode`]).
+    fn appnode_command(&self) -> Result<std::process::Command> {
+        bail!("this program cannot start application processes: run with --appnodes 1")
+    }
+}
+
+/// The launcher of a caller that only uses CMIs already running (`--cache host:port,...`): it
+/// starts none.
+pub struct NoLauncher;
+
+impl Launcher for NoLauncher {
+    fn start_cmis(&self, _: usize, _: &str, _: &CmiSettings) -> Result<Box<dyn RunningCmis>> {
+        bail!("this program cannot start CMIs: give the addresses of running ones (host:port,...)")
+    }
+}
+
+/// CMIs a [`Launcher`] started, until [`RunningCmis::stop`].
+pub trait RunningCmis: Send + Sync {
+    /// Their addresses.
+    fn addrs(&self) -> Vec<SocketAddr>;
+    /// Stops them; an error says one stopped with an error.
+    fn stop(self: Box<Self>) -> Result<()>;
+}
+
 thread_local! {
     /// Set on the benchmark's own threads, so that their data-store reads can be told apart from
     /// the write-back workers'.
     static DRIVER: Cell<bool> = const { Cell::new(false) };
     /// Data-store calls a benchmark thread has made.
     static DRIVER_CALLS: Cell<u64> = const { Cell::new(0) };
+    /// `get`s of the benchmark's collection a benchmark thread has made.
+    static DRIVER_MISSES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Marks the calling thread as a benchmark thread (its `get`s on the table are misses).
@@ -112,8 +158,14 @@ pub(crate) fn mark_driver_thread() {
 
 /// Data-store calls the calling benchmark thread has made so far (every call, of any
 /// collection or SQL table): unchanged across an operation means the cache answered it alone.
-pub(crate) fn driver_store_calls() -> u64 {
+pub fn driver_store_calls() -> u64 {
     DRIVER_CALLS.with(Cell::get)
+}
+
+/// Data-store `get`s of the benchmark's collection the calling benchmark thread has made so far:
+/// its cache misses on the document layer (the deployment wraps the data store to count them).
+pub fn driver_misses() -> u64 {
+    DRIVER_MISSES.with(Cell::get)
 }
 
 /// Counts a data-store call if a benchmark thread makes it.
@@ -127,12 +179,12 @@ fn count_call() {
 /// document layer queries the data store for a single record exactly when its read missed the
 /// cache (or the policy has no cache), so these are the driver's cache misses; write-back's
 /// workers and INFO-visible bookkeeping reads (PendingWrites, buffered writes) do not count.
-/// It also counts every call of each benchmark thread ([`driver_store_calls`]), for benchmarks
-/// whose reads miss through other calls (`get_many`, SQL).
+/// Each thread counts its own ([`driver_misses`]). It also counts every call of each benchmark
+/// thread ([`driver_store_calls`]), for benchmarks whose reads miss through other calls
+/// (`get_many`, SQL).
 pub(crate) struct MissCountingStore {
     inner: Arc<dyn DataStore>,
     collection: String,
-    misses: AtomicU64,
 }
 
 impl MissCountingStore {
@@ -140,40 +192,35 @@ impl MissCountingStore {
         MissCountingStore {
             inner,
             collection: collection.to_string(),
-            misses: AtomicU64::new(0),
         }
-    }
-
-    pub(crate) fn misses(&self) -> u64 {
-        self.misses.load(Ordering::Relaxed)
     }
 }
 
 impl DocumentStore for MissCountingStore {
-    fn create_collection(&self, name: &str, indexed: &[IndexedField]) -> cads_store::Result<()> {
+    fn create_collection(&self, name: &str, indexed: &[IndexedField]) -> cads::store::Result<()> {
         count_call();
         self.inner.create_collection(name, indexed)
     }
-    fn drop_collection(&self, name: &str) -> cads_store::Result<()> {
+    fn drop_collection(&self, name: &str) -> cads::store::Result<()> {
         count_call();
         self.inner.drop_collection(name)
     }
-    fn get(&self, coll: &str, id: &str) -> cads_store::Result<Option<Document>> {
+    fn get(&self, coll: &str, id: &str) -> cads::store::Result<Option<Document>> {
         count_call();
         if coll == self.collection && DRIVER.with(Cell::get) {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+            DRIVER_MISSES.with(|c| c.set(c.get() + 1));
         }
         self.inner.get(coll, id)
     }
-    fn get_many(&self, coll: &str, ids: &[&str]) -> cads_store::Result<Vec<Option<Document>>> {
+    fn get_many(&self, coll: &str, ids: &[&str]) -> cads::store::Result<Vec<Option<Document>>> {
         count_call();
         self.inner.get_many(coll, ids)
     }
-    fn insert(&self, coll: &str, id: &str, doc: &Document) -> cads_store::Result<()> {
+    fn insert(&self, coll: &str, id: &str, doc: &Document) -> cads::store::Result<()> {
         count_call();
         self.inner.insert(coll, id, doc)
     }
-    fn put(&self, coll: &str, id: &str, doc: &Document) -> cads_store::Result<()> {
+    fn put(&self, coll: &str, id: &str, doc: &Document) -> cads::store::Result<()> {
         count_call();
         self.inner.put(coll, id, doc)
     }
@@ -182,11 +229,11 @@ impl DocumentStore for MissCountingStore {
         coll: &str,
         id: &str,
         changes: &Changes,
-    ) -> cads_store::Result<Option<Document>> {
+    ) -> cads::store::Result<Option<Document>> {
         count_call();
         self.inner.update(coll, id, changes)
     }
-    fn delete(&self, coll: &str, id: &str) -> cads_store::Result<bool> {
+    fn delete(&self, coll: &str, id: &str) -> cads::store::Result<bool> {
         count_call();
         self.inner.delete(coll, id)
     }
@@ -197,23 +244,23 @@ impl DocumentStore for MissCountingStore {
         from: Bound<&Value>,
         to: Bound<&Value>,
         limit: usize,
-    ) -> cads_store::Result<Vec<(String, Document)>> {
+    ) -> cads::store::Result<Vec<(String, Document)>> {
         count_call();
         self.inner.scan(coll, field, from, to, limit)
     }
-    fn count(&self, coll: &str) -> cads_store::Result<u64> {
+    fn count(&self, coll: &str) -> cads::store::Result<u64> {
         count_call();
         self.inner.count(coll)
     }
-    fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> cads_store::Result<()> {
+    fn insert_many(&self, coll: &str, docs: &[(String, Document)]) -> cads::store::Result<()> {
         count_call();
         self.inner.insert_many(coll, docs)
     }
     fn write_batch_fenced(
         &self,
         writes: &[DocWrite],
-        fence: &mut dyn FnMut() -> cads_store::Result<()>,
-    ) -> cads_store::Result<()> {
+        fence: &mut dyn FnMut() -> cads::store::Result<()>,
+    ) -> cads::store::Result<()> {
         count_call();
         self.inner.write_batch_fenced(writes, fence)
     }
@@ -223,15 +270,18 @@ impl SqlStore for MissCountingStore {
     fn dialect(&self) -> Dialect {
         self.inner.dialect()
     }
-    fn begin(&self, isolation: Isolation) -> cads_store::Result<Box<dyn SqlTransaction + '_>> {
+    fn begin(&self, isolation: Isolation) -> cads::store::Result<Box<dyn SqlTransaction + '_>> {
         count_call();
         self.inner.begin(isolation)
     }
-    fn begin_read(&self, isolation: Isolation) -> cads_store::Result<Box<dyn SqlTransaction + '_>> {
+    fn begin_read(
+        &self,
+        isolation: Isolation,
+    ) -> cads::store::Result<Box<dyn SqlTransaction + '_>> {
         count_call();
         self.inner.begin_read(isolation)
     }
-    fn execute_batch(&self, sql: &str) -> cads_store::Result<()> {
+    fn execute_batch(&self, sql: &str) -> cads::store::Result<()> {
         count_call();
         self.inner.execute_batch(sql)
     }
@@ -249,78 +299,84 @@ pub struct Deployment {
     pub cads: Arc<Cads>,
     /// Counts every call the data store receives (benchmark threads and workers).
     pub faults: Faults,
-    misses: Arc<MissCountingStore>,
-    server: Option<Server>,
+    cmis: Option<Box<dyn RunningCmis>>,
 }
 
 impl Deployment {
-    /// Wraps `store`, starts or reaches the CMIs (none for `DataStoreOnly`) and builds the
-    /// framework; external CMIs are checked to run in the policy's lease mode.
+    /// Wraps `store`, starts (with `launcher`) or reaches the CMIs (none for `DataStoreOnly`)
+    /// and builds the framework; external CMIs are checked to run in the policy's lease mode and
+    /// emptied.
     pub fn start(
         policy: Policy,
         store: Arc<dyn DataStore>,
         collection: &str,
         cache: &CacheSpec,
         cmi: &CmiSettings,
+        launcher: &dyn Launcher,
         config: Config,
     ) -> Result<Deployment> {
-        let faulty = FaultyStore::new(store);
-        let faults = faulty.faults();
-        let misses = Arc::new(MissCountingStore::new(Arc::new(faulty), collection));
-        let (server, addrs) = match (policy, cache) {
+        let (cmis, addrs) = match (policy, cache) {
             (Policy::DataStoreOnly, _) => (None, Vec::new()),
             (_, CacheSpec::Embedded { cmis }) => {
-                let config = cads_server::Config::resolve(Options {
-                    port: Some(0),
-                    cmis: Some(*cmis),
-                    mode: Some(policy.cmi_mode().into()),
-                    maxmemory: cmi.maxmemory.clone(),
-                    max_pinned_memory: cmi.max_pinned_memory.clone(),
-                    requirepass: cmi.password.as_ref().map(|p| p.0.clone()),
-                    ..Options::default()
-                })
-                .context("configuring the embedded CMIs")?;
-                let server = Server::start(config).context("starting the embedded CMIs")?;
-                let addrs = server.addrs().to_vec();
-                (Some(server), addrs)
+                let started = launcher
+                    .start_cmis(*cmis, policy.cmi_mode(), cmi)
+                    .context("starting the embedded CMIs")?;
+                let addrs = started.addrs();
+                (Some(started), addrs)
             }
             (_, CacheSpec::External(addrs)) => (None, addrs.clone()),
         };
-        let mut config = config;
-        config.cache_password = cmi.password.clone();
-        config.write_back.mac_key = cmi.write_back_key.clone();
-        let cads = Cads::connect(misses.clone(), &addrs, policy, config);
-        if let (Some(client), CacheSpec::External(_)) = (cads.cache(), cache) {
-            for index in 0..client.cmis() {
-                let addr = client.cmi_addr(index);
-                let text = info(client, index)
-                    .with_context(|| format!("cannot reach the CMI at {addr}"))?;
-                let mode = info_field(&text, "mode").unwrap_or_default();
-                if mode != policy.cmi_mode() {
+        let config = cmi.framework_config(config);
+        let mut dep = Deployment::attach(policy, store, collection, &addrs, config);
+        dep.cmis = cmis;
+        if let (CacheSpec::External(addrs), true) = (cache, policy != Policy::DataStoreOnly) {
+            let stats = dep
+                .cads
+                .cmi_stats()
+                .with_context(|| format!("cannot reach the CMIs at {}", cache.describe()))?;
+            for (addr, stats) in addrs.iter().zip(stats) {
+                if stats.mode != policy.cmi_mode() {
                     bail!(
-                        "the CMI at {addr} runs in {mode:?} mode, but policy {} needs {} mode \
+                        "the CMI at {addr} runs in {:?} mode, but policy {} needs {} mode \
                          (cads server --mode {})",
+                        stats.mode,
                         policy.name(),
                         policy.cmi_mode(),
                         policy.cmi_mode()
                     );
                 }
             }
-            client
-                .flush_all()
+            dep.cads
+                .flush_cache()
                 .context("cannot empty the external CMIs (FLUSHALL)")?;
         }
-        Ok(Deployment {
-            cads: Arc::new(cads),
-            faults,
-            misses,
-            server,
-        })
+        Ok(dep)
     }
 
-    /// Data-store `get`s of the benchmark's collection made by benchmark threads so far.
-    pub fn driver_misses(&self) -> u64 {
-        self.misses.misses()
+    /// The framework of an AppNode of a run: over the CMIs at `addrs`, which the process that
+    /// deployed started or checked, and emptied; `store` wrapped as [`Deployment::start`] wraps it.
+    pub fn attach(
+        policy: Policy,
+        store: Arc<dyn DataStore>,
+        collection: &str,
+        addrs: &[SocketAddr],
+        config: Config,
+    ) -> Deployment {
+        let faulty = FaultyStore::new(store);
+        let faults = faulty.faults();
+        let misses = Arc::new(MissCountingStore::new(Arc::new(faulty), collection));
+        Deployment {
+            cads: Arc::new(Cads::connect(misses, addrs, policy, config)),
+            faults,
+            cmis: None,
+        }
+    }
+
+    /// The addresses of its CMIs (none without a cache).
+    pub fn cmi_addrs(&self) -> Vec<SocketAddr> {
+        self.cads.cache().map_or_else(Vec::new, |client| {
+            (0..client.cmis()).map(|i| client.cmi_addr(i)).collect()
+        })
     }
 
     /// Cache round trips so far ([`Client::round_trips`]), all threads.
@@ -331,25 +387,17 @@ impl Deployment {
     /// `keyspace_hits` and `keyspace_misses` summed over the CMIs (None without a cache). These
     /// count every read command, write-back's bookkeeping included.
     pub fn keyspace(&self) -> Option<(u64, u64)> {
-        let client = self.cads.cache()?;
-        let (mut hits, mut misses) = (0, 0);
-        for index in 0..client.cmis() {
-            let text = info(client, index).ok()?;
-            hits += info_field(&text, "keyspace_hits")?.parse::<u64>().ok()?;
-            misses += info_field(&text, "keyspace_misses")?.parse::<u64>().ok()?;
-        }
-        Some((hits, misses))
+        self.cads.cache()?;
+        let stats = self.cads.cmi_stats().ok()?;
+        Some(stats.iter().fold((0, 0), |(hits, misses), s| {
+            (hits + s.keyspace_hits, misses + s.keyspace_misses)
+        }))
     }
 
     /// Stops embedded CMIs (also done on drop).
     pub fn stop(mut self) -> Result<()> {
-        match self.server.take() {
-            Some(server) => {
-                server.stop();
-                server
-                    .join()
-                    .context("an embedded CMI stopped with an error")
-            }
+        match self.cmis.take() {
+            Some(cmis) => cmis.stop().context("an embedded CMI stopped with an error"),
             None => Ok(()),
         }
     }
@@ -357,29 +405,12 @@ impl Deployment {
 
 impl Drop for Deployment {
     fn drop(&mut self) {
-        if let Some(server) = self.server.take() {
-            server.stop();
-            if let Err(e) = server.join() {
+        if let Some(cmis) = self.cmis.take() {
+            if let Err(e) = cmis.stop() {
                 eprintln!("warning: an embedded CMI stopped with an error: {e:#}");
             }
         }
     }
-}
-
-/// The INFO text of one CMI.
-fn info(client: &Client, cmi: usize) -> Result<String> {
-    match client.execute(cmi, &Command::Info(&[]))? {
-        Reply::Bulk(text) => Ok(String::from_utf8_lossy(&text).into_owned()),
-        other => bail!("unexpected INFO reply {other:?}"),
-    }
-}
-
-/// The value of `name` in an INFO text (`name:value` lines).
-fn info_field<'t>(info: &'t str, name: &str) -> Option<&'t str> {
-    info.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        (key == name).then(|| value.trim())
-    })
 }
 
 /// A store URL with its password hidden, for messages and run records.
@@ -401,7 +432,7 @@ pub fn redact(url: &str) -> String {
 
 /// External CMIs run in one lease mode, so a policy list that needs both (write-around beside
 /// write-through or write-back) cannot run on them.
-pub(crate) fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Result<()> {
+pub fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Result<()> {
     if let CacheSpec::External(_) = cache {
         let mut modes: Vec<&str> = policies
             .iter()
@@ -423,7 +454,7 @@ pub(crate) fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Re
 /// The data store's URL: `store`, or by default a SQLite file `<name>.db` in a fresh temporary
 /// directory, which is removed (with the database and its WAL files) when the returned guard
 /// drops.
-pub(crate) fn store_url(
+pub fn store_url(
     store: &Option<String>,
     name: &str,
 ) -> Result<(String, Option<tempfile::TempDir>)> {

@@ -23,75 +23,8 @@ pub const SCRAMBLED_ZETAN: f64 = 26.469_028_201_783_02;
 /// Above this many terms, [`zeta`] uses the Euler–Maclaurin formula instead of summing every term.
 pub const EXACT_ZETA_TERMS: i64 = 10_000_000;
 
-const FNV_OFFSET_BASIS_64: i64 = 0xCBF2_9CE4_8422_2325_u64 as i64;
-const FNV_PRIME_64: i64 = 1_099_511_628_211;
-
-/// YCSB's `Utils.fnvhash64`: FNV-1a over the 8 low-to-high bytes of `value`, returned as Java's
-/// `Math.abs` of the signed result (so `i64::MIN` stays negative, as in Java).
-pub fn fnvhash64(value: i64) -> i64 {
-    let mut value = value;
-    let mut hash = FNV_OFFSET_BASIS_64;
-    for _ in 0..8 {
-        let octet = value & 0xff;
-        // Java's `>>` on a long: arithmetic.
-        value >>= 8;
-        hash ^= octet;
-        hash = hash.wrapping_mul(FNV_PRIME_64);
-    }
-    hash.wrapping_abs()
-}
-
-/// The record key of key number `keynum` (`CoreWorkload.buildKeyName`): `"user"` and the decimal
-/// key number, which with `insertorder=hashed` is first replaced by [`fnvhash64`], left-padded
-/// with zeros to `zeropadding` digits (YCSB's default 1: no padding).
-pub fn key_name(keynum: i64, hashed: bool, zeropadding: usize) -> String {
-    let number = if hashed { fnvhash64(keynum) } else { keynum };
-    format!("user{number:0>zeropadding$}")
-}
-
-/// A small, fast, seedable generator (xoshiro256**, seeded through SplitMix64).
-#[derive(Clone, Debug)]
-pub struct Rng([u64; 4]);
-
-impl Rng {
-    /// A generator whose whole sequence is fixed by `seed`.
-    pub fn new(seed: u64) -> Rng {
-        let mut sm = seed;
-        let mut next = || {
-            sm = sm.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = sm;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
-        Rng([next(), next(), next(), next()])
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let s = &mut self.0;
-        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        result
-    }
-
-    /// Uniform in `[0, 1)` (Java's `nextDouble`: 53 random bits).
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in `[0, n)`; `n` must be positive.
-    pub fn below(&mut self, n: u64) -> u64 {
-        // Lemire's multiply-shift; the bias for benchmark-sized n is far below 2^-32.
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-}
+pub use cads_apps::ycsb::{fnvhash64, key_name};
+pub use cads_apps::Rng;
 
 /// `zeta(n, θ) = Σ_{i=1..n} i^-θ`: summed term by term up to [`EXACT_ZETA_TERMS`], beyond that
 /// the first 10^6 terms summed and the rest from the Euler–Maclaurin formula (YCSB sums every
@@ -279,10 +212,20 @@ impl Uniform {
 /// YCSB's `AcknowledgedCounterGenerator`: hands out consecutive numbers (the run phase's insert
 /// key numbers) and tracks the highest number below which every number was acknowledged, so that
 /// key choosers only pick records whose insert finished.
+///
+/// The counters of several application processes (`--appnodes`) share the numbers above the
+/// loaded ones: each hands out every `stride`-th number from its own start (consecutive starts,
+/// their count as the stride), so that no number is handed out twice; each knows only its own
+/// numbers to be acknowledged.
 #[derive(Debug)]
 pub struct AcknowledgedCounter {
+    /// Numbers below it exist from the start (loaded records).
+    base: i64,
+    start: i64,
+    stride: i64,
+    /// The next number's position in the sequence.
     next: AtomicU64,
-    /// (limit, acknowledged numbers above it).
+    /// (limit, acknowledged positions above it): positions `0..=limit` are acknowledged.
     state: Mutex<(i64, BTreeSet<i64>)>,
 }
 
@@ -290,31 +233,53 @@ impl AcknowledgedCounter {
     /// A counter whose first number is `start`; [`last`](Self::last) is `start - 1` until `start`
     /// is acknowledged.
     pub fn new(start: i64) -> AcknowledgedCounter {
+        AcknowledgedCounter::strided(start, 0, 1)
+    }
+
+    /// The counter of the `offset`-th of `stride` processes sharing the numbers from `base`: it
+    /// hands out `base + offset`, `base + offset + stride`, ...
+    pub fn strided(base: i64, offset: i64, stride: i64) -> AcknowledgedCounter {
+        assert!(
+            stride > 0 && (0..stride).contains(&offset),
+            "an offset below the stride"
+        );
         AcknowledgedCounter {
-            next: AtomicU64::new(start as u64),
-            state: Mutex::new((start - 1, BTreeSet::new())),
+            base,
+            start: base + offset,
+            stride,
+            next: AtomicU64::new(0),
+            state: Mutex::new((-1, BTreeSet::new())),
         }
     }
 
     /// The next number.
     pub fn next(&self) -> i64 {
-        self.next.fetch_add(1, Ordering::Relaxed) as i64
+        self.start + self.stride * self.next.fetch_add(1, Ordering::Relaxed) as i64
     }
 
-    /// Marks `value` done (whether its insert succeeded or not, as YCSB does).
+    /// Marks `value` (a number it handed out) done (whether its insert succeeded or not, as YCSB
+    /// does).
     pub fn acknowledge(&self, value: i64) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (limit, done) = &mut *state;
-        done.insert(value);
+        done.insert((value - self.start) / self.stride);
         while done.remove(&(*limit + 1)) {
             *limit += 1;
         }
     }
 
-    /// The highest number `n` such that every number up to `n` was acknowledged (YCSB's
-    /// `lastValue()`).
+    /// The highest number `n` of its sequence such that every number of it up to `n` was
+    /// acknowledged (YCSB's `lastValue()`); `start - stride` before any was.
     pub fn last(&self) -> i64 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
+        let limit = self.state.lock().unwrap_or_else(|p| p.into_inner()).0;
+        self.start + self.stride * limit
+    }
+
+    /// Whether a record of key number `keynum` exists for this counter: a loaded one (below the
+    /// base), or one of its own numbers up to [`last`](Self::last).
+    pub fn holds(&self, keynum: i64) -> bool {
+        let own = keynum >= self.start && (keynum - self.start) % self.stride == 0;
+        keynum < self.base || (own && keynum <= self.last())
     }
 }
 
@@ -404,5 +369,32 @@ mod tests {
         assert_eq!(c.last(), 11);
         c.acknowledge(12);
         assert_eq!(c.last(), 12);
+    }
+
+    #[test]
+    fn strided_counters_of_appnodes_never_share_a_number() {
+        // Two AppNodes over 100 loaded records: one inserts 100, 102, ..., the other 101, 103, ...
+        let (a, b) = (
+            AcknowledgedCounter::strided(100, 0, 2),
+            AcknowledgedCounter::strided(100, 1, 2),
+        );
+        let ours: Vec<i64> = (0..3).map(|_| a.next()).collect();
+        let theirs: Vec<i64> = (0..3).map(|_| b.next()).collect();
+        assert_eq!((ours, theirs), (vec![100, 102, 104], vec![101, 103, 105]));
+        assert_eq!(a.last(), 98);
+        a.acknowledge(102);
+        assert_eq!(a.last(), 98, "100 is not acknowledged yet");
+        a.acknowledge(100);
+        assert_eq!(a.last(), 102);
+        // Loaded records and its own acknowledged inserts exist; the other AppNode's inserts
+        // (which it cannot see acknowledged) and its own pending ones do not, for it.
+        assert!(a.holds(99) && a.holds(100) && a.holds(102));
+        assert!(!a.holds(101) && !a.holds(103) && !a.holds(104));
+        // The second AppNode sees the first one's numbers as not its own, below its start too.
+        assert!(b.holds(99) && !b.holds(100) && !b.holds(101));
+        // With a stride of 1, holding is YCSB's "at most the last acknowledged".
+        let c = AcknowledgedCounter::new(10);
+        let _ = c.next();
+        assert!(c.holds(9) && !c.holds(10));
     }
 }

@@ -2,39 +2,30 @@
 //! finds no stale read, the data store no lost write and the cache no key that differs from the
 //! data store.
 
-use std::time::Duration;
+mod support;
 
 use cads::Policy;
-use cads_bench::bg::{run_bg, BgOptions, BgRecord, Progress};
-use cads_example_bg::LayoutKind;
+use cads_bench::bg::{BenchmarkOptions, BgRecord, LayoutKind, Progress};
+use support::{assert_nothing_stale_or_lost, bg_short, InProcess};
 
 fn quiet(_: Progress) {}
 
-fn short(policies: &[Policy], layout: LayoutKind) -> BgOptions {
-    BgOptions {
-        policies: policies.to_vec(),
-        layout,
-        members: 200,
-        threads: 4,
-        duration: Duration::from_millis(700),
-        workers: 2,
-        ..BgOptions::default()
-    }
-}
-
 fn check_clean(records: &[BgRecord]) {
     for r in records {
-        let what = format!("{} {}", r.layout, r.policy);
-        assert_eq!(r.stale_reads, 0, "{what}: {:?}", r.stale_examples);
-        assert_eq!(r.lost_writes, 0, "{what}: {:?}", r.lost_examples);
+        let what = format!("{} {}", r.detail.layout, r.policy);
+        assert_nothing_stale_or_lost(&what, r.stale_reads, &r.detail.validated);
         assert_eq!(r.failed, 0, "{what}: {:?}", r.errors);
-        assert!(r.actions > 20, "{what}: {} actions", r.actions);
-        assert!(r.reads > 0, "{what}: no count read");
         assert!(
-            r.latency_us.values().map(|l| l.count).sum::<u64>() == r.actions,
+            r.detail.actions > 20,
+            "{what}: {} actions",
+            r.detail.actions
+        );
+        assert!(r.detail.validated.reads > 0, "{what}: no count read");
+        assert!(
+            r.latency_us.values().map(|l| l.count).sum::<u64>() == r.detail.actions,
             "{what}"
         );
-        match (r.policy.as_str(), &r.cache_check) {
+        match (r.policy.as_str(), &r.detail.cache_check) {
             ("none", None) => assert_eq!(r.hit_ratio, None, "{what}"),
             (_, Some(check)) => {
                 assert!(check.cached > 0, "{what}: nothing cached");
@@ -54,18 +45,16 @@ fn check_clean(records: &[BgRecord]) {
 
 #[test]
 fn documents_under_every_policy_read_nothing_stale() {
-    let records = run_bg(
-        &short(
-            &[
-                Policy::DataStoreOnly,
-                Policy::WriteAround,
-                Policy::WriteThrough,
-                Policy::WriteBack,
-            ],
-            LayoutKind::Documents,
-        ),
-        &quiet,
+    let records = bg_short(
+        &[
+            Policy::DataStoreOnly,
+            Policy::WriteAround,
+            Policy::WriteThrough,
+            Policy::WriteBack,
+        ],
+        LayoutKind::Documents,
     )
+    .run(&InProcess, &quiet)
     .unwrap();
     assert_eq!(records.len(), 4);
     check_clean(&records);
@@ -80,5 +69,9 @@ fn sql_layouts_read_nothing_stale() {
         Policy::WriteAround,
         Policy::WriteThrough,
     ];
-    check_clean(&run_bg(&short(&policies, LayoutKind::Sql), &quiet).unwrap());
+    check_clean(
+        &bg_short(&policies, LayoutKind::Sql)
+            .run(&InProcess, &quiet)
+            .unwrap(),
+    );
 }

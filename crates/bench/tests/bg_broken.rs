@@ -2,52 +2,48 @@
 //! policy (writes that skip the cache) the validator finds stale reads and the cache differs from
 //! the data store; and the SoAR search's record.
 
+mod support;
+
 use std::time::Duration;
 
 use cads::Policy;
-use cads_bench::bg::{run_bg, BgOptions, Progress, Sla};
-use cads_example_bg::LayoutKind;
+use cads_bench::bg::{BenchmarkOptions, BgOptions, LayoutKind, Progress, Sla};
+use support::{assert_record_keys, bg_short, InProcess};
 
 fn quiet(_: Progress) {}
-
-fn short(policies: &[Policy], layout: LayoutKind) -> BgOptions {
-    BgOptions {
-        policies: policies.to_vec(),
-        layout,
-        members: 200,
-        threads: 4,
-        duration: Duration::from_millis(700),
-        workers: 2,
-        ..BgOptions::default()
-    }
-}
 
 #[test]
 fn writes_that_skip_the_cache_are_caught() {
     let broken = |policies: &[Policy], layout| BgOptions {
         broken: true,
-        ..short(policies, layout)
+        ..bg_short(policies, layout)
     };
-    let mut records = run_bg(
-        &broken(
-            &[Policy::WriteAround, Policy::WriteThrough, Policy::WriteBack],
-            LayoutKind::Documents,
-        ),
-        &quiet,
+    let mut records = broken(
+        &[Policy::WriteAround, Policy::WriteThrough, Policy::WriteBack],
+        LayoutKind::Documents,
     )
+    .run(&InProcess, &quiet)
     .unwrap();
-    records.extend(run_bg(&broken(&[Policy::WriteAround], LayoutKind::Sql), &quiet).unwrap());
+    records.extend(
+        broken(&[Policy::WriteAround], LayoutKind::Sql)
+            .run(&InProcess, &quiet)
+            .unwrap(),
+    );
     for r in &records {
-        let what = format!("{} {}", r.layout, r.policy);
+        let what = format!("{} {}", r.detail.layout, r.policy);
         assert!(
             r.stale_reads > 0,
             "{what}: the validator missed the broken writes"
         );
-        assert!(!r.meets_sla, "{what}: stale reads must fail the SLA");
-        let check = r.cache_check.as_ref().unwrap();
+        assert!(!r.detail.meets_sla, "{what}: stale reads must fail the SLA");
+        let check = r.detail.cache_check.as_ref().unwrap();
         assert!(check.mismatches > 0, "{what}: {check:?}");
         // The writes did reach the data store.
-        assert_eq!(r.lost_writes, 0, "{what}: {:?}", r.lost_examples);
+        assert_eq!(
+            r.detail.validated.lost_writes, 0,
+            "{what}: {:?}",
+            r.detail.validated.lost_examples
+        );
     }
 }
 
@@ -63,11 +59,11 @@ fn the_soar_search_records_its_probes() {
             latency: Duration::from_secs(3600),
             ..Sla::default()
         },
-        ..short(&[Policy::WriteThrough], LayoutKind::Documents)
+        ..bg_short(&[Policy::WriteThrough], LayoutKind::Documents)
     };
-    let records = run_bg(&opts, &quiet).unwrap();
+    let records = opts.run(&InProcess, &quiet).unwrap();
     let r = &records[0];
-    let soar = r.soar.as_ref().expect("a search");
+    let soar = r.detail.soar.as_ref().expect("a search");
     let threads: Vec<usize> = soar.probes.iter().map(|p| p.threads).collect();
     assert_eq!(threads, [1, 2, 4]);
     assert!(soar
@@ -80,21 +76,5 @@ fn the_soar_search_records_its_probes() {
     assert_eq!(r.throughput, soar.soar);
     assert!(soar.best_throughput >= soar.soar);
     let json = serde_json::to_value(r).unwrap();
-    for key in [
-        "benchmark",
-        "workload",
-        "policy",
-        "store",
-        "throughput",
-        "latency_us",
-        "hit_ratio",
-        "reads",
-        "stale_reads",
-        "config",
-        "soar",
-    ] {
-        assert!(json.get(key).is_some(), "no {key} in {json}");
-    }
-    assert_eq!(json["benchmark"], "bg");
-    assert!(json["latency_us"]["VP"]["p999"].is_u64());
+    assert_record_keys(&json, "bg", &["soar"]);
 }

@@ -2,8 +2,12 @@
 //! stale and loses nothing (write-back: after its drain), and a deliberately broken policy is
 //! caught by the validator.
 
+mod support;
+
 use cads::Policy;
-use cads_bench::ycsb::{run_ycsb, Fields, Progress, RunRecord, YcsbOptions, SCAN_NOTE};
+use cads_bench::harness::CommonOptions;
+use cads_bench::ycsb::{BenchmarkOptions, Fields, Progress, RunRecord, YcsbOptions, SCAN_NOTE};
+use support::{assert_nothing_stale_or_lost, assert_record_keys, InProcess};
 
 fn quiet(_: Progress) {}
 
@@ -14,8 +18,11 @@ fn short(workload: &str) -> YcsbOptions {
         // Workload E scans up to 100 records per operation.
         operations: Some(if workload == "E" { 120 } else { 300 }),
         duration: None,
-        threads: 4,
-        workers: 2,
+        common: CommonOptions {
+            threads: 4,
+            workers: 2,
+            ..YcsbOptions::default().common
+        },
         ..YcsbOptions::default()
     }
 }
@@ -37,16 +44,19 @@ fn only_lost_cache_commits(r: &RunRecord) -> bool {
 fn check_clean(records: &[RunRecord]) {
     for r in records {
         let what = format!("workload {} policy {}", r.workload, r.policy);
-        assert_eq!(r.stale_reads, 0, "{what}: {:?}", r.stale_examples);
-        assert_eq!(r.lost_writes, 0, "{what}: {:?}", r.lost_examples);
+        assert_nothing_stale_or_lost(&what, r.stale_reads, &r.detail.validated);
         assert!(
             r.failed == 0 || (r.policy == "write-back" && only_lost_cache_commits(r)),
             "{what}: {} failed: {:?}",
             r.failed,
             r.errors
         );
-        assert!(r.operations >= 100, "{what}: {} operations", r.operations);
-        assert!(r.reads > 0, "{what}");
+        assert!(
+            r.detail.operations >= 100,
+            "{what}: {} operations",
+            r.detail.operations
+        );
+        assert!(r.detail.validated.reads > 0, "{what}");
         if r.policy == "none" {
             assert_eq!(r.hit_ratio, None, "{what}");
         } else {
@@ -65,7 +75,7 @@ fn check_clean(records: &[RunRecord]) {
 #[test]
 fn workloads_a_b_c_under_every_policy() {
     for workload in ["A", "B", "C"] {
-        let records = run_ycsb(&short(workload), &quiet).unwrap();
+        let records = short(workload).run(&InProcess, &quiet).unwrap();
         assert_eq!(records.len(), 4);
         check_clean(&records);
     }
@@ -74,10 +84,10 @@ fn workloads_a_b_c_under_every_policy() {
 #[test]
 fn workloads_d_e_f_under_every_policy() {
     for workload in ["D", "E", "F"] {
-        let records = run_ycsb(&short(workload), &quiet).unwrap();
+        let records = short(workload).run(&InProcess, &quiet).unwrap();
         check_clean(&records);
         if workload == "E" {
-            assert!(records.iter().all(|r| r.scan == Some(SCAN_NOTE)));
+            assert!(records.iter().all(|r| r.detail.scan == Some(SCAN_NOTE)));
             assert!(records.iter().all(|r| r.latency_us.contains_key("INSERT")));
         }
     }
@@ -85,14 +95,14 @@ fn workloads_d_e_f_under_every_policy() {
 
 #[test]
 fn scan_workloads_s_and_cpr_under_every_policy() {
-    check_clean(&run_ycsb(&short("S"), &quiet).unwrap());
+    check_clean(&short("S").run(&InProcess, &quiet).unwrap());
     let cpr = YcsbOptions {
         scan_share: Some(0.5),
         scan_length: Some(10),
         projection: Some(Fields::One),
         ..short("CPR")
     };
-    let records = run_ycsb(&cpr, &quiet).unwrap();
+    let records = cpr.run(&InProcess, &quiet).unwrap();
     check_clean(&records);
     assert_eq!(records[0].workload, "CPR-scan50%");
 }
@@ -103,40 +113,27 @@ fn one_field_updates_and_uniform_keys() {
         update_fields: Some(Fields::One),
         distribution: Some(cads_bench::ycsb::Distribution::Uniform),
         zipfian_constant: 0.75,
-        policies: vec![Policy::WriteThrough, Policy::WriteBack],
+        common: CommonOptions {
+            policies: vec![Policy::WriteThrough, Policy::WriteBack],
+            ..short("A").common
+        },
         ..short("A")
     };
-    check_clean(&run_ycsb(&opts, &quiet).unwrap());
+    check_clean(&opts.run(&InProcess, &quiet).unwrap());
 }
 
 #[test]
 fn run_records_have_the_documented_keys() {
     let opts = YcsbOptions {
-        policies: vec![Policy::WriteBack],
+        common: CommonOptions {
+            policies: vec![Policy::WriteBack],
+            ..short("B").common
+        },
         ..short("B")
     };
-    let records = run_ycsb(&opts, &quiet).unwrap();
+    let records = opts.run(&InProcess, &quiet).unwrap();
     let json = serde_json::to_value(&records[0]).unwrap();
-    for key in [
-        "benchmark",
-        "workload",
-        "policy",
-        "store",
-        "throughput",
-        "latency_us",
-        "hit_ratio",
-        "reads",
-        "stale_reads",
-        "config",
-        "write_back",
-        "store_calls",
-    ] {
-        assert!(json.get(key).is_some(), "missing {key} in {json}");
-    }
-    assert_eq!(json["benchmark"], "ycsb");
-    for q in ["p50", "p95", "p99", "p999"] {
-        assert!(json["latency_us"]["READ"][q].is_u64(), "{q}");
-    }
+    assert_record_keys(&json, "ycsb", &["write_back", "store_calls"]);
     assert!(json["write_back"]["applied_share"].is_f64());
 }
 
@@ -149,17 +146,56 @@ fn updates_behind_the_frameworks_back_are_caught() {
         operations: Some(1000),
         sabotage: true,
         distribution: Some(cads_bench::ycsb::Distribution::Uniform),
-        policies: vec![Policy::DataStoreOnly, Policy::WriteThrough],
+        common: CommonOptions {
+            policies: vec![Policy::DataStoreOnly, Policy::WriteThrough],
+            ..short("A").common
+        },
         ..short("A")
     };
-    let records = run_ycsb(&opts, &quiet).unwrap();
+    let records = opts.run(&InProcess, &quiet).unwrap();
     let (none, through) = (&records[0], &records[1]);
-    assert_eq!(none.stale_reads, 0, "{:?}", none.stale_examples);
+    assert_eq!(
+        none.stale_reads, 0,
+        "{:?}",
+        none.detail.validated.stale_examples
+    );
     assert!(
         through.stale_reads > 100,
         "the validator missed stale reads: {} of {}",
         through.stale_reads,
-        through.reads
+        through.detail.validated.reads
     );
-    assert!(!through.stale_examples.is_empty());
+    assert!(!through.detail.validated.stale_examples.is_empty());
+}
+
+#[test]
+fn external_cmis_must_run_the_policys_lease_mode_and_are_emptied() {
+    let cmis = cads_testkit::Cmis::start(2, "write-around");
+    let on = |policies: Vec<Policy>| YcsbOptions {
+        common: CommonOptions {
+            policies,
+            cache: cads_bench::CacheSpec::External(cmis.addrs().to_vec()),
+            ..short("A").common
+        },
+        ..short("A")
+    };
+    let err = on(vec![Policy::WriteThrough])
+        .run(&cads_bench::NoLauncher, &quiet)
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("runs in \"write-around\" mode"),
+        "{err:#}"
+    );
+    // A key left on the CMIs is gone after the deployment emptied them; the run is clean.
+    let client = cads::Client::new(
+        cads::ClientConfig::new(cmis.addrs().to_vec()),
+        cads::Coordinator::process(),
+    );
+    client.set(b"left-over", b"1").unwrap();
+    check_clean(
+        &on(vec![Policy::WriteAround])
+            .run(&cads_bench::NoLauncher, &quiet)
+            .unwrap(),
+    );
+    assert_eq!(client.get(b"left-over").unwrap(), None);
 }

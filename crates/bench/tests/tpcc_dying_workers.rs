@@ -3,10 +3,13 @@
 //!
 //! Failpoints are process-wide: every test here holds the failpoint scenario.
 
+mod support;
 mod tpcc_support;
 
 use cads::Policy;
+use cads_bench::tpcc::BenchmarkOptions;
 use cads_testkit::failpoints::{DyingWorkers, Scenario};
+use support::InProcess;
 use tpcc_support::{assert_consistent, options, sqlite_url};
 
 /// Write-back runs with workers that die at every step of Algorithm 4 (and carry on, as a
@@ -18,12 +21,12 @@ use tpcc_support::{assert_consistent, options, sqlite_url};
 fn sessions_that_insert_rows_are_applied_exactly_once_despite_dying_workers() {
     let (url, _dir) = sqlite_url("crash");
     let mut opts = options(Some(url), "tpcc_");
-    opts.policies = vec![Policy::WriteBack];
+    opts.common.policies = vec![Policy::WriteBack];
     let scenario = Scenario::setup();
     // Only the workers die (a terminal applying a queue for its read would fail its transaction
     // instead), at most a dozen: each stalls a queue until the dead worker's leases expire.
     let dying = DyingWorkers::start(&scenario, 0x2545_F491_4F6C_DD1D, 8, 12);
-    let records = cads_bench::tpcc::run_tpcc(&opts, &|_| {}).expect("the run completes");
+    let records = opts.run(&InProcess, &|_| {}).expect("the run completes");
     let r = &records[0];
     assert!(dying.deaths() > 0, "no worker died");
     assert_consistent(r);

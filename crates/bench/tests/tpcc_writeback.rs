@@ -3,11 +3,13 @@
 //! changes into Stock-Level's recent orders (Algorithm 3) or by applying the queue first
 //! (Algorithm 1). Workers that die mid-apply are in `tpcc_dying_workers.rs`.
 
+mod support;
 mod tpcc_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use cads::store::{DataStore, StoreOptions};
 use cads::{Cads, Config, Policy, Workers};
 use cads_bench::deploy::Deployment;
 use cads_bench::tpcc::cache::{recent_lines_key, stock_key, Db, RecentLines, Rows, RowsQuery};
@@ -18,13 +20,14 @@ use cads_bench::tpcc::schema::Tables;
 use cads_bench::tpcc::txn::{Attempts, Context, Input, LineInput};
 use cads_bench::tpcc::Scale;
 use cads_bench::{CacheSpec, CmiSettings};
-use cads_store::{DataStore, StoreOptions};
-use tpcc_support::{sqlite_url, TempDir};
+use cads_testkit::ScratchDir;
+use support::InProcess;
+use tpcc_support::sqlite_url;
 
 /// One warehouse at a hundredth of the scale, every entry cached, and write-back over two
 /// embedded CMIs with no workers: what sessions buffer stays pending until a test applies it.
 struct Setup {
-    _dir: TempDir,
+    _dir: ScratchDir,
     db: Db,
     dep: Deployment,
 }
@@ -33,7 +36,7 @@ impl Setup {
     fn new(tag: &str) -> Setup {
         let (url, dir) = sqlite_url(tag);
         let store: Arc<dyn DataStore> =
-            cads_store::open(&url, &StoreOptions::default().with_pool_size(8))
+            cads::store::open(&url, &StoreOptions::default().with_pool_size(8))
                 .expect("open SQLite");
         let tables = Tables::new("tpcc_", store.dialect());
         load_database(
@@ -52,6 +55,7 @@ impl Setup {
             "",
             &CacheSpec::Embedded { cmis: 2 },
             &CmiSettings::default(),
+            &InProcess,
             Config::default(),
         )
         .expect("start the CMIs");

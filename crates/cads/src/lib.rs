@@ -43,12 +43,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use cads_client::{Backoff, Client, ClientConfig, RetryPolicy};
-use cads_coord::Coordinator;
+use cads_client::Backoff;
 use cads_store::{DataStore, Isolation};
 use missed::{Missed, MissedWrites};
 
 pub use cache_store::{CacheChange, CacheStore, DocRef, Modifier};
+/// The cache client the framework talks to CMIs with ([`Cads::cache`]), and what a user needs of
+/// it: its settings (for [`Cads::new`] with a client of one's own), errors, retry settings
+/// ([`Config::retry`]) and what a CMI says about itself.
+pub use cads_client::{Client, ClientConfig, ClientError, CmiStats, RetryPolicy};
+/// Where a process's session ids come from: a client of one's own draws them from
+/// `Coordinator::process()`, as [`Cads::connect`] does.
+pub use cads_coord::Coordinator;
+/// The data-store side: stores to open ([`store::open`]), documents and change operators, SQL
+/// transactions, fault injection.
+pub use cads_store as store;
 pub use error::{Error, Result};
 pub use session::Session;
 pub use tx::StoreTx;
@@ -249,30 +258,38 @@ impl Cads {
         Ok(self.seal.get_or_init(|| seal))
     }
 
-    /// Pinned bytes on every CMI (buffered writes, PendingWrites, markers), from their INFO.
+    /// Pinned bytes on every CMI (buffered writes, PendingWrites, markers), from their INFO; a
+    /// CMI that does not answer counts 0.
     pub fn pinned_bytes(&self) -> u64 {
         let Some(client) = &self.cache else {
             return 0;
         };
-        let sections: [&[u8]; 1] = [b"memory"];
         (0..client.cmis())
-            .filter_map(|cmi| {
-                client
-                    .execute(cmi, &cads_protocol::Command::Info(&sections))
-                    .ok()
-            })
-            .filter_map(|reply| match reply {
-                cads_protocol::Reply::Bulk(text) => {
-                    String::from_utf8_lossy(&text).lines().find_map(|l| {
-                        l.strip_prefix("used_memory_pinned:")?
-                            .trim()
-                            .parse::<u64>()
-                            .ok()
-                    })
-                }
-                _ => None,
-            })
+            .filter_map(|cmi| client.info(cmi).ok())
+            .map(|stats| stats.used_memory_pinned)
             .sum()
+    }
+
+    /// What every CMI says about itself (INFO), in the order of the client's CMIs; empty without
+    /// a cache. A caller can check, for instance, that each runs in the lease mode its policy
+    /// needs ([`CmiStats::mode`] against [`Policy::cmi_mode`]).
+    pub fn cmi_stats(&self) -> Result<Vec<CmiStats>> {
+        let Some(client) = &self.cache else {
+            return Ok(Vec::new());
+        };
+        (0..client.cmis())
+            .map(|cmi| client.info(cmi).map_err(Error::from))
+            .collect()
+    }
+
+    /// Empties every CMI (FLUSHALL): values, buffered writes, leases and sessions. For a caller
+    /// that starts afresh on CMIs it shares with nothing else (a benchmark run, a test); never
+    /// while write-back has buffered writes it means to keep.
+    pub fn flush_cache(&self) -> Result<()> {
+        match &self.cache {
+            Some(client) => client.flush_all().map_err(Error::from),
+            None => Ok(()),
+        }
     }
 
     /// Starts a session (Algorithm 8, `startSession`).

@@ -9,18 +9,18 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use cads::writeback::MacKey;
 use cads::{Password, Policy};
-use cads_bench::bg::{self, BgOptions, Popularity, Sla};
+use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
+use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
-use cads_bench::ycsb::{
-    self, parse_duration, parse_policies, Distribution, Fields, Phase, YcsbOptions,
-};
-use cads_bench::{CacheSpec, CmiSettings};
-use cads_example_bg::LayoutKind;
+use cads_bench::ycsb::{self, Distribution, Fields, YcsbOptions};
+use cads_bench::{parse_duration, parse_policies, CacheSpec, CmiSettings};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cmis::ThisProgram;
+use crate::latency::{self, BgLatencyArgs, YcsbLatencyArgs};
 use crate::progress::{Progress, Report};
 
 /// `cads bench`.
@@ -44,13 +44,19 @@ pub enum Benchmark {
     /// latency per transaction, and the consistency conditions of clause 3.3.2 checked after
     /// each run.
     Tpcc(TpccArgs),
+    /// One thread, each of BG's seven actions N times on a warm cache: mean latency and round
+    /// trips per action and policy (000 Table 3.6).
+    BgLatency(BgLatencyArgs),
+    /// One thread, YCSB Read and Update (10 fields of 100 bytes, all read, all updated) on the
+    /// document layer: mean latency and round trips per policy (000 Table 3.4).
+    YcsbLatency(YcsbLatencyArgs),
 }
 
 /// The policies of `--policy`.
 #[derive(Clone, Debug)]
 pub struct Policies(pub Vec<Policy>);
 
-fn policy_list(text: &str) -> Result<Policies> {
+pub(crate) fn policy_list(text: &str) -> Result<Policies> {
     parse_policies(text).map(Policies)
 }
 
@@ -107,15 +113,38 @@ pub struct Common {
     /// File for every run record in one JSON array, rewritten after each run.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Application processes to split each run phase over (AppNodes: copies of this command over
+    /// the same CMIs and data store, each with its share of --threads and its own write-back
+    /// workers); their logs are merged and validated as one history.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub appnodes: usize,
+    /// Runs one AppNode of a run, the job in FILE (what --appnodes starts; not for users).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub appnode: Option<PathBuf>,
 }
 
 impl Common {
-    fn cmi(&self) -> CmiSettings {
-        CmiSettings {
-            maxmemory: self.maxmemory.clone(),
-            max_pinned_memory: self.max_pinned_memory.clone(),
-            password: self.cache_password.clone().map(Password),
-            write_back_key: self.write_back_key.clone(),
+    /// The options every benchmark shares, with the benchmark's own flags for threads,
+    /// write-back workers and seed.
+    fn options(&self, threads: usize, workers: usize, seed: u64) -> CommonOptions {
+        CommonOptions {
+            policies: self.policy.0.clone(),
+            store: self.store.clone(),
+            cache: self.cache.clone(),
+            cmi: CmiSettings {
+                maxmemory: self.maxmemory.clone(),
+                max_pinned_memory: self.max_pinned_memory.clone(),
+                password: self.cache_password.clone().map(Password),
+                write_back_key: self.write_back_key.clone(),
+            },
+            threads,
+            workers,
+            warm: !self.cold,
+            repeat: self.repeat,
+            seed,
+            drain_timeout: self.drain_timeout,
+            json: self.json.clone(),
+            appnodes: self.appnodes,
         }
     }
 }
@@ -130,7 +159,7 @@ pub struct YcsbArgs {
     #[arg(long, default_value = "A")]
     pub workload: String,
     /// Threads issuing operations (load, warm-up and run phases).
-    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().threads)]
+    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().common.threads)]
     pub threads: usize,
     /// Length of the run phase (8s, 2m, 500ms). [default: 10s, unless --operations is given]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -167,7 +196,7 @@ pub struct YcsbArgs {
     #[arg(long, value_name = "BYTES", default_value_t = YcsbOptions::default().field_length)]
     pub field_length: usize,
     /// Write-back's background workers.
-    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().workers)]
+    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().common.workers)]
     pub workers: usize,
     /// How long a write-back worker waits after a pass that found no full batch, so that
     /// writes accumulate into larger batches (shorter: writes pending less, more data-store
@@ -175,7 +204,7 @@ pub struct YcsbArgs {
     #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
     pub worker_pause: Duration,
     /// Seed of the load's and the threads' generators.
-    #[arg(long, default_value_t = YcsbOptions::default().seed)]
+    #[arg(long, default_value_t = YcsbOptions::default().common.seed)]
     pub seed: u64,
     /// The collection, dropped and reloaded for every run.
     #[arg(long, default_value_t = YcsbOptions::default().table)]
@@ -187,16 +216,11 @@ pub struct YcsbArgs {
 }
 
 impl YcsbArgs {
-    /// The library's options. `--out` is left to [`finish`]: it writes every benchmark's.
+    /// The library's options.
     pub fn options(&self) -> YcsbOptions {
-        let c = &self.common;
         YcsbOptions {
-            policies: c.policy.0.clone(),
-            store: c.store.clone(),
-            cache: c.cache.clone(),
-            cmi: c.cmi(),
+            common: self.common.options(self.threads, self.workers, self.seed),
             workload: self.workload.clone(),
-            threads: self.threads,
             duration: self.duration,
             operations: self.operations,
             records: self.records,
@@ -208,22 +232,15 @@ impl YcsbArgs {
             projection: self.projection,
             field_count: self.field_count,
             field_length: self.field_length,
-            workers: self.workers,
             worker_pause: self.worker_pause,
-            warm: !c.cold,
-            repeat: c.repeat,
-            seed: self.seed,
             table: self.table.clone(),
-            drain_timeout: c.drain_timeout,
             store_timeout: self.store_timeout,
-            out: None,
-            json: c.json.clone(),
             ..YcsbOptions::default()
         }
     }
 }
 
-fn parse_layout(text: &str) -> Result<LayoutKind> {
+pub(crate) fn parse_layout(text: &str) -> Result<LayoutKind> {
     LayoutKind::parse(text).ok_or_else(|| anyhow!("unknown layout {text:?} (use documents or sql)"))
 }
 
@@ -240,7 +257,7 @@ pub struct BgArgs {
     #[arg(long, default_value = "documents", value_parser = parse_layout)]
     pub layout: LayoutKind,
     /// Threads issuing actions (BG's socialites); with --soar, the search chooses.
-    #[arg(long, value_name = "N", default_value_t = BgOptions::default().threads)]
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().common.threads)]
     pub threads: usize,
     /// Length of a run, or with --soar of each run of the search (8s, 2m).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
@@ -276,10 +293,10 @@ pub struct BgArgs {
     #[arg(long, value_name = "SHARE", default_value_t = Sla::default().max_stale)]
     pub sla_stale: f64,
     /// Write-back's background workers.
-    #[arg(long, value_name = "N", default_value_t = BgOptions::default().workers)]
+    #[arg(long, value_name = "N", default_value_t = BgOptions::default().common.workers)]
     pub workers: usize,
     /// Seed of the threads' generators.
-    #[arg(long, default_value_t = BgOptions::default().seed)]
+    #[arg(long, default_value_t = BgOptions::default().common.seed)]
     pub seed: u64,
     /// Writes skip the cache (no invalidation, no update): a deliberately broken policy, to see
     /// validation report stale reads (the command then exits with status 1).
@@ -290,15 +307,10 @@ pub struct BgArgs {
 impl BgArgs {
     /// The library's options.
     pub fn options(&self) -> BgOptions {
-        let c = &self.common;
         BgOptions {
-            policies: c.policy.0.clone(),
-            store: c.store.clone(),
-            cache: c.cache.clone(),
-            cmi: c.cmi(),
+            common: self.common.options(self.threads, self.workers, self.seed),
             workload: self.workload.clone(),
             layout: self.layout,
-            threads: self.threads,
             duration: self.duration,
             members: self.members,
             friends: self.friends,
@@ -312,12 +324,6 @@ impl BgArgs {
             },
             soar_start: self.soar_start,
             max_threads: self.max_threads,
-            workers: self.workers,
-            warm: !c.cold,
-            repeat: c.repeat,
-            seed: self.seed,
-            drain_timeout: c.drain_timeout,
-            json: c.json.clone(),
             broken: self.broken,
         }
     }
@@ -335,7 +341,7 @@ pub struct TpccArgs {
     #[arg(long, default_value = "spec", value_parser = Scale::parse)]
     pub scale: Scale,
     /// Terminals, spread evenly over the warehouses, each owning a range of districts.
-    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().threads)]
+    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().common.threads)]
     pub threads: usize,
     /// Length of the measured interval (30s, 2m).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -344,7 +350,7 @@ pub struct TpccArgs {
     #[arg(long, value_name = "NO,P,OS,D,SL", default_value = "45,43,4,4,4", value_parser = Mix::parse)]
     pub mix: Mix,
     /// Write-back's background workers.
-    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().workers)]
+    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().common.workers)]
     pub workers: usize,
     /// Threads inserting the initial database.
     #[arg(long, value_name = "N", default_value_t = TpccOptions::default().load_threads)]
@@ -357,144 +363,117 @@ pub struct TpccArgs {
     #[arg(long, default_value_t = TpccOptions::default().prefix)]
     pub prefix: String,
     /// Seed of the loader's and the terminals' generators.
-    #[arg(long, default_value_t = TpccOptions::default().seed)]
+    #[arg(long, default_value_t = TpccOptions::default().common.seed)]
     pub seed: u64,
 }
 
 impl TpccArgs {
     /// The library's options.
     pub fn options(&self) -> TpccOptions {
-        let c = &self.common;
         TpccOptions {
-            policies: c.policy.0.clone(),
-            store: c.store.clone(),
-            cache: c.cache.clone(),
-            cmi: c.cmi(),
+            common: self.common.options(self.threads, self.workers, self.seed),
             warehouses: self.warehouses,
             scale: self.scale,
-            threads: self.threads,
             duration: self.duration,
             mix: self.mix,
-            warm: !c.cold,
-            workers: self.workers,
-            repeat: c.repeat,
-            seed: self.seed,
             prefix: self.prefix.clone(),
             keep_data: self.keep_data,
             load_threads: self.load_threads,
-            drain_timeout: c.drain_timeout,
-            json: c.json.clone(),
             ..TpccOptions::default()
         }
     }
 }
 
+/// Runs a benchmark (`run`, given the progress callback), showing its progress; returns its
+/// records.
+pub fn with_progress<R>(
+    progress: &Progress,
+    run: impl FnOnce(&(dyn Fn(harness::Progress) + Sync)) -> Result<R>,
+) -> Result<R> {
+    let records = run(&|p: harness::Progress| {
+        progress.show(
+            &p,
+            Report {
+                label: p.label(),
+                phase: p.phase.name(),
+                done: p.done,
+                total: p.total,
+                elapsed: p.elapsed,
+                expected: p.expected,
+                note: &p.note,
+            },
+        )
+    });
+    progress.finish();
+    records
+}
+
 /// Runs YCSB with `opts`, showing progress; returns the records.
 pub fn run_ycsb(opts: &YcsbOptions, progress: &Progress) -> Result<Vec<ycsb::RunRecord>> {
-    let expected = opts.run_duration();
-    let records = ycsb::run_ycsb(opts, &|p: ycsb::Progress| {
-        progress.show(
-            &p,
-            Report {
-                label: format!("ycsb {} {} #{}", p.workload, p.policy.name(), p.run),
-                phase: p.phase.name(),
-                done: p.done,
-                total: p.total,
-                elapsed: p.elapsed,
-                expected: (p.phase == Phase::Run).then_some(expected).flatten(),
-                note: &p.note,
-            },
-        )
-    });
-    progress.finish();
-    records
-}
-
-fn run_bg(opts: &BgOptions, progress: &Progress) -> Result<Vec<bg::BgRecord>> {
-    let records = bg::run_bg(opts, &|p: bg::Progress| {
-        let mut label = format!("bg {} {} #{}", p.workload, p.policy.name(), p.run);
-        if p.threads > 0 {
-            label.push_str(&format!(" T={}", p.threads));
-        }
-        progress.show(
-            &p,
-            Report {
-                label,
-                phase: p.phase.name(),
-                done: p.done,
-                total: None,
-                elapsed: p.elapsed,
-                expected: (p.phase == Phase::Run).then_some(opts.duration),
-                note: &p.note,
-            },
-        )
-    });
-    progress.finish();
-    records
-}
-
-fn run_tpcc(opts: &TpccOptions, progress: &Progress) -> Result<Vec<tpcc::TpccRecord>> {
-    let records = tpcc::run_tpcc(opts, &|p: tpcc::Progress| {
-        progress.show(
-            &p,
-            Report {
-                label: format!("tpcc {} #{}", p.policy.name(), p.run),
-                phase: p.phase.name(),
-                done: p.done,
-                total: p.total,
-                elapsed: p.elapsed,
-                expected: (p.phase == tpcc::Phase::Run).then_some(opts.duration),
-                note: &p.note,
-            },
-        )
-    });
-    progress.finish();
-    records
+    with_progress(progress, |p| opts.run(&ThisProgram, p))
 }
 
 /// Runs `cads bench`; returns whether every run was consistent.
 pub fn run(args: &BenchArgs) -> Result<bool> {
-    let progress = Progress::new();
     match &args.benchmark {
-        Benchmark::Ycsb(a) => {
-            let records = run_ycsb(&a.options(), &progress)?;
-            let summary = ycsb::render_summary(&ycsb::summarize(&records));
-            finish(&records, &summary, a.common.out.as_deref())
-        }
+        Benchmark::Ycsb(a) => bench(&a.options(), &a.common, |records| {
+            ycsb::render_summary(&ycsb::summarize(records))
+        }),
         Benchmark::Bg(a) => {
             let opts = a.options();
-            let records = run_bg(&opts, &progress)?;
-            for r in &records {
-                if let Some(s) = &r.soar {
-                    let probes: Vec<String> = s
-                        .probes
-                        .iter()
-                        .map(|p| {
-                            let verdict = if p.meets_sla {
-                                "meets the SLA"
-                            } else {
-                                "fails"
-                            };
-                            format!("T={} {:.0}/s {verdict}", p.threads, p.throughput)
-                        })
-                        .collect();
-                    eprintln!(
-                        "bg {} {} #{} search: {}",
-                        r.workload,
-                        r.policy,
-                        r.run,
-                        probes.join(", ")
-                    );
-                }
-            }
-            let summary = bg::render_summary(&bg::summarize(&records), opts.soar);
-            finish(&records, &summary, a.common.out.as_deref())
+            bench(&opts, &a.common, |records| {
+                print_searches(records);
+                bg::render_summary(&bg::summarize(records), opts.soar)
+            })
         }
-        Benchmark::Tpcc(a) => {
-            let records = run_tpcc(&a.options(), &progress)?;
-            let summary = tpcc::render_summary(&tpcc::summarize(&records));
-            finish(&records, &summary, a.common.out.as_deref())
-        }
+        Benchmark::Tpcc(a) => bench(&a.options(), &a.common, |records| {
+            tpcc::render_summary(&tpcc::summarize(records))
+        }),
+        Benchmark::BgLatency(a) => latency::bg(a).map(|()| true),
+        Benchmark::YcsbLatency(a) => latency::ycsb(a).map(|()| true),
+    }
+}
+
+/// Runs a benchmark with `opts`, showing progress, then prints `summary` of the records and
+/// finishes (see [`finish`]); or, with `--appnode`, runs one AppNode of a run started by another
+/// `cads bench`.
+fn bench<O: BenchmarkOptions>(
+    opts: &O,
+    common: &Common,
+    summary: impl FnOnce(&[BenchRecord<O::Benchmark>]) -> String,
+) -> Result<bool> {
+    if let Some(job) = &common.appnode {
+        harness::serve_appnode(&opts.benchmark()?, job)?;
+        return Ok(true);
+    }
+    let records = with_progress(&Progress::new(), |p| opts.run(&ThisProgram, p))?;
+    let summary = summary(&records);
+    finish(&records, &summary, common.out.as_deref())
+}
+
+/// BG's SoAR searches, probe by probe, on standard error.
+fn print_searches(records: &[bg::BgRecord]) {
+    for r in records {
+        let Some(s) = &r.detail.soar else { continue };
+        let probes: Vec<String> = s
+            .probes
+            .iter()
+            .map(|p| {
+                let verdict = if p.meets_sla {
+                    "meets the SLA"
+                } else {
+                    "fails"
+                };
+                format!("T={} {:.0}/s {verdict}", p.threads, p.throughput)
+            })
+            .collect();
+        eprintln!(
+            "bg {} {} #{} search: {}",
+            r.workload,
+            r.policy,
+            r.run,
+            probes.join(", ")
+        );
     }
 }
 

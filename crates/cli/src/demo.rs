@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use cads_bench::deploy::redact;
-use cads_bench::ycsb::{parse_duration, parse_policies, RunRecord, YcsbOptions};
-use cads_bench::CacheSpec;
+use cads_bench::harness::CommonOptions;
+use cads_bench::ycsb::{RunRecord, YcsbOptions};
+use cads_bench::{parse_duration, parse_policies, CacheSpec};
 use clap::Args;
 
 use crate::bench::{inconsistencies, run_ycsb, write_out};
@@ -58,12 +59,15 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
     let mut records = Vec::new();
     for workload in WORKLOADS {
         let opts = YcsbOptions {
-            policies: parse_policies("none,write-around,write-through,write-back")?,
-            store: args.store.clone(),
-            cache: CacheSpec::Embedded { cmis: 2 },
+            common: CommonOptions {
+                policies: parse_policies("none,write-around,write-through,write-back")?,
+                store: args.store.clone(),
+                cache: CacheSpec::Embedded { cmis: 2 },
+                threads: args.threads,
+                ..YcsbOptions::default().common
+            },
             workload: workload.into(),
             records: args.records,
-            threads: args.threads,
             duration: Some(args.duration),
             ..YcsbOptions::default()
         };
@@ -139,7 +143,7 @@ pub fn render_table(records: &[RunRecord]) -> String {
                 r.hit_ratio
                     .map_or("-".into(), |h| format!("{:.1}%", h * 100.0)),
                 r.stale_reads.to_string(),
-                r.lost_writes.to_string(),
+                r.detail.validated.lost_writes.to_string(),
             ]
         })
         .collect();

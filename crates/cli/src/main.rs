@@ -4,7 +4,9 @@
 //! draws charts of run records.
 
 mod bench;
+mod cmis;
 mod demo;
+mod latency;
 mod progress;
 mod report;
 

@@ -5,16 +5,15 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
+use support::{assert_failed_on_stale_reads, stderr};
+
+mod support;
 
 fn cads(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cads"))
         .args(args)
         .output()
         .expect("run cads")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn stdout(out: &Output) -> String {
@@ -136,9 +135,13 @@ fn help_lists_every_command_and_its_flags() {
         "--duration",
         "--out",
         "--json",
+        "--appnodes",
     ];
-    let cases: [(&[&str], &[&str]); 7] = [
-        (&["bench", "--help"], &["ycsb", "bg", "tpcc"]),
+    let cases: [(&[&str], &[&str]); 9] = [
+        (
+            &["bench", "--help"],
+            &["ycsb", "bg", "tpcc", "bg-latency", "ycsb-latency"],
+        ),
         (
             &["bench", "ycsb", "--help"],
             &["--workload", "--records", "--operations"],
@@ -157,12 +160,21 @@ fn help_lists_every_command_and_its_flags() {
         ),
         (&["report", "--help"], &["DIR", "--out"]),
         (&["server", "--help"], &["--port", "--cmis"]),
+        (
+            &["bench", "bg-latency", "--help"],
+            &["--policy", "--store", "--cache", "--layout", "--actions"],
+        ),
+        (
+            &["bench", "ycsb-latency", "--help"],
+            &["--policy", "--store", "--cache", "--records", "--repeat"],
+        ),
     ];
     for (args, flags) in cases {
         let out = cads(args);
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         let text = stdout(&out);
-        let benchmark = args.len() == 3 && args[0] == "bench";
+        // The harness's runners share the flags; the single-action ones have their own.
+        let benchmark = args.len() == 3 && args[0] == "bench" && !args[1].ends_with("-latency");
         for flag in flags
             .iter()
             .chain(if benchmark { &shared[..] } else { &[] })
@@ -429,13 +441,7 @@ fn stale_reads_make_the_command_fail() {
         "--duration",
         "700ms",
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let log = stderr(&out);
-    assert!(
-        log.contains("inconsistent: bg 90 write-around #0:"),
-        "{log}"
-    );
-    assert!(log.contains("stale reads"), "{log}");
+    let log = assert_failed_on_stale_reads(&out, "bg 90 write-around #0");
     assert!(
         log.contains("cached entries differ from the data store"),
         "{log}"

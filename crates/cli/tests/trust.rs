@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output};
 
-use cads_store::{open, SqlValue, StoreOptions};
+use cads::store::{open, SqlValue, StoreOptions};
 use cads_testkit::Cmis;
 
 fn bench(addrs: &str, extra: &[&str], env: Option<&str>) -> Output {
@@ -65,7 +65,7 @@ fn has_stored_key(path: &std::path::Path) -> bool {
     )
     .unwrap();
     let mut tx = store
-        .begin_read(cads_store::Isolation::ReadCommitted)
+        .begin_read(cads::store::Isolation::ReadCommitted)
         .unwrap();
     let rows = tx
         .query(

@@ -9,12 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cads::documents::Collection;
+use cads::store::{Changes, DataStore, StoreOptions};
 use cads::writeback::Buffering;
 use cads::{Cads, Config, Policy, Workers, WriteBackConfig};
-use cads_client::{Client, ClientConfig};
-use cads_coord::Coordinator;
-use cads_protocol::{Command as CacheCommand, Reply};
-use cads_store::{Changes, DataStore, StoreOptions};
+use cads::{Client, ClientConfig, Coordinator};
 use cads_testkit::cmis::Program;
 use cads_testkit::{ScratchDir, ServerProcess};
 use serde_json::json;
@@ -113,8 +111,8 @@ fn killing_a_cmi_loses_no_acknowledged_write() {
             if cmi == 1 {
                 continue;
             }
-            let left = direct.execute(cmi, &CacheCommand::Get(&key)).unwrap();
-            if let Reply::Bulk(bytes) = &left {
+            let left = direct.get_from(cmi, &key).unwrap();
+            if let Some(bytes) = &left {
                 let head: String = String::from_utf8_lossy(bytes).chars().take(120).collect();
                 panic!("{id}: a buffered write is left on CMI {cmi}: {head}...");
             }
@@ -244,9 +242,9 @@ fn a_cmi_restored_from_its_log_brings_back_no_old_buffered_write() {
     cmis[1] = ServerProcess::start_cmis_on(&cads_server(), port, 1, &flags)
         .expect("the CMI restarts on its port");
     let key = cads::writeback::bw_key(&docs.doc_ref(&id));
-    let held = direct.execute(1, &CacheCommand::Get(&key)).unwrap();
+    let held = direct.get_from(1, &key).unwrap();
     assert!(
-        matches!(held, Reply::Bulk(_)),
+        held.is_some(),
         "the restored CMI has the old copy: {held:?}"
     );
     // Once the client stops skipping it (a second after it last refused a connection).

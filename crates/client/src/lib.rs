@@ -37,6 +37,7 @@
 mod conn;
 mod error;
 mod ids;
+mod info;
 mod pool;
 mod retry;
 mod router;
@@ -51,6 +52,7 @@ use cads_protocol::{Command, Reply, SessionId};
 
 pub use error::{ClientError, Result};
 pub use ids::{RangeSource, SessionIds};
+pub use info::CmiStats;
 pub use retry::{random, Backoff, RetryPolicy};
 pub use router::{ConsistentHash, Router};
 pub use session::{IqRead, Session, Write, Written};
@@ -271,6 +273,12 @@ impl Client {
     /// Plain GET, without leases.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         session::bulk(self.keyed(key, &Command::Get(key))?)
+    }
+
+    /// Plain GET on CMI `cmi`, whichever CMI owns `key`: what one replica of a replicated key
+    /// holds (buffered writes live on several CMIs).
+    pub fn get_from(&self, cmi: usize, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        session::bulk(self.execute(cmi, &Command::Get(key))?)
     }
 
     /// Plain SET, without leases (LEASED while a session holds one on the key).

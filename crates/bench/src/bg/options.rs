@@ -1,15 +1,14 @@
 //! The options of a BG benchmark, spelled as `cads bench bg` spells its flags, and the SLA.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use cads::Policy;
-use cads_example_bg::{GraphParams, LayoutKind};
+use cads_apps::bg::{GraphParams, LayoutKind};
 use serde::Serialize;
 
 use super::workload::{Mix, Popularity};
-use crate::deploy::{CacheSpec, CmiSettings};
+use crate::harness::CommonOptions;
 
 /// BG's service level agreement (benchmarks.md Part B §2): `satisfied` of the actions finish
 /// within `latency`, and at most `max_stale` of the reads are unpredictable. The papers use 95%,
@@ -51,24 +50,15 @@ impl Sla {
 /// 10 s on 8 threads, without the SoAR search.
 #[derive(Clone, Debug)]
 pub struct BgOptions {
-    /// `--policy`: the policies to run, each in turn (`none`, `write-around`, `write-through`,
-    /// `write-back`).
-    pub policies: Vec<Policy>,
-    /// `--store`: a data-store URL (`sqlite:PATH`, `postgres://...`, `mysql://...`); `None`: a
-    /// SQLite file in a temporary directory, removed afterwards.
-    pub store: Option<String>,
-    /// `--cache`: `embedded:N` (default `embedded:2`) or CMI addresses.
-    pub cache: CacheSpec,
-    /// Settings of embedded CMIs (`--maxmemory`, `--max-pinned-memory`).
-    pub cmi: CmiSettings,
+    /// What every benchmark has: policies, store, cache, threads (BG's emulated socialites;
+    /// with `soar`, ignored), workers, warm-up, repeats, seed (the threads' generators), ...
+    pub common: CommonOptions,
     /// `--workload`: the mix, `90`, `99`, `99.9` (000 Table 3.5) or `10:1`, `100:1`, `1000:1`
     /// (001 Table 1).
     pub workload: String,
     /// `--layout`: `documents` (the document layer; every policy) or `sql` (tables with 001's
     /// key layouts; not write-back).
     pub layout: LayoutKind,
-    /// `--threads`: threads issuing actions (BG's emulated socialites). With `soar`, ignored.
-    pub threads: usize,
     /// `--duration`: how long a run lasts; with `soar`, each probe of the search.
     pub duration: Duration,
     /// `--members` (M, 10,000).
@@ -89,19 +79,6 @@ pub struct BgOptions {
     pub soar_start: usize,
     /// `--max-threads`: where the search stops doubling (1024).
     pub max_threads: usize,
-    /// `--workers`: write-back's background workers during a run (4).
-    pub workers: usize,
-    /// `--cold` clears it: read every member's profile and lists through the cache before the
-    /// first run (000 §3.3: experiments start with a warm cache). Default on.
-    pub warm: bool,
-    /// `--repeat`: runs of each policy, interleaved (none, write-around, ..., none, ...).
-    pub repeat: usize,
-    /// `--seed`: the threads' generators.
-    pub seed: u64,
-    /// `--drain-timeout`: how long write-back's drain may take after a run.
-    pub drain_timeout: Duration,
-    /// `--json FILE`: every record in one JSON array, rewritten after each policy.
-    pub json: Option<PathBuf>,
     /// `--broken`: write actions run on the data store alone, skipping the cache (no
     /// invalidation, no update): a deliberately wrong policy, to see the validator report stale
     /// reads.
@@ -111,18 +88,12 @@ pub struct BgOptions {
 impl Default for BgOptions {
     fn default() -> Self {
         BgOptions {
-            policies: vec![
-                Policy::DataStoreOnly,
-                Policy::WriteAround,
-                Policy::WriteThrough,
-                Policy::WriteBack,
-            ],
-            store: None,
-            cache: CacheSpec::default(),
-            cmi: CmiSettings::default(),
+            common: CommonOptions {
+                seed: 0x0B6_5EED,
+                ..CommonOptions::default()
+            },
             workload: "90".into(),
             layout: LayoutKind::Documents,
-            threads: 8,
             duration: Duration::from_secs(10),
             members: 10_000,
             friends: 10,
@@ -132,12 +103,6 @@ impl Default for BgOptions {
             sla: Sla::default(),
             soar_start: 1,
             max_threads: 1024,
-            workers: 4,
-            warm: true,
-            repeat: 1,
-            seed: 0x0B6_5EED,
-            drain_timeout: Duration::from_secs(600),
-            json: None,
             broken: false,
         }
     }
@@ -163,18 +128,13 @@ impl BgOptions {
 
     /// Checks the options.
     pub fn check(&self) -> Result<()> {
-        if self.policies.is_empty() {
-            bail!("--policy: give at least one policy");
-        }
-        if self.layout == LayoutKind::Sql && self.policies.contains(&Policy::WriteBack) {
+        self.common.check(THREAD_LIMIT)?;
+        if self.layout == LayoutKind::Sql && self.common.policies.contains(&Policy::WriteBack) {
             bail!(
                 "--layout sql cannot run write-back: Design 1 buffers document writes, and the sql \
                  layout's writes are SQL statements (they would run as write-through); use \
                  --layout documents"
             );
-        }
-        if self.threads == 0 || self.threads > THREAD_LIMIT {
-            bail!("--threads must lie in 1..={THREAD_LIMIT}");
         }
         if self.soar_start == 0
             || self.max_threads < self.soar_start
@@ -185,14 +145,16 @@ impl BgOptions {
         if self.duration.is_zero() {
             bail!("--duration must be positive");
         }
+        if self.soar && self.common.appnodes > 1 {
+            // Each probe would start AppNodes whose models of the relationships know nothing of
+            // the probes before it.
+            bail!("--soar runs in one process: drop --appnodes");
+        }
         if !(self.sla.satisfied > 0.0 && self.sla.satisfied <= 1.0)
             || self.sla.latency.is_zero()
             || !(0.0..1.0).contains(&self.sla.max_stale)
         {
             bail!("the SLA needs a share of actions in (0, 1], a positive latency and a stale share in [0, 1)");
-        }
-        if self.repeat == 0 {
-            bail!("--repeat must be positive");
         }
         self.graph().check().context("the social graph")?;
         self.mix().map(|_| ())
@@ -204,12 +166,12 @@ impl BgOptions {
         if self.soar {
             self.max_threads
         } else {
-            self.threads
+            self.common.threads
         }
     }
 }
 
-/// The options as recorded in a record's `config`.
+/// BG's part of a record's `config`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ConfigRecord {
     /// The mix as run.
@@ -226,30 +188,12 @@ pub struct ConfigRecord {
     pub pending: u32,
     /// How members are chosen.
     pub popularity: Popularity,
-    /// Threads asked for (a search records each probe's in `soar`).
-    pub threads: usize,
     /// Seconds of a run (of each probe, with a search).
     pub duration_s: f64,
     /// The SLA, when a search ran.
     pub sla: Option<Sla>,
-    /// Write-back workers.
-    pub workers: usize,
-    /// Write-back replicas of each buffered write (capped by the CMIs).
-    pub write_back_replicas: usize,
-    /// Write-back PendingWrites partitions.
-    pub write_back_partitions: usize,
-    /// Warm cache before the first run.
-    pub warm: bool,
-    /// The cache (`embedded:N`, addresses, or `none`).
-    pub cache: String,
-    /// Embedded CMIs' maxmemory.
-    pub cmi_maxmemory: Option<String>,
-    /// Embedded CMIs' max-pinned-memory.
-    pub cmi_max_pinned_memory: Option<String>,
     /// Connections of the data store's pool.
     pub store_pool: usize,
-    /// The generators' seed.
-    pub seed: u64,
     /// Writes skipped the cache (`--broken`).
     pub broken: bool,
 }
@@ -280,7 +224,18 @@ mod tests {
                 ..BgOptions::default()
             },
             BgOptions {
-                policies: vec![],
+                soar: true,
+                common: CommonOptions {
+                    appnodes: 2,
+                    ..BgOptions::default().common
+                },
+                ..BgOptions::default()
+            },
+            BgOptions {
+                common: CommonOptions {
+                    policies: vec![],
+                    ..BgOptions::default().common
+                },
                 ..BgOptions::default()
             },
         ];
@@ -289,7 +244,10 @@ mod tests {
         }
         let sql = BgOptions {
             layout: LayoutKind::Sql,
-            policies: vec![Policy::WriteAround, Policy::WriteThrough],
+            common: CommonOptions {
+                policies: vec![Policy::WriteAround, Policy::WriteThrough],
+                ..BgOptions::default().common
+            },
             ..BgOptions::default()
         };
         assert!(sql.check().is_ok());

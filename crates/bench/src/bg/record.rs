@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::options::{ConfigRecord, Sla};
-use crate::cpu::CpuRecord;
-use crate::ycsb::{human_bytes, Keyspace, LatencySummary, StoreCalls, WriteBackRecord};
+use crate::harness::{
+    by_workload_and_policy, human_bytes, median, ratios_to, LatencySummary, Record, Validated,
+};
 
 /// What the comparison of the cache with the data store found at the end of a policy's runs:
 /// every cache key a member may have, looked up without leases, and each one cached compared
@@ -77,89 +78,38 @@ pub struct SoarRecord {
     pub probes: Vec<Probe>,
 }
 
-/// The record of one run of one policy (with `--soar`, of the search): what `--json` writes.
+/// BG's part of a run record (flattened into it).
 #[derive(Clone, Debug, Serialize)]
-pub struct BgRecord {
-    /// `"bg"`.
-    pub benchmark: &'static str,
-    /// The mix (`90`, `99`, `99.9`, `10:1`, `100:1`, `1000:1`).
-    pub workload: String,
-    /// The policy (`none`, `write-around`, `write-through`, `write-back`).
-    pub policy: String,
-    /// The data store's URL, password hidden.
-    pub store: String,
+pub struct BgRun {
     /// `documents` or `sql`.
     pub layout: String,
-    /// Which run of this policy (0-based; see `--repeat`).
-    pub run: usize,
-    /// Threads that issued actions.
-    pub threads: usize,
-    /// Seconds the run lasted.
-    pub elapsed_s: f64,
     /// Actions completed.
     pub actions: u64,
-    /// Actions that failed (after the framework's retries).
-    pub failed: u64,
     /// Write actions not issued because no valid pair of free members was found in a few tries.
     pub skipped: u64,
-    /// Completed actions per second.
-    pub throughput: f64,
-    /// Latency per action (`VP`, `LF`, `VFR`, `IF`, `AFR`, `RFR`, `TF`), whole sessions with
-    /// their retries.
-    pub latency_us: BTreeMap<String, LatencySummary>,
     /// Latency of all actions together.
     pub latency_all_us: LatencySummary,
-    /// Failures per action.
+    /// Failures per action (`VP`, `LF`, `VFR`, `IF`, `AFR`, `RFR`, `TF`).
     pub failed_by_action: BTreeMap<String, u64>,
-    /// The first few errors, described.
-    pub errors: Vec<String>,
     /// Share of the actions (failed ones included) that finished within the SLA's latency.
     pub satisfied: f64,
     /// Share of the count reads that were stale.
     pub stale_share: f64,
     /// Whether the run met the SLA.
     pub meets_sla: bool,
-    /// Read actions answered without a data-store call / read actions, counted by the driver
-    /// (a read that queried the data store for any key is a miss). `None` without a cache.
-    pub hit_ratio: Option<f64>,
-    /// Read actions through the cache.
-    pub cache_reads: u64,
-    /// Of those, the ones that called the data store.
-    pub cache_misses: u64,
-    /// The CMIs' own counters, for reference (they count write-back's bookkeeping too).
-    pub keyspace: Option<Keyspace>,
-    /// Friend and pending counts read and validated.
-    pub reads: u64,
-    /// Reads that showed a count no serial order allows.
-    pub stale_reads: u64,
-    /// The first few stale reads, described.
-    pub stale_examples: Vec<String>,
-    /// Members whose counts in the data store (after write-back's drain) are not their counts
-    /// before the run plus every acknowledged write.
-    pub lost_writes: u64,
-    /// The first few, described.
-    pub lost_examples: Vec<String>,
+    /// The counts read validated, the members' final counts checked.
+    #[serde(flatten)]
+    pub validated: Validated,
     /// Members left out of writes after a write of theirs ended with an unknown outcome.
     pub frozen_members: usize,
     /// The cache against the data store after the policy's last run (None without a cache).
     pub cache_check: Option<CacheCheck>,
-    /// Data-store calls during the run (benchmark threads and write-back's workers).
-    pub store_calls: StoreCalls,
-    /// Cache round trips during the run.
-    pub cache_round_trips: u64,
-    /// CPU use during the run (Linux).
-    pub cpu: Option<CpuRecord>,
-    /// Seconds the load took.
-    pub load_s: f64,
-    /// Seconds the warm-up took, if any.
-    pub warm_s: Option<f64>,
-    /// Write-back's activity (write-back only).
-    pub write_back: Option<WriteBackRecord>,
     /// The SoAR search (`--soar`).
     pub soar: Option<SoarRecord>,
-    /// The full configuration.
-    pub config: ConfigRecord,
 }
+
+/// The record of one run of one policy (with `--soar`, of the search): what `--json` writes.
+pub type BgRecord = Record<BgRun, ConfigRecord>;
 
 impl BgRecord {
     /// The run as a probe of the SoAR search.
@@ -167,36 +117,29 @@ impl BgRecord {
         Probe {
             threads: self.threads,
             throughput: self.throughput,
-            satisfied: self.satisfied,
-            p95_us: self.latency_all_us.p95,
-            reads: self.reads,
+            satisfied: self.detail.satisfied,
+            p95_us: self.detail.latency_all_us.p95,
+            reads: self.detail.validated.reads,
             stale_reads: self.stale_reads,
-            lost_writes: self.lost_writes,
+            lost_writes: self.detail.validated.lost_writes,
             failed: self.failed,
-            meets_sla: self.meets_sla,
+            meets_sla: self.detail.meets_sla,
         }
     }
 
     /// Stale reads and lost writes (of every run of a search) and cached keys that differ from
     /// the data store.
     pub fn anomalies(&self) -> u64 {
-        let runs = match &self.soar {
+        let runs = match &self.detail.soar {
             Some(search) => search
                 .probes
                 .iter()
                 .map(|p| p.stale_reads + p.lost_writes)
                 .sum(),
-            None => self.stale_reads + self.lost_writes,
+            None => self.stale_reads + self.detail.validated.lost_writes,
         };
-        runs + self.cache_check.as_ref().map_or(0, |c| c.mismatches)
+        runs + self.detail.cache_check.as_ref().map_or(0, |c| c.mismatches)
     }
-}
-
-/// The median, `None` for no values.
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    (n > 0).then(|| (values[(n - 1) / 2] + values[n / 2]) / 2.0)
 }
 
 /// The medians of one policy's runs of one mix.
@@ -230,15 +173,7 @@ pub struct BgSummary {
 
 /// Medians per (mix, policy), in the order the records first name them.
 pub fn summarize(records: &[BgRecord]) -> Vec<BgSummary> {
-    let mut groups: Vec<((&str, &str), Vec<&BgRecord>)> = Vec::new();
-    for r in records {
-        let key = (r.workload.as_str(), r.policy.as_str());
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, runs)) => runs.push(r),
-            None => groups.push((key, vec![r])),
-        }
-    }
-    let mut out: Vec<BgSummary> = groups
+    let mut out: Vec<BgSummary> = by_workload_and_policy(records)
         .into_iter()
         .map(|((workload, policy), runs)| {
             let of = |f: &dyn Fn(&BgRecord) -> Option<f64>| {
@@ -252,7 +187,7 @@ pub fn summarize(records: &[BgRecord]) -> Vec<BgSummary> {
                 throughput: median(throughputs.clone()).unwrap_or(0.0),
                 throughputs,
                 threads: of(&|r| Some(r.threads as f64)).unwrap_or(0.0),
-                p95_us: of(&|r| Some(r.latency_all_us.p95 as f64)).unwrap_or(0.0),
+                p95_us: of(&|r| Some(r.detail.latency_all_us.p95 as f64)).unwrap_or(0.0),
                 hit_ratio: of(&|r| r.hit_ratio),
                 anomalies: runs.iter().map(|r| r.anomalies()).sum(),
                 applied_share: of(&|r| r.write_back.as_ref().map(|w| w.applied_share)),
@@ -261,15 +196,13 @@ pub fn summarize(records: &[BgRecord]) -> Vec<BgSummary> {
             }
         })
         .collect();
-    let alone: Vec<(String, f64)> = out
+    let rows: Vec<(&str, &str, f64)> = out
         .iter()
-        .filter(|s| s.policy == "none")
-        .map(|s| (s.workload.clone(), s.throughput))
+        .map(|s| (s.workload.as_str(), s.policy.as_str(), s.throughput))
         .collect();
-    for s in &mut out {
-        if let Some((_, base)) = alone.iter().find(|(w, _)| *w == s.workload) {
-            s.vs_none = Some(s.throughput / base);
-        }
+    let ratios = ratios_to(&rows, "none");
+    for (s, ratio) in out.iter_mut().zip(ratios) {
+        s.vs_none = ratio;
     }
     out
 }
@@ -311,16 +244,4 @@ pub fn render_summary(summaries: &[BgSummary], soar: bool) -> String {
         );
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn medians_of_odd_and_even_counts() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(vec![]), None);
-    }
 }

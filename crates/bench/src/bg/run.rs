@@ -1,175 +1,170 @@
-//! One policy's deployment with the graph loaded, and what runs on it: the warm-up, runs (a run,
-//! or each probe of a SoAR search: the load generator, write-back's drain, the validation and the
-//! check of the data store's counts), and the final comparison of the cache with the data store.
+//! BG in the harness: the load (the graph and BG's model of it), the warm-up, what one thread
+//! does per action, the validation of a run, the SoAR search over runs, and the final comparison
+//! of the cache with the data store.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
-use cads::{Cads, Config, Policy, Workers};
-use cads_example_bg::{Action, ActionKind, Counts, GraphParams, Layout};
-use hdrhistogram::Histogram;
+use cads::store::StoreOptions;
+use cads::{Cads, Config, Policy};
+use cads_apps::bg::{layout, Action, ActionKind, Counts, GraphParams, Layout};
+use serde::{Deserialize, Serialize};
 
 use super::options::{BgOptions, ConfigRecord};
-use super::record::{BgRecord, CacheCheck};
-use super::validate::{check_final, check_reads, Log, Nanos, UNKNOWN_END};
-use super::workload::{MemberChooser, Mix, Model, Outcome};
-use super::{Phase, Progress};
-use crate::cpu::CpuSample;
-use crate::deploy::{driver_store_calls, mark_driver_thread, redact, Deployment};
+use super::record::{BgRecord, BgRun, CacheCheck, Probe, SoarRecord};
+use super::validate::{check_final, check_reads, Log, UNKNOWN_END};
+use super::workload::{MemberChooser, Mix, Model, Outcome as ModelOutcome};
+use super::{soar, MAX_POOL};
+use crate::deploy::{driver_store_calls, Deployment};
 use crate::generator::{Discrete, Rng};
-use crate::ycsb::{
-    human_bytes, Keyspace, LatencySummary, PinnedBytes, StoreCalls, WriteBackRecord,
+use crate::harness::{
+    reported_kinds, AppNode, Benchmark, CommonOptions, Env, LatencySummary, Limit, Measured,
+    Outcome, Phase, PolicyRun, RunLog, Runner, Step, ThreadContext, Validated, Verified,
 };
 
-/// How often a run reports progress and samples pinned memory.
-const TICK: Duration = Duration::from_secs(1);
-/// How many errors a record describes.
-const ERRORS_SHOWN: usize = 10;
 /// How many mismatching cache keys a record describes.
 const EXAMPLES: usize = 10;
 
-/// What stays fixed for one policy's runs.
-pub(crate) struct RunContext<'a> {
-    pub opts: &'a BgOptions,
-    pub mix: &'a Mix,
-    pub graph: GraphParams,
-    pub policy: Policy,
-    pub store_url: &'a str,
-    pub store_pool: usize,
-    pub run: usize,
-    pub progress: &'a dyn Fn(Progress),
+/// BG with its options checked and its mix resolved.
+pub struct Bg {
+    pub(crate) opts: BgOptions,
+    pub(crate) mix: Mix,
 }
 
-impl RunContext<'_> {
-    fn report(&self, threads: usize, phase: Phase, done: u64, started: Instant, note: String) {
-        (self.progress)(Progress {
-            workload: self.mix.name.clone(),
-            policy: self.policy,
-            run: self.run,
-            threads,
-            phase,
-            done,
-            elapsed: started.elapsed(),
-            note,
-        });
-    }
-}
-
-/// A policy's deployment, its loaded graph and BG's model of it: what successive runs share.
-pub(crate) struct Bench<'a> {
-    ctx: &'a RunContext<'a>,
-    world: World<'a>,
-    /// Every member's counts in the data store when the next run begins.
-    base: Vec<Counts>,
-    /// Runs so far (each draws from its own seeds).
-    runs: u64,
-}
-
-/// What the benchmark threads share: the bench without its progress callback.
-struct World<'a> {
-    opts: &'a BgOptions,
-    dep: &'a Deployment,
+/// A policy's loaded graph, BG's model of it, and what its runs' threads share.
+pub struct LoadedGraph {
     layout: Box<dyn Layout>,
-    /// The framework without a cache over the same data store: the final checks read through it,
-    /// and `--broken` writes with it.
+    /// The framework without a cache over the same data store: the final checks read through
+    /// it, and `--broken` writes with it.
     store_only: Cads,
     model: Model,
     chooser: MemberChooser,
     kinds: Discrete<ActionKind>,
+    /// Every member's counts in the data store when the next run begins.
+    base: Vec<Counts>,
+    /// Members left out of writes since the load, after a write of theirs ended with an unknown
+    /// outcome.
+    frozen: BTreeSet<u32>,
 }
 
-/// One benchmark thread's results.
-struct ThreadResult {
-    /// Latency in µs of each completed action, by kind.
-    latencies: Vec<(ActionKind, u64)>,
-    failed: [u64; 7],
-    skipped: u64,
-    errors: Vec<String>,
-    log: Log,
-    cache_reads: u64,
-    cache_misses: u64,
-    finished: Instant,
+/// What BG's threads log: the counts read and changed, and the members frozen (a write of
+/// theirs ended with an unknown outcome, so their state is unknown to the model).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct BgLog {
+    counts: Log,
+    frozen: Vec<u32>,
 }
 
-impl World<'_> {
-    /// One thread issuing actions until `stop` or the deadline.
-    fn drive(
+impl RunLog for BgLog {
+    fn merge(&mut self, other: BgLog) {
+        self.counts.merge(other.counts);
+        self.frozen.extend(other.frozen);
+    }
+
+    fn written_documents(&self) -> u64 {
+        self.counts.written_documents()
+    }
+}
+
+/// One benchmark thread.
+pub struct Socialite {
+    rng: Rng,
+}
+
+impl Bg {
+    fn graph(&self) -> GraphParams {
+        self.opts.graph()
+    }
+
+    /// What `appnode` works with on the loaded graph (without the starting counts).
+    fn loaded(&self, run: &PolicyRun<'_>, dep: &Deployment, appnode: AppNode) -> LoadedGraph {
+        let graph = self.graph();
+        let owned = appnode.share(graph.members as usize);
+        LoadedGraph {
+            layout: layout(self.opts.layout, run.policy),
+            store_only: Cads::new(
+                dep.cads.store().clone(),
+                None,
+                Policy::DataStoreOnly,
+                Config::default(),
+            ),
+            model: Model::owning(&graph, owned.start as u32..owned.end as u32),
+            chooser: MemberChooser::new(self.opts.popularity, graph.members),
+            kinds: self.mix.chooser(),
+            base: Vec::new(),
+            frozen: BTreeSet::new(),
+        }
+    }
+
+    /// Compares every cache key of every member with what a read would fill it with from the
+    /// data store now (run it when no action is in flight, after write-back's drain).
+    fn check_cache(
         &self,
-        seed: u64,
-        epoch: Instant,
-        deadline: Instant,
-        stop: &AtomicBool,
-        done: &AtomicU64,
-    ) -> ThreadResult {
-        mark_driver_thread();
-        let mut rng = Rng::new(seed);
-        let writer = if self.opts.broken {
-            &self.store_only
-        } else {
-            &*self.dep.cads
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        loaded: &LoadedGraph,
+    ) -> Result<Option<CacheCheck>> {
+        let cads = &dep.cads;
+        let Some(client) = cads.cache() else {
+            return Ok(None);
         };
-        let now = || epoch.elapsed().as_nanos() as Nanos;
-        let mut out = ThreadResult {
-            latencies: Vec::new(),
-            failed: [0; 7],
-            skipped: 0,
-            errors: Vec::new(),
-            log: Log::default(),
-            cache_reads: 0,
-            cache_misses: 0,
-            finished: Instant::now(),
+        let started = Instant::now();
+        let mut check = CacheCheck {
+            invalidations_failed: cads.invalidations_failed(),
+            flushed_cmis: cads.flush_missed_cmis(),
+            ..CacheCheck::default()
         };
-        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-            let kind = self.kinds.next(&mut rng);
-            let Some(action) = self.model.pick(kind, &self.chooser, &mut rng) else {
-                out.skipped += 1;
-                continue;
-            };
-            let write = kind.is_write();
-            let calls = driver_store_calls();
-            let started = Instant::now();
-            let start = now();
-            let result = self
-                .layout
-                .perform(if write { writer } else { &self.dep.cads }, &action);
-            let end = now();
-            let micros = started.elapsed().as_micros().max(1) as u64;
-            match result {
-                Ok(_) if write => {
-                    out.latencies.push((kind, micros));
-                    out.log.write(&action, start, end);
-                    self.model.finish(&action, Outcome::Committed);
-                }
-                Ok(reads) => {
-                    out.latencies.push((kind, micros));
-                    out.log.reads(&reads, start, end);
-                    out.cache_reads += 1;
-                    out.cache_misses += u64::from(driver_store_calls() > calls);
-                }
-                Err(e) => {
-                    out.failed[kind.index()] += 1;
-                    if out.errors.len() < ERRORS_SHOWN {
-                        out.errors.push(format!("{}: {e}", kind.name()));
-                    }
-                    if write {
-                        // An aborted session wrote nothing anywhere; after any other failure the
-                        // write may or may not have reached the data store.
-                        let outcome = if matches!(e, cads::Error::Aborted) {
-                            Outcome::RolledBack
-                        } else {
-                            out.log.write(&action, start, UNKNOWN_END);
-                            Outcome::Unknown
-                        };
-                        self.model.finish(&action, outcome);
-                    }
+        for member in 0..self.graph().members {
+            let mut cached = Vec::new();
+            for key in loaded.layout.cache_keys(member) {
+                check.keys += 1;
+                if let Some(value) = client.get(&key).context("reading the cache back")? {
+                    cached.push((key, value));
                 }
             }
-            done.fetch_add(1, Ordering::Relaxed);
+            if cached.is_empty() {
+                continue;
+            }
+            check.cached += cached.len() as u64;
+            let fresh: HashMap<Vec<u8>, Vec<u8>> = loaded
+                .layout
+                .fresh_entries(&loaded.store_only, member)
+                .with_context(|| format!("reading member {member} from the data store"))?
+                .into_iter()
+                .collect();
+            for (key, value) in cached {
+                let want = fresh.get(&key);
+                if want.is_some_and(|w| loaded.layout.same_value(&key, &value, w)) {
+                    continue;
+                }
+                check.mismatches += 1;
+                if check.examples.len() < EXAMPLES {
+                    check.examples.push(format!(
+                        "{}: cached {:?}, the data store gives {:?}",
+                        String::from_utf8_lossy(&key),
+                        String::from_utf8_lossy(&value),
+                        want.map(|w| String::from_utf8_lossy(w).into_owned())
+                    ));
+                }
+            }
         }
-        out.finished = Instant::now();
-        out
+        run.report(
+            Phase::Verify,
+            check.keys,
+            None,
+            started,
+            format!(
+                "cache check: {} of {} keys cached, {} differ from the data store \
+                 (since the start: {} invalidations given up; {} CMIs marked missed flushed now)",
+                check.cached,
+                check.keys,
+                check.mismatches,
+                check.invalidations_failed,
+                check.flushed_cmis
+            ),
+        );
+        Ok(Some(check))
     }
 }
 
@@ -223,433 +218,291 @@ pub(crate) fn warm_cache(
     Ok(())
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
-}
+impl Benchmark for Bg {
+    const NAME: &'static str = "bg";
+    const UNIT: &'static str = "actions";
+    type Loaded = LoadedGraph;
+    type Thread = Socialite;
+    type Log = BgLog;
+    type Detail = BgRun;
+    type Config = ConfigRecord;
 
-impl<'a> Bench<'a> {
+    fn options(&self) -> &CommonOptions {
+        &self.opts.common
+    }
+
+    fn workload(&self) -> String {
+        self.mix.name.clone()
+    }
+
+    fn kinds(&self) -> Vec<(&'static str, f64)> {
+        ActionKind::ALL
+            .iter()
+            .map(|k| (k.abbreviation(), self.mix.percent[k.index()]))
+            .collect()
+    }
+
+    fn limit(&self) -> Limit {
+        Limit {
+            duration: Some(self.opts.duration),
+            operations: None,
+        }
+    }
+
+    fn store_options(&self) -> StoreOptions {
+        StoreOptions::default().with_pool_size(self.store_pool())
+    }
+
+    fn miss_collection(&self) -> &str {
+        cads_apps::bg::layout::documents::COLLECTION
+    }
+
     /// Loads the graph into the data store (the cache starts empty: fresh embedded CMIs, or
-    /// external ones emptied by the deployment); returns the bench and the load's seconds.
-    pub(crate) fn load(
-        ctx: &'a RunContext<'a>,
-        dep: &'a Deployment,
-        layout: Box<dyn Layout>,
-    ) -> Result<(Bench<'a>, f64)> {
+    /// external ones emptied by the deployment), and reads its counts back.
+    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<LoadedGraph> {
+        let graph = self.graph();
+        let layout = layout(self.opts.layout, run.policy);
         let started = Instant::now();
-        ctx.report(0, Phase::Load, 0, started, layout.describe());
+        run.report(Phase::Load, 0, None, started, layout.describe());
         layout
-            .load(&dep.cads, &ctx.graph)
+            .load(&dep.cads, &graph)
             .context("loading the social graph")?;
-        let load_s = started.elapsed().as_secs_f64();
-        ctx.report(
-            0,
-            Phase::Load,
-            u64::from(ctx.graph.members),
-            started,
-            "done".into(),
-        );
-        let store_only = Cads::new(
-            dep.cads.store().clone(),
-            None,
-            Policy::DataStoreOnly,
-            Config::default(),
-        );
-        let base = layout.stored_counts(store_only.store().as_ref(), &ctx.graph)?;
-        let bench = Bench {
-            ctx,
-            world: World {
-                opts: ctx.opts,
-                dep,
-                layout,
-                store_only,
-                model: Model::new(&ctx.graph),
-                chooser: MemberChooser::new(ctx.opts.popularity, ctx.graph.members),
-                kinds: ctx.mix.chooser(),
-            },
-            base,
-            runs: 0,
-        };
-        Ok((bench, load_s))
+        run.report(Phase::Load, u64::from(graph.members), None, started, "done");
+        let mut loaded = self.loaded(run, dep, AppNode::ALONE);
+        loaded.base = loaded
+            .layout
+            .stored_counts(loaded.store_only.store().as_ref(), &graph)?;
+        Ok(loaded)
+    }
+
+    /// The graph as AppNode `appnode` sees it: its writes stay among its share of the members
+    /// (its model owns them), so that no two AppNodes change one relationship. It does not
+    /// verify, so it has no counts to start from.
+    fn attach(
+        &self,
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        appnode: AppNode,
+    ) -> Result<LoadedGraph> {
+        Ok(self.loaded(run, dep, appnode))
     }
 
     /// Reads every member's profile, friends and invitations through the cache, so that runs
-    /// start warm (000 §3.3); returns its seconds.
-    pub(crate) fn warm(&self) -> Result<f64> {
+    /// start warm (000 §3.3).
+    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &LoadedGraph) -> Result<()> {
         let started = Instant::now();
-        let members = self.ctx.graph.members;
-        self.ctx.report(0, Phase::Warm, 0, started, String::new());
-        let threads = self.ctx.opts.threads.clamp(1, 8) as u32;
-        warm_cache(&*self.world.layout, &self.world.dep.cads, members, threads)?;
-        let warm_s = started.elapsed().as_secs_f64();
-        self.ctx
-            .report(0, Phase::Warm, u64::from(members), started, "done".into());
-        Ok(warm_s)
+        let members = self.graph().members;
+        run.report(Phase::Warm, 0, None, started, "");
+        let threads = self.opts.common.threads.clamp(1, 8) as u32;
+        warm_cache(&*loaded.layout, &dep.cads, members, threads)?;
+        run.report(Phase::Warm, u64::from(members), None, started, "done");
+        Ok(())
     }
 
-    /// A run on `threads` threads for the options' duration: the load generator, write-back's
-    /// drain, the validation of every read and the check of the data store's counts, which
-    /// become the next run's starting counts.
-    pub(crate) fn run(&mut self, threads: usize) -> Result<BgRecord> {
-        let ctx = self.ctx;
-        let opts = ctx.opts;
-        let dep = self.world.dep;
-        let cads = &dep.cads;
-        let write_back = ctx.policy == Policy::WriteBack;
-
-        dep.faults.reset_counts();
-        let trips_before = dep.cache_round_trips();
-        let keyspace_before = dep.keyspace();
-        let wb_before = cads.write_back_stats().snapshot();
-        let cpu_before = CpuSample::now();
-        let workers = write_back.then(|| Workers::start(cads.clone(), opts.workers));
-
-        let started = Instant::now();
-        let deadline = started + opts.duration;
-        let stop = AtomicBool::new(false);
-        let done = AtomicU64::new(0);
-        let mut pinned = PinnedBytes::default();
-        let mut applied_share = Vec::new();
-        let world = &self.world;
-        let results: Vec<ThreadResult> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (stop, done) = (&stop, &done);
-                    let seed = opts.seed
-                        ^ self.runs.wrapping_mul(0xD134_2543_DE82_EF95)
-                        ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    scope.spawn(move || world.drive(seed, started, deadline, stop, done))
-                })
-                .collect();
-            let (mut last_done, mut last_tick) = (0, started);
-            loop {
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                std::thread::sleep(TICK.min(deadline - now));
-                let (count, now) = (done.load(Ordering::Relaxed), Instant::now());
-                let rate = (count - last_done) as f64 / (now - last_tick).as_secs_f64();
-                (last_done, last_tick) = (count, now);
-                let mut note = format!("{rate:.0} actions/s");
-                if write_back {
-                    let bytes = cads.pinned_bytes();
-                    let seconds = started.elapsed().as_secs_f64();
-                    pinned.samples.push((seconds, bytes));
-                    let wb = cads.write_back_stats().snapshot().since(&wb_before);
-                    applied_share.push((seconds, wb.applied_share()));
-                    note.push_str(&format!(", pinned {}", human_bytes(bytes)));
-                }
-                ctx.report(threads, Phase::Run, count, started, note);
-            }
-            stop.store(true, Ordering::Relaxed);
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a benchmark thread panicked"))
-                .collect()
-        });
-        let finished = results
-            .iter()
-            .map(|r| r.finished)
-            .max()
-            .unwrap_or_else(Instant::now);
-        let elapsed = finished.duration_since(started).as_secs_f64();
-
-        // Counters at the end of the run, before the drain.
-        let calls = dep.faults.counts();
-        let cache_round_trips = dep.cache_round_trips() - trips_before;
-        let keyspace = keyspace_before.zip(dep.keyspace()).map(|(a, b)| Keyspace {
-            hits: b.0 - a.0,
-            misses: b.1 - a.1,
-        });
-        let wb_end = cads.write_back_stats().snapshot();
-        let cpu = cpu_before
-            .zip(CpuSample::now())
-            .map(|(a, b)| a.until(&b, elapsed));
-
-        let mut log = Log::default();
-        let mut histograms: Vec<Histogram<u64>> = (0..7).map(|_| histogram()).collect();
-        let mut all = histogram();
-        let mut failed = [0u64; 7];
-        let (mut skipped, mut cache_reads, mut cache_misses) = (0, 0, 0);
-        let mut errors = Vec::new();
-        for r in results {
-            for (kind, micros) in r.latencies {
-                histograms[kind.index()]
-                    .record(micros)
-                    .expect("within the histogram's bounds");
-                all.record(micros).expect("within the histogram's bounds");
-            }
-            for (total, f) in failed.iter_mut().zip(r.failed) {
-                *total += f;
-            }
-            skipped += r.skipped;
-            cache_reads += r.cache_reads;
-            cache_misses += r.cache_misses;
-            errors.extend(r.errors);
-            log.merge(r.log);
-        }
-        errors.truncate(ERRORS_SHOWN);
-
-        let write_back_record = match workers {
-            Some(workers) => {
-                pinned.end = cads.pinned_bytes();
-                workers.stop();
-                let mut record = self.drain(threads, &log, wb_before, wb_end, pinned)?;
-                record.applied_share_samples = applied_share;
-                Some(record)
-            }
-            None => None,
-        };
-
-        let verify_started = Instant::now();
-        ctx.report(
-            threads,
-            Phase::Verify,
-            0,
-            verify_started,
-            format!(
-                "{} count reads, {} count changes",
-                log.reads.len(),
-                log.writes.len()
+    fn thread(&self, _loaded: &LoadedGraph, ctx: &ThreadContext) -> Socialite {
+        Socialite {
+            rng: Rng::new(
+                ctx.seed
+                    ^ ctx.run_on_load.wrapping_mul(0xD134_2543_DE82_EF95)
+                    ^ (ctx.index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             ),
-        );
-        let reads = check_reads(&log, &self.base);
-        let stored = self
-            .world
-            .layout
-            .stored_counts(self.world.store_only.store().as_ref(), &ctx.graph)?;
-        let lost = check_final(&log, &self.base, &stored);
-        self.base = stored;
-        self.runs += 1;
-        ctx.report(
-            threads,
-            Phase::Verify,
-            reads.reads,
-            verify_started,
-            format!(
-                "{} stale reads, {} members with lost writes",
-                reads.stale, lost.wrong
-            ),
-        );
-
-        let actions = all.len();
-        let failures: u64 = failed.iter().sum();
-        let satisfied = all.count_between(0, opts.sla.latency.as_micros() as u64) as f64
-            / (actions + failures).max(1) as f64;
-        let stale_share = reads.stale as f64 / reads.reads.max(1) as f64;
-        let mut latency_us = BTreeMap::new();
-        let mut failed_by_action = BTreeMap::new();
-        for kind in ActionKind::ALL {
-            if ctx.mix.percent[kind.index()] > 0.0 {
-                let name = kind.abbreviation().to_string();
-                latency_us.insert(name.clone(), LatencySummary::of(&histograms[kind.index()]));
-                failed_by_action.insert(name, failed[kind.index()]);
-            }
         }
-        let has_cache = cads.cache().is_some();
-        Ok(BgRecord {
-            benchmark: "bg",
-            workload: ctx.mix.name.clone(),
-            policy: ctx.policy.name().to_string(),
-            store: redact(ctx.store_url),
-            layout: opts.layout.name().to_string(),
-            run: ctx.run,
-            threads,
-            elapsed_s: elapsed,
-            actions,
-            failed: failures,
-            skipped,
-            throughput: actions as f64 / elapsed.max(1e-9),
-            latency_us,
-            latency_all_us: LatencySummary::of(&all),
-            failed_by_action,
-            errors,
-            satisfied,
-            stale_share,
-            meets_sla: opts.sla.met_by(satisfied, stale_share),
-            hit_ratio: (has_cache && cache_reads > 0)
-                .then(|| 1.0 - cache_misses as f64 / cache_reads as f64),
+    }
+
+    fn operate(
+        &self,
+        loaded: &LoadedGraph,
+        t: &mut Socialite,
+        log: &mut BgLog,
+        env: &Env<'_>,
+    ) -> Step {
+        let kind = loaded.kinds.next(&mut t.rng);
+        let step = |outcome, cache_reads, cache_misses| Step {
+            kind: kind.index(),
+            outcome,
             cache_reads,
             cache_misses,
-            keyspace,
-            reads: reads.reads,
-            stale_reads: reads.stale,
-            stale_examples: reads.examples,
-            lost_writes: lost.wrong,
-            lost_examples: lost.examples,
-            frozen_members: self.world.model.frozen(),
-            cache_check: None,
-            store_calls: StoreCalls {
-                reads: calls.reads,
-                writes: calls.writes,
-                transactions: calls.transactions,
-                per_operation: (calls.reads + calls.writes + calls.transactions) as f64
-                    / actions.max(1) as f64,
-            },
-            cache_round_trips,
-            cpu,
-            load_s: 0.0,
-            warm_s: None,
-            write_back: write_back_record,
-            soar: None,
-            config: self.config_record(threads),
-        })
+        };
+        let Some(action) = loaded.model.pick(kind, &loaded.chooser, &mut t.rng) else {
+            return step(Outcome::Skipped, 0, 0);
+        };
+        let write = kind.is_write();
+        let cads = if write && self.opts.broken {
+            &loaded.store_only
+        } else {
+            env.cads
+        };
+        let calls = driver_store_calls();
+        let start = env.clock.now();
+        let result = loaded.layout.perform(cads, &action);
+        let end = env.clock.now();
+        match result {
+            Ok(_) if write => {
+                log.counts.write(&action, start, end);
+                loaded.model.finish(&action, ModelOutcome::Committed);
+                step(Outcome::Done, 0, 0)
+            }
+            Ok(reads) => {
+                log.counts.reads(&reads, start, end);
+                let missed = u64::from(driver_store_calls() > calls);
+                step(Outcome::Done, 1, missed)
+            }
+            Err(e) => {
+                if write {
+                    // An aborted session wrote nothing anywhere; after any other failure the
+                    // write may or may not have reached the data store.
+                    let outcome = if matches!(e, cads::Error::Aborted) {
+                        ModelOutcome::RolledBack
+                    } else {
+                        log.counts.write(&action, start, UNKNOWN_END);
+                        let (a, b) = action.pair().expect("a write action");
+                        log.frozen.extend([a, b]);
+                        ModelOutcome::Unknown
+                    };
+                    loaded.model.finish(&action, outcome);
+                }
+                step(Outcome::Failed(format!("{}: {e}", kind.name())), 0, 0)
+            }
+        }
     }
 
-    /// Write-back after a run: counts what the stopped workers left buffered, applies all of it
-    /// (new workers and this thread), and describes the run's buffering.
-    fn drain(
+    /// Every count read against the writes, and the data store's counts against the counts
+    /// before the run plus every acknowledged write; those become the next run's starting
+    /// counts.
+    fn verify(
         &self,
-        threads: usize,
-        log: &Log,
-        before: cads::WriteBackCounts,
-        end: cads::WriteBackCounts,
-        mut pinned: PinnedBytes,
-    ) -> Result<WriteBackRecord> {
-        let cads = &self.world.dep.cads;
-        let opts = self.ctx.opts;
-        let left: HashSet<_> = cads::writeback::pending(cads)
-            .context("listing the buffered writes left after the run")?
-            .into_iter()
-            .collect();
+        run: &PolicyRun<'_>,
+        _dep: &Deployment,
+        loaded: &mut LoadedGraph,
+        measured: &Measured<BgLog>,
+    ) -> Result<Verified<BgRun>> {
+        let node = &measured.node;
+        let log = &node.log.counts;
+        loaded.frozen.extend(&node.log.frozen);
         let started = Instant::now();
-        let note = format!("{} members with buffered writes", left.len());
-        self.ctx.report(threads, Phase::Drain, 0, started, note);
-        let drainer = Workers::start(cads.clone(), opts.workers);
-        drainer
-            .drain(opts.drain_timeout)
-            .context("draining write-back's buffered writes")?;
-        drainer.stop();
-        let drain_s = started.elapsed().as_secs_f64();
-        self.ctx.report(
-            threads,
-            Phase::Drain,
-            left.len() as u64,
-            started,
-            "done".into(),
+        let note = format!(
+            "{} count reads, {} count changes",
+            log.reads.len(),
+            log.writes.len()
         );
+        run.report(Phase::Verify, 0, None, started, note);
+        let reads = check_reads(log, &loaded.base);
+        let stored = loaded
+            .layout
+            .stored_counts(loaded.store_only.store().as_ref(), &self.graph())?;
+        let lost = check_final(log, &loaded.base, &stored);
+        loaded.base = stored;
+        let note = format!(
+            "{} stale reads, {} members with lost writes",
+            reads.stale, lost.wrong
+        );
+        run.report(Phase::Verify, reads.reads, None, started, note);
 
-        let written: HashSet<u32> = log.writes.iter().map(|w| w.member).collect();
-        let run = end.since(&before);
-        let samples: Vec<u64> = pinned.samples.iter().map(|s| s.1).collect();
-        pinned.max = samples.iter().copied().max().unwrap_or(0);
-        pinned.mean = samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64;
-        Ok(WriteBackRecord {
-            workers: opts.workers,
-            buffered_ops: run.buffered,
-            applied_ops: run.applied_ops,
-            applied_writes: run.applied_writes,
-            applied_share: run.applied_share(),
-            written_documents: written.len() as u64,
-            pending_documents: left.len() as u64,
-            documents_applied_share: 1.0 - left.len() as f64 / written.len().max(1) as f64,
-            fallbacks: run.fallbacks,
-            conversions: run.conversions,
-            pinned_bytes: pinned,
-            applied_share_samples: Vec::new(),
-            drain_s,
+        let all = node.all_latencies();
+        let actions = all.len();
+        let failures: u64 = node.failed.iter().sum();
+        let sla = &self.opts.sla;
+        let satisfied = all.count_between(0, sla.latency.as_micros() as u64) as f64
+            / (actions + failures).max(1) as f64;
+        let stale_share = reads.stale as f64 / reads.reads.max(1) as f64;
+        Ok(Verified {
+            detail: BgRun {
+                layout: self.opts.layout.name().to_string(),
+                actions,
+                skipped: node.skipped,
+                latency_all_us: LatencySummary::of(&all),
+                failed_by_action: reported_kinds(self, node)
+                    .into_iter()
+                    .map(|(i, name)| (name.to_string(), node.failed[i]))
+                    .collect(),
+                satisfied,
+                stale_share,
+                meets_sla: sla.met_by(satisfied, stale_share),
+                validated: Validated {
+                    cache_reads: node.cache_reads,
+                    cache_misses: node.cache_misses,
+                    reads: reads.reads,
+                    stale_examples: reads.examples,
+                    lost_writes: lost.wrong,
+                    lost_examples: lost.examples,
+                },
+                frozen_members: loaded.frozen.len(),
+                cache_check: None,
+                soar: None,
+            },
+            stale_reads: reads.stale,
+            operations: actions,
         })
     }
 
-    /// Compares every cache key of every member with what a read would fill it with from the
-    /// data store now (run it when no action is in flight, after write-back's drain).
-    pub(crate) fn check_cache(&self) -> Result<Option<CacheCheck>> {
-        let cads = &self.world.dep.cads;
-        let Some(client) = cads.cache() else {
-            return Ok(None);
-        };
-        let started = Instant::now();
-        let mut check = CacheCheck {
-            invalidations_failed: cads.invalidations_failed(),
-            flushed_cmis: cads.flush_missed_cmis(),
-            ..CacheCheck::default()
-        };
-        for member in 0..self.ctx.graph.members {
-            let mut cached = Vec::new();
-            for key in self.world.layout.cache_keys(member) {
-                check.keys += 1;
-                if let Some(value) = client.get(&key).context("reading the cache back")? {
-                    cached.push((key, value));
-                }
-            }
-            if cached.is_empty() {
-                continue;
-            }
-            check.cached += cached.len() as u64;
-            let fresh: HashMap<Vec<u8>, Vec<u8>> = self
-                .world
-                .layout
-                .fresh_entries(&self.world.store_only, member)
-                .with_context(|| format!("reading member {member} from the data store"))?
-                .into_iter()
-                .collect();
-            for (key, value) in cached {
-                let want = fresh.get(&key);
-                if want.is_some_and(|w| self.world.layout.same_value(&key, &value, w)) {
-                    continue;
-                }
-                check.mismatches += 1;
-                if check.examples.len() < EXAMPLES {
-                    check.examples.push(format!(
-                        "{}: cached {:?}, the data store gives {:?}",
-                        String::from_utf8_lossy(&key),
-                        String::from_utf8_lossy(&value),
-                        want.map(|w| String::from_utf8_lossy(w).into_owned())
-                    ));
-                }
-            }
+    fn config(&self, loaded: &LoadedGraph, _threads: usize) -> ConfigRecord {
+        let o = &self.opts;
+        let graph = self.graph();
+        ConfigRecord {
+            mix: self.mix.clone(),
+            layout: o.layout.name().to_string(),
+            layout_description: loaded.layout.describe(),
+            members: graph.members,
+            friends: graph.friends,
+            pending: graph.pending,
+            popularity: o.popularity,
+            duration_s: o.duration.as_secs_f64(),
+            sla: o.soar.then_some(o.sla),
+            store_pool: self.store_pool(),
+            broken: o.broken,
         }
-        self.ctx.report(
-            0,
-            Phase::Verify,
-            check.keys,
-            started,
-            format!(
-                "cache check: {} of {} keys cached, {} differ from the data store \
-                 (since the start: {} invalidations given up; {} CMIs marked missed flushed now)",
-                check.cached,
-                check.keys,
-                check.mismatches,
-                check.invalidations_failed,
-                check.flushed_cmis
-            ),
-        );
-        Ok(Some(check))
     }
 
-    fn config_record(&self, threads: usize) -> ConfigRecord {
-        let opts = self.ctx.opts;
-        let cads = &self.world.dep.cads;
-        let has_cache = cads.cache().is_some();
-        ConfigRecord {
-            mix: self.ctx.mix.clone(),
-            layout: opts.layout.name().to_string(),
-            layout_description: self.world.layout.describe(),
-            members: self.ctx.graph.members,
-            friends: self.ctx.graph.friends,
-            pending: self.ctx.graph.pending,
-            popularity: opts.popularity,
-            threads,
-            duration_s: opts.duration.as_secs_f64(),
-            sla: opts.soar.then_some(opts.sla),
-            workers: opts.workers,
-            write_back_replicas: cads
-                .config()
-                .write_back
-                .replicas
-                .min(cads.cache().map_or(0, |c| c.cmis())),
-            write_back_partitions: cads.config().write_back.partitions,
-            warm: opts.warm && has_cache,
-            cache: if has_cache {
-                opts.cache.describe()
-            } else {
-                "none".into()
-            },
-            cmi_maxmemory: opts.cmi.maxmemory.clone(),
-            cmi_max_pinned_memory: opts.cmi.max_pinned_memory.clone(),
-            store_pool: self.ctx.store_pool,
-            seed: opts.seed,
-            broken: opts.broken,
+    /// A run on `--threads` threads, or with `--soar` the search: its record is the run at the
+    /// SoAR's thread count (or the first, if none met the SLA), with every probe in `soar`.
+    fn runs(&self, runner: &mut Runner<'_, Self>) -> Result<BgRecord> {
+        let o = &self.opts;
+        if !o.soar {
+            return runner.run(o.common.threads);
         }
+        let search = soar::search(
+            o.soar_start,
+            o.max_threads,
+            |threads| runner.run(threads),
+            |r| r.detail.meets_sla,
+        )?;
+        let probes: Vec<Probe> = search.runs.iter().map(|(_, r)| r.probe()).collect();
+        let best = probes
+            .iter()
+            .filter(|p| p.meets_sla)
+            .max_by(|a, b| a.throughput.total_cmp(&b.throughput));
+        let soar = SoarRecord {
+            sla: o.sla,
+            soar: search.best.map_or(0.0, |i| probes[i].throughput),
+            socialites: search.best.map_or(0, |i| probes[i].threads),
+            best_throughput: best.map_or(0.0, |p| p.throughput),
+            best_threads: best.map_or(0, |p| p.threads),
+            bounded: search.bounded,
+            probes,
+        };
+        let mut runs = search.runs;
+        let mut record = runs.swap_remove(search.best.unwrap_or(0)).1;
+        record.detail.soar = Some(soar);
+        Ok(record)
+    }
+
+    /// The cache against the data store, after the policy's last run.
+    fn after_runs(
+        &self,
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        loaded: &LoadedGraph,
+        record: &mut BgRecord,
+    ) -> Result<()> {
+        record.detail.cache_check = self.check_cache(run, dep, loaded)?;
+        Ok(())
+    }
+}
+
+impl Bg {
+    /// Connections of the data store's pool: the threads of a single run, or the most a search
+    /// may use, and the workers; at most [`MAX_POOL`].
+    fn store_pool(&self) -> usize {
+        (self.opts.peak_threads() + self.opts.common.workers + 4).min(MAX_POOL)
     }
 }

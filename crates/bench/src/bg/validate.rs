@@ -14,17 +14,18 @@
 
 use std::collections::HashMap;
 
-use cads_example_bg::{Action, Count, CountRead, Counts};
-use serde::Serialize;
+use cads_apps::bg::{Action, Count, CountRead, Counts};
+use serde::{Deserialize, Serialize};
 
-/// Nanoseconds since the run began.
-pub type Nanos = u64;
+use crate::harness::{LoggedWrite, ReadWriteLog};
+
+pub use crate::harness::Nanos;
 
 /// `end` of a write whose outcome is unknown.
 pub const UNKNOWN_END: Nanos = Nanos::MAX;
 
 /// A count a read action showed.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct ReadRecord {
     /// What was read.
     pub read: CountRead,
@@ -35,7 +36,7 @@ pub struct ReadRecord {
 }
 
 /// A change a write action made (or may have made) to one count.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct WriteRecord {
     /// Whose count.
     pub member: u32,
@@ -49,14 +50,14 @@ pub struct WriteRecord {
     pub end: Nanos,
 }
 
-/// The reads and writes of a run (each thread keeps one; they are merged at the end).
-#[derive(Debug, Default)]
-pub struct Log {
-    /// Counts read.
-    pub reads: Vec<ReadRecord>,
-    /// Counts changed.
-    pub writes: Vec<WriteRecord>,
+impl LoggedWrite for WriteRecord {
+    fn document(&self) -> u64 {
+        u64::from(self.member)
+    }
 }
+
+/// The counts a run read and the changes it made to them.
+pub type Log = ReadWriteLog<ReadRecord, WriteRecord>;
 
 impl Log {
     /// Logs the counts one read action showed.
@@ -75,12 +76,6 @@ impl Log {
                 start,
                 end,
             }));
-    }
-
-    /// Appends another thread's log.
-    pub fn merge(&mut self, other: Log) {
-        self.reads.extend(other.reads);
-        self.writes.extend(other.writes);
     }
 }
 

@@ -2,10 +2,11 @@
 //! of relationships that keeps every write action valid.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{bail, Result};
-use cads_example_bg::{Action, ActionKind, GraphParams};
+use cads_apps::bg::{Action, ActionKind, GraphParams};
 use serde::Serialize;
 
 use crate::generator::{Discrete, Rng};
@@ -181,8 +182,14 @@ pub enum Outcome {
 /// BG's in-memory model of relationships: which pairs are friends and which invitations are
 /// pending, so that write actions are valid, and which members are being written, so that two
 /// threads never write the same member at once (BG locks the members of an action).
+///
+/// A model may own only some members (an AppNode's share, as BG gives each BGClient its own
+/// members): it then writes only pairs of its own members, so that the models of several
+/// processes never disagree about a relationship, while reads go to any member.
 pub struct Model {
     state: Mutex<ModelState>,
+    /// The members its writes may involve.
+    owned: Range<u32>,
 }
 
 struct ModelState {
@@ -200,8 +207,13 @@ struct ModelState {
 const PICK_ATTEMPTS: usize = 64;
 
 impl Model {
-    /// The model of a freshly loaded graph.
+    /// The model of a freshly loaded graph, owning every member.
     pub fn new(graph: &GraphParams) -> Model {
+        Model::owning(graph, 0..graph.members)
+    }
+
+    /// The model of a freshly loaded graph whose writes involve only the members `owned`.
+    pub fn owning(graph: &GraphParams, owned: Range<u32>) -> Model {
         let n = graph.members as usize;
         let mut state = ModelState {
             friends: vec![BTreeSet::new(); n],
@@ -220,6 +232,7 @@ impl Model {
         }
         Model {
             state: Mutex::new(state),
+            owned,
         }
     }
 
@@ -255,9 +268,11 @@ impl Model {
             _ => {}
         }
         let mut state = self.lock();
+        let free =
+            |state: &ModelState, member: u32| self.owned.contains(&member) && state.free(member);
         for _ in 0..PICK_ATTEMPTS {
             let me = chooser.next(rng);
-            if !state.free(me) {
+            if !free(&state, me) {
                 continue;
             }
             let mine = me as usize;
@@ -304,7 +319,7 @@ impl Model {
                 }
             };
             let (a, b) = action.pair().expect("a write action");
-            if !state.free(a) || !state.free(b) {
+            if !free(&state, a) || !free(&state, b) {
                 continue;
             }
             state.busy[a as usize] = true;
@@ -452,5 +467,32 @@ mod tests {
                 model.finish(&a, Outcome::RolledBack);
             }
         }
+    }
+
+    #[test]
+    fn a_model_owning_some_members_writes_only_pairs_of_them() {
+        let g = GraphParams::default();
+        let owned = 500..1000;
+        let model = Model::owning(&g, owned.clone());
+        let chooser = MemberChooser::new(Popularity::BG, g.members);
+        let mut rng = Rng::new(11);
+        let mut writes = 0;
+        for kind in ActionKind::ALL.into_iter().filter(|k| k.is_write()) {
+            for _ in 0..100 {
+                if let Some(action) = model.pick(kind, &chooser, &mut rng) {
+                    let (a, b) = action.pair().unwrap();
+                    assert!(owned.contains(&a) && owned.contains(&b), "{action:?}");
+                    model.finish(&action, Outcome::Committed);
+                    writes += 1;
+                }
+            }
+        }
+        assert!(writes > 100, "{writes} writes");
+        // Reads go to any member.
+        let reads = (0..200)
+            .filter_map(|_| model.pick(ActionKind::ListFriends, &chooser, &mut rng))
+            .filter(|a| matches!(a, Action::ListFriends { member } if *member < 500))
+            .count();
+        assert!(reads > 0);
     }
 }

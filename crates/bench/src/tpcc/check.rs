@@ -4,9 +4,8 @@
 use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context, Result};
+use cads::store::{Isolation, SqlStore, SqlTransaction};
 use cads::Cads;
-use cads_protocol::{Command, Reply};
-use cads_store::{Isolation, SqlStore, SqlTransaction};
 use serde::Serialize;
 
 use super::cache::Db;
@@ -59,7 +58,7 @@ type OrderId = (u32, u32, u32);
 fn query<T>(
     tx: &mut dyn SqlTransaction,
     sql: &str,
-    mut each: impl FnMut(&cads_store::Row) -> cads_store::Result<T>,
+    mut each: impl FnMut(&cads::store::Row) -> cads::store::Result<T>,
 ) -> Result<Vec<T>> {
     tx.query(sql, &[])
         .with_context(|| format!("consistency check: {sql}"))?
@@ -367,41 +366,6 @@ pub struct CacheComparison {
     pub examples: Vec<String>,
 }
 
-/// Plain MGET of `keys` (no leases), one command per CMI, all sent at once.
-fn cached_values(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
-    let client = cads.cache().expect("a policy with a cache");
-    let mut by_cmi: Vec<Vec<usize>> = vec![Vec::new(); client.cmis()];
-    for (i, key) in keys.iter().enumerate() {
-        by_cmi[client.route(key)].push(i);
-    }
-    let groups: Vec<(usize, Vec<&[u8]>)> = by_cmi
-        .iter()
-        .enumerate()
-        .filter(|(_, idx)| !idx.is_empty())
-        .map(|(cmi, idx)| (cmi, idx.iter().map(|&i| keys[i].as_slice()).collect()))
-        .collect();
-    let commands: Vec<(usize, Command<'_>)> = groups
-        .iter()
-        .map(|(cmi, ks)| (*cmi, Command::MGet(ks)))
-        .collect();
-    let mut values = vec![None; keys.len()];
-    for (reply, (cmi, _)) in client.execute_many(&commands).into_iter().zip(&groups) {
-        let cmi = *cmi;
-        match reply.with_context(|| format!("MGET on CMI {cmi}"))? {
-            Reply::Array(items) => {
-                for (item, &i) in items.into_iter().zip(&by_cmi[cmi]) {
-                    values[i] = match item {
-                        Reply::Bulk(b) => Some(b.into_owned()),
-                        _ => None,
-                    };
-                }
-            }
-            other => anyhow::bail!("MGET on CMI {cmi}: unexpected reply {other:?}"),
-        }
-    }
-    Ok(values)
-}
-
 /// Compares every entry of `batches` that the cache of `cached` holds with the entry computed
 /// from the data store (through `plain`, the data store alone). Run it when nothing is in
 /// flight and write-back has drained.
@@ -416,8 +380,12 @@ pub fn compare_cache(
         let expected = plain
             .run(|s| batch.read(s, db))
             .with_context(|| format!("reading {batch:?} from the data store"))?;
-        let keys: Vec<Vec<u8>> = expected.iter().map(|(k, _)| k.clone()).collect();
-        let values = cached_values(cached, &keys)?;
+        let keys: Vec<&[u8]> = expected.iter().map(|(k, _)| k.as_slice()).collect();
+        let values = cached
+            .cache()
+            .expect("a policy with a cache")
+            .get_many(&keys)
+            .with_context(|| format!("reading {batch:?} from the cache"))?;
         for ((key, want), got) in expected.iter().zip(values) {
             out.keys += 1;
             let Some(got) = got else { continue };

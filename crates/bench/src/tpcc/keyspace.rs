@@ -1,16 +1,16 @@
 //! Every cache entry of a TPC-C database, in batches: what the warm-up reads through the cache
 //! and what the final check compares with the data store.
 
+use cads::store::SqlStore;
 use cads::{CacheStore, Session};
-use cads_store::SqlStore;
 
 use super::cache::{
     CustomersByName, Db, LastOrders, LastOrdersQuery, NamesQuery, OldestNewOrders, OldestQuery,
     Orders, OrdersQuery, RecentLines, Rows, RowsQuery,
 };
-use super::options::DISTRICTS;
 use super::random::last_name;
 use super::rows::{Customer, District, Item, RowExt, RowId, Stock, Warehouse};
+use super::DISTRICTS;
 
 /// Rows per batch (orders carry their lines: fewer of them).
 const BATCH: u32 = 500;
@@ -99,9 +99,9 @@ pub fn next_order_ids(
     store: &dyn SqlStore,
     db: &Db,
     warehouses: u32,
-) -> cads_store::Result<Vec<Vec<u32>>> {
+) -> cads::store::Result<Vec<Vec<u32>>> {
     let mut next = vec![vec![0; DISTRICTS as usize]; warehouses as usize];
-    let mut tx = store.begin_read(cads_store::Isolation::ReadCommitted)?;
+    let mut tx = store.begin_read(cads::store::Isolation::ReadCommitted)?;
     let sql = format!(
         "SELECT d_w_id, d_id, d_next_o_id FROM {}",
         db.tables.district

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use cads_store::{DataStore, Isolation, SqlTransaction, SqlValue};
+use cads::store::{DataStore, Isolation, SqlTransaction, SqlValue};
 
-use super::options::{Scale, DISTRICTS};
 use super::random::{
     alphanumeric, data_with_original, last_name, numeric, nurand, permutation, uniform, zip,
     C_LAST_LOAD,
@@ -18,6 +17,7 @@ use super::rows::{
     Stock, Warehouse,
 };
 use super::schema::Tables;
+use super::{Scale, DISTRICTS};
 use crate::generator::Rng;
 
 /// Parameters per INSERT statement at most (PostgreSQL allows 65,535, SQLite 32,766).

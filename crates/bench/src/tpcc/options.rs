@@ -1,87 +1,12 @@
 //! The options of a TPC-C benchmark, spelled as `cads bench tpcc` spells its flags.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use cads::Policy;
+use cads_apps::tpcc::Scale;
 use serde::Serialize;
 
-use crate::deploy::{CacheSpec, CmiSettings};
-
-/// The size of a warehouse. ITEM is shared by all warehouses; every other table scales with
-/// them (benchmarks.md Part B §3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Scale {
-    /// Rows of ITEM, and of STOCK per warehouse (100,000 in the specification).
-    pub items: u32,
-    /// Customers per district, and the orders loaded per district (3,000).
-    pub customers_per_district: u32,
-}
-
-/// Districts per warehouse (fixed by the specification).
-pub const DISTRICTS: u32 = 10;
-
-impl Scale {
-    /// The specification's cardinalities (clause 1.2, 4.3).
-    pub const SPEC: Scale = Scale {
-        items: 100_000,
-        customers_per_district: 3_000,
-    };
-
-    /// A hundredth of the items and customers, for tests: 1,000 items, 30 customers per district
-    /// (the loaded orders, new orders and history scale along).
-    pub const HUNDREDTH: Scale = Scale {
-        items: 1_000,
-        customers_per_district: 30,
-    };
-
-    /// `spec` or `hundredth`.
-    pub fn parse(name: &str) -> Result<Scale> {
-        match name {
-            "spec" | "paper" => Ok(Scale::SPEC),
-            "hundredth" | "small" => Ok(Scale::HUNDREDTH),
-            other => bail!("unknown scale {other:?} (use spec or hundredth)"),
-        }
-    }
-
-    /// Its name on the command line.
-    pub fn name(&self) -> String {
-        match *self {
-            Scale::SPEC => "spec".into(),
-            Scale::HUNDREDTH => "hundredth".into(),
-            s => format!("{}-items-{}-customers", s.items, s.customers_per_district),
-        }
-    }
-
-    /// Orders loaded per district: one per customer.
-    pub fn orders_per_district(&self) -> u32 {
-        self.customers_per_district
-    }
-
-    /// The first undelivered order loaded in each district: the last 30% are new orders
-    /// (2101 of 3000 in the specification).
-    pub fn first_new_order(&self) -> u32 {
-        self.orders_per_district() - self.orders_per_district() * 3 / 10 + 1
-    }
-
-    /// Delivered orders loaded per district (2100).
-    pub fn delivered_per_district(&self) -> u32 {
-        self.first_new_order() - 1
-    }
-
-    /// The largest last-name number drawn at run time: 999, or fewer when a district has fewer
-    /// than 1,000 customers, whose names are then exactly `0..customers` (clause 4.3.3.1 names
-    /// the first 1,000 customers of a district after their id).
-    pub fn last_name_max(&self) -> u32 {
-        self.customers_per_district.min(1000) - 1
-    }
-
-    /// An item id that no row has, for New-Order's 1% rollback (clause 2.4.1.4).
-    pub fn unused_item(&self) -> u32 {
-        self.items + 1
-    }
-}
+use crate::harness::CommonOptions;
 
 /// The mix of transactions, in percent (BenchBase's `<weights>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -153,34 +78,19 @@ impl Mix {
 /// size on SQLite with two embedded CMIs, every policy in turn, 8 terminals for 30 s.
 #[derive(Clone, Debug)]
 pub struct TpccOptions {
-    /// `--policy`: the policies to run, each in turn.
-    pub policies: Vec<Policy>,
-    /// `--store`: a data-store URL; `None`: a SQLite file in a temporary directory.
-    pub store: Option<String>,
-    /// `--cache`: `embedded:N` (default `embedded:2`) or CMI addresses.
-    pub cache: CacheSpec,
-    /// Settings of embedded CMIs.
-    pub cmi: CmiSettings,
+    /// What every benchmark has: policies, store, cache, threads (terminals, spread evenly over
+    /// the warehouses, each owning a range of districts, as BenchBase does), workers, warm-up
+    /// (every row and per-district entry read through the cache, 003 §4.3), repeats, seed (the
+    /// loader's and the terminals' generators), ...
+    pub common: CommonOptions,
     /// `--warehouses` (1).
     pub warehouses: u32,
     /// `--scale spec|hundredth`.
     pub scale: Scale,
-    /// `--threads`: terminals, spread evenly over the warehouses, each owning a range of
-    /// districts (BenchBase).
-    pub threads: usize,
     /// `--duration`: the measured interval.
     pub duration: Duration,
     /// `--mix`: transaction weights.
     pub mix: Mix,
-    /// `--warm`: read every row and per-district entry through the cache before the run, so it
-    /// starts at a 100% hit rate (003 §4.3). Default on.
-    pub warm: bool,
-    /// `--workers`: write-back's background workers.
-    pub workers: usize,
-    /// `--repeat`: runs of each policy, the policies interleaved.
-    pub repeat: usize,
-    /// `--seed`: the loader's and the terminals' generators.
-    pub seed: u64,
     /// `--prefix`: table name prefix (tests use their own, so they can share a database).
     pub prefix: String,
     /// `--keep-data`: load the database once, before the first run; later runs go on with the
@@ -189,10 +99,6 @@ pub struct TpccOptions {
     pub keep_data: bool,
     /// `--load-threads`: threads inserting the initial database.
     pub load_threads: usize,
-    /// `--drain-timeout`: how long write-back's drain may take after the run.
-    pub drain_timeout: Duration,
-    /// `--json FILE`: every run record in one JSON array, rewritten after each run.
-    pub json: Option<PathBuf>,
     /// Test hook: Payments also change W_YTD in the data store behind the framework's back, so
     /// the cached warehouse goes stale and condition 1 breaks (shows the checks at work).
     #[doc(hidden)]
@@ -202,29 +108,18 @@ pub struct TpccOptions {
 impl Default for TpccOptions {
     fn default() -> Self {
         TpccOptions {
-            policies: vec![
-                Policy::DataStoreOnly,
-                Policy::WriteAround,
-                Policy::WriteThrough,
-                Policy::WriteBack,
-            ],
-            store: None,
-            cache: CacheSpec::default(),
-            cmi: CmiSettings::default(),
+            common: CommonOptions {
+                workers: 2,
+                seed: 0x007A_C00C,
+                ..CommonOptions::default()
+            },
             warehouses: 1,
             scale: Scale::SPEC,
-            threads: 8,
             duration: Duration::from_secs(30),
             mix: Mix::default(),
-            warm: true,
-            workers: 2,
-            repeat: 1,
-            seed: 0x007A_C00C,
             prefix: "tpcc_".into(),
             keep_data: false,
             load_threads: 4,
-            drain_timeout: Duration::from_secs(600),
-            json: None,
             sabotage: false,
         }
     }
@@ -233,17 +128,9 @@ impl Default for TpccOptions {
 impl TpccOptions {
     /// Checks the options.
     pub fn check(&self) -> Result<()> {
-        if self.policies.is_empty() {
-            bail!("--policy: give at least one policy");
-        }
+        self.common.check(usize::MAX)?;
         if self.warehouses == 0 {
             bail!("--warehouses must be at least 1");
-        }
-        if self.threads == 0 {
-            bail!("--threads must be at least 1");
-        }
-        if self.repeat == 0 {
-            bail!("--repeat must be at least 1");
         }
         if self.scale.items < 15 || self.scale.customers_per_district < 10 {
             bail!("the scale needs at least 15 items and 10 customers per district");
@@ -268,24 +155,17 @@ impl TpccOptions {
     }
 }
 
-/// The options as recorded in a run record's `config` (fields as in [`TpccOptions`]).
+/// TPC-C's part of a run record's `config` (fields as in [`TpccOptions`]).
 #[derive(Clone, Debug, Serialize)]
 #[allow(missing_docs)]
 pub struct ConfigRecord {
     pub warehouses: u32,
     pub scale: Scale,
     pub scale_name: String,
-    pub threads: usize,
     pub duration_s: f64,
     pub mix: Mix,
-    pub warm: bool,
-    pub workers: usize,
-    pub cache: String,
-    pub cmi_maxmemory: Option<String>,
-    pub cmi_max_pinned_memory: Option<String>,
     pub prefix: String,
     pub keep_data: bool,
-    pub seed: u64,
     /// The data store's isolation for every policy's transactions.
     pub isolation: &'static str,
     /// NURand constants C: customer id, item id, last name at load and at run time.
@@ -295,17 +175,6 @@ pub struct ConfigRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_specification_scale_has_its_cardinalities() {
-        let s = Scale::SPEC;
-        assert_eq!(s.first_new_order(), 2101);
-        assert_eq!(s.delivered_per_district(), 2100);
-        assert_eq!(s.last_name_max(), 999);
-        let h = Scale::HUNDREDTH;
-        assert_eq!(h.first_new_order(), 22);
-        assert_eq!(h.last_name_max(), 29);
-    }
 
     #[test]
     fn mixes_parse() {

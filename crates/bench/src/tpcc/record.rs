@@ -8,7 +8,10 @@ use serde::Serialize;
 use super::check::{CacheComparison, Condition};
 use super::options::ConfigRecord;
 use super::txn::Kind;
-use crate::ycsb::{human_bytes, LatencySummary, PinnedBytes, StoreCalls};
+use crate::harness::{
+    by_workload_and_policy, cell, human_bytes, median_or_nan as median, ratios_to, row_head,
+    Record, WriteBackRecord,
+};
 
 /// What happened to the transactions of one type.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -24,101 +27,33 @@ pub struct TxnCounts {
     pub sessions: u64,
 }
 
-/// Write-back's activity in a run.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TpccWriteBack {
-    /// Background workers during the run.
-    pub workers: usize,
-    /// Sessions that committed with buffered statements during the measured interval (one per
-    /// committed New-Order, Payment and Delivery that wrote).
-    pub buffered_sessions: u64,
-    /// Buffered sessions applied to the data store during the interval, by the workers and by
-    /// reads that missed (Algorithm 1).
-    pub applied_sessions: u64,
-    /// Buffered sessions still queued when the interval ended: what the drain applied.
-    pub pending_sessions: u64,
-    /// `applied_sessions / buffered_sessions` when the interval ended (000 Fig. 3.4b).
-    pub applied_share: f64,
-    /// Sessions that found pinned memory full and ran as write-through.
-    pub fallbacks: u64,
-    /// Pinned memory over the run (cached values are not pinned: this is the session objects,
-    /// mappings and queues, on every replica).
-    pub pinned_bytes: PinnedBytes,
-    /// Seconds the drain after the interval took (every buffered session applied).
-    pub drain_s: f64,
-}
-
-/// The record of one run of one policy: what `--json` writes, one per run.
+/// TPC-C's part of a run record (flattened into it).
 #[derive(Clone, Debug, Serialize)]
-pub struct TpccRecord {
-    /// `"tpcc"`.
-    pub benchmark: &'static str,
-    /// `tpcc-<scale>-<warehouses>w`.
-    pub workload: String,
-    /// `none`, `write-around`, `write-through` or `write-back`.
-    pub policy: String,
-    /// The data store's URL, password hidden.
-    pub store: String,
-    /// Which run of this policy (0-based).
-    pub run: usize,
-    /// Seconds the measured interval lasted (until the last transaction in flight ended).
-    pub elapsed_s: f64,
+pub struct TpccRun {
     /// Transactions committed.
     pub transactions: u64,
-    /// Committed transactions per second (BenchBase's goodput).
-    pub throughput: f64,
     /// Committed New-Orders per minute (rollbacks excluded).
     pub tpmc: f64,
-    /// Latency of committed transactions per type (µs, HDR), re-runs included.
-    pub latency_us: BTreeMap<String, LatencySummary>,
     /// Outcomes per type.
     pub counts: BTreeMap<String, TxnCounts>,
-    /// The first few failures, described.
-    pub errors: Vec<String>,
-    /// Reads through the cache answered without querying the data store, over all reads (a read
-    /// is one CacheStore query: a row, the rows of a batch, a per-district entry). `None` without
-    /// a cache.
-    pub hit_ratio: Option<f64>,
-    /// Reads through CacheStores by the terminals (every session's, re-runs included).
+    /// Reads through CacheStores by the terminals (every session's, re-runs included); a read is
+    /// one CacheStore query: a row, the rows of a batch, a per-district entry.
     pub reads: u64,
     /// Of those, the ones that queried the data store.
     pub store_queries: u64,
-    /// Cached entries found stale by the final comparison with the data store.
-    pub stale_reads: u64,
-    /// The final comparison of the cache with the data store (policies with a cache).
+    /// The final comparison of the cache with the data store (policies with a cache); its stale
+    /// entries are the record's `stale_reads`.
     pub cache_check: Option<CacheComparison>,
     /// The consistency conditions of clause 3.3.2 after the run.
     pub consistency: Vec<Condition>,
     /// Whether every condition held and no cached entry was stale.
     pub consistent: bool,
-    /// Data-store calls during the measured interval (terminals and write-back's workers).
-    pub store_calls: StoreCalls,
-    /// Cache round trips during the measured interval.
-    pub cache_round_trips: u64,
-    /// Seconds loading the database took.
-    pub load_s: f64,
-    /// Seconds the warm-up took, if any.
-    pub warm_s: Option<f64>,
     /// Seconds the checks took.
     pub check_s: f64,
-    /// Write-back's activity (write-back only).
-    pub write_back: Option<TpccWriteBack>,
-    /// The full configuration.
-    pub config: ConfigRecord,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
+/// The record of one TPC-C run of one policy: what `--json` writes, one per run.
+pub type TpccRecord = Record<TpccRun, ConfigRecord>;
 
 /// The medians of one policy's runs.
 #[derive(Clone, Debug, Serialize)]
@@ -153,18 +88,10 @@ pub struct TpccSummary {
 
 /// Medians per (workload, policy), in the order the records first name them.
 pub fn summarize(records: &[TpccRecord]) -> Vec<TpccSummary> {
-    let mut groups: Vec<((String, String), Vec<&TpccRecord>)> = Vec::new();
-    for r in records {
-        let key = (r.workload.clone(), r.policy.clone());
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, list)) => list.push(r),
-            None => groups.push((key, vec![r])),
-        }
-    }
-    let mut out: Vec<TpccSummary> = groups
+    let mut out: Vec<TpccSummary> = by_workload_and_policy(records)
         .into_iter()
         .map(|((workload, policy), runs)| {
-            let tpmcs: Vec<f64> = runs.iter().map(|r| r.tpmc).collect();
+            let tpmcs: Vec<f64> = runs.iter().map(|r| r.detail.tpmc).collect();
             let mut mean_latency_ms = BTreeMap::new();
             for kind in Kind::ALL {
                 let means: Vec<f64> = runs
@@ -179,15 +106,15 @@ pub fn summarize(records: &[TpccRecord]) -> Vec<TpccSummary> {
             }
             let weighted = median(runs.iter().map(|r| weighted_latency_ms(r)).collect());
             let hits: Vec<f64> = runs.iter().filter_map(|r| r.hit_ratio).collect();
-            let write_back: Vec<&TpccWriteBack> =
+            let write_back: Vec<&WriteBackRecord> =
                 runs.iter().filter_map(|r| r.write_back.as_ref()).collect();
-            let of_write_back = |value: fn(&TpccWriteBack) -> f64| {
+            let of_write_back = |value: fn(&WriteBackRecord) -> f64| {
                 (!write_back.is_empty())
                     .then(|| median(write_back.iter().map(|w| value(w)).collect()))
             };
             TpccSummary {
-                workload,
-                policy,
+                workload: workload.to_string(),
+                policy: policy.to_string(),
                 runs: runs.len(),
                 tpmc: median(tpmcs.clone()),
                 tpmcs,
@@ -195,22 +122,20 @@ pub fn summarize(records: &[TpccRecord]) -> Vec<TpccSummary> {
                 weighted_latency_ms: weighted,
                 hit_ratio: (!hits.is_empty()).then(|| median(hits)),
                 stale_reads: runs.iter().map(|r| r.stale_reads).sum(),
-                consistent: runs.iter().all(|r| r.consistent),
+                consistent: runs.iter().all(|r| r.detail.consistent),
                 vs_data_store: None,
                 applied_share: of_write_back(|w| w.applied_share),
                 pinned_max: of_write_back(|w| w.pinned_bytes.max as f64),
             }
         })
         .collect();
-    let alone: Vec<(String, f64)> = out
+    let rows: Vec<(&str, &str, f64)> = out
         .iter()
-        .filter(|s| s.policy == cads::Policy::DataStoreOnly.name())
-        .map(|s| (s.workload.clone(), s.tpmc))
+        .map(|s| (s.workload.as_str(), s.policy.as_str(), s.tpmc))
         .collect();
-    for s in &mut out {
-        if let Some((_, base)) = alone.iter().find(|(w, _)| *w == s.workload) {
-            s.vs_data_store = Some(s.tpmc / base);
-        }
+    let ratios = ratios_to(&rows, cads::Policy::DataStoreOnly.name());
+    for (s, ratio) in out.iter_mut().zip(ratios) {
+        s.vs_data_store = ratio;
     }
     out
 }
@@ -250,24 +175,16 @@ pub fn render_summary(summaries: &[TpccSummary]) -> String {
     }
     let _ = writeln!(out, " ---: | ---: | ---: | ---: | ---: | --- |");
     for s in summaries {
-        let _ = write!(
-            out,
-            "| {} | {} | {} | {:.0} | {} |",
-            s.workload,
-            s.policy,
+        row_head(
+            &mut out,
+            (&s.workload, &s.policy),
             s.runs,
             s.tpmc,
-            s.vs_data_store.map_or("-".into(), |r| format!("{r:.2}x"))
+            s.vs_data_store,
         );
         for kind in Kind::ALL {
-            match s.mean_latency_ms.get(kind.name()) {
-                Some(ms) => {
-                    let _ = write!(out, " {ms:.2} |");
-                }
-                None => {
-                    let _ = write!(out, " - |");
-                }
-            }
+            let mean = s.mean_latency_ms.get(kind.name());
+            cell(&mut out, mean.map(|ms| format!("{ms:.2}")));
         }
         let _ = writeln!(
             out,

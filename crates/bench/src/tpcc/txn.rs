@@ -17,11 +17,11 @@ use super::cache::{
     RecentLines, Rows, RowsQuery, StockChange, TpccWrite, Writes,
 };
 use super::load::now_ms;
-use super::options::{Scale, DISTRICTS};
 use super::random::{last_name, nurand, uniform, C_ID, C_LAST_RUN, OL_I_ID};
 use super::rows::{
     Customer, District, History, Item, Order, OrderLine, OrderRow, RowId, Stock, Warehouse,
 };
+use super::{Scale, DISTRICTS};
 use crate::generator::Rng;
 
 /// The five transaction types.
@@ -49,15 +49,19 @@ impl Kind {
         Kind::StockLevel,
     ];
 
-    /// The name in run records (BenchBase's procedure names, upper-cased).
+    /// The names in run records (BenchBase's procedure names, upper-cased), in the order of
+    /// [`Kind::ALL`].
+    pub const NAMES: [&'static str; 5] = [
+        "NEW_ORDER",
+        "PAYMENT",
+        "ORDER_STATUS",
+        "DELIVERY",
+        "STOCK_LEVEL",
+    ];
+
+    /// The name in run records.
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::NewOrder => "NEW_ORDER",
-            Kind::Payment => "PAYMENT",
-            Kind::OrderStatus => "ORDER_STATUS",
-            Kind::Delivery => "DELIVERY",
-            Kind::StockLevel => "STOCK_LEVEL",
-        }
+        Kind::NAMES[self.index()]
     }
 
     /// Its position in [`Kind::ALL`].
@@ -357,7 +361,7 @@ impl Context<'_> {
         let outcome = self
             .cads
             .store()
-            .begin(cads_store::Isolation::ReadCommitted)
+            .begin(cads::store::Isolation::ReadCommitted)
             .and_then(|mut tx| {
                 tx.execute(&sql, &[w.into()])?;
                 tx.commit()

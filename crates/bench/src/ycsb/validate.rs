@@ -19,123 +19,21 @@
 
 use std::collections::HashMap;
 
-use cads_store::Document;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-use crate::generator::{key_name, Rng};
+use crate::generator::key_name;
+use crate::harness::{LoggedWrite, ReadWriteLog};
 
-/// The bit that marks the version a record was loaded with (`LOAD_BIT | keynum`).
-const LOAD_BIT: u64 = 1 << 52;
+pub use cads_apps::ycsb::{field_name, field_value, inspect, load_token, record, Seen, LOAD_BIT};
+
 /// Writer tokens: `(thread + 1) << THREAD_SHIFT | sequence`.
 const THREAD_SHIFT: u32 = 40;
-
-/// The version a record is loaded with.
-pub fn load_token(keynum: i64) -> u64 {
-    LOAD_BIT | keynum as u64
-}
 
 /// The version of the `seq`-th write of benchmark thread `thread` (below 2^53, so exact in JSON
 /// numbers anywhere).
 pub fn writer_token(thread: usize, seq: u64) -> u64 {
     assert!(thread < 4095 && seq < 1 << THREAD_SHIFT);
     ((thread as u64 + 1) << THREAD_SHIFT) | seq
-}
-
-const ALPHANUMERIC: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-/// The value of field `field` written by the write with version `token`: the token in 16 hex
-/// digits, then letters and digits drawn from a generator seeded by (token, field). Like
-/// YCSB's random field values, it is `len` bytes that do not compress much.
-pub fn field_value(token: u64, field: usize, len: usize) -> String {
-    let mut value = format!("{token:016x}");
-    let mut rng = Rng::new(token ^ (field as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    'fill: while value.len() < len {
-        for byte in rng.next_u64().to_le_bytes() {
-            if value.len() == len {
-                break 'fill;
-            }
-            value.push(ALPHANUMERIC[byte as usize % ALPHANUMERIC.len()] as char);
-        }
-    }
-    value.truncate(len);
-    value
-}
-
-/// The name of field `i` (`field0`, `field1`, ...).
-pub fn field_name(i: usize) -> String {
-    format!("field{i}")
-}
-
-/// A whole record at version `token`.
-pub fn record(token: u64, fields: usize, len: usize) -> Document {
-    let mut doc: Document = (0..fields)
-        .map(|i| (field_name(i), Value::String(field_value(token, i, len))))
-        .collect();
-    doc.insert("v".into(), token.into());
-    doc
-}
-
-/// What a read saw of a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Seen {
-    /// Its version (`None`: the record was missing or had no version).
-    pub token: Option<u64>,
-    /// Whether every field is the value its own token derives, and the version's own write is
-    /// among them (every field, when updates write all fields).
-    pub intact: bool,
-}
-
-/// Checks a record read from the cache or the data store.
-pub fn inspect(doc: Option<&Document>, fields: usize, len: usize, all_fields: bool) -> Seen {
-    let Some(doc) = doc else {
-        return Seen {
-            token: None,
-            intact: false,
-        };
-    };
-    let Some(token) = doc.get("v").and_then(Value::as_u64) else {
-        return Seen {
-            token: None,
-            intact: false,
-        };
-    };
-    let mut own = 0;
-    for i in 0..fields {
-        let Some(value) = doc.get(&field_name(i)).and_then(Value::as_str) else {
-            return Seen {
-                token: Some(token),
-                intact: false,
-            };
-        };
-        let Some(field_token) = value
-            .get(..16)
-            .and_then(|h| u64::from_str_radix(h, 16).ok())
-        else {
-            return Seen {
-                token: Some(token),
-                intact: false,
-            };
-        };
-        if value != field_value(field_token, i, len) {
-            return Seen {
-                token: Some(token),
-                intact: false,
-            };
-        }
-        if field_token == token {
-            own += 1;
-        }
-    }
-    let loaded = token & LOAD_BIT != 0;
-    let intact = if all_fields || loaded {
-        own == fields
-    } else {
-        own >= 1
-    };
-    Seen {
-        token: Some(token),
-        intact,
-    }
 }
 
 /// A 64-bit hash of a record id (FNV-1a): the validation's key.
@@ -148,14 +46,13 @@ pub fn id_hash(id: &str) -> u64 {
     hash
 }
 
-/// Nanoseconds since the run began.
-pub type Nanos = u64;
+pub use crate::harness::Nanos;
 
 /// `end` of a write whose outcome is unknown (it may have taken effect any time after it began).
 pub const UNKNOWN_END: Nanos = Nanos::MAX;
 
 /// A write (update, insert, or the write of a read-modify-write) that committed or may have.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct WriteRecord {
     /// [`id_hash`] of the record.
     pub key: u64,
@@ -168,7 +65,7 @@ pub struct WriteRecord {
 }
 
 /// A record a read, scan or read-modify-write returned.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct ReadRecord {
     /// [`id_hash`] of the record.
     pub key: u64,
@@ -180,22 +77,14 @@ pub struct ReadRecord {
     pub end: Nanos,
 }
 
-/// The reads and writes of a run (each thread keeps one; merged at the end).
-#[derive(Debug, Default)]
-pub struct Log {
-    /// Records read.
-    pub reads: Vec<ReadRecord>,
-    /// Records written.
-    pub writes: Vec<WriteRecord>,
-}
-
-impl Log {
-    /// Appends another thread's log.
-    pub fn merge(&mut self, other: Log) {
-        self.reads.extend(other.reads);
-        self.writes.extend(other.writes);
+impl LoggedWrite for WriteRecord {
+    fn document(&self) -> u64 {
+        self.key
     }
 }
+
+/// The records a run read and the writes it made.
+pub type Log = ReadWriteLog<ReadRecord, WriteRecord>;
 
 /// How many problems a check describes.
 const EXAMPLES: usize = 10;

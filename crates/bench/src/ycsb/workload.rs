@@ -36,15 +36,13 @@ impl Operation {
         Operation::ReadModifyWrite,
     ];
 
-    /// YCSB's name for it in its output (`[READ]`, `[READ-MODIFY-WRITE]`, ...).
+    /// YCSB's names for them in its output (`[READ]`, `[READ-MODIFY-WRITE]`, ...), in the
+    /// order of [`Operation::ALL`].
+    pub const NAMES: [&'static str; 5] = ["READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE"];
+
+    /// YCSB's name for it.
     pub fn name(self) -> &'static str {
-        match self {
-            Operation::Read => "READ",
-            Operation::Update => "UPDATE",
-            Operation::Insert => "INSERT",
-            Operation::Scan => "SCAN",
-            Operation::ReadModifyWrite => "READ-MODIFY-WRITE",
-        }
+        Operation::NAMES[self.index()]
     }
 
     pub(crate) fn index(self) -> usize {
@@ -292,7 +290,8 @@ impl KeyChooser {
     }
 
     /// A key number of a record whose insert was acknowledged (choices above the highest
-    /// acknowledged insert are redrawn, as YCSB's `nextKeynum` does).
+    /// acknowledged insert, or of another AppNode's inserts, are redrawn, as YCSB's `nextKeynum`
+    /// does).
     pub fn next(&mut self, rng: &mut Rng, inserts: &AcknowledgedCounter) -> i64 {
         loop {
             let last = inserts.last();
@@ -301,7 +300,7 @@ impl KeyChooser {
                 KeyChooser::Zipfian(z) => z.next(rng),
                 KeyChooser::Latest(l) => l.next(last, rng),
             };
-            if keynum <= last {
+            if inserts.holds(keynum) {
                 return keynum;
             }
         }

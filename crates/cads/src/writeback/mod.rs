@@ -152,6 +152,25 @@ pub struct WriteBackCounts {
     pub refused_malformed: u64,
 }
 
+/// The counts of several processes together (the AppNodes of one run).
+impl std::ops::Add for WriteBackCounts {
+    type Output = WriteBackCounts;
+
+    fn add(self, b: WriteBackCounts) -> WriteBackCounts {
+        WriteBackCounts {
+            buffered: self.buffered + b.buffered,
+            applied_writes: self.applied_writes + b.applied_writes,
+            applied_ops: self.applied_ops + b.applied_ops,
+            conversions: self.conversions + b.conversions,
+            buffered_sessions: self.buffered_sessions + b.buffered_sessions,
+            applied_sessions: self.applied_sessions + b.applied_sessions,
+            fallbacks: self.fallbacks + b.fallbacks,
+            refused_unauthenticated: self.refused_unauthenticated + b.refused_unauthenticated,
+            refused_malformed: self.refused_malformed + b.refused_malformed,
+        }
+    }
+}
+
 impl WriteBackStats {
     pub fn snapshot(&self) -> WriteBackCounts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);

@@ -2,7 +2,7 @@
 //! actions) and Table 3.4 (YCSB's Read and Update on the document layer).
 //!
 //! Round trips are counted, not estimated: cache round trips from
-//! [`cads_client::Client::round_trips`] (one per request waited for; a batch sent to several CMIs
+//! [`cads::Client::round_trips`] (one per request waited for; a batch sent to several CMIs
 //! in parallel is one), data-store calls from the `FaultyStore` in front of the store: reads +
 //! writes + 2 per transaction (its BEGIN, which `Faults` counts, and the COMMIT or ROLLBACK that
 //! ends it, which it does not).
@@ -13,15 +13,16 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use cads::documents::Collection;
+use cads::store::{DataStore, Document};
 use cads::{Config, Policy};
-use cads_example_bg::{layout, ActionKind, GraphParams, LayoutKind};
-use cads_store::{Changes, DataStore, Document};
+use cads_apps::bg::{layout, ActionKind, GraphParams, LayoutKind};
+use cads_apps::ycsb::{load_token, record, update, TABLE};
 
-use super::run::warm_cache;
-use super::workload::{MemberChooser, Model, Outcome, Popularity};
-use crate::deploy::{CacheSpec, CmiSettings, Deployment};
+use crate::bg::warm_cache;
+use crate::bg::workload::{MemberChooser, Model, Outcome, Popularity};
+use crate::deploy::{CacheSpec, CmiSettings, Deployment, Launcher};
 use crate::generator::{key_name, Rng};
-use crate::ycsb::validate::{load_token, record, writer_token};
+use crate::ycsb::validate::writer_token;
 
 /// One cell of a latency table: means per action.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -36,6 +37,9 @@ pub struct Cell {
 
 /// A measured row: an action's name and its cell.
 pub type Row = (&'static str, Cell);
+
+/// A policy's column of a table: its rows.
+pub type Column = (Policy, Vec<Row>);
 
 /// Data-store calls so far, as described in the module's documentation.
 fn store_calls(dep: &Deployment) -> u64 {
@@ -69,20 +73,29 @@ fn mean(cells: &[Cell]) -> Cell {
     }
 }
 
-fn deploy(
-    policy: Policy,
-    store: &Arc<dyn DataStore>,
-    collection: &str,
-    cache: &CacheSpec,
-) -> Result<Deployment> {
-    Deployment::start(
-        policy,
-        store.clone(),
-        collection,
-        cache,
-        &CmiSettings::default(),
-        Config::default(),
-    )
+/// Where the measurements run: the data store, and the CMIs (embedded ones started by the
+/// launcher, fresh for each measurement).
+pub struct Site<'a> {
+    /// The data store.
+    pub store: Arc<dyn DataStore>,
+    /// The cache.
+    pub cache: &'a CacheSpec,
+    /// Starts embedded CMIs.
+    pub launcher: &'a dyn Launcher,
+}
+
+impl Site<'_> {
+    fn deploy(&self, policy: Policy, collection: &str) -> Result<Deployment> {
+        Deployment::start(
+            policy,
+            self.store.clone(),
+            collection,
+            self.cache,
+            &CmiSettings::default(),
+            self.launcher,
+            Config::default(),
+        )
+    }
 }
 
 /// BG (000 Table 3.6): loads the graph, warms the cache with every member's read keys, then runs
@@ -91,18 +104,12 @@ fn deploy(
 pub fn measure_actions(
     policy: Policy,
     kind: LayoutKind,
-    store: &Arc<dyn DataStore>,
-    cache: &CacheSpec,
+    site: &Site<'_>,
     graph: &GraphParams,
     actions: usize,
     seed: u64,
 ) -> Result<Vec<Row>> {
-    let dep = deploy(
-        policy,
-        store,
-        cads_example_bg::layout::documents::COLLECTION,
-        cache,
-    )?;
+    let dep = site.deploy(policy, cads_apps::bg::layout::documents::COLLECTION)?;
     let bg = layout(kind, policy);
     bg.load(&dep.cads, graph)
         .context("loading the social graph")?;
@@ -132,9 +139,6 @@ pub fn measure_actions(
     Ok(rows)
 }
 
-/// The collection of [`measure_ycsb`]'s records.
-pub const USERTABLE: &str = "usertable";
-
 /// Fields per YCSB record (each of 100 bytes).
 const FIELDS: usize = 10;
 const FIELD_LENGTH: usize = 100;
@@ -144,16 +148,15 @@ const FIELD_LENGTH: usize = 100;
 /// or updated are read once first, so the cache is warm.
 pub fn measure_ycsb(
     policy: Policy,
-    store: &Arc<dyn DataStore>,
-    cache: &CacheSpec,
+    site: &Site<'_>,
     records: u64,
     actions: usize,
     seed: u64,
 ) -> Result<Vec<Row>> {
-    let dep = deploy(policy, store, USERTABLE, cache)?;
+    let dep = site.deploy(policy, TABLE)?;
     let cads = &dep.cads;
-    cads.store().drop_collection(USERTABLE)?;
-    let table = Collection::create(cads, USERTABLE)?;
+    cads.store().drop_collection(TABLE)?;
+    let table = Collection::create(cads, TABLE)?;
     let ids: Vec<String> = (0..records as i64).map(|k| key_name(k, true, 1)).collect();
     for (chunk, first) in ids.chunks(500).zip((0..).step_by(500)) {
         let docs: Vec<(String, Document)> = chunk
@@ -162,7 +165,7 @@ pub fn measure_ycsb(
             .map(|(id, k)| (id.clone(), record(load_token(k), FIELDS, FIELD_LENGTH)))
             .collect();
         cads.store()
-            .insert_many(USERTABLE, &docs)
+            .insert_many(TABLE, &docs)
             .context("loading usertable")?;
     }
     let mut rng = Rng::new(seed);
@@ -185,8 +188,7 @@ pub fn measure_ycsb(
     let read = mean(&cells);
     cells.clear();
     for (seq, id) in updates.iter().enumerate() {
-        let fields = record(writer_token(0, seq as u64 + 1), FIELDS, FIELD_LENGTH);
-        let changes = Changes::from_json(&serde_json::json!({ "$set": fields }))?;
+        let changes = update(writer_token(0, seq as u64 + 1), None, FIELDS, FIELD_LENGTH);
         let (_, cell) = timed(&dep, || {
             Ok(cads.run(|s| table.update(s, id, changes.clone()))?)
         })?;
@@ -203,7 +205,7 @@ pub fn interleaved(
     policies: &[Policy],
     repeat: usize,
     mut measure: impl FnMut(Policy, usize) -> Result<Vec<Row>>,
-) -> Result<Vec<(Policy, Vec<Row>)>> {
+) -> Result<Vec<Column>> {
     let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); policies.len()];
     for r in 0..repeat {
         for (i, policy) in policies.iter().enumerate() {
@@ -255,7 +257,7 @@ fn count(x: f64) -> String {
 
 /// A Markdown table: one row per action, one column per policy, each cell
 /// `mean ms (round trips = cache + data store)`.
-pub fn table(columns: &[(Policy, Vec<Row>)]) -> String {
+pub fn table(columns: &[Column]) -> String {
     let mut out = String::new();
     let _ = write!(out, "| action |");
     for (policy, _) in columns {

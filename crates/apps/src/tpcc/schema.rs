@@ -4,24 +4,26 @@
 //! in every dialect and in the cache, and the consistency conditions compare integers; dates are
 //! milliseconds since the Unix epoch. ORDER is `oorder`, as in BenchBase (`ORDER` is reserved).
 
-use cads_store::{Dialect, SqlStore, StoreError};
+use cads::store::{Dialect, SqlStore, StoreError};
 
 /// The table names of one TPC-C database: `<prefix>warehouse`, `<prefix>district`, ...
 #[derive(Clone, Debug)]
+#[allow(missing_docs)]
 pub struct Tables {
     /// The prefix every name starts with (tests use one of their own).
     pub prefix: String,
     /// The dialect of the store the tables live in.
     pub dialect: Dialect,
-    pub(crate) warehouse: String,
-    pub(crate) district: String,
-    pub(crate) customer: String,
-    pub(crate) history: String,
-    pub(crate) order: String,
-    pub(crate) new_order: String,
-    pub(crate) order_line: String,
-    pub(crate) stock: String,
-    pub(crate) item: String,
+    /// The names of the nine tables, prefixed.
+    pub warehouse: String,
+    pub district: String,
+    pub customer: String,
+    pub history: String,
+    pub order: String,
+    pub new_order: String,
+    pub order_line: String,
+    pub stock: String,
+    pub item: String,
 }
 
 impl Tables {
@@ -60,7 +62,7 @@ impl Tables {
 
     /// ` FOR UPDATE` where the dialect has row locks; SQLite's write transactions hold the whole
     /// database already.
-    pub(crate) fn for_update(&self) -> &'static str {
+    pub fn for_update(&self) -> &'static str {
         match self.dialect {
             Dialect::Sqlite => "",
             Dialect::Postgres | Dialect::MySql => " FOR UPDATE",

@@ -17,12 +17,14 @@ use std::convert::Infallible;
 
 use anyhow::{Context, Result};
 use cads::documents::Collection;
+use cads::store::{Changes, DataStore, Document, StoreError};
 use cads::{CacheChange, CacheStore, Cads, DocRef, Session, StoreTx};
-use cads_store::{Changes, DataStore, Document, StoreError};
 use serde_json::{json, Value};
 
 use super::{same_json, Entry, Layout, LIST_LIMIT};
-use crate::graph::{attribute_values, Action, CountRead, Counts, GraphParams, Profile, ATTRIBUTES};
+use crate::bg::graph::{
+    attribute_values, Action, CountRead, Counts, GraphParams, Profile, ATTRIBUTES,
+};
 
 /// The collection's name.
 pub const COLLECTION: &str = "bg_members";

@@ -33,15 +33,15 @@ use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use cads::store::{SqlTransaction, SqlValue, StoreError};
 use cads::{CacheChange, CacheStore, SqlBuffer, Statement, StoreTx};
-use cads_store::{SqlTransaction, SqlValue, StoreError};
 use serde::{Deserialize, Serialize};
 
-use super::options::Scale;
 use super::rows::{
     column_list, decode, encode, entity_key, placeholders, Customer, District, Entity, History,
     Order, OrderLine, OrderRow, RowExt, RowId, Stock, Warehouse,
 };
+use super::scale::Scale;
 use super::schema::Tables;
 
 /// Orders whose lines Stock-Level examines (clause 2.8.2.2).

@@ -1,4 +1,4 @@
-//! The BG social graph (001 §3) as an example cads application.
+//! BG's social graph (001 §3) as a cads application.
 //!
 //! BG's members, friendships and invitations and its seven core actions (001 Table 1), written
 //! twice on the cads framework:
@@ -15,9 +15,9 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use cads::{Cads, Config, Policy};
-//! use cads_example_bg::{layout, Action, GraphParams, LayoutKind};
+//! use cads_apps::bg::{layout, Action, GraphParams, LayoutKind};
 //!
-//! let store = cads_store::open("sqlite:/tmp/bg.db", &Default::default())?;
+//! let store = cads::store::open("sqlite:/tmp/bg.db", &Default::default())?;
 //! let cmis = vec!["127.0.0.1:7379".parse()?];
 //! let cads = Cads::connect(store, &cmis, Policy::WriteThrough, Config::default());
 //! let bg = layout(LayoutKind::Documents, Policy::WriteThrough);
@@ -27,7 +27,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The BG benchmark (`cads bench bg`, in `cads-bench`) drives these actions from many threads
+//! The BG benchmark (`cads bench bg`, `cads_bench::bg`) drives these actions from many threads
 //! with BG's model of relationships, validates every count they read and finds the SoAR.
 
 pub mod graph;

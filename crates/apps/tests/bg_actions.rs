@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cads::store::StoreOptions;
 use cads::{Cads, Config, Policy, Workers};
-use cads_example_bg::{layout, Action, Count, CountRead, Counts, GraphParams, LayoutKind};
-use cads_server::{Options, Server};
-use cads_store::StoreOptions;
+use cads_apps::bg::{layout, Action, Count, CountRead, Counts, GraphParams, LayoutKind};
+use cads_testkit::{Cmis, ScratchDir};
 
 /// Few enough friends and invitations that the lists (ten entries) show them all.
 const GRAPH: GraphParams = GraphParams {
@@ -27,22 +27,10 @@ fn shown(reads: &[CountRead], member: u32, count: Count) -> Option<i64> {
 
 fn script(kind: LayoutKind, policy: Policy) {
     let what = format!("{kind} {}", policy.name());
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("bg.db").display());
-    let store = cads_store::open(&url, &StoreOptions::default()).unwrap();
-    let server = (policy != Policy::DataStoreOnly).then(|| {
-        let config = cads_server::Config::resolve(Options {
-            port: Some(0),
-            cmis: Some(2),
-            mode: Some(policy.cmi_mode().into()),
-            ..Options::default()
-        })
-        .unwrap();
-        Server::start(config).unwrap()
-    });
-    let addrs = server
-        .as_ref()
-        .map_or_else(Vec::new, |s| s.addrs().to_vec());
+    let dir = ScratchDir::new("bg-actions");
+    let store = dir.sqlite(&StoreOptions::default());
+    let mut cmis = (policy != Policy::DataStoreOnly).then(|| Cmis::start(2, policy.cmi_mode()));
+    let addrs = cmis.as_ref().map_or_else(Vec::new, |c| c.addrs().to_vec());
     let cads = Arc::new(Cads::connect(store, &addrs, policy, Config::default()));
     let bg = layout(kind, policy);
     bg.load(&cads, &GRAPH).unwrap();
@@ -128,9 +116,8 @@ fn script(kind: LayoutKind, policy: Policy) {
         assert_eq!(*counts, expected(member as u32), "{what}: member {member}");
     }
     drop(cads);
-    if let Some(server) = server {
-        server.stop();
-        server.join().unwrap();
+    if let Some(cmis) = &mut cmis {
+        cmis.stop();
     }
 }
 

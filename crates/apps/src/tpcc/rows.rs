@@ -2,7 +2,7 @@
 //! parameters, and cached as JSON. One struct per table; an ORDER is cached together with its
 //! ORDER-LINEs ([`Order`]), since every transaction that reads one reads the other.
 
-use cads_store::{Row, SqlValue, StoreError};
+use cads::store::{Row, SqlValue, StoreError};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -529,10 +529,12 @@ pub struct History {
 }
 
 impl History {
-    pub(crate) const COLUMNS: &'static [&'static str] = &[
+    /// The table's columns, in the order of [`Self::values`].
+    pub const COLUMNS: &'static [&'static str] = &[
         "h_c_id", "h_c_d_id", "h_c_w_id", "h_d_id", "h_w_id", "h_date", "h_amount", "h_data",
     ];
-    pub(crate) fn values(&self) -> Vec<SqlValue> {
+    /// The row as statement parameters, in the order of [`Self::COLUMNS`].
+    pub fn values(&self) -> Vec<SqlValue> {
         vec![
             self.c_id.into(),
             self.c_d_id.into(),
@@ -562,7 +564,8 @@ pub struct OrderRow {
 }
 
 impl OrderRow {
-    pub(crate) const COLUMNS: &'static [&'static str] = &[
+    /// The table's columns, in the order of [`Self::values`].
+    pub const COLUMNS: &'static [&'static str] = &[
         "o_w_id",
         "o_d_id",
         "o_id",
@@ -572,7 +575,8 @@ impl OrderRow {
         "o_ol_cnt",
         "o_all_local",
     ];
-    pub(crate) fn from_row(row: &Row) -> Result<Self, StoreError> {
+    /// The row a query of [`Self::COLUMNS`] returned.
+    pub fn from_row(row: &Row) -> Result<Self, StoreError> {
         Ok(OrderRow {
             w_id: row.col(0)?,
             d_id: row.col(1)?,
@@ -584,7 +588,8 @@ impl OrderRow {
             all_local: row.col(7)?,
         })
     }
-    pub(crate) fn values(&self) -> Vec<SqlValue> {
+    /// The row as statement parameters, in the order of [`Self::COLUMNS`].
+    pub fn values(&self) -> Vec<SqlValue> {
         vec![
             self.w_id.into(),
             self.d_id.into(),
@@ -617,7 +622,8 @@ pub struct OrderLine {
 }
 
 impl OrderLine {
-    pub(crate) const COLUMNS: &'static [&'static str] = &[
+    /// The table's columns, in the order of [`Self::values`].
+    pub const COLUMNS: &'static [&'static str] = &[
         "ol_w_id",
         "ol_d_id",
         "ol_o_id",
@@ -629,7 +635,8 @@ impl OrderLine {
         "ol_amount",
         "ol_dist_info",
     ];
-    pub(crate) fn from_row(row: &Row) -> Result<Self, StoreError> {
+    /// The row a query of [`Self::COLUMNS`] returned.
+    pub fn from_row(row: &Row) -> Result<Self, StoreError> {
         Ok(OrderLine {
             w_id: row.col(0)?,
             d_id: row.col(1)?,
@@ -643,7 +650,8 @@ impl OrderLine {
             dist_info: row.col(9)?,
         })
     }
-    pub(crate) fn values(&self) -> Vec<SqlValue> {
+    /// The row as statement parameters, in the order of [`Self::COLUMNS`].
+    pub fn values(&self) -> Vec<SqlValue> {
         vec![
             self.w_id.into(),
             self.d_id.into(),
@@ -669,12 +677,12 @@ pub struct Order {
 }
 
 /// The comma-separated column list of a table.
-pub(crate) fn column_list(columns: &[&str]) -> String {
+pub fn column_list(columns: &[&str]) -> String {
     columns.join(", ")
 }
 
 /// `(?, ?, ...)` with `n` placeholders.
-pub(crate) fn placeholders(n: usize) -> String {
+pub fn placeholders(n: usize) -> String {
     let mut s = String::with_capacity(2 + 3 * n);
     s.push('(');
     for i in 0..n {

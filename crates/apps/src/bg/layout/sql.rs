@@ -22,12 +22,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
 use anyhow::{bail, Context, Result};
+use cads::store::{DataStore, Isolation, Row, SqlValue, StoreError};
 use cads::{CacheChange, CacheStore, Cads, StoreTx};
-use cads_store::{DataStore, Isolation, Row, SqlValue, StoreError};
 use serde_json::{Map, Value};
 
 use super::{same_json, Entry, Layout, LIST_LIMIT};
-use crate::graph::{
+use crate::bg::graph::{
     attribute_values, Action, Count, CountRead, Counts, GraphParams, Profile, ATTRIBUTES,
 };
 
@@ -743,7 +743,7 @@ impl Layout for SqlLayout {
 
 /// Inserts rows with multi-row INSERT statements of [`LOAD_ROWS`] rows each.
 fn insert_rows(
-    tx: &mut dyn cads_store::SqlTransaction,
+    tx: &mut dyn cads::store::SqlTransaction,
     table: &str,
     columns: &str,
     rows: &[Vec<SqlValue>],

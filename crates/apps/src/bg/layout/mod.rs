@@ -11,10 +11,10 @@ pub mod sql;
 use std::fmt;
 
 use anyhow::Result;
+use cads::store::DataStore;
 use cads::{Cads, Policy};
-use cads_store::DataStore;
 
-use crate::graph::{Action, CountRead, Counts, GraphParams};
+use crate::bg::graph::{Action, CountRead, Counts, GraphParams};
 
 /// Which implementation of the actions to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

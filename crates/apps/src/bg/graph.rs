@@ -4,6 +4,7 @@
 use std::fmt;
 
 use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
 
 /// The shape of the loaded graph: `members` members on a ring lattice where member `i` is a
 /// confirmed friend of `i±1 ..= i±friends/2` (mod `members`), as BG loads it, plus `pending`
@@ -152,7 +153,7 @@ impl Profile {
 }
 
 /// One of a member's two counts that BG validates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Count {
     /// Confirmed friends.
     Friends,
@@ -194,7 +195,7 @@ impl Counts {
 }
 
 /// A count an action read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CountRead {
     /// Whose count.
     pub member: u32,
@@ -267,17 +268,12 @@ impl ActionKind {
         )
     }
 
+    /// BG's abbreviations, in the order of [`ActionKind::ALL`].
+    pub const ABBREVIATIONS: [&'static str; 7] = ["VP", "LF", "VFR", "IF", "AFR", "RFR", "TF"];
+
     /// BG's abbreviation (VP, LF, VFR, IF, AFR, RFR, TF).
     pub fn abbreviation(self) -> &'static str {
-        match self {
-            ActionKind::ViewProfile => "VP",
-            ActionKind::ListFriends => "LF",
-            ActionKind::ViewFriendRequests => "VFR",
-            ActionKind::InviteFriend => "IF",
-            ActionKind::AcceptFriendRequest => "AFR",
-            ActionKind::RejectFriendRequest => "RFR",
-            ActionKind::ThawFriendship => "TF",
-        }
+        ActionKind::ABBREVIATIONS[self.index()]
     }
 
     /// The kind's position in [`ActionKind::ALL`], to index per-kind tables.

@@ -1,0 +1,415 @@
+//! `--appnodes N`: a run phase split over N application processes (AppNodes), copies of the
+//! program the [`Launcher`] starts, each with its share of the threads (and of `--operations`),
+//! its own framework and write-back workers, over the CMIs and the data store of the process
+//! that deployed them (its embedded CMIs are external CMIs to them). The processes time their
+//! logs on one clock ([`Clock`]: the machine's monotonic clock), and the process that deployed
+//! merges them and validates them as one history.
+//!
+//! The conversation, one JSON message a line on the AppNode's standard output, and a line on its
+//! standard input:
+//!
+//! 1. the parent writes a [`Job`] to a file and starts the AppNode with `--appnode FILE`;
+//! 2. the AppNode attaches to the deployment (builds what the load built, without loading) and
+//!    says `Ready`; once every AppNode is ready, the parent writes `go` to each;
+//! 3. the AppNode runs its threads, says `Progress` every second (operations done, write-back's
+//!    counters), writes its results (a [`NodeReport`]) to the job's result file, and exits.
+//!
+//! The parent samples pinned memory, reports progress, and after the run drains write-back and
+//! verifies, as for a run in one process. Anything a process assumes unique is made unique
+//! across them: thread indexes (and so YCSB's version tokens) are global, YCSB's inserts are
+//! strided by AppNode, BG's writes stay among each AppNode's own members.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use cads::store::CallCounts;
+use cads::{Policy, Workers, WriteBackCounts};
+use serde::{Deserialize, Serialize};
+
+use super::drive::{drive, ThreadSet, TICK};
+use super::{
+    AppNode, Benchmark, Clock, Counters, Env, Limit, Measured, NodeResult, PolicyRun, Reporter,
+    RunLog, Sampler,
+};
+use crate::deploy::{Deployment, Launcher};
+
+/// What an AppNode runs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Job {
+    /// The policy's name.
+    policy: String,
+    /// Which run of the policy (`--repeat`).
+    run: usize,
+    /// Runs on this load before this one.
+    run_on_load: u64,
+    /// Which AppNode, of how many.
+    appnode: AppNode,
+    /// Its threads' global indexes.
+    threads: Range<usize>,
+    /// Threads over all AppNodes.
+    total_threads: usize,
+    /// Its share of `--operations`.
+    operations: Option<u64>,
+    /// The CMIs.
+    cmis: Vec<SocketAddr>,
+    /// The data store.
+    store_url: String,
+    /// The run's clock.
+    clock: Clock,
+    /// Where it writes its [`NodeReport`].
+    result: PathBuf,
+}
+
+/// What an AppNode says on its standard output.
+#[derive(Debug, Serialize, Deserialize)]
+enum Message {
+    /// Attached, waiting for `go`.
+    Ready,
+    /// Operations done so far, and write-back's counters since the run began.
+    Progress {
+        done: u64,
+        #[serde(with = "counts")]
+        write_back: WriteBackCounts,
+    },
+}
+
+/// What an AppNode measured.
+#[derive(Serialize, Deserialize)]
+#[serde(bound = "L: RunLog")]
+pub struct NodeReport<L> {
+    node: NodeResult<L>,
+    /// Data-store calls: reads, writes, transactions.
+    calls: [u64; 3],
+    round_trips: u64,
+    #[serde(with = "counts")]
+    write_back: WriteBackCounts,
+}
+
+/// [`WriteBackCounts`] as a list, in the order of its fields.
+mod counts {
+    use cads::WriteBackCounts;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(c: &WriteBackCounts, s: S) -> Result<S::Ok, S::Error> {
+        [
+            c.buffered,
+            c.applied_writes,
+            c.applied_ops,
+            c.conversions,
+            c.buffered_sessions,
+            c.applied_sessions,
+            c.fallbacks,
+            c.refused_unauthenticated,
+            c.refused_malformed,
+        ]
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<WriteBackCounts, D::Error> {
+        let [buffered, applied_writes, applied_ops, conversions, buffered_sessions, applied_sessions, fallbacks, refused_unauthenticated, refused_malformed] =
+            <[u64; 9]>::deserialize(d)?;
+        Ok(WriteBackCounts {
+            buffered,
+            applied_writes,
+            applied_ops,
+            conversions,
+            buffered_sessions,
+            applied_sessions,
+            fallbacks,
+            refused_unauthenticated,
+            refused_malformed,
+        })
+    }
+}
+
+/// A started AppNode; killed if dropped before it finished.
+struct Running {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    result: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Reads the next message of an AppNode; None at the end of its output.
+fn receive(stdout: &mut BufReader<ChildStdout>) -> Result<Option<Message>> {
+    let mut line = String::new();
+    if stdout.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    serde_json::from_str(&line)
+        .map(Some)
+        .with_context(|| format!("an AppNode said {line:?}"))
+}
+
+/// The run phase split over `--appnodes` processes started with `launcher`: what they measured,
+/// merged, with this process's samples and counters.
+pub(crate) fn measure<B: Benchmark>(
+    bench: &B,
+    run: &PolicyRun<'_>,
+    dep: &Deployment,
+    threads: usize,
+    run_on_load: u64,
+    launcher: &dyn Launcher,
+) -> Result<Measured<B::Log>> {
+    let opts = bench.options();
+    let count = opts.appnodes;
+    let limit = bench.limit();
+    let dir = tempfile::Builder::new()
+        .prefix("cads-appnodes-")
+        .tempdir()
+        .context("creating a directory for the AppNodes' jobs")?;
+    dep.faults.reset_counts();
+    let before = Counters::take(dep);
+    let clock = Clock::start();
+    let mut nodes = Vec::with_capacity(count);
+    for index in 0..count {
+        let appnode = AppNode { index, count };
+        let job = Job {
+            policy: run.policy.name().to_string(),
+            run: run.run,
+            run_on_load,
+            appnode,
+            threads: appnode.share(threads),
+            total_threads: threads,
+            operations: limit
+                .operations
+                .map(|ops| appnode.share(ops as usize).len() as u64),
+            cmis: dep.cmi_addrs(),
+            store_url: run.store_url.to_string(),
+            clock,
+            result: dir.path().join(format!("result-{index}.json")),
+        };
+        let path = dir.path().join(format!("job-{index}.json"));
+        let text = serde_json::to_string(&job).expect("a job serializes");
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        let mut child = launcher
+            .appnode_command()?
+            .arg("--appnode")
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting an AppNode")?;
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        nodes.push(Running {
+            child,
+            stdout,
+            result: job.result,
+        });
+    }
+    for (index, node) in nodes.iter_mut().enumerate() {
+        match receive(&mut node.stdout)? {
+            Some(Message::Ready) => {}
+            other => bail!("AppNode {index} did not start (it said {other:?}; see above)"),
+        }
+    }
+    for node in &mut nodes {
+        let mut stdin = node.child.stdin.take().expect("piped");
+        writeln!(stdin, "go").context("starting an AppNode's run")?;
+    }
+
+    let mut sampler = Sampler::new::<B>(run, &dep.cads, limit);
+    let progress: Vec<Mutex<(u64, WriteBackCounts)>> = (0..count)
+        .map(|_| Mutex::new((0, WriteBackCounts::default())))
+        .collect();
+    let write_back = run.policy == Policy::WriteBack;
+    let heard: Vec<Result<()>> = std::thread::scope(|scope| {
+        let readers: Vec<_> = nodes
+            .iter_mut()
+            .zip(&progress)
+            .map(|(node, progress)| {
+                let stdout = &mut node.stdout;
+                scope.spawn(move || -> Result<()> {
+                    while let Some(message) = receive(stdout)? {
+                        if let Message::Progress { done, write_back } = message {
+                            *progress.lock().expect("not poisoned") = (done, write_back);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        let mut next_tick = started + TICK;
+        while !readers.iter().all(|r| r.is_finished()) {
+            std::thread::sleep(Duration::from_millis(20));
+            if Instant::now() >= next_tick {
+                let (done, wb) =
+                    progress
+                        .iter()
+                        .fold((0, WriteBackCounts::default()), |(done, wb), p| {
+                            let p = p.lock().expect("not poisoned");
+                            (done + p.0, wb + p.1)
+                        });
+                sampler.tick(done, write_back.then_some(wb));
+                next_tick += TICK;
+            }
+        }
+        readers
+            .into_iter()
+            .map(|r| {
+                r.join()
+                    .map_err(|_| anyhow!("an AppNode's reader panicked"))?
+            })
+            .collect()
+    });
+    let mut merged: Option<NodeReport<B::Log>> = None;
+    for (index, (mut node, heard)) in nodes.into_iter().zip(heard).enumerate() {
+        let status = node.child.wait().context("waiting for an AppNode")?;
+        if !status.success() {
+            bail!("AppNode {index} failed ({status}; its error is above)");
+        }
+        heard.with_context(|| format!("reading AppNode {index}"))?;
+        let report: NodeReport<B::Log> = read_report(&node.result)
+            .with_context(|| format!("reading the results of AppNode {index}"))?;
+        merged = Some(match merged {
+            None => report,
+            Some(mut total) => {
+                total.node.merge(report.node);
+                for (sum, n) in total.calls.iter_mut().zip(report.calls) {
+                    *sum += n;
+                }
+                total.round_trips += report.round_trips;
+                total.write_back = total.write_back + report.write_back;
+                total
+            }
+        });
+    }
+    let total = merged.expect("at least one AppNode");
+    let after = Counters::take(dep);
+    let node = total.node;
+    let elapsed_s = node.finished.saturating_sub(node.started) as f64 / 1e9;
+    let mut measured = sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
+    let own = dep.faults.counts();
+    measured.calls = CallCounts {
+        reads: own.reads + total.calls[0],
+        writes: own.writes + total.calls[1],
+        transactions: own.transactions + total.calls[2],
+    };
+    measured.cache_round_trips += total.round_trips;
+    measured.write_back = total.write_back;
+    if write_back {
+        measured.pinned.close(dep.cads.pinned_bytes());
+    }
+    Ok(measured)
+}
+
+fn read_report<L: RunLog>(path: &Path) -> Result<NodeReport<L>> {
+    let file = std::fs::File::open(path)?;
+    Ok(serde_json::from_reader(std::io::BufReader::new(file))?)
+}
+
+/// Tells the parent `message`, one line on standard output.
+fn say(message: &Message) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, message).expect("a message serializes");
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Runs one AppNode of a run of `bench`: the job at `job_path` (written by the process that
+/// deployed), talking to that process on standard input and output. What `cads bench ...
+/// --appnode FILE` does.
+pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(job_path)
+        .with_context(|| format!("reading the job {}", job_path.display()))?;
+    let job: Job = serde_json::from_str(&text).context("a job of an AppNode")?;
+    let policy = Policy::parse(&job.policy)
+        .ok_or_else(|| anyhow!("unknown policy {:?} in the job", job.policy))?;
+    let store = cads::store::open(&job.store_url, &bench.store_options())
+        .context("cannot open the data store")?;
+    let dep = Deployment::attach(
+        policy,
+        store,
+        bench.miss_collection(),
+        &job.cmis,
+        bench
+            .options()
+            .cmi
+            .framework_config(bench.framework_config()),
+    );
+    let quiet = |_| {};
+    let run = PolicyRun {
+        policy,
+        run: job.run,
+        first: false,
+        store_url: &job.store_url,
+        reporter: Reporter {
+            benchmark: B::NAME,
+            workload: bench.workload(),
+            policy,
+            run: job.run,
+            threads: job.threads.len(),
+            progress: &quiet,
+        },
+    };
+    let loaded = bench.attach(&run, &dep, job.appnode)?;
+    say(&Message::Ready)?;
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    if go.trim() != "go" {
+        bail!("the parent did not start the run");
+    }
+
+    let cads = &dep.cads;
+    dep.faults.reset_counts();
+    let round_trips = dep.cache_round_trips();
+    let wb_before = cads.write_back_stats().snapshot();
+    let workers = (policy == Policy::WriteBack)
+        .then(|| Workers::start(cads.clone(), bench.options().workers));
+    let set = ThreadSet {
+        threads: job.threads.clone(),
+        total: job.total_threads,
+        appnode: job.appnode.index,
+        appnodes: job.appnode.count,
+        run_on_load: job.run_on_load,
+    };
+    let limit = Limit {
+        duration: bench.limit().duration,
+        operations: job.operations,
+    };
+    let env = Env {
+        cads,
+        clock: job.clock,
+    };
+    let mut said = Ok(());
+    let node = drive(bench, &loaded, &env, &set, limit, |done| {
+        let write_back = cads.write_back_stats().snapshot().since(&wb_before);
+        if said.is_ok() {
+            said = say(&Message::Progress { done, write_back });
+        }
+    });
+    if let Some(workers) = workers {
+        workers.stop();
+    }
+    said.context("telling the parent the progress")?;
+    let calls = dep.faults.counts();
+    let report = NodeReport {
+        node,
+        calls: [calls.reads, calls.writes, calls.transactions],
+        round_trips: dep.cache_round_trips() - round_trips,
+        write_back: cads.write_back_stats().snapshot().since(&wb_before),
+    };
+    let file = std::fs::File::create(&job.result)
+        .with_context(|| format!("writing {}", job.result.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut out, &report).context("writing the results")?;
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,686 @@
+//! The harness every benchmark runs in. A benchmark ([`Benchmark`]) says how to load its data,
+//! warm the cache, what one thread does per operation, and how to validate what was read; the
+//! harness does the rest, the same way for all:
+//!
+//! For every policy given, in turn (and `--repeat` times, interleaved):
+//!
+//! 1. **Deploy**: CMIs in the policy's lease mode (started by the caller's [`Launcher`], or the
+//!    external ones checked and emptied); the data store behind a call-counting `FaultyStore`.
+//! 2. **Load** ([`Phase::Load`]): the benchmark's data, straight into the data store.
+//! 3. **Warm**: the data read through the cache (000 §3.3), unless `--cold`.
+//! 4. **Run**: `--threads` threads, in this process or split over `--appnodes` processes
+//!    ([`appnode`]), issue the benchmark's operations until the duration or the operation
+//!    budget; each operation is timed and counted; pinned memory is sampled every second;
+//!    write-back runs `--workers` background workers (in each AppNode).
+//! 5. **Drain** (write-back): the workers stop; what they left buffered is counted, then applied.
+//! 6. **Verify**: the benchmark validates what its threads read and checks the data store.
+//!
+//! A benchmark may run several measured runs on one load (BG's SoAR search) and check things
+//! after them (BG compares the cache with the data store). Each run gives one [`Record`]: the
+//! common fields and the benchmark's own part.
+
+pub mod appnode;
+mod drive;
+mod log;
+mod options;
+mod progress;
+mod record;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use cads::store::{CallCounts, StoreOptions};
+use cads::{Cads, Config, Policy, Workers, WriteBackCounts};
+use serde::Serialize;
+
+pub use appnode::serve_appnode;
+pub use drive::{
+    run_threads, Clock, Env, Limit, Nanos, NodeResult, Outcome, Step, ThreadContext, TICK,
+};
+pub use log::{LoggedWrite, ReadWriteLog, RunLog};
+pub use options::{parse_duration, parse_policies, CommonOptions};
+pub use progress::{print_progress, Phase, Progress, Reporter};
+pub use record::{
+    by_workload_and_policy, cell, human_bytes, median, median_or_nan, ratios_to, row_head,
+    Keyspace, LatencySummary, PinnedBytes, Record, RunConfig, StoreCalls, Validated,
+    WriteBackRecord,
+};
+
+use crate::cpu::{CpuRecord, CpuSample};
+use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment, Launcher};
+use drive::{drive, ThreadSet};
+
+/// A benchmark: its workload and its validation. Everything else is the harness's.
+pub trait Benchmark: Sync + Sized {
+    /// Its name in records and progress (`ycsb`).
+    const NAME: &'static str;
+    /// What an operation is called in progress lines (`ops`, `actions`, `txn`).
+    const UNIT: &'static str;
+    /// What a policy's runs keep between phases, built by the load.
+    type Loaded: Sync;
+    /// One benchmark thread's state.
+    type Thread;
+    /// What the threads log for validation, merged over threads and AppNodes.
+    type Log: RunLog;
+    /// The benchmark's own part of a run record.
+    type Detail: Serialize;
+    /// The benchmark's own part of a record's configuration.
+    type Config: Serialize;
+
+    /// The options every benchmark has.
+    fn options(&self) -> &CommonOptions;
+    /// The workload's name in records (`A`, `90`, `tpcc-spec-1w`).
+    fn workload(&self) -> String;
+    /// The operation kinds: their names, as the record's `latency_us` keys them, and how often
+    /// the workload issues each (a record reports the kinds issued at all).
+    fn kinds(&self) -> Vec<(&'static str, f64)>;
+    /// When a run ends.
+    fn limit(&self) -> Limit;
+    /// How to open the data store.
+    fn store_options(&self) -> StoreOptions;
+    /// The framework's settings.
+    fn framework_config(&self) -> Config {
+        Config::default()
+    }
+    /// The collection whose `get`s by benchmark threads count as cache misses (see
+    /// [`crate::deploy::driver_misses`]); empty for none.
+    fn miss_collection(&self) -> &str {
+        ""
+    }
+
+    /// Loads the data into the data store (the cache starts empty).
+    fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<Self::Loaded>;
+    /// In AppNode `appnode` of a run: what the load built, without loading (the process that
+    /// deployed loaded, and verifies). What it builds must keep the AppNodes apart where a
+    /// process assumes it is alone (which inserts and which members' writes are its own).
+    fn attach(
+        &self,
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        appnode: AppNode,
+    ) -> Result<Self::Loaded>;
+    /// Reads the data through the cache.
+    fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &Self::Loaded) -> Result<()>;
+    /// A benchmark thread's state.
+    fn thread(&self, loaded: &Self::Loaded, ctx: &ThreadContext) -> Self::Thread;
+    /// One operation; what it read and wrote goes to the thread's `log`.
+    fn operate(
+        &self,
+        loaded: &Self::Loaded,
+        thread: &mut Self::Thread,
+        log: &mut Self::Log,
+        env: &Env<'_>,
+    ) -> Step;
+    /// Validates a run (after write-back's drain): its reads, the data store, the cache.
+    fn verify(
+        &self,
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        loaded: &mut Self::Loaded,
+        measured: &Measured<Self::Log>,
+    ) -> Result<Verified<Self::Detail>>;
+    /// The benchmark's part of the configuration of a run on `threads` threads.
+    fn config(&self, loaded: &Self::Loaded, threads: usize) -> Self::Config;
+    /// The measured runs on one load: one run on `--threads` threads; BG's SoAR search runs
+    /// more. Returns the policy's record.
+    fn runs(&self, runner: &mut Runner<'_, Self>) -> Result<BenchRecord<Self>> {
+        runner.run(self.options().threads)
+    }
+    /// After the policy's runs, before its CMIs stop.
+    fn after_runs(
+        &self,
+        _run: &PolicyRun<'_>,
+        _dep: &Deployment,
+        _loaded: &Self::Loaded,
+        _record: &mut BenchRecord<Self>,
+    ) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The record type of a benchmark.
+pub type BenchRecord<B> = Record<<B as Benchmark>::Detail, <B as Benchmark>::Config>;
+
+/// A benchmark's options: checked, they make the benchmark, which the harness runs.
+pub trait BenchmarkOptions {
+    /// The benchmark they configure.
+    type Benchmark: Benchmark;
+
+    /// Checks the options and resolves what they name (a workload, a mix).
+    fn benchmark(&self) -> Result<Self::Benchmark>;
+
+    /// Runs the benchmark for every policy in turn (`--repeat` times, interleaved), starting
+    /// embedded CMIs (and AppNodes) with `launcher`, reporting progress through `progress`;
+    /// returns one record per policy and repeat, and writes `--json` after each. This is what
+    /// `cads bench` calls.
+    ///
+    /// Errors: bad options, a data store or CMIs that cannot be reached, or a phase that fails
+    /// (load, warm-up, drain, the checks' queries). Stale reads, lost writes and broken
+    /// conditions are not errors: they are in the records.
+    fn run(
+        &self,
+        launcher: &dyn Launcher,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Vec<BenchRecord<Self::Benchmark>>> {
+        run(&self.benchmark()?, launcher, progress)
+    }
+}
+
+/// An AppNode of a run: which of how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AppNode {
+    /// 0-based.
+    pub index: usize,
+    /// AppNodes of the run.
+    pub count: usize,
+}
+
+impl AppNode {
+    /// The whole run in this process.
+    pub const ALONE: AppNode = AppNode { index: 0, count: 1 };
+
+    /// This AppNode's share of `total` things split as evenly as can be: the range of their
+    /// indexes.
+    pub fn share(&self, total: usize) -> std::ops::Range<usize> {
+        let base = total / self.count;
+        let extra = total % self.count;
+        let start = self.index * base + self.index.min(extra);
+        start..start + base + usize::from(self.index < extra)
+    }
+}
+
+/// One policy's run, as its phases see it.
+#[derive(Clone)]
+pub struct PolicyRun<'a> {
+    /// The policy.
+    pub policy: Policy,
+    /// Which run of it (`--repeat`, 0-based).
+    pub run: usize,
+    /// Whether it is the first policy run of the benchmark.
+    pub first: bool,
+    /// The data store's URL.
+    pub store_url: &'a str,
+    /// Where its progress goes.
+    pub reporter: Reporter<'a>,
+}
+
+impl PolicyRun<'_> {
+    /// Reports progress of `phase` (see [`Reporter::report`]).
+    pub fn report(
+        &self,
+        phase: Phase,
+        done: u64,
+        total: Option<u64>,
+        started: Instant,
+        note: impl Into<String>,
+    ) {
+        self.reporter.report(phase, done, total, started, note);
+    }
+}
+
+/// What a run phase measured, over all its threads and AppNodes.
+pub struct Measured<L> {
+    /// Threads over all AppNodes.
+    pub threads: usize,
+    /// Seconds from the first thread's start to the last one's end.
+    pub elapsed_s: f64,
+    /// The threads' results, merged.
+    pub node: NodeResult<L>,
+    /// Data-store calls of every process.
+    pub calls: CallCounts,
+    /// Cache round trips of every process.
+    pub cache_round_trips: u64,
+    /// The CMIs' keyspace counters over the run.
+    pub keyspace: Option<Keyspace>,
+    /// Write-back's counters over the run, every process's.
+    pub write_back: WriteBackCounts,
+    /// CPU use over the run.
+    pub cpu: Option<CpuRecord>,
+    /// Pinned memory over the run.
+    pub pinned: PinnedBytes,
+    /// Write-back's applied share over the run.
+    pub applied_share_samples: Vec<(f64, f64)>,
+}
+
+/// What a benchmark's validation of a run found.
+pub struct Verified<D> {
+    /// The benchmark's part of the record.
+    pub detail: D,
+    /// Reads (or cached entries) found stale.
+    pub stale_reads: u64,
+    /// What data-store calls are counted per (`StoreCalls::per_operation`): usually the
+    /// completed operations.
+    pub operations: u64,
+}
+
+/// The kinds a record reports: those the workload issues, or that completed anyway.
+pub fn reported_kinds<B: Benchmark>(
+    bench: &B,
+    node: &NodeResult<B::Log>,
+) -> Vec<(usize, &'static str)> {
+    bench
+        .kinds()
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, (_, weight))| weight > 0.0 || !node.latencies[i].is_empty())
+        .map(|(i, (name, _))| (i, name))
+        .collect()
+}
+
+/// Runs `bench` for every policy of its options in turn (`--repeat` times, interleaved),
+/// reporting progress through `progress`; returns one record per policy and repeat. Writes
+/// `--json` after every record, so an interrupted benchmark keeps what it measured.
+///
+/// Errors: a data store or CMIs that cannot be reached, or a phase that fails (load, warm-up,
+/// drain, the checks' queries). Stale reads, lost writes and broken conditions are not errors:
+/// they are in the records.
+pub fn run<B: Benchmark>(
+    bench: &B,
+    launcher: &dyn Launcher,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Vec<BenchRecord<B>>> {
+    let opts = bench.options();
+    check_one_lease_mode(&opts.cache, &opts.policies)?;
+    let (url, _scratch) = store_url(&opts.store, B::NAME)?;
+    let store = cads::store::open(&url, &bench.store_options())
+        .with_context(|| format!("cannot open the data store {}", redact(&url)))?;
+    let mut records = Vec::new();
+    for run in 0..opts.repeat {
+        for &policy in &opts.policies {
+            let policy_run = PolicyRun {
+                policy,
+                run,
+                first: records.is_empty(),
+                store_url: &url,
+                reporter: Reporter {
+                    benchmark: B::NAME,
+                    workload: bench.workload(),
+                    policy,
+                    run,
+                    threads: 0,
+                    progress,
+                },
+            };
+            let dep = Deployment::start(
+                policy,
+                store.clone(),
+                bench.miss_collection(),
+                &opts.cache,
+                &opts.cmi,
+                launcher,
+                bench.framework_config(),
+            )?;
+            records.push(run_policy(bench, &policy_run, &dep, launcher)?);
+            dep.stop()?;
+            if let Some(path) = &opts.json {
+                record::write_json(path, &records)?;
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// One policy on its deployment: load, warm, the runs, and what comes after them.
+fn run_policy<B: Benchmark>(
+    bench: &B,
+    run: &PolicyRun<'_>,
+    dep: &Deployment,
+    launcher: &dyn Launcher,
+) -> Result<BenchRecord<B>> {
+    let started = Instant::now();
+    let mut loaded = bench.load(run, dep)?;
+    let load_s = started.elapsed().as_secs_f64();
+    let warm_s = if bench.options().warm && dep.cads.cache().is_some() {
+        let started = Instant::now();
+        bench.warm(run, dep, &loaded)?;
+        Some(started.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    let mut runner = Runner {
+        bench,
+        run,
+        dep,
+        launcher,
+        loaded: &mut loaded,
+        runs: 0,
+    };
+    let mut record = bench.runs(&mut runner)?;
+    bench.after_runs(run, dep, &loaded, &mut record)?;
+    record.load_s = load_s;
+    record.warm_s = warm_s;
+    Ok(record)
+}
+
+/// Runs measured runs on one policy's loaded deployment: each a run phase, write-back's drain
+/// and the benchmark's validation.
+pub struct Runner<'a, B: Benchmark> {
+    bench: &'a B,
+    run: &'a PolicyRun<'a>,
+    dep: &'a Deployment,
+    launcher: &'a dyn Launcher,
+    loaded: &'a mut B::Loaded,
+    /// Runs so far on this load.
+    runs: u64,
+}
+
+impl<B: Benchmark> Runner<'_, B> {
+    /// One measured run on `threads` threads: the run phase, the drain and the validation;
+    /// returns its record (without the load's and warm-up's seconds, which the harness adds).
+    pub fn run(&mut self, threads: usize) -> Result<BenchRecord<B>> {
+        let bench = self.bench;
+        let opts = bench.options();
+        let run = PolicyRun {
+            reporter: self.run.reporter.with_threads(threads),
+            ..self.run.clone()
+        };
+        let mut measured = if opts.appnodes > 1 {
+            appnode::measure(bench, &run, self.dep, threads, self.runs, self.launcher)?
+        } else {
+            self.measure_here(&run, threads)
+        };
+        let write_back = if run.policy == Policy::WriteBack {
+            Some(self.drain(&run, &mut measured)?)
+        } else {
+            None
+        };
+        let verified = bench.verify(&run, self.dep, self.loaded, &measured)?;
+        self.runs += 1;
+        Ok(self.record(&run, measured, write_back, verified))
+    }
+
+    /// The run phase in this process.
+    fn measure_here(&self, run: &PolicyRun<'_>, threads: usize) -> Measured<B::Log> {
+        let (bench, dep) = (self.bench, self.dep);
+        let cads = &dep.cads;
+        let write_back = run.policy == Policy::WriteBack;
+        dep.faults.reset_counts();
+        let before = Counters::take(dep);
+        let workers = write_back.then(|| Workers::start(cads.clone(), bench.options().workers));
+        let limit = bench.limit();
+        let env = Env {
+            cads,
+            clock: Clock::start(),
+        };
+        let set = ThreadSet {
+            threads: 0..threads,
+            total: threads,
+            appnode: 0,
+            appnodes: 1,
+            run_on_load: self.runs,
+        };
+        let mut sampler = Sampler::new::<B>(run, cads, limit);
+        let node = drive(bench, self.loaded, &env, &set, limit, |done| {
+            let wb = write_back.then(|| cads.write_back_stats().snapshot().since(&before.wb));
+            sampler.tick(done, wb);
+        });
+        let after = Counters::take(dep);
+        let elapsed_s = node.finished.saturating_sub(node.started) as f64 / 1e9;
+        let mut measured =
+            sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
+        measured.calls = dep.faults.counts();
+        if let Some(workers) = workers {
+            measured.pinned.close(cads.pinned_bytes());
+            workers.stop();
+        }
+        measured
+    }
+
+    /// Write-back after a run: counts what the stopped workers left buffered, applies all of it
+    /// (new workers and this thread), and describes the run's buffering.
+    fn drain(
+        &self,
+        run: &PolicyRun<'_>,
+        measured: &mut Measured<B::Log>,
+    ) -> Result<WriteBackRecord> {
+        let cads = &self.dep.cads;
+        let opts = self.bench.options();
+        let counts = measured.write_back;
+        let pending_documents = cads::writeback::pending(cads)
+            .context("listing the buffered writes left after the run")?
+            .into_iter()
+            .collect::<HashSet<_>>()
+            .len() as u64;
+        let pending_sessions = counts
+            .buffered_sessions
+            .saturating_sub(counts.applied_sessions);
+        let pending = pending_documents + pending_sessions;
+        let started = Instant::now();
+        let note = format!(
+            "{pending_documents} documents and {pending_sessions} sessions with buffered writes"
+        );
+        run.report(Phase::Drain, 0, Some(pending), started, note);
+        let drainer = Workers::start(cads.clone(), opts.workers);
+        let drained = drainer
+            .drain(opts.drain_timeout)
+            .context("draining write-back's buffered writes");
+        let workers = drainer.count();
+        drainer.stop();
+        drained?;
+        run.report(Phase::Drain, pending, Some(pending), started, "done");
+        let written = measured.node.log.written_documents();
+        Ok(WriteBackRecord {
+            workers,
+            buffered_ops: counts.buffered,
+            applied_ops: counts.applied_ops,
+            applied_writes: counts.applied_writes,
+            written_documents: written,
+            pending_documents,
+            documents_applied_share: 1.0 - pending_documents as f64 / written.max(1) as f64,
+            conversions: counts.conversions,
+            buffered_sessions: counts.buffered_sessions,
+            applied_sessions: counts.applied_sessions,
+            pending_sessions,
+            applied_share: counts.applied_share(),
+            fallbacks: counts.fallbacks,
+            pinned_bytes: std::mem::take(&mut measured.pinned),
+            applied_share_samples: std::mem::take(&mut measured.applied_share_samples),
+            drain_s: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn record(
+        &self,
+        run: &PolicyRun<'_>,
+        measured: Measured<B::Log>,
+        write_back: Option<WriteBackRecord>,
+        verified: Verified<B::Detail>,
+    ) -> BenchRecord<B> {
+        let (bench, cads) = (self.bench, &self.dep.cads);
+        let opts = bench.options();
+        let node = &measured.node;
+        let latency_us: BTreeMap<String, LatencySummary> = reported_kinds(bench, node)
+            .into_iter()
+            .map(|(i, name)| (name.to_string(), LatencySummary::of(&node.latencies[i])))
+            .collect();
+        let completed = node.completed();
+        let has_cache = cads.cache().is_some();
+        let calls = measured.calls;
+        Record {
+            benchmark: B::NAME,
+            workload: bench.workload(),
+            policy: run.policy.name().to_string(),
+            store: redact(run.store_url),
+            run: run.run,
+            threads: measured.threads,
+            appnodes: opts.appnodes,
+            elapsed_s: measured.elapsed_s,
+            throughput: completed as f64 / measured.elapsed_s.max(1e-9),
+            latency_us,
+            failed: node.failed.iter().sum(),
+            errors: node.errors.clone(),
+            hit_ratio: (has_cache && node.cache_reads > 0).then(|| {
+                1.0 - node.cache_misses.min(node.cache_reads) as f64 / node.cache_reads as f64
+            }),
+            stale_reads: verified.stale_reads,
+            keyspace: measured.keyspace,
+            store_calls: StoreCalls {
+                reads: calls.reads,
+                writes: calls.writes,
+                transactions: calls.transactions,
+                per_operation: (calls.reads + calls.writes + calls.transactions) as f64
+                    / verified.operations.max(1) as f64,
+            },
+            cache_round_trips: measured.cache_round_trips,
+            cpu: measured.cpu,
+            load_s: 0.0,
+            warm_s: None,
+            write_back,
+            detail: verified.detail,
+            config: RunConfig {
+                threads: measured.threads,
+                appnodes: opts.appnodes,
+                workers: opts.workers,
+                write_back_replicas: cads
+                    .config()
+                    .write_back
+                    .replicas
+                    .min(cads.cache().map_or(0, |c| c.cmis())),
+                write_back_partitions: cads.config().write_back.partitions,
+                warm: opts.warm && has_cache,
+                cache: if has_cache {
+                    opts.cache.describe()
+                } else {
+                    "none".into()
+                },
+                cmi_maxmemory: opts.cmi.maxmemory.clone(),
+                cmi_max_pinned_memory: opts.cmi.max_pinned_memory.clone(),
+                seed: opts.seed,
+                detail: bench.config(self.loaded, measured.threads),
+            },
+        }
+    }
+}
+
+/// The counters a run phase is measured by, read before and after it in the process that
+/// deployed (its own cache round trips, the CMIs' keyspace counters, write-back's counters, CPU).
+/// Data-store calls are counted from a reset instead.
+struct Counters {
+    round_trips: u64,
+    keyspace: Option<(u64, u64)>,
+    wb: WriteBackCounts,
+    cpu: Option<CpuSample>,
+}
+
+/// What changed between two [`Counters`].
+struct CountersDelta {
+    round_trips: u64,
+    keyspace: Option<Keyspace>,
+    wb: WriteBackCounts,
+    cpu: Option<CpuRecord>,
+}
+
+impl Counters {
+    fn take(dep: &Deployment) -> Counters {
+        Counters {
+            round_trips: dep.cache_round_trips(),
+            keyspace: dep.keyspace(),
+            wb: dep.cads.write_back_stats().snapshot(),
+            cpu: CpuSample::now(),
+        }
+    }
+
+    fn until(&self, later: &Counters, wall_s: f64) -> CountersDelta {
+        CountersDelta {
+            round_trips: later.round_trips - self.round_trips,
+            keyspace: self.keyspace.zip(later.keyspace).map(|(a, b)| Keyspace {
+                hits: b.0 - a.0,
+                misses: b.1 - a.1,
+            }),
+            wb: later.wb.since(&self.wb),
+            cpu: self.cpu.zip(later.cpu).map(|(a, b)| a.until(&b, wall_s)),
+        }
+    }
+}
+
+/// The calling thread's ticks during a run phase: progress lines, and under write-back the
+/// pinned-memory and applied-share samples.
+struct Sampler<'a> {
+    run: &'a PolicyRun<'a>,
+    cads: &'a Cads,
+    unit: &'static str,
+    limit: Limit,
+    started: Instant,
+    last: (u64, Instant),
+    pinned: PinnedBytes,
+    applied_share: Vec<(f64, f64)>,
+}
+
+impl<'a> Sampler<'a> {
+    fn new<B: Benchmark>(run: &'a PolicyRun<'a>, cads: &'a Cads, limit: Limit) -> Sampler<'a> {
+        let now = Instant::now();
+        Sampler {
+            run,
+            cads,
+            unit: B::UNIT,
+            limit,
+            started: now,
+            last: (0, now),
+            pinned: PinnedBytes::default(),
+            applied_share: Vec::new(),
+        }
+    }
+
+    /// A tick: `done` operations so far, and (write-back) its counters since the run began.
+    fn tick(&mut self, done: u64, write_back: Option<WriteBackCounts>) {
+        let now = Instant::now();
+        let rate = done.saturating_sub(self.last.0) as f64 / (now - self.last.1).as_secs_f64();
+        self.last = (done, now);
+        let mut note = format!("{rate:.0} {}/s", self.unit);
+        if let Some(wb) = write_back {
+            let bytes = self.cads.pinned_bytes();
+            let seconds = self.started.elapsed().as_secs_f64();
+            self.pinned.samples.push((seconds, bytes));
+            self.applied_share.push((seconds, wb.applied_share()));
+            note.push_str(&format!(
+                ", pinned {}, buffered {}, applied {}",
+                human_bytes(bytes),
+                wb.buffered + wb.buffered_sessions,
+                wb.applied_ops + wb.applied_sessions
+            ));
+        }
+        self.run.reporter.report_run(
+            done,
+            self.limit.operations,
+            self.started,
+            self.limit.duration,
+            note,
+        );
+    }
+
+    fn finish<L>(
+        self,
+        threads: usize,
+        elapsed_s: f64,
+        node: NodeResult<L>,
+        counters: CountersDelta,
+    ) -> Measured<L> {
+        Measured {
+            threads,
+            elapsed_s,
+            node,
+            calls: CallCounts::default(),
+            cache_round_trips: counters.round_trips,
+            keyspace: counters.keyspace,
+            write_back: counters.wb,
+            cpu: counters.cpu,
+            pinned: self.pinned,
+            applied_share_samples: self.applied_share,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appnodes_share_things_evenly() {
+        let shares: Vec<_> = (0..3)
+            .map(|index| AppNode { index, count: 3 }.share(8))
+            .collect();
+        assert_eq!(shares, [0..3, 3..6, 6..8]);
+        assert_eq!(AppNode::ALONE.share(5), 0..5);
+    }
+}
