@@ -475,14 +475,8 @@ impl Cads {
             let Some(repair) = self.missed.repair(cmi) else {
                 continue;
             };
-            let flush = cads_protocol::Command::FlushAll {
-                unpinned: repair.unpinned,
-            };
             // An error reply (a CMI that does not know the option) is no flush.
-            if matches!(
-                client.execute(cmi, &flush),
-                Ok(cads_protocol::Reply::Status(_))
-            ) {
+            if client.flush_cmi(cmi, repair.unpinned).is_ok() {
                 tracing::info!(
                     cmi,
                     unpinned_only = repair.unpinned,

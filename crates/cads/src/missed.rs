@@ -173,7 +173,6 @@ mod tests {
     fn flushing_cmis_that_missed_value_writes_keeps_buffered_writes() {
         use std::time::Duration;
 
-        use cads_protocol::{Command, Reply};
         use cads_store::{Changes, StoreOptions};
         use cads_testkit::{Cmis, ScratchDir};
         use serde_json::json;
@@ -204,12 +203,7 @@ mod tests {
         let value_key = docs.key("d");
         let value_cmi = client.route(&value_key);
         let buffered = crate::writeback::bw_key(&docs.doc_ref("d"));
-        let holds = |cmi: usize, key: &[u8]| {
-            matches!(
-                client.execute(cmi, &Command::Get(key)).unwrap(),
-                Reply::Bulk(_)
-            )
-        };
+        let holds = |cmi: usize, key: &[u8]| client.get_from(cmi, key).unwrap().is_some();
         assert!(
             holds(value_cmi, &value_key),
             "the write changed the cached value"

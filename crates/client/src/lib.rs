@@ -48,14 +48,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cads_protocol::{Command, Reply, SessionId};
+use cads_protocol::{Command, Reply};
 
+pub use cads_protocol::SessionId;
 pub use error::{ClientError, Result};
 pub use ids::{RangeSource, SessionIds};
 pub use info::CmiStats;
 pub use retry::{random, Backoff, RetryPolicy};
 pub use router::{ConsistentHash, Router};
 pub use session::{IqRead, Session, Write, Written};
+
+/// The stable hash of keys that CMIs use for fragments (FNV-1a, 64 bits): the same in every
+/// process and version, for anything several processes must place alike.
+pub use cads_protocol::fragment::fnv1a64 as stable_hash;
 
 use pool::Pool;
 
@@ -307,12 +312,51 @@ impl Client {
 
     /// FLUSHALL on every CMI.
     pub fn flush_all(&self) -> Result<()> {
-        for cmi in 0..self.cmis() {
-            if let Reply::Error(e) = self.execute(cmi, &Command::FlushAll { unpinned: false })? {
-                return Err(ClientError::Server(e));
-            }
+        (0..self.cmis()).try_for_each(|cmi| self.flush_cmi(cmi, false))
+    }
+
+    /// FLUSHALL on CMI `cmi`; with `unpinned_only`, `FLUSHALL UNPINNED`, which keeps pinned
+    /// entries and markers. An error reply (a CMI that does not know the option) is an error.
+    pub fn flush_cmi(&self, cmi: usize, unpinned_only: bool) -> Result<()> {
+        match self.execute(
+            cmi,
+            &Command::FlushAll {
+                unpinned: unpinned_only,
+            },
+        )? {
+            Reply::Error(e) => Err(ClientError::Server(e)),
+            _ => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Plain GETs of keys on chosen CMIs (the replicas of replicated keys), sent to every CMI
+    /// before any reply is read: one round trip. Each answer is the value or its own error.
+    pub fn get_at(&self, places: &[(usize, &[u8])]) -> Vec<Result<Option<Vec<u8>>>> {
+        let commands: Vec<(usize, Command<'_>)> = places
+            .iter()
+            .map(|&(cmi, key)| (cmi, Command::Get(key)))
+            .collect();
+        self.execute_many(&commands)
+            .into_iter()
+            .map(|reply| session::bulk(reply?))
+            .collect()
+    }
+
+    /// Whether each key exists on its chosen CMI, in one round trip as [`Client::get_at`].
+    pub fn exists_at(&self, places: &[(usize, &[u8])]) -> Vec<Result<bool>> {
+        let keys: Vec<[&[u8]; 1]> = places.iter().map(|&(_, key)| [key]).collect();
+        let commands: Vec<(usize, Command<'_>)> = places
+            .iter()
+            .zip(&keys)
+            .map(|(&(cmi, _), key)| (cmi, Command::Exists(key)))
+            .collect();
+        self.execute_many(&commands)
+            .into_iter()
+            .map(|reply| match reply? {
+                Reply::Int(n) => Ok(n > 0),
+                other => Err(session::unexpected(&other)),
+            })
+            .collect()
     }
 
     /// Starts a session with a fresh id.

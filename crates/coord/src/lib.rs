@@ -14,8 +14,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use cads_client::RangeSource;
-use cads_protocol::SessionId;
+use cads_client::{RangeSource, SessionId};
 
 /// Session ids per range: a client asks again after this many sessions.
 pub const DEFAULT_RANGE: u64 = 1 << 16;

@@ -4,7 +4,6 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::Ordering;
 
 use cads_client::{ClientError, Session as CacheSession, Write, Written};
-use cads_protocol::{Command, Reply};
 use cads_store::{DocOp, DocWrite, StoreError};
 
 use super::mac::Seal;
@@ -35,7 +34,7 @@ fn pw_key(partition: usize) -> Vec<u8> {
 
 fn partition_of(cads: &Cads, bw_key: &[u8]) -> usize {
     let partitions = cads.config().write_back.partitions.max(1);
-    (cads_protocol::fragment::fnv1a64(bw_key) % partitions as u64) as usize
+    (cads_client::stable_hash(bw_key) % partitions as u64) as usize
 }
 
 /// The buffered writes a session stages (000 Algorithm 11, write-back): per document, the
@@ -269,16 +268,15 @@ fn registration(cads: &Cads, seal: &Seal, key: &[u8]) -> Vec<(usize, Write)> {
 pub(crate) fn has_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
     let client = cads.cache().expect("write-back has a cache");
     let key = bw_key(doc);
-    let keys = [key.as_slice()];
-    let commands: Vec<(usize, Command<'_>)> = replicas(cads, client, &key)
+    let places: Vec<(usize, &[u8])> = replicas(cads, client, &key)
         .into_iter()
-        .map(|cmi| (cmi, Command::Exists(&keys)))
+        .map(|cmi| (cmi, key.as_slice()))
         .collect();
     let mut reachable = false;
-    for reply in client.execute_many(&commands) {
-        match reply {
-            Ok(Reply::Int(n)) if n > 0 => return Ok(true),
-            Ok(_) => reachable = true,
+    for exists in client.exists_at(&places) {
+        match exists {
+            Ok(true) => return Ok(true),
+            Ok(false) => reachable = true,
             Err(e) if e.is_unavailable() => {}
             Err(e) => return Err(e.into()),
         }
@@ -287,7 +285,7 @@ pub(crate) fn has_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
         Ok(false)
     } else {
         Err(Error::Cache(ClientError::Unavailable {
-            cmi: commands[0].0,
+            cmi: places[0].0,
             reason: "no replica of the buffered write can be reached".into(),
             refused: false,
         }))

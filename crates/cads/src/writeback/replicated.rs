@@ -3,7 +3,6 @@
 //! several of them hold.
 
 use cads_client::{Client, ClientError, Session as CacheSession, Write};
-use cads_protocol::{Command, Reply};
 
 use super::mac::Seal;
 use super::{Refusal, Refused};
@@ -75,20 +74,15 @@ pub(crate) fn read_all(cads: &Cads, key: &[u8]) -> Result<Vec<Option<Vec<u8>>>> 
 pub(crate) fn read_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
     let client = cads.cache().expect("write-back has a cache");
     let places = placed(cads, client, keys);
-    let commands: Vec<(usize, Command<'_>)> = places
-        .iter()
-        .map(|&(cmi, key)| (cmi, Command::Get(key)))
-        .collect();
     let mut values: Vec<Vec<Option<Vec<u8>>>> = vec![Vec::new(); keys.len()];
     let mut index = 0;
-    for (reply, (_, key)) in client.execute_many(&commands).into_iter().zip(&places) {
+    for (reply, (_, key)) in client.get_at(&places).into_iter().zip(&places) {
         // Replicas of a key are next to one another, in the order of `keys`.
         while keys[index].as_slice() != *key {
             index += 1;
         }
         match reply {
-            Ok(Reply::Bulk(value)) => values[index].push(Some(value.into_owned())),
-            Ok(_) => values[index].push(None),
+            Ok(value) => values[index].push(value),
             Err(e) if e.is_unavailable() => {}
             Err(e) => return Err(e.into()),
         }

@@ -191,7 +191,7 @@ fn work_on_queues(cads: &Cads, index: usize, count: usize, pass: &mut Pass) {
         }
     };
     for queue in queues {
-        let owner = cads_protocol::fragment::fnv1a64(queue.as_bytes()) % count as u64;
+        let owner = cads_client::stable_hash(queue.as_bytes()) % count as u64;
         if owner != index as u64 {
             continue;
         }
