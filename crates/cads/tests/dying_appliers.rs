@@ -3,8 +3,9 @@
 //! exactly once in the end, and an applier stalled past its leases lands nothing after a newer
 //! write another applier took over.
 //!
-//! Failpoints are process-wide, so every test here holds the failpoint scenario (they run one at
-//! a time) and no test of another file sees them.
+//! Failpoints are process-wide, so every test here holds the failpoint scenario from its first
+//! line (they run one at a time: a test still setting up could otherwise reach a point another
+//! has configured), and no test of another file sees them.
 
 mod common;
 
@@ -115,8 +116,8 @@ fn non_idempotent_writes_are_applied_exactly_once_despite_dying_workers() {
 #[test]
 fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
     const LEASE_MS: u64 = 100;
-    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
     let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
     let stall = Stall::at(&scenario, APPLY_LEASED);
     let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
     let users = Collection::create(&cads, "users").unwrap();
@@ -159,10 +160,10 @@ fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
 /// entries' primary key).
 #[test]
 fn sessions_are_applied_exactly_once_despite_dying_workers() {
+    let scenario = Scenario::setup();
     let d = Deployment::start_with(Policy::WriteBack, 3, |o| o.lease_ms = Some(150));
     let bank = Bank::new("exactly", Queues::PerAccount);
     bank.create(d.store.as_ref());
-    let scenario = Scenario::setup();
     let writers = d.cads(config(3));
     let accounts = ["a", "b", "c"];
     for a in accounts {
@@ -266,6 +267,7 @@ fn sessions_are_applied_exactly_once_despite_dying_workers() {
 #[test]
 fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
     const LEASE_MS: u64 = 100;
+    let scenario = Scenario::setup();
     let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
     let bank = Bank::new("stalled", Queues::PerAccount);
     d.store
@@ -281,7 +283,6 @@ fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
     let writers = d.cads(config(3));
     open_account(&writers, &bank, "a");
     cads::writeback::drain(&writers, Duration::from_secs(5)).unwrap();
-    let scenario = Scenario::setup();
     let stall = Stall::at(&scenario, APPLY_LEASED);
     let stalling = d.cads(config(3));
     deposit(&writers, &bank, "a", 5).unwrap();

@@ -3,7 +3,9 @@
 //! it go on. The points themselves are `cads::failpoints`' (re-exported here).
 //!
 //! Failpoints are process-wide, so a test that configures one affects every thread of its test
-//! binary: such tests live in test files of their own, and each holds a scenario.
+//! binary: such tests live in test files of their own, and each holds a scenario from its first
+//! line (a test that is still setting up without it could reach a point another has configured:
+//! its drain would be the thread a stall holds, for instance).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
