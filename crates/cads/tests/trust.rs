@@ -17,6 +17,7 @@ use cads::{
 };
 use cads_protocol::{Command, Reply, SetCondition, SetExpiry};
 use cads_store::{Changes, SqlValue, StoreError};
+use cads_testkit::{ScratchDatabase, ScratchDir};
 use common::{counter_key, doc, Counters, Deployment};
 use serde_json::json;
 
@@ -348,35 +349,26 @@ fn appnodes_sharing_a_data_store_share_the_key() {
     );
 }
 
-/// The data stores a test runs on: SQLite always, PostgreSQL and MariaDB when they answer (or
-/// when `CADS_REQUIRE_SERVICES=1`, which makes them mandatory).
-fn every_backend(dir: &std::path::Path) -> Vec<String> {
-    let mut urls = vec![format!("sqlite:{}", dir.join("keys.db").display())];
-    let required = std::env::var("CADS_REQUIRE_SERVICES").is_ok_and(|v| v.trim() == "1");
-    for (variable, default) in [
-        (
-            "CADS_POSTGRES_URL",
-            "postgres://cads:cads@127.0.0.1:5432/cads",
-        ),
-        ("CADS_MYSQL_URL", "mysql://cads:cads@127.0.0.1:3306/cads"),
-    ] {
-        let url = std::env::var(variable).unwrap_or_else(|_| default.into());
-        match cads_store::open(&url, &cads_store::StoreOptions::default()) {
-            Ok(_) => urls.push(url),
-            Err(e) if required => panic!("CADS_REQUIRE_SERVICES=1 but {url} is unreachable: {e}"),
-            Err(e) => eprintln!("SKIPPED: {url} unreachable: {e}"),
-        }
-    }
-    urls
+/// Fresh data stores to run a test on: SQLite always, and scratch PostgreSQL and MariaDB
+/// databases when those servers answer (mandatory under `CADS_REQUIRE_SERVICES=1`). The URLs, and
+/// what removes the stores when dropped.
+fn every_backend() -> (Vec<String>, ScratchDir, Vec<ScratchDatabase>) {
+    let dir = ScratchDir::new("trust-keys");
+    let databases: Vec<ScratchDatabase> = [ScratchDatabase::postgres(), ScratchDatabase::mariadb()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut urls = vec![dir.sqlite_url()];
+    urls.extend(databases.iter().map(|d| d.url().to_string()));
+    (urls, dir, databases)
 }
 
 /// Processes racing to read the stored key on a data store without one end with the same key,
 /// and so does one that reads it later.
 #[test]
 fn the_stored_key_is_one_per_data_store_on_every_backend() {
-    let dir = std::env::temp_dir().join(format!("cads-trust-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for url in every_backend(&dir) {
+    let (urls, _dir, _databases) = every_backend();
+    for url in urls {
         let options = cads_store::StoreOptions::default();
         let seals: Vec<Seal> = std::thread::scope(|scope| {
             let racers: Vec<_> = (0..4)
@@ -397,7 +389,6 @@ fn the_stored_key_is_one_per_data_store_on_every_backend() {
         assert!(seal.open(b"k", &sealed).is_some(), "{url}");
         assert!(MacKey::Given(vec![1; 8]).seal(later.as_ref()).is_err());
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 use std::process::{Command, Output};
 
+use cads_testkit::ScratchDir;
 use serde_json::Value;
 use support::{assert_failed_on_stale_reads, stderr};
 
@@ -27,7 +28,7 @@ fn bg_on_two_appnodes(more: &[&str]) -> (Output, Vec<Value>) {
 
 /// Runs `cads bench <args> --json FILE`; returns the output and the records.
 fn bench(args: &[&str]) -> (Output, Vec<Value>) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = ScratchDir::new("cli");
     let json = dir.path().join("runs.json");
     let out = Command::new(env!("CARGO_BIN_EXE_cads"))
         .arg("bench")

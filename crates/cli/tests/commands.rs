@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use cads_testkit::ScratchDir;
 use serde_json::{json, Value};
 use support::{assert_failed_on_stale_reads, stderr};
 
@@ -219,7 +220,7 @@ fn files_ending(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn a_tiny_demo_validates_every_read_and_writes_records_and_charts() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = ScratchDir::new("cli");
     let out_dir = dir.path().join("demo");
     let out = cads(&[
         "demo",
@@ -265,7 +266,7 @@ fn a_tiny_demo_validates_every_read_and_writes_records_and_charts() {
 
 #[test]
 fn bench_json_has_the_required_keys_and_out_has_charts() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = ScratchDir::new("cli");
     let json_path = dir.path().join("runs.json");
     let out_dir = dir.path().join("out");
     let out = cads(&[
@@ -308,7 +309,7 @@ fn bench_json_has_the_required_keys_and_out_has_charts() {
 
 #[test]
 fn report_draws_png_and_svg_for_every_benchmark() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = ScratchDir::new("cli");
     let latency = |p50: u64| json!({"count": 100, "p50": p50, "p95": 2 * p50, "p99": 4 * p50, "p999": 9 * p50});
     let mut records = Vec::new();
     for (benchmark, workload, actions) in [
@@ -365,7 +366,7 @@ fn report_draws_png_and_svg_for_every_benchmark() {
         }
     }
     // An empty directory is an error, not an empty report.
-    let empty = tempfile::tempdir().unwrap();
+    let empty = ScratchDir::new("cli");
     fails_with(
         &["report", empty.path().to_str().unwrap()],
         &["no run records"],
@@ -375,7 +376,7 @@ fn report_draws_png_and_svg_for_every_benchmark() {
 /// A tiny run of `cads bench <benchmark>` with `--json`: it succeeds, and every record has the
 /// keys and says it found nothing inconsistent.
 fn tiny_run(benchmark: &str, args: &[&str]) -> Vec<Value> {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = ScratchDir::new("cli");
     let json_path = dir.path().join("runs.json");
     let mut all = vec!["bench", benchmark, "--threads", "2", "--duration", "300ms"];
     all.extend(args);

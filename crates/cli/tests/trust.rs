@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use cads::store::{open, SqlValue, StoreOptions};
 use cads_testkit::Cmis;
+use cads_testkit::ScratchDir;
 
 fn bench(addrs: &str, extra: &[&str], env: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_cads"));
@@ -95,7 +96,7 @@ fn write_back_with_key(spec: &str, extra: &[&str]) -> Output {
 
 #[test]
 fn write_back_key_says_where_the_key_comes_from() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = ScratchDir::new("cli");
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, "0f".repeat(32)).unwrap();
     let given = format!("file:{}", key_file.display());

@@ -295,8 +295,8 @@ mod tests {
         assert_eq!(MacKey::parse("stored"), Ok(MacKey::Stored));
         assert_eq!(MacKey::parse("off"), Ok(MacKey::Off));
         assert!(MacKey::parse("on").is_err());
-        let dir = std::env::temp_dir().join(format!("cads-mac-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = cads_testkit::ScratchDir::new("mac");
+        let dir = scratch.path();
         let good = dir.join("good");
         std::fs::write(&good, format!("{}\n", "ab".repeat(32))).unwrap();
         assert_eq!(
@@ -311,6 +311,5 @@ mod tests {
             format!("{:?}", MacKey::Given(vec![1; 32])),
             "Given(32 bytes)"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
