@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use cads::documents::Collection;
 use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx};
-use cads_store::{open, Changes, DataStore, FaultyStore, StoreError, StoreOptions};
+use cads_store::{Changes, DataStore, FaultyStore, StoreError, StoreOptions};
+use cads_testkit::{Cmis, ScratchDir};
 use serde_json::{json, Value};
 
 /// Page views in the SQL table `views(page, n)`: a read is a page, a write one more view.
@@ -54,20 +55,13 @@ impl CacheStore for PageViews {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. Two CMIs in this process, as for the caching policies; this policy will not use them.
     let policy = Policy::DataStoreOnly;
-    let server = cads_server::Server::start(cads_server::Config::resolve(cads_server::Options {
-        port: Some(0),
-        cmis: Some(2),
-        mode: Some(policy.cmi_mode().into()),
-        ..Default::default()
-    })?)?;
+    //    (The test kit stands in for a deployment here: in production the CMIs are `cads server`
+    //    processes and the data store a server of its own.)
+    let cmis = Cmis::start(2, policy.cmi_mode());
 
     // 2. The data store: SQLite in a fresh directory, behind a wrapper that counts its calls.
-    let dir = std::env::temp_dir().join(format!("cads-data-store-only-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let sqlite = open(
-        &format!("sqlite:{}/app.db", dir.display()),
-        &StoreOptions::default(),
-    )?;
+    let dir = ScratchDir::new("data-store-only");
+    let sqlite = dir.sqlite(&StoreOptions::default());
     let counted = FaultyStore::new(sqlite);
     let faults = counted.faults();
     let store: Arc<dyn DataStore> = Arc::new(counted);
@@ -75,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.execute_batch("INSERT INTO views VALUES ('home', 0)")?;
 
     // 3. The framework: with this policy it connects to no CMI.
-    let cads = Cads::connect(store, server.addrs(), policy, Config::default());
+    let cads = Cads::connect(store, cmis.addrs(), policy, Config::default());
     println!("cache in use: {}", cads.cache().is_some());
     let users = Collection::create(&cads, "users")?;
     let alice = json!({"name": "Alice", "visits": 0});
@@ -109,8 +103,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         faults.reads() - reads
     );
 
-    server.stop();
-    server.join()?;
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -16,29 +16,23 @@ use std::time::Duration;
 use cads::documents::Collection;
 use cads::writeback::{pending, Workers};
 use cads::{Cads, Config, Policy};
-use cads_store::{open, Changes, StoreOptions};
+use cads_store::{Changes, StoreOptions};
+use cads_testkit::{Cmis, ScratchDir};
 use serde_json::json;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. Three CMIs in this process, in the policy's lease mode, on free loopback ports.
     let policy = Policy::WriteBack;
-    let server = cads_server::Server::start(cads_server::Config::resolve(cads_server::Options {
-        port: Some(0),
-        cmis: Some(3),
-        mode: Some(policy.cmi_mode().into()),
-        ..Default::default()
-    })?)?;
+    //    (The test kit stands in for a deployment here: in production the CMIs are `cads server`
+    //    processes and the data store a server of its own.)
+    let cmis = Cmis::start(3, policy.cmi_mode());
 
     // 2. SQLite in a fresh directory, and the framework over both.
-    let dir = std::env::temp_dir().join(format!("cads-write-back-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let store = open(
-        &format!("sqlite:{}/app.db", dir.display()),
-        &StoreOptions::default(),
-    )?;
+    let dir = ScratchDir::new("write-back");
+    let store = dir.sqlite(&StoreOptions::default());
     let cads = Arc::new(Cads::connect(
         store,
-        server.addrs(),
+        cmis.addrs(),
         policy,
         Config::default(),
     ));
@@ -76,8 +70,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         serde_json::Value::Object(stored)
     );
 
-    server.stop();
-    server.join()?;
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

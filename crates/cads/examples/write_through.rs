@@ -13,8 +13,8 @@
 
 use cads::documents::Collection;
 use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx};
-use cads_protocol::{Command, Reply};
-use cads_store::{open, Changes, StoreError, StoreOptions};
+use cads_store::{Changes, StoreError, StoreOptions};
+use cads_testkit::{Cmis, ScratchDir};
 use serde_json::{json, Value};
 
 /// Page views in the SQL table `views(page, n)`: a read is a page, a write one more view.
@@ -55,43 +55,28 @@ impl CacheStore for PageViews {
     }
 }
 
-/// Cache hits so far, summed over the CMIs (`keyspace_hits` in INFO).
+/// Cache hits so far, summed over the CMIs (`keyspace_hits` in their INFO).
 fn hits(cads: &Cads) -> u64 {
-    let client = cads.cache().expect("this policy has a cache");
-    let mut hits = 0;
-    for cmi in 0..client.cmis() {
-        if let Ok(Reply::Bulk(info)) = client.execute(cmi, &Command::Info(&[])) {
-            let info = String::from_utf8_lossy(&info);
-            let line = info.lines().find_map(|l| l.strip_prefix("keyspace_hits:"));
-            hits += line.and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or(0);
-        }
-    }
-    hits
+    let stats = cads.cmi_stats().expect("the CMIs answer INFO");
+    stats.iter().map(|s| s.keyspace_hits).sum()
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. Two CMIs in this process, in the policy's lease mode, on free loopback ports.
     let policy = Policy::WriteThrough;
-    let server = cads_server::Server::start(cads_server::Config::resolve(cads_server::Options {
-        port: Some(0),
-        cmis: Some(2),
-        mode: Some(policy.cmi_mode().into()),
-        ..Default::default()
-    })?)?;
+    //    (The test kit stands in for a deployment here: in production the CMIs are `cads server`
+    //    processes and the data store a server of its own.)
+    let cmis = Cmis::start(2, policy.cmi_mode());
 
     // 2. The data store: SQLite in a fresh directory, with the table of PageViews.
-    let dir = std::env::temp_dir().join(format!("cads-write-through-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let store = open(
-        &format!("sqlite:{}/app.db", dir.display()),
-        &StoreOptions::default(),
-    )?;
+    let dir = ScratchDir::new("write-through");
+    let store = dir.sqlite(&StoreOptions::default());
     store.execute_batch("CREATE TABLE views (page TEXT PRIMARY KEY, n BIGINT NOT NULL)")?;
     store.execute_batch("INSERT INTO views VALUES ('home', 0)")?;
 
     // 3. The framework over both. A session is a closure that `run` commits, or runs again if
     //    a lease conflict with a concurrent session aborted it.
-    let cads = Cads::connect(store, server.addrs(), policy, Config::default());
+    let cads = Cads::connect(store, cmis.addrs(), policy, Config::default());
     let users = Collection::create(&cads, "users")?;
     let alice = json!({"name": "Alice", "visits": 0});
     cads.run(|s| users.insert(s, "alice", alice.as_object().unwrap().clone()))?;
@@ -127,8 +112,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         hits(&cads) - before
     );
 
-    server.stop();
-    server.join()?;
-    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
