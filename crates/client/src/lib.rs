@@ -41,6 +41,7 @@ mod pool;
 mod retry;
 mod router;
 mod session;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,7 @@ pub use ids::{RangeSource, SessionIds};
 pub use retry::{random, Backoff, RetryPolicy};
 pub use router::{ConsistentHash, Router};
 pub use session::{IqRead, Session, Write, Written};
+pub use tls::{TlsConfig, TlsIdentity, TlsName};
 
 use pool::Pool;
 
@@ -65,6 +67,8 @@ pub struct ClientConfig {
     /// The CMIs' password (their `requirepass`), sent with AUTH on every new connection; left
     /// out of `Debug` output.
     pub password: Option<String>,
+    /// TLS to the CMIs (those started with `--tls-cert`); None speaks plaintext.
+    pub tls: Option<TlsConfig>,
     /// Idle connections kept per CMI.
     pub max_idle: usize,
     pub connect_timeout: Duration,
@@ -78,6 +82,7 @@ impl std::fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("cmis", &self.cmis)
             .field("password", &self.password.as_ref().map(|_| "(hidden)"))
+            .field("tls", &self.tls)
             .field("max_idle", &self.max_idle)
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
@@ -91,6 +96,7 @@ impl ClientConfig {
         ClientConfig {
             cmis,
             password: None,
+            tls: None,
             max_idle: 64,
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(2),
@@ -140,6 +146,7 @@ impl Client {
                     config.connect_timeout,
                     config.io_timeout,
                     config.password.clone(),
+                    config.tls.clone(),
                 )
             })
             .collect();
