@@ -142,13 +142,23 @@ impl Connection {
                         self.input.clear();
                         self.consumed = 0;
                     }
-                    // A CMI that wants a password answers every command so: a failure of the
-                    // connection, not of the command.
+                    // A CMI that wants a password answers every command so, and a TLS CMI
+                    // answers a plaintext client so and closes: a failure of the connection, not
+                    // of the command.
                     if let Reply::Error(e) = &reply {
                         if e.kind == ErrorKind::NoAuth {
                             return Err(ClientError::Auth {
                                 cmi: self.cmi,
                                 reason: e.to_string(),
+                            });
+                        }
+                        if tls::is_plaintext_refusal(e) {
+                            return Err(ClientError::Tls {
+                                cmi: self.cmi,
+                                reason: "the CMI serves TLS only and this client speaks \
+                                         plaintext: give it the CA that signed the CMI's \
+                                         certificate"
+                                    .into(),
                             });
                         }
                     }

@@ -18,6 +18,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::sign::CertifiedKey;
 use rustls::{AlertDescription, CertificateError, ClientConnection, InvalidMessage, RootCertStore};
 
+use cads_protocol::{ErrorKind, ErrorReply};
+
 use crate::error::{ClientError, Result};
 
 /// How a client speaks TLS to its CMIs: the CAs it trusts, the name their certificates must
@@ -270,6 +272,16 @@ fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> 
         return Err(ClientError::TlsConfig(format!("no PEM {what} found")));
     }
     Ok(chain)
+}
+
+/// Whether `reply` is a TLS CMI's answer to a plaintext client (the server's
+/// `cads_server::tls::PLAINTEXT_REFUSAL`, which `crates/client/tests/tls.rs` checks this against),
+/// sent before it closes the connection.
+pub(crate) fn is_plaintext_refusal(reply: &ErrorReply) -> bool {
+    reply.kind == ErrorKind::Err
+        && reply
+            .message
+            .starts_with("this CMI accepts TLS connections only")
 }
 
 /// The rustls error an I/O error carries, if it is one.

@@ -78,10 +78,10 @@ fn a_tls_client_runs_sessions_over_two_tls_cmis() {
 fn a_plaintext_client_is_refused_by_a_tls_cmi() {
     let ca = TestCa::new();
     let cmis = Cmis::start_with(1, |o| ca.serve_tls(o));
-    let error = client(&cmis, None).get(b"k").unwrap_err();
+    let reason = tls_reason(client(&cmis, None).get(b"k").unwrap_err());
     assert!(
-        error.to_string().contains("accepts TLS connections only"),
-        "{error}"
+        reason.contains("serves TLS only and this client speaks plaintext"),
+        "{reason}"
     );
 }
 
