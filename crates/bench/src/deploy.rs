@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use cads::writeback::MacKey;
 use cads::{Cads, Config, Password, Policy};
-use cads_client::Client;
+use cads_client::{Client, TlsConfig};
 use cads_protocol::{Command, Reply};
 use cads_server::{Options, Server};
 use cads_store::{
@@ -93,6 +93,9 @@ pub struct CmiSettings {
     /// The CMIs' password: embedded CMIs are started requiring it, and the framework logs in
     /// with it (`Config::cache_password`).
     pub password: Option<Password>,
+    /// TLS to CMIs that serve it (`Config::cache_tls`); for CMIs running apart only
+    /// ([`CacheSpec::External`]): embedded CMIs serve plaintext.
+    pub tls: Option<TlsConfig>,
     /// Where write-back's MAC key comes from (`WriteBackConfig::mac_key`).
     pub write_back_key: MacKey,
 }
@@ -269,6 +272,10 @@ impl Deployment {
         let misses = Arc::new(MissCountingStore::new(Arc::new(faulty), collection));
         let (server, addrs) = match (policy, cache) {
             (Policy::DataStoreOnly, _) => (None, Vec::new()),
+            (_, CacheSpec::Embedded { .. }) if cmi.tls.is_some() => bail!(
+                "TLS is for CMIs running apart (cads server --tls-cert ...), given with --cache \
+                 host:port; embedded CMIs serve plaintext"
+            ),
             (_, CacheSpec::Embedded { cmis }) => {
                 let config = cads_server::Config::resolve(Options {
                     port: Some(0),
@@ -288,6 +295,7 @@ impl Deployment {
         };
         let mut config = config;
         config.cache_password = cmi.password.clone();
+        config.cache_tls = cmi.tls.clone();
         config.write_back.mac_key = cmi.write_back_key.clone();
         let cads = Cads::connect(misses.clone(), &addrs, policy, config);
         if let (Some(client), CacheSpec::External(_)) = (cads.cache(), cache) {

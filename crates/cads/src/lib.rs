@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use cads_client::{Backoff, Client, ClientConfig, RetryPolicy};
+use cads_client::{Backoff, Client, ClientConfig, RetryPolicy, TlsConfig};
 use cads_coord::Coordinator;
 use cads_store::{DataStore, Isolation};
 use missed::{Missed, MissedWrites};
@@ -106,6 +106,10 @@ pub struct Config {
     /// [`Cads::connect`] opens. A CMI that wants one and does not get it (or gets a wrong one)
     /// fails every call with `ClientError::Auth`.
     pub cache_password: Option<Password>,
+    /// TLS to the CMIs (those started with `--tls-cert`): the CAs to trust and the name their
+    /// certificates carry. None speaks plaintext; a CMI that serves TLS then refuses the
+    /// framework, and a CMI that does not fails every call with `ClientError::Tls`.
+    pub cache_tls: Option<TlsConfig>,
     /// Isolation of the sessions' SQL transactions. READ COMMITTED lets every miss be cached; with
     /// a snapshot fixed for the whole transaction, misses read after the snapshot was taken are
     /// served but not cached (see `Session::read`).
@@ -133,6 +137,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cache_password: None,
+            cache_tls: None,
             isolation: Isolation::ReadCommitted,
             max_attempts: 100,
             retry: RetryPolicy::default(),
@@ -203,7 +208,8 @@ impl Cads {
     }
 
     /// The framework over a data store and the CMIs at `cmis` (started in the policy's lease mode),
-    /// with session ids from the process's coordinator, logging in with `config.cache_password`.
+    /// with session ids from the process's coordinator, logging in with `config.cache_password`
+    /// over TLS when `config.cache_tls` is given.
     pub fn connect(
         store: Arc<dyn DataStore>,
         cmis: &[SocketAddr],
@@ -213,6 +219,7 @@ impl Cads {
         let client = (policy != Policy::DataStoreOnly).then(|| {
             let mut client_config = ClientConfig::new(cmis.to_vec());
             client_config.password = config.cache_password.as_ref().map(|p| p.0.clone());
+            client_config.tls = config.cache_tls.clone();
             Client::new(client_config, Coordinator::process())
         });
         Cads::new(store, client, policy, config)
