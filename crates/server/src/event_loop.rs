@@ -1442,7 +1442,11 @@ mod tests {
     #[test]
     fn pipelined_requests_are_answered_in_order() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        answers_a_pipeline_in_order(server, client);
+    }
+
+    fn answers_a_pipeline_in_order<S: Read + Write>(server: Server, mut client: Client<S>) {
         let mut batch = Vec::new();
         for i in 0..1000 {
             if i % 10 == 0 {
@@ -1487,7 +1491,11 @@ mod tests {
     #[test]
     fn a_five_mib_bulk_goes_both_ways() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        five_mib_go_both_ways(server, client);
+    }
+
+    fn five_mib_go_both_ways<S: Read + Write>(server: Server, mut client: Client<S>) {
         let value: Vec<u8> = (0..5 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
         client.request(&[b"LEN", &value]);
         client.request(&[b"ECHO", &value]);
@@ -1554,7 +1562,11 @@ mod tests {
     #[test]
     fn quit_flushes_its_reply_and_runs_nothing_after_it() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        quit_flushes_its_reply_and_closes(server, client);
+    }
+
+    fn quit_flushes_its_reply_and_closes<S: Read + Write>(server: Server, mut client: Client<S>) {
         client.send(b"PING\r\nQUIT\r\nPING\r\n");
         assert_eq!(client.status(), "PONG");
         assert_eq!(client.status(), "OK");
@@ -1609,7 +1621,14 @@ mod tests {
     #[test]
     fn output_backpressure_loses_and_reorders_nothing() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        backpressure_loses_and_reorders_nothing(server, client);
+    }
+
+    fn backpressure_loses_and_reorders_nothing<S: Read + Write>(
+        server: Server,
+        mut client: Client<S>,
+    ) {
         const N: usize = 100_000;
         let pad = [b'p'; 100];
         let mut batch = Vec::with_capacity(N * 140);
@@ -1640,7 +1659,14 @@ mod tests {
     #[test]
     fn a_half_closed_client_gets_every_reply_then_eof() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        a_finished_client_gets_every_reply_then_eof(server, client);
+    }
+
+    fn a_finished_client_gets_every_reply_then_eof<S: Read + Write + Finish>(
+        server: Server,
+        mut client: Client<S>,
+    ) {
         const N: usize = 20_000;
         let mut batch = Vec::new();
         for i in 0..N {
@@ -1650,7 +1676,7 @@ mod tests {
             );
         }
         client.send(&batch);
-        client.stream.shutdown(Shutdown::Write).unwrap();
+        client.stream.finish();
         for i in 0..N {
             assert_eq!(client.bulk(), format!("{i:0>400}").as_bytes());
         }
@@ -1768,68 +1794,51 @@ mod tests {
                 pos: 0,
             }
         }
+    }
 
-        /// Says it will send nothing more (`close_notify`), as a plaintext client's FIN does.
+    /// How a client says it will send nothing more.
+    trait Finish {
+        fn finish(&mut self);
+    }
+
+    impl Finish for TcpStream {
         fn finish(&mut self) {
-            self.stream.conn.send_close_notify();
-            self.stream.flush().unwrap();
+            self.shutdown(Shutdown::Write).unwrap();
         }
+    }
+
+    /// `close_notify`, TLS's FIN.
+    impl Finish for TlsStream {
+        fn finish(&mut self) {
+            self.conn.send_close_notify();
+            self.flush().unwrap();
+        }
+    }
+
+    /// A TLS server with [`Server::quick`]'s settings, and a client of it.
+    fn tls_server_and_client() -> (Server, Client<TlsStream>) {
+        let (server, tls) = Server::start_tls(Server::quick());
+        let client = Client::connect_tls(server.addr, &tls);
+        (server, client)
     }
 
     #[test]
-    fn tls_requests_pipelined_and_large_go_both_ways() {
-        let (server, tls) = Server::start_tls(Server::quick());
-        let mut client = Client::connect_tls(server.addr, &tls);
-        let mut batch = Vec::new();
-        for i in 0..1000 {
-            write_request(
-                &mut batch,
-                &[b"ECHO".as_slice(), format!("v{i}").as_bytes()],
-            );
-        }
-        client.send(&batch);
-        for i in 0..1000 {
-            assert_eq!(client.bulk(), format!("v{i}").as_bytes());
-        }
-        let value: Vec<u8> = (0..5 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
-        client.request(&[b"LEN", &value]);
-        client.request(&[b"ECHO", &value]);
-        client.request(&[b"PING"]);
-        assert_eq!(client.reply(), Reply::Int(value.len() as i64));
-        assert!(client.bulk() == value);
-        assert_eq!(client.status(), "PONG");
-        let stats = server.stats.snapshot();
-        assert!(stats.total_net_input_bytes > 10 * 1024 * 1024);
-        assert!(stats.total_net_output_bytes > 5 * 1024 * 1024);
-        let handler = server.stop();
-        assert_eq!(handler.requests, 1003);
+    fn tls_pipelined_requests_are_answered_in_order() {
+        let (server, client) = tls_server_and_client();
+        answers_a_pipeline_in_order(server, client);
     }
 
-    /// The plaintext test's pipeline over TLS: replies wait in the connection's output, not in
-    /// rustls, so the same stall bounds them.
+    #[test]
+    fn tls_a_five_mib_bulk_goes_both_ways() {
+        let (server, client) = tls_server_and_client();
+        five_mib_go_both_ways(server, client);
+    }
+
+    /// Replies wait in the connection's output, not in rustls, so the same stall bounds them.
     #[test]
     fn tls_output_backpressure_loses_and_reorders_nothing() {
-        let (server, tls) = Server::start_tls(Server::quick());
-        let mut client = Client::connect_tls(server.addr, &tls);
-        const N: usize = 100_000;
-        let mut batch = Vec::with_capacity(N * 140);
-        for i in 0..N {
-            write_request(
-                &mut batch,
-                &[b"ECHO".as_slice(), format!("{i:0>100}").as_bytes()],
-            );
-        }
-        client.send(&batch);
-        for i in 0..N {
-            assert_eq!(client.bulk(), format!("{i:0>100}").as_bytes(), "reply {i}");
-        }
-        let handler = server.stop();
-        assert_eq!(handler.requests, N as u64);
-        assert!(
-            handler.max_output < 1024 * 1024,
-            "output grew to {}",
-            handler.max_output
-        );
+        let (server, client) = tls_server_and_client();
+        backpressure_loses_and_reorders_nothing(server, client);
     }
 
     /// `close_notify` is a TLS client's FIN: it still gets every reply, then the server's own
@@ -1837,31 +1846,15 @@ mod tests {
     /// would panic on).
     #[test]
     fn a_tls_client_that_finishes_gets_every_reply_then_close_notify() {
-        let (server, tls) = Server::start_tls(Server::quick());
-        let mut client = Client::connect_tls(server.addr, &tls);
-        const N: usize = 20_000;
-        let mut batch = Vec::new();
-        for i in 0..N {
-            write_request(
-                &mut batch,
-                &[b"ECHO".as_slice(), format!("{i:0>400}").as_bytes()],
-            );
-        }
-        client.send(&batch);
-        client.finish();
-        for i in 0..N {
-            assert_eq!(client.bulk(), format!("{i:0>400}").as_bytes());
-        }
-        assert!(client.at_eof());
-        server.wait_for(|s| s.connected_clients == 0);
+        let (server, client) = tls_server_and_client();
+        a_finished_client_gets_every_reply_then_eof(server, client);
+    }
 
-        let mut client = Client::connect_tls(server.addr, &tls);
-        client.send(b"PING\r\nQUIT\r\nPING\r\n");
-        assert_eq!(client.status(), "PONG");
-        assert_eq!(client.status(), "OK");
-        assert!(client.at_eof(), "QUIT ends with close_notify");
-        let handler = server.stop();
-        assert_eq!(handler.requests, N as u64 + 2);
+    /// QUIT's reply, then `close_notify` (`at_eof` reads a close without it as an error).
+    #[test]
+    fn quit_over_tls_ends_with_close_notify() {
+        let (server, client) = tls_server_and_client();
+        quit_flushes_its_reply_and_closes(server, client);
     }
 
     /// A RESP client of a TLS port is told, in RESP, and closed; nothing it sent runs, and the
