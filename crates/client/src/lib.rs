@@ -6,7 +6,8 @@
 //! parts to all CMIs before reading any reply, turns RETRY into jittered exponential backoff within
 //! a time budget, validates on every CMI it touched before committing on any (000 §5.1.3), and
 //! aborts everywhere when any CMI aborts it. Session ids come from ranges handed out by the
-//! coordinator ([`RangeSource`]).
+//! coordinator ([`RangeSource`]). Connections speak plaintext, or TLS to CMIs that serve it
+//! ([`TlsConfig`]), and log in when the CMIs want a password.
 //!
 //! The API is blocking: one session belongs to one thread; a `Client` is shared by many.
 //!
