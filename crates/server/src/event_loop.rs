@@ -1883,6 +1883,28 @@ mod tests {
         assert_eq!(handler.requests, 1);
     }
 
+    /// A client beyond `max_clients` on a TLS port is closed without the plaintext reply, which a
+    /// TLS client would read as a corrupt record. (It sends nothing here, so that the close is an
+    /// end of stream and not a reset.)
+    #[test]
+    fn tls_clients_beyond_max_clients_are_closed_without_a_reply() {
+        let (server, tls) = Server::start_tls(LoopConfig {
+            max_clients: 1,
+            ..Server::quick()
+        });
+        let mut first = Client::connect_tls(server.addr, &tls);
+        first.send(b"PING\r\n");
+        assert_eq!(first.status(), "PONG");
+        let mut second = Client::connect(server.addr);
+        assert!(
+            second.at_eof(),
+            "{:?}",
+            String::from_utf8_lossy(&second.buf)
+        );
+        assert_eq!(server.stats.snapshot().rejected_connections, 1);
+        server.stop();
+    }
+
     /// A handshake that fails (the client does not trust the certificate; bytes that start like
     /// TLS and are not) closes that connection only.
     #[test]
