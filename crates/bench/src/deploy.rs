@@ -14,7 +14,7 @@ use cads::store::{
     IndexedField, Isolation, SqlStore, SqlTransaction,
 };
 use cads::writeback::MacKey;
-use cads::{Cads, Client, Config, Password, Policy};
+use cads::{Cads, Client, Config, Password, Policy, TlsConfig};
 use serde_json::Value;
 
 /// Where the cache is (`--cache`).
@@ -89,14 +89,18 @@ pub struct CmiSettings {
     /// The CMIs' password: embedded CMIs are started requiring it, and the framework logs in
     /// with it (`Config::cache_password`).
     pub password: Option<Password>,
+    /// TLS to CMIs that serve it (`Config::cache_tls`); for CMIs running apart only
+    /// ([`CacheSpec::External`]): embedded CMIs serve plaintext.
+    pub tls: Option<TlsConfig>,
     /// Where write-back's MAC key comes from (`WriteBackConfig::mac_key`).
     pub write_back_key: MacKey,
 }
 
 impl CmiSettings {
-    /// `config` with these settings' password and MAC key.
+    /// `config` with these settings' password, TLS and MAC key.
     pub fn framework_config(&self, mut config: Config) -> Config {
         config.cache_password = self.password.clone();
+        config.cache_tls = self.tls.clone();
         config.write_back.mac_key = self.write_back_key.clone();
         config
     }
@@ -317,6 +321,10 @@ impl Deployment {
     ) -> Result<Deployment> {
         let (cmis, addrs) = match (policy, cache) {
             (Policy::DataStoreOnly, _) => (None, Vec::new()),
+            (_, CacheSpec::Embedded { .. }) if cmi.tls.is_some() => bail!(
+                "TLS is for CMIs running apart (cads server --tls-cert ...), given with --cache \
+                 host:port; embedded CMIs serve plaintext"
+            ),
             (_, CacheSpec::Embedded { cmis }) => {
                 let started = launcher
                     .start_cmis(*cmis, policy.cmi_mode(), cmi)

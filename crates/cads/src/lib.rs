@@ -51,7 +51,9 @@ pub use cache_store::{CacheChange, CacheStore, DocRef, Modifier};
 /// The cache client the framework talks to CMIs with ([`Cads::cache`]), and what a user needs of
 /// it: its settings (for [`Cads::new`] with a client of one's own), errors, retry settings
 /// ([`Config::retry`]) and what a CMI says about itself.
-pub use cads_client::{Client, ClientConfig, ClientError, CmiStats, RetryPolicy};
+pub use cads_client::{
+    Client, ClientConfig, ClientError, CmiStats, RetryPolicy, TlsConfig, TlsIdentity, TlsName,
+};
 /// Where a process's session ids come from: a client of one's own draws them from
 /// `Coordinator::process()`, as [`Cads::connect`] does.
 pub use cads_coord::Coordinator;
@@ -115,6 +117,10 @@ pub struct Config {
     /// [`Cads::connect`] opens. A CMI that wants one and does not get it (or gets a wrong one)
     /// fails every call with `ClientError::Auth`.
     pub cache_password: Option<Password>,
+    /// TLS to the CMIs (those started with `--tls-cert`): the CAs to trust and the name their
+    /// certificates carry. None speaks plaintext; a CMI that serves TLS then refuses the
+    /// framework, and a CMI that does not fails every call with `ClientError::Tls`.
+    pub cache_tls: Option<TlsConfig>,
     /// Isolation of the sessions' SQL transactions. READ COMMITTED lets every miss be cached; with
     /// a snapshot fixed for the whole transaction, misses read after the snapshot was taken are
     /// served but not cached (see `Session::read`).
@@ -142,6 +148,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cache_password: None,
+            cache_tls: None,
             isolation: Isolation::ReadCommitted,
             max_attempts: 100,
             retry: RetryPolicy::default(),
@@ -212,7 +219,8 @@ impl Cads {
     }
 
     /// The framework over a data store and the CMIs at `cmis` (started in the policy's lease mode),
-    /// with session ids from the process's coordinator, logging in with `config.cache_password`.
+    /// with session ids from the process's coordinator, logging in with `config.cache_password`
+    /// over TLS when `config.cache_tls` is given.
     pub fn connect(
         store: Arc<dyn DataStore>,
         cmis: &[SocketAddr],
@@ -222,6 +230,7 @@ impl Cads {
         let client = (policy != Policy::DataStoreOnly).then(|| {
             let mut client_config = ClientConfig::new(cmis.to_vec());
             client_config.password = config.cache_password.as_ref().map(|p| p.0.clone());
+            client_config.tls = config.cache_tls.clone();
             Client::new(client_config, Coordinator::process())
         });
         Cads::new(store, client, policy, config)

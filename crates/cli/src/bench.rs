@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use cads::writeback::MacKey;
-use cads::{Password, Policy};
+use cads::{Password, Policy, TlsConfig, TlsIdentity, TlsName};
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
 use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions};
 use cads_bench::report::{draw_charts, RunPoint};
@@ -86,6 +86,35 @@ pub struct Common {
         hide_env_values = true
     )]
     pub cache_password: Option<String>,
+    /// Speak TLS to the CMIs (cads server --tls-cert), trusting the CA certificates in this
+    /// PEM file: for CMIs given with --cache host:port,...
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CADS_CACHE_TLS_CA",
+        value_parser = |s: &str| TlsConfig::from_ca_file(Path::new(s))
+    )]
+    pub cache_tls_ca: Option<TlsConfig>,
+    /// The name the CMIs' certificates must be valid for (a DNS name or an IP address).
+    /// [default: each CMI's IP address]
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "CADS_CACHE_TLS_NAME",
+        requires = "cache_tls_ca",
+        value_parser = |s: &str| s.parse::<TlsName>()
+    )]
+    pub cache_tls_name: Option<TlsName>,
+    /// This client's certificate chain and private key, in one PEM file, for CMIs that require
+    /// client certificates (cads server --tls-ca).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "CADS_CACHE_TLS_CERT",
+        requires = "cache_tls_ca",
+        value_parser = |s: &str| TlsIdentity::from_file(Path::new(s))
+    )]
+    pub cache_tls_cert: Option<TlsIdentity>,
     /// Where write-back's MAC key comes from: stored (generated on first use and kept in the
     /// data store, so every process using it agrees), file:PATH (the key in hex), or off (no
     /// MACs: for CMIs only the benchmark can write to, and to measure what the MACs cost).
@@ -131,12 +160,7 @@ impl Common {
             policies: self.policy.0.clone(),
             store: self.store.clone(),
             cache: self.cache.clone(),
-            cmi: CmiSettings {
-                maxmemory: self.maxmemory.clone(),
-                max_pinned_memory: self.max_pinned_memory.clone(),
-                password: self.cache_password.clone().map(Password),
-                write_back_key: self.write_back_key.clone(),
-            },
+            cmi: self.cmi(),
             threads,
             workers,
             warm: !self.cold,
@@ -145,6 +169,26 @@ impl Common {
             drain_timeout: self.drain_timeout,
             json: self.json.clone(),
             appnodes: self.appnodes,
+        }
+    }
+
+    /// The CMIs' settings: embedded ones' memory, and how the framework reaches any of them.
+    fn cmi(&self) -> CmiSettings {
+        CmiSettings {
+            maxmemory: self.maxmemory.clone(),
+            max_pinned_memory: self.max_pinned_memory.clone(),
+            password: self.cache_password.clone().map(Password),
+            tls: self.cache_tls_ca.clone().map(|tls| {
+                let tls = match &self.cache_tls_name {
+                    Some(name) => tls.with_server_name(name.clone()),
+                    None => tls,
+                };
+                match &self.cache_tls_cert {
+                    Some(identity) => tls.with_identity(identity.clone()),
+                    None => tls,
+                }
+            }),
+            write_back_key: self.write_back_key.clone(),
         }
     }
 }

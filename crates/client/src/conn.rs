@@ -1,5 +1,5 @@
-//! One connection to a CMI: RESP requests out, replies in, with timeouts. Requests can be
-//! pipelined: write several, then read their replies in order.
+//! One connection to a CMI: RESP requests out, replies in, with timeouts, over TCP or TLS.
+//! Requests can be pipelined: write several, then read their replies in order.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -9,10 +9,44 @@ use cads_protocol::resp::parse_reply;
 use cads_protocol::{Command, ErrorKind, Reply};
 
 use crate::error::{ClientError, Result};
+use crate::tls::{self, TlsConfig};
+
+/// The bytes' way to the CMI.
+enum Stream {
+    Plain(TcpStream),
+    /// Boxed: the TLS state is large, and most connections are plaintext.
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    /// With TLS, writes out what rustls still holds encrypted (a plaintext socket holds nothing).
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
 
 pub struct Connection {
     cmi: usize,
-    stream: TcpStream,
+    stream: Stream,
     out: Vec<u8>,
     input: Vec<u8>,
     /// Bytes of `input` already consumed by parsed replies.
@@ -26,6 +60,7 @@ impl Connection {
         connect_timeout: Duration,
         io_timeout: Duration,
         password: Option<&str>,
+        tls: Option<&TlsConfig>,
     ) -> Result<Connection> {
         let stream = TcpStream::connect_timeout(&addr, connect_timeout).map_err(|e| {
             ClientError::Unavailable {
@@ -38,6 +73,10 @@ impl Connection {
         stream.set_nodelay(true).map_err(io)?;
         stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
         stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
+        let stream = match tls {
+            None => Stream::Plain(stream),
+            Some(tls) => Stream::Tls(Box::new(tls.handshake(cmi, addr, stream, io_timeout)?)),
+        };
         let mut conn = Connection {
             cmi,
             stream,
@@ -70,12 +109,26 @@ impl Connection {
         if self.out.is_empty() {
             return Ok(());
         }
-        let result = self.stream.write_all(&self.out);
+        let result = self
+            .stream
+            .write_all(&self.out)
+            .and_then(|()| self.stream.flush());
         self.out.clear();
-        result.map_err(|source| ClientError::Io {
-            cmi: self.cmi,
-            source,
-        })
+        result.map_err(|source| self.failed(source))
+    }
+
+    /// The error for a failed read or write: a TLS failure explained, or an I/O error.
+    fn failed(&self, source: io::Error) -> ClientError {
+        match tls::rustls_error(&source) {
+            Some(error) => ClientError::Tls {
+                cmi: self.cmi,
+                reason: tls::explain(error),
+            },
+            None => ClientError::Io {
+                cmi: self.cmi,
+                source,
+            },
+        }
     }
 
     /// Reads the next reply.
@@ -89,13 +142,23 @@ impl Connection {
                         self.input.clear();
                         self.consumed = 0;
                     }
-                    // A CMI that wants a password answers every command so: a failure of the
-                    // connection, not of the command.
+                    // A CMI that wants a password answers every command so, and a TLS CMI
+                    // answers a plaintext client so and closes: a failure of the connection, not
+                    // of the command.
                     if let Reply::Error(e) = &reply {
                         if e.kind == ErrorKind::NoAuth {
                             return Err(ClientError::Auth {
                                 cmi: self.cmi,
                                 reason: e.to_string(),
+                            });
+                        }
+                        if tls::is_plaintext_refusal(e) {
+                            return Err(ClientError::Tls {
+                                cmi: self.cmi,
+                                reason: "the CMI serves TLS only and this client speaks \
+                                         plaintext: give it the CA that signed the CMI's \
+                                         certificate"
+                                    .into(),
                             });
                         }
                     }
@@ -121,12 +184,7 @@ impl Connection {
                 }
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => {
-                    return Err(ClientError::Io {
-                        cmi: self.cmi,
-                        source,
-                    })
-                }
+                Err(source) => return Err(self.failed(source)),
             };
             self.input.extend_from_slice(&chunk[..n]);
         }

@@ -33,6 +33,15 @@ pub enum ClientError {
     /// (NOAUTH, WRONGPASS): give the client the CMIs' password (`ClientConfig::password`).
     #[error("CMI {cmi} refused this client: {reason} (the CMIs' password is missing or wrong)")]
     Auth { cmi: usize, reason: String },
+    /// TLS with a CMI failed: it does not serve TLS (or serves it and the client does not ask
+    /// for it), its certificate is not trusted, or it refused this client's certificate. The
+    /// reason says which; fix the client's `TlsConfig`, or the CMI's.
+    #[error("TLS with CMI {cmi} failed: {reason}")]
+    Tls { cmi: usize, reason: String },
+    /// TLS settings that cannot be used (a file that cannot be read, no certificate in it, a
+    /// key that does not go with its certificate, a malformed server name).
+    #[error("TLS settings: {0}")]
+    TlsConfig(String),
     /// Any other error reply (bad arguments, NOTAVAILABLE, LEASED, ...).
     #[error("{0}")]
     Server(ErrorReply),
@@ -71,6 +80,11 @@ impl ClientError {
                 cmi: *cmi,
                 reason: reason.clone(),
             },
+            ClientError::Tls { cmi, reason } => ClientError::Tls {
+                cmi: *cmi,
+                reason: reason.clone(),
+            },
+            ClientError::TlsConfig(reason) => ClientError::TlsConfig(reason.clone()),
             ClientError::Server(reply) => ClientError::Server(reply.clone()),
             ClientError::PartialCommit { committed, failed } => ClientError::PartialCommit {
                 committed: committed.clone(),

@@ -6,7 +6,8 @@
 //! parts to all CMIs before reading any reply, turns RETRY into jittered exponential backoff within
 //! a time budget, validates on every CMI it touched before committing on any (000 §5.1.3), and
 //! aborts everywhere when any CMI aborts it. Session ids come from ranges handed out by the
-//! coordinator ([`RangeSource`]).
+//! coordinator ([`RangeSource`]). Connections speak plaintext, or TLS to CMIs that serve it
+//! ([`TlsConfig`]), and log in when the CMIs want a password.
 //!
 //! The API is blocking: one session belongs to one thread; a `Client` is shared by many.
 //!
@@ -42,6 +43,7 @@ mod pool;
 mod retry;
 mod router;
 mod session;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +59,7 @@ pub use info::CmiStats;
 pub use retry::{random, Backoff, RetryPolicy};
 pub use router::{ConsistentHash, Router};
 pub use session::{IqRead, Session, Write, Written};
+pub use tls::{TlsConfig, TlsIdentity, TlsName};
 
 /// The stable hash of keys that CMIs use for fragments (FNV-1a, 64 bits): the same in every
 /// process and version, for anything several processes must place alike.
@@ -72,6 +75,8 @@ pub struct ClientConfig {
     /// The CMIs' password (their `requirepass`), sent with AUTH on every new connection; left
     /// out of `Debug` output.
     pub password: Option<String>,
+    /// TLS to the CMIs (those started with `--tls-cert`); None speaks plaintext.
+    pub tls: Option<TlsConfig>,
     /// Idle connections kept per CMI.
     pub max_idle: usize,
     pub connect_timeout: Duration,
@@ -85,6 +90,7 @@ impl std::fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("cmis", &self.cmis)
             .field("password", &self.password.as_ref().map(|_| "(hidden)"))
+            .field("tls", &self.tls)
             .field("max_idle", &self.max_idle)
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
@@ -98,6 +104,7 @@ impl ClientConfig {
         ClientConfig {
             cmis,
             password: None,
+            tls: None,
             max_idle: 64,
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(2),
@@ -147,6 +154,7 @@ impl Client {
                     config.connect_timeout,
                     config.io_timeout,
                     config.password.clone(),
+                    config.tls.clone(),
                 )
             })
             .collect();

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn::Connection;
 use crate::error::{ClientError, Result};
+use crate::tls::TlsConfig;
 
 pub struct Pool {
     cmi: usize,
@@ -15,6 +16,7 @@ pub struct Pool {
     connect_timeout: Duration,
     io_timeout: Duration,
     password: Option<String>,
+    tls: Option<TlsConfig>,
     /// Until when the CMI counts as down after a failure (see [`Pool::mark_down`]).
     down_until: Mutex<Option<Instant>>,
 }
@@ -30,6 +32,7 @@ impl Pool {
         connect_timeout: Duration,
         io_timeout: Duration,
         password: Option<String>,
+        tls: Option<TlsConfig>,
     ) -> Pool {
         Pool {
             cmi,
@@ -39,6 +42,7 @@ impl Pool {
             connect_timeout,
             io_timeout,
             password,
+            tls,
             down_until: Mutex::new(None),
         }
     }
@@ -71,6 +75,7 @@ impl Pool {
             self.connect_timeout,
             self.io_timeout,
             self.password.as_deref(),
+            self.tls.as_ref(),
         );
         if let Err(ClientError::Unavailable { refused: true, .. }) = &opened {
             // Nothing listens there: the CMI process is gone. (A timeout proves nothing: a CMI

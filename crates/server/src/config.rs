@@ -75,6 +75,21 @@ pub struct Options {
     #[arg(long, value_name = "PASSWORD")]
     pub requirepass: Option<String>,
 
+    /// Serve TLS only (TLS 1.3), with this certificate chain (PEM, the CMI's own certificate
+    /// first); needs --tls-key. A client that does not speak TLS is told so and closed.
+    /// [default: no TLS]
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// With TLS, also require every client to present a certificate signed by a CA in this PEM
+    /// file. [default: no client certificate asked for]
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
     /// Without --requirepass, refuse clients from other addresses than loopback (127.0.0.0/8,
     /// ::1), telling them how to enable them, as Redis's protected mode does. [default: true]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -166,6 +181,10 @@ pub struct Config {
     pub max_session_ms: u64,
     pub max_session_memory: usize,
     pub requirepass: Option<String>,
+    /// TLS's certificate chain, key, and the CAs of client certificates (all PEM files).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
     pub protected_mode: bool,
     pub max_clients: usize,
     pub max_bulk: usize,
@@ -238,6 +257,9 @@ impl Options {
             max_session_ms,
             max_session_memory,
             requirepass,
+            tls_cert,
+            tls_key,
+            tls_ca,
             protected_mode,
             max_clients,
             max_bulk,
@@ -307,6 +329,9 @@ impl Config {
                 .unwrap_or_else(|| lease_ms.saturating_mul(5)),
             max_session_memory,
             requirepass: o.requirepass.filter(|p| !p.is_empty()),
+            tls_cert: o.tls_cert,
+            tls_key: o.tls_key,
+            tls_ca: o.tls_ca,
             protected_mode: o.protected_mode.unwrap_or(true),
             max_clients: o.max_clients.unwrap_or(10_000),
             max_bulk: size(&o.max_bulk, "64mb", "max-bulk")?,
@@ -355,6 +380,12 @@ impl Config {
         }
         if self.max_clients == 0 {
             bail!("--max-clients must be positive");
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            bail!("--tls-cert and --tls-key go together: give both, or neither");
+        }
+        if self.tls_ca.is_some() && self.tls_cert.is_none() {
+            bail!("--tls-ca needs --tls-cert and --tls-key");
         }
         Ok(())
     }
@@ -464,6 +495,29 @@ mod tests {
         .with_file()
         .unwrap_err();
         assert!(format!("{err:#}").contains("unknown field"), "{err:#}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn tls_settings_come_from_flags_or_the_file() {
+        let dir = std::env::temp_dir().join(format!("cads-config-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cads.toml");
+        std::fs::write(
+            &path,
+            "tls-cert = \"cmi.pem\"\ntls-key = \"cmi.key\"\ntls-ca = \"ca.pem\"\n",
+        )
+        .unwrap();
+        let flags = Options {
+            config: Some(path),
+            tls_ca: Some("clients.pem".into()),
+            ..Options::default()
+        };
+        let c = Config::resolve(flags.with_file().unwrap()).unwrap();
+        assert_eq!(c.tls_cert, Some(PathBuf::from("cmi.pem")));
+        assert_eq!(c.tls_key, Some(PathBuf::from("cmi.key")));
+        assert_eq!(c.tls_ca, Some(PathBuf::from("clients.pem")));
+        assert_eq!(Config::default().tls_cert, None, "plaintext by default");
         std::fs::remove_dir_all(dir).ok();
     }
 }

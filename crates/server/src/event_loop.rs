@@ -72,6 +72,20 @@
 //!   mode).
 //! - A peer that half-closes still gets the replies to everything it sent; then it is closed.
 //!
+//! # TLS
+//!
+//! With [`LoopConfig::tls`], every connection speaks TLS ([`crate::tls`]) and the steps above stay
+//! the same: the one read of a readable event goes to the shared buffer and through rustls, and
+//! its plaintext runs as a plaintext connection's bytes do; each flush encrypts output (at most
+//! rustls's 64 KiB at a time, the rest staying in the connection's output, where the limits
+//! above see it) and writes the records with one `writev`, again while the socket takes them
+//! all. A client that finishes (QUIT, a protocol error, or its own `close_notify`) gets
+//! `close_notify` after its last reply. A client whose first byte is not a TLS handshake record
+//! is told in plaintext that the port wants TLS and closed; a failed handshake is closed with
+//! rustls's alert; both are logged. Clients turned away before they are served (`max_clients`,
+//! no descriptor, [`Handler::refusal`]) are closed without a reply, which a TLS client could not
+//! read before its handshake.
+//!
 //! # Stats for INFO
 //!
 //! [`EventLoop::stats_handle`] returns an `Arc<SharedStats>` that the loop keeps current; give it
@@ -98,6 +112,7 @@ use cads_protocol::resp::{write_error, RequestParser};
 use cads_protocol::{Limits, Parsed, ProtocolError};
 
 use crate::sys::{self, Epoll, EPOLLERR, EPOLLHUP, EPOLLIN, EPOLLOUT};
+use crate::tls::{Received, TlsConn, TlsFailure, PLAINTEXT_REFUSAL};
 
 /// The two clocks a handler is given (see "Time" above).
 pub use cads_engine::Now;
@@ -197,6 +212,9 @@ pub struct LoopConfig {
     /// sleeping for this many microseconds before blocking; 0 blocks at once, as Redis does. See
     /// the module documentation for why this pays and what it costs.
     pub busy_poll_us: u64,
+    /// Serve TLS only, with this configuration ([`crate::tls::server_config`]); None serves
+    /// plaintext. See "TLS" in the module documentation.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for LoopConfig {
@@ -211,6 +229,7 @@ impl Default for LoopConfig {
             idle_timeout_ms: 0,
             tick_ms: 100,
             busy_poll_us: 50,
+            tls: None,
         }
     }
 }
@@ -441,12 +460,45 @@ impl<C> ConnIo<C> {
     fn unsent(&self) -> usize {
         self.output.len() - self.sent
     }
+
+    /// Whether the connection is to be closed once its output is gone: it asked to (QUIT, a
+    /// protocol error), or its peer finished sending and every request it sent has run.
+    fn finishing(&self) -> bool {
+        self.closing || (self.eof && !self.stalled)
+    }
+
+    /// `n` more bytes of the output left the connection (to the socket, or to TLS).
+    fn advance(&mut self, n: usize) {
+        self.sent += n;
+        if self.sent == self.output.len() {
+            self.sent = 0;
+            if self.output.capacity() > KEEP_OUTPUT_CAPACITY {
+                self.output = Vec::new();
+            } else {
+                self.output.clear();
+            }
+        } else if self.sent >= self.output.len() / 2 {
+            // Keep the sent prefix from growing without bound while replies are appended behind
+            // it; moving the rest when it is at most half costs amortized O(1) per byte.
+            self.output.drain(..self.sent);
+            self.sent = 0;
+        }
+    }
 }
 
 struct Conn<C> {
     stream: TcpStream,
     input: InBuf,
     io: ConnIo<C>,
+    /// The TLS state of a connection to a TLS port (boxed: plaintext connections stay small).
+    tls: Option<Box<TlsConn>>,
+}
+
+impl<C> Conn<C> {
+    /// Nothing is left to write: no reply waits, nor (with TLS) any encrypted byte.
+    fn flushed(&self) -> bool {
+        self.io.unsent() == 0 && self.tls.as_ref().is_none_or(|tls| !tls.wants_write())
+    }
 }
 
 /// Everything `run` needs, for the duration of one `run`.
@@ -463,6 +515,8 @@ struct Runtime<'a, H: Handler> {
     freed: Vec<usize>,
     /// The shared read buffer.
     shared: Vec<u8>,
+    /// The plaintext of one TLS read, before it runs (kept for its capacity).
+    plain: Vec<u8>,
     events: Vec<sys::Event>,
     /// Connections to write to (or close) after `before_reply`.
     pending: Vec<usize>,
@@ -495,6 +549,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
             free: Vec::new(),
             freed: Vec::new(),
             shared: vec![0; READ_CHUNK],
+            plain: Vec::new(),
             events: sys::event_buffer(EVENTS_PER_WAIT),
             pending: Vec::new(),
             resume: Vec::new(),
@@ -641,7 +696,9 @@ impl<'a, H: Handler> Runtime<'a, H> {
         }
         if let Ok((stream, _)) = self.lp.listener.accept() {
             // Best effort, as for max_clients: a fresh socket's send buffer is empty.
-            let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            if self.lp.config.tls.is_none() {
+                let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            }
             bump(&self.lp.stats.rejected_connections, 1);
         }
         self.spare_fd = spare_fd();
@@ -668,17 +725,33 @@ impl<'a, H: Handler> Runtime<'a, H> {
             tracing::debug!(error = %e, %peer, "dropping a connection that cannot be configured");
             return;
         }
+        // A TLS client cannot read a plaintext reply before its handshake: it is closed without.
+        let tls = self.lp.config.tls.is_some();
         if self.live >= self.lp.config.max_clients {
             // Best effort, as Redis does: a fresh socket's send buffer is empty.
-            let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            if !tls {
+                let _ = (&stream).write(MAX_CLIENTS_REPLY);
+            }
             bump(&self.lp.stats.rejected_connections, 1);
             return;
         }
         if let Some(reply) = self.handler.refusal(peer) {
-            let _ = (&stream).write(&reply);
+            if !tls {
+                let _ = (&stream).write(&reply);
+            }
             bump(&self.lp.stats.rejected_connections, 1);
             return;
         }
+        let tls = match &self.lp.config.tls {
+            None => None,
+            Some(config) => match TlsConn::new(config) {
+                Ok(tls) => Some(Box::new(tls)),
+                Err(e) => {
+                    tracing::warn!(error = %e, %peer, "cannot start TLS on a connection");
+                    return;
+                }
+            },
+        };
         let slot = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -693,6 +766,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
         let app = self.handler.on_accept(id, peer);
         self.conns[slot] = Some(Conn {
             stream,
+            tls,
             input: InBuf::default(),
             io: ConnIo {
                 id,
@@ -725,6 +799,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
             conns,
             handler,
             shared,
+            plain,
             lp,
             ..
         } = self;
@@ -737,7 +812,8 @@ impl<'a, H: Handler> Runtime<'a, H> {
         let config = &lp.config;
         // With nothing held over, read into the shared buffer and run straight out of it;
         // otherwise append to what is held, making room for at least the rest of a large request.
-        let from_shared = conn.input.is_empty();
+        // TLS bytes always go to the shared buffer, to be decrypted.
+        let from_shared = conn.input.is_empty() || conn.tls.is_some();
         let result = if from_shared {
             (&conn.stream).read(shared)
         } else {
@@ -771,27 +847,57 @@ impl<'a, H: Handler> Runtime<'a, H> {
         };
         bump(&lp.stats.total_net_input_bytes, n as u64);
         conn.io.last_active = self.mono_ms;
-        if from_shared {
-            let batch = &shared[..n];
-            let used = run_batch(&mut **handler, &mut conn.io, batch, config, self.now);
-            if !conn.io.closing {
-                conn.input.push(&batch[used..]);
+        if let Some(tls) = conn.tls.as_mut() {
+            plain.clear();
+            let closed = match tls.receive(&shared[..n], plain) {
+                Ok(Received::Bytes) => false,
+                Ok(Received::Closed) => true,
+                Err(failure) => {
+                    self.fail_tls(slot, failure);
+                    return;
+                }
+            };
+            if conn.input.is_empty() {
+                run_fresh(&mut **handler, conn, plain, config, self.now);
+            } else {
+                conn.input.push(plain);
+                run_held(&mut **handler, conn, config, self.now);
             }
+            // The peer's close_notify: it sends nothing more, as a plaintext peer's FIN says.
+            conn.io.eof |= closed;
+        } else if from_shared {
+            run_fresh(&mut **handler, conn, &shared[..n], config, self.now);
         } else {
             conn.input.end += n;
-            let used = run_batch(
-                &mut **handler,
-                &mut conn.io,
-                conn.input.unread(),
-                config,
-                self.now,
-            );
-            conn.input.consume(used);
-            if conn.io.closing {
-                conn.input.clear();
-            }
+            run_held(&mut **handler, conn, config, self.now);
         }
         self.after_batch(slot);
+    }
+
+    /// Closes a TLS connection that cannot go on, saying why to the log and (best effort, in one
+    /// write) to the client: a plaintext client gets a RESP error it can show, a TLS client the
+    /// alert rustls queued.
+    fn fail_tls(&mut self, slot: usize, failure: TlsFailure) {
+        let Some(conn) = self.conns[slot].as_mut() else {
+            return;
+        };
+        let peer = conn
+            .stream
+            .peer_addr()
+            .map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+        match failure {
+            TlsFailure::Plaintext => {
+                tracing::warn!(%peer, "refused a client that does not speak TLS on a TLS port");
+                let _ = (&conn.stream).write(PLAINTEXT_REFUSAL);
+            }
+            TlsFailure::Protocol(error) => {
+                tracing::warn!(%peer, %error, "TLS failed; closing the connection");
+                if let Some(tls) = conn.tls.as_mut() {
+                    let _ = tls.send(&mut &conn.stream);
+                }
+            }
+        }
+        self.close(slot);
     }
 
     /// After requests ran: a connection whose output would pass `max_output_bytes` is closed at
@@ -818,17 +924,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
             if !conn.io.stalled || conn.io.closing {
                 continue;
             }
-            let used = run_batch(
-                &mut **handler,
-                &mut conn.io,
-                conn.input.unread(),
-                &lp.config,
-                self.now,
-            );
-            conn.input.consume(used);
-            if conn.io.closing {
-                conn.input.clear();
-            }
+            run_held(&mut **handler, conn, &lp.config, self.now);
             self.after_batch(slot);
         }
         resume.clear();
@@ -859,52 +955,27 @@ impl<'a, H: Handler> Runtime<'a, H> {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
-        let io = &mut conn.io;
-        io.pending = false;
-        if io.unsent() > 0 {
-            // One send: if it is short the socket buffer is full and a second would see EAGAIN.
-            match (&conn.stream).write(&io.output[io.sent..]) {
-                Ok(n) => {
-                    bump(&self.lp.stats.total_net_output_bytes, n as u64);
-                    io.last_active = self.mono_ms;
-                    io.sent += n;
-                    if io.sent == io.output.len() {
-                        io.sent = 0;
-                        io.write_blocked = false;
-                        if io.output.capacity() > KEEP_OUTPUT_CAPACITY {
-                            io.output = Vec::new();
-                        } else {
-                            io.output.clear();
-                        }
-                    } else {
-                        io.write_blocked = true;
-                        // Keep the sent prefix from growing without bound while replies are
-                        // appended behind it; moving the rest when it is at most half costs
-                        // amortized O(1) per byte.
-                        if io.sent >= io.output.len() / 2 {
-                            io.output.drain(..io.sent);
-                            io.sent = 0;
-                        }
-                    }
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    io.write_blocked = true;
-                }
-                Err(_) => {
-                    self.close(slot);
-                    return;
-                }
+        conn.io.pending = false;
+        let sent = match conn.tls.as_deref_mut() {
+            None => send_plain(&conn.stream, &mut conn.io),
+            Some(tls) => send_tls(tls, &conn.stream, &mut conn.io),
+        };
+        match sent {
+            Ok(0) => {}
+            Ok(n) => {
+                bump(&self.lp.stats.total_net_output_bytes, n as u64);
+                conn.io.last_active = self.mono_ms;
+            }
+            Err(_) => {
+                self.close(slot);
+                return;
             }
         }
-        if io.unsent() == 0 && (io.closing || (io.eof && !io.stalled)) {
+        if conn.flushed() && conn.io.finishing() {
             self.close(slot);
             return;
         }
+        let io = &mut conn.io;
         if io.stalled && io.unsent() < self.lp.config.output_pause_bytes {
             self.resume.push((slot, io.id));
         }
@@ -961,15 +1032,86 @@ impl<'a, H: Handler> Runtime<'a, H> {
 
     fn shutdown(&mut self) {
         self.refresh_clock();
-        for conn in self.conns.iter().flatten() {
-            if conn.io.unsent() > 0 {
-                let _ = (&conn.stream).write(&conn.io.output[conn.io.sent..]);
+        for conn in self.conns.iter_mut().flatten() {
+            match conn.tls.as_deref_mut() {
+                None if conn.io.unsent() > 0 => {
+                    let _ = (&conn.stream).write(&conn.io.output[conn.io.sent..]);
+                }
+                None => {}
+                Some(tls) => {
+                    conn.io.closing = true;
+                    let _ = send_tls(tls, &conn.stream, &mut conn.io);
+                }
             }
         }
         for slot in 0..self.conns.len() {
             self.close(slot);
         }
         self.handler.on_shutdown(self.now);
+    }
+}
+
+/// One send of a plaintext connection's output (Redis's `writeToClient`), if it has any: if it
+/// is short the socket buffer is full, and a second would see EAGAIN. The bytes sent.
+fn send_plain<C>(stream: &TcpStream, io: &mut ConnIo<C>) -> io::Result<usize> {
+    if io.unsent() == 0 {
+        return Ok(0);
+    }
+    match (&*stream).write(&io.output[io.sent..]) {
+        Ok(n) => {
+            io.advance(n);
+            io.write_blocked = io.unsent() > 0;
+            Ok(n)
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            io.write_blocked = true;
+            Ok(0)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The same for a TLS connection: its output is encrypted (at most rustls's 64 KiB at a time, so
+/// the rest stays in `output` where the output limits see it) and written with one `writev` per
+/// batch of records, until the socket is full or nothing is left; a connection that is finishing
+/// ends with `close_notify`. The bytes sent.
+fn send_tls<C>(tls: &mut TlsConn, stream: &TcpStream, io: &mut ConnIo<C>) -> io::Result<usize> {
+    let mut sent = 0;
+    loop {
+        let taken = tls.encrypt(&io.output[io.sent..]);
+        if taken > 0 {
+            io.advance(taken);
+        }
+        if io.unsent() == 0 && io.finishing() {
+            tls.close_notify();
+        }
+        if !tls.wants_write() {
+            io.write_blocked = false;
+            return Ok(sent);
+        }
+        match tls.send(&mut &*stream) {
+            Ok(n) => sent += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                io.write_blocked = true;
+                return Ok(sent);
+            }
+            Err(e) => return Err(e),
+        }
+        if tls.wants_write() {
+            // A short write: the socket buffer is full.
+            io.write_blocked = true;
+            return Ok(sent);
+        }
     }
 }
 
@@ -981,6 +1123,30 @@ fn is_out_of_fds(e: &io::Error) -> bool {
 /// A descriptor to hold in reserve for turning clients away when the process runs out.
 fn spare_fd() -> Option<std::fs::File> {
     std::fs::File::open("/dev/null").ok()
+}
+
+/// Runs the requests in `batch`, bytes just read (or decrypted) for a connection holding no
+/// input, and keeps their unfinished tail as the connection's input.
+fn run_fresh<H: Handler>(
+    handler: &mut H,
+    conn: &mut Conn<H::Conn>,
+    batch: &[u8],
+    config: &LoopConfig,
+    now: Now,
+) {
+    let used = run_batch(handler, &mut conn.io, batch, config, now);
+    if !conn.io.closing {
+        conn.input.push(&batch[used..]);
+    }
+}
+
+/// Runs the requests in a connection's held input.
+fn run_held<H: Handler>(handler: &mut H, conn: &mut Conn<H::Conn>, config: &LoopConfig, now: Now) {
+    let used = run_batch(handler, &mut conn.io, conn.input.unread(), config, now);
+    conn.input.consume(used);
+    if conn.io.closing {
+        conn.input.clear();
+    }
 }
 
 /// Runs the complete requests at the front of `buf` for one connection and returns how many bytes
@@ -1190,8 +1356,8 @@ mod tests {
         }
     }
 
-    struct Client {
-        stream: TcpStream,
+    struct Client<S = TcpStream> {
+        stream: S,
         buf: Vec<u8>,
         pos: usize,
     }
@@ -1210,9 +1376,12 @@ mod tests {
                 pos: 0,
             }
         }
+    }
 
+    impl<S: Read + Write> Client<S> {
         fn send(&mut self, bytes: &[u8]) {
             self.stream.write_all(bytes).unwrap();
+            self.stream.flush().unwrap(); // TLS: what rustls still holds
         }
 
         fn request(&mut self, args: &[&[u8]]) {
@@ -1273,7 +1442,11 @@ mod tests {
     #[test]
     fn pipelined_requests_are_answered_in_order() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        answers_a_pipeline_in_order(server, client);
+    }
+
+    fn answers_a_pipeline_in_order<S: Read + Write>(server: Server, mut client: Client<S>) {
         let mut batch = Vec::new();
         for i in 0..1000 {
             if i % 10 == 0 {
@@ -1318,7 +1491,11 @@ mod tests {
     #[test]
     fn a_five_mib_bulk_goes_both_ways() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        five_mib_go_both_ways(server, client);
+    }
+
+    fn five_mib_go_both_ways<S: Read + Write>(server: Server, mut client: Client<S>) {
         let value: Vec<u8> = (0..5 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
         client.request(&[b"LEN", &value]);
         client.request(&[b"ECHO", &value]);
@@ -1385,7 +1562,11 @@ mod tests {
     #[test]
     fn quit_flushes_its_reply_and_runs_nothing_after_it() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        quit_flushes_its_reply_and_closes(server, client);
+    }
+
+    fn quit_flushes_its_reply_and_closes<S: Read + Write>(server: Server, mut client: Client<S>) {
         client.send(b"PING\r\nQUIT\r\nPING\r\n");
         assert_eq!(client.status(), "PONG");
         assert_eq!(client.status(), "OK");
@@ -1440,7 +1621,14 @@ mod tests {
     #[test]
     fn output_backpressure_loses_and_reorders_nothing() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        backpressure_loses_and_reorders_nothing(server, client);
+    }
+
+    fn backpressure_loses_and_reorders_nothing<S: Read + Write>(
+        server: Server,
+        mut client: Client<S>,
+    ) {
         const N: usize = 100_000;
         let pad = [b'p'; 100];
         let mut batch = Vec::with_capacity(N * 140);
@@ -1471,7 +1659,14 @@ mod tests {
     #[test]
     fn a_half_closed_client_gets_every_reply_then_eof() {
         let server = Server::start(Server::quick());
-        let mut client = Client::connect(server.addr);
+        let client = Client::connect(server.addr);
+        a_finished_client_gets_every_reply_then_eof(server, client);
+    }
+
+    fn a_finished_client_gets_every_reply_then_eof<S: Read + Write + Finish>(
+        server: Server,
+        mut client: Client<S>,
+    ) {
         const N: usize = 20_000;
         let mut batch = Vec::new();
         for i in 0..N {
@@ -1481,7 +1676,7 @@ mod tests {
             );
         }
         client.send(&batch);
-        client.stream.shutdown(Shutdown::Write).unwrap();
+        client.stream.finish();
         for i in 0..N {
             assert_eq!(client.bulk(), format!("{i:0>400}").as_bytes());
         }
@@ -1548,5 +1743,194 @@ mod tests {
         assert_eq!(client.status(), "PONG");
         server.wait_for(|s| s.connected_clients == 1);
         server.stop();
+    }
+
+    // TLS: the same loop, its bytes through rustls.
+
+    type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+    /// A server configuration from a CA made for the test, and a client configuration trusting
+    /// that CA (or, `trusted` false, another one).
+    fn tls_configs(trusted: bool) -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        use rustls::pki_types::pem::PemObject;
+        let ca = cads_testkit::TestCa::new();
+        let server =
+            crate::tls::server_config(&ca.cmi_cert_file(), &ca.cmi_key_file(), None).unwrap();
+        let other = cads_testkit::TestCa::new();
+        let trusted_ca = if trusted { &ca } else { &other };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(trusted_ca.ca_file()).unwrap()
+        {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (server, Arc::new(client))
+    }
+
+    impl Server {
+        fn start_tls(config: LoopConfig) -> (Server, Arc<rustls::ClientConfig>) {
+            let (server, client) = tls_configs(true);
+            let server = Server::start(LoopConfig {
+                tls: Some(server),
+                ..config
+            });
+            (server, client)
+        }
+    }
+
+    impl Client<TlsStream> {
+        fn connect_tls(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> Client<TlsStream> {
+            let Client { stream, .. } = Client::connect(addr);
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let conn = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
+            Client {
+                stream: rustls::StreamOwned::new(conn, stream),
+                buf: Vec::new(),
+                pos: 0,
+            }
+        }
+    }
+
+    /// How a client says it will send nothing more.
+    trait Finish {
+        fn finish(&mut self);
+    }
+
+    impl Finish for TcpStream {
+        fn finish(&mut self) {
+            self.shutdown(Shutdown::Write).unwrap();
+        }
+    }
+
+    /// `close_notify`, TLS's FIN.
+    impl Finish for TlsStream {
+        fn finish(&mut self) {
+            self.conn.send_close_notify();
+            self.flush().unwrap();
+        }
+    }
+
+    /// A TLS server with [`Server::quick`]'s settings, and a client of it.
+    fn tls_server_and_client() -> (Server, Client<TlsStream>) {
+        let (server, tls) = Server::start_tls(Server::quick());
+        let client = Client::connect_tls(server.addr, &tls);
+        (server, client)
+    }
+
+    #[test]
+    fn tls_pipelined_requests_are_answered_in_order() {
+        let (server, client) = tls_server_and_client();
+        answers_a_pipeline_in_order(server, client);
+    }
+
+    #[test]
+    fn tls_a_five_mib_bulk_goes_both_ways() {
+        let (server, client) = tls_server_and_client();
+        five_mib_go_both_ways(server, client);
+    }
+
+    /// Replies wait in the connection's output, not in rustls, so the same stall bounds them.
+    #[test]
+    fn tls_output_backpressure_loses_and_reorders_nothing() {
+        let (server, client) = tls_server_and_client();
+        backpressure_loses_and_reorders_nothing(server, client);
+    }
+
+    /// `close_notify` is a TLS client's FIN: it still gets every reply, then the server's own
+    /// `close_notify` (a clean end: rustls reports a close without it as an error, which `fill`
+    /// would panic on).
+    #[test]
+    fn a_tls_client_that_finishes_gets_every_reply_then_close_notify() {
+        let (server, client) = tls_server_and_client();
+        a_finished_client_gets_every_reply_then_eof(server, client);
+    }
+
+    /// QUIT's reply, then `close_notify` (`at_eof` reads a close without it as an error).
+    #[test]
+    fn quit_over_tls_ends_with_close_notify() {
+        let (server, client) = tls_server_and_client();
+        quit_flushes_its_reply_and_closes(server, client);
+    }
+
+    /// A RESP client of a TLS port is told, in RESP, and closed; nothing it sent runs, and the
+    /// loop goes on serving.
+    #[test]
+    fn a_plaintext_client_of_a_tls_port_is_told_and_closed() {
+        let (server, tls) = Server::start_tls(Server::quick());
+        for request in [
+            &b"*1\r\n$4\r\nPING\r\n"[..],
+            b"PING\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+        ] {
+            let mut client = Client::connect(server.addr);
+            client.send(request);
+            assert_eq!(
+                client.status(),
+                String::from_utf8_lossy(&PLAINTEXT_REFUSAL[..PLAINTEXT_REFUSAL.len() - 2])
+            );
+            assert!(client.at_eof());
+        }
+        let mut client = Client::connect_tls(server.addr, &tls);
+        client.send(b"PING\r\n");
+        assert_eq!(client.status(), "PONG");
+        server.wait_for(|s| s.connected_clients == 1);
+        let handler = server.stop();
+        assert_eq!(handler.requests, 1);
+    }
+
+    /// A client beyond `max_clients` on a TLS port is closed without the plaintext reply, which a
+    /// TLS client would read as a corrupt record. (It sends nothing here, so that the close is an
+    /// end of stream and not a reset.)
+    #[test]
+    fn tls_clients_beyond_max_clients_are_closed_without_a_reply() {
+        let (server, tls) = Server::start_tls(LoopConfig {
+            max_clients: 1,
+            ..Server::quick()
+        });
+        let mut first = Client::connect_tls(server.addr, &tls);
+        first.send(b"PING\r\n");
+        assert_eq!(first.status(), "PONG");
+        let mut second = Client::connect(server.addr);
+        assert!(
+            second.at_eof(),
+            "{:?}",
+            String::from_utf8_lossy(&second.buf)
+        );
+        assert_eq!(server.stats.snapshot().rejected_connections, 1);
+        server.stop();
+    }
+
+    /// A handshake that fails (the client does not trust the certificate; bytes that start like
+    /// TLS and are not) closes that connection only.
+    #[test]
+    fn failed_handshakes_close_their_connection_only() {
+        let (server_tls, trusting) = tls_configs(true);
+        let (_, untrusting) = tls_configs(false);
+        let server = Server::start(LoopConfig {
+            tls: Some(server_tls),
+            ..Server::quick()
+        });
+        let mut client = Client::connect_tls(server.addr, &untrusting);
+        let err = client.stream.write_all(b"PING\r\n").unwrap_err();
+        assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+
+        let mut client = Client::connect(server.addr);
+        let _ = client
+            .stream
+            .write_all(b"\x16\x03\x01\x00\x05hello, not TLS");
+        while client.fill() {}
+
+        let mut client = Client::connect_tls(server.addr, &trusting);
+        client.send(b"PING\r\n");
+        assert_eq!(client.status(), "PONG");
+        server.wait_for(|s| s.connected_clients == 1);
+        let handler = server.stop();
+        assert_eq!(handler.requests, 1);
+        assert_eq!((handler.accepted, handler.closed), (3, 3));
     }
 }

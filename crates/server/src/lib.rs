@@ -12,6 +12,7 @@ pub mod config;
 pub mod event_loop;
 pub mod server;
 mod sys;
+pub mod tls;
 
 pub use config::{Config, Options};
 pub use server::Server;

@@ -29,6 +29,14 @@ impl Server {
     /// a damaged log fails the start as a whole.
     pub fn start(config: Config) -> Result<Server> {
         let config = Arc::new(config);
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::server_config(
+                cert,
+                key,
+                config.tls_ca.as_deref(),
+            )?),
+            _ => None,
+        };
         let mut listeners = Vec::with_capacity(config.cmis);
         for i in 0..config.cmis {
             let port = if config.port == 0 {
@@ -54,7 +62,7 @@ impl Server {
             } else {
                 None
             };
-            let event_loop = EventLoop::new(listener, loop_config(&config))?;
+            let event_loop = EventLoop::new(listener, loop_config(&config, tls.clone()))?;
             let addr = event_loop.local_addr()?;
             let cmi = Cmi::new(
                 i,
@@ -89,6 +97,7 @@ impl Server {
             mode = config.mode.name(),
             maxmemory = config.maxmemory,
             appendonly = config.appendonly,
+            tls = tls.is_some(),
             "cads-server ready"
         );
         Ok(Server {
@@ -150,7 +159,7 @@ fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     crate::sys::tcp_listen(addr, LISTEN_BACKLOG)
 }
 
-fn loop_config(config: &Config) -> LoopConfig {
+fn loop_config(config: &Config, tls: Option<Arc<rustls::ServerConfig>>) -> LoopConfig {
     LoopConfig {
         limits: Limits {
             max_bulk: config.max_bulk,
@@ -161,6 +170,7 @@ fn loop_config(config: &Config) -> LoopConfig {
         max_clients: config.max_clients,
         max_output_bytes: config.max_output,
         idle_timeout_ms: config.idle_timeout_secs * 1000,
+        tls,
         ..LoopConfig::default()
     }
 }

@@ -102,14 +102,25 @@ pub fn free_port() -> u16 {
 
 /// Sends PING on a fresh connection and reports whether `+PONG` came back.
 pub fn answers_ping(port: u16) -> bool {
-    let Ok(stream) =
+    plaintext_ping(port).is_some_and(|reply| reply == b"+PONG\r\n")
+}
+
+/// Whether a CMI serves on `port`: it answers a plaintext PING with `+PONG`, or, serving TLS,
+/// with its refusal of plaintext clients.
+pub fn is_serving(port: u16) -> bool {
+    plaintext_ping(port)
+        .is_some_and(|reply| reply == b"+PONG\r\n" || reply == cads_server::tls::PLAINTEXT_REFUSAL)
+}
+
+/// The reply to PING on a fresh plaintext connection, if one came.
+fn plaintext_ping(port: u16) -> Option<Vec<u8>> {
+    let stream =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
-    else {
-        return false;
-    };
+            .ok()?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut conn = RespConn::from_stream(stream);
-    matches!(conn.raw(&[b"PING".as_slice()]), Ok(reply) if reply == b"+PONG\r\n")
+    RespConn::from_stream(stream)
+        .raw(&[b"PING".as_slice()])
+        .ok()
 }
 
 /// A program that serves CMIs: its path and the arguments before its flags.
@@ -147,7 +158,8 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `count` CMIs of `program` on free ports with `extra` flags (all but `--port` and
-    /// `--cmis`; `--log-level warn` unless given), and waits until each answers PING.
+    /// `--cmis`; `--log-level warn` unless given), and waits until each answers PING
+    /// (see [`is_serving`]).
     pub fn start_cmis(program: &Program, count: u16, extra: &[&str]) -> ServerProcess {
         for _ in 0..5 {
             if let Some(server) =
@@ -212,7 +224,7 @@ impl ServerProcess {
     }
 
     /// Starts `program` with `args` (which must make it listen on `ports`) and waits until every
-    /// port answers PING. None if the process exited first; panics if it neither exits nor
+    /// port answers PING (or, serving TLS, refuses a plaintext PING: see [`is_serving`]). None if the process exited first; panics if it neither exits nor
     /// answers within [`STARTUP_TIMEOUT`].
     pub fn spawn(
         name: &'static str,
@@ -238,7 +250,7 @@ impl ServerProcess {
                 eprintln!("{name} {args:?} exited at start ({status}); retrying on other ports");
                 return None;
             }
-            pending.retain(|&p| !answers_ping(p));
+            pending.retain(|&p| !is_serving(p));
             if pending.is_empty() {
                 return Some(server);
             }

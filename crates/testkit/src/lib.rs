@@ -7,6 +7,7 @@
 //! - [`relay`]: a TCP relay that cuts connections on demand, as a network partition would.
 //! - [`resp`]: a raw RESP connection that hands back replies byte for byte.
 //! - [`failpoints`]: the scenario lock, stalls and deaths at cads' failpoints.
+//! - [`tls`]: a CA made by the test, with a CMI and a client certificate it signed.
 //! - [`services`]: loud skipping when a server or tool is absent, a failure instead under
 //!   `CADS_REQUIRE_SERVICES=1` (CI).
 //!
@@ -18,8 +19,10 @@ pub mod relay;
 pub mod resp;
 pub mod scratch;
 pub mod services;
+pub mod tls;
 
 pub use cmis::{free_port, free_ports, Cmis, ServerProcess};
 pub use relay::Relay;
 pub use resp::RespConn;
 pub use scratch::{ScratchDatabase, ScratchDir};
+pub use tls::TestCa;
