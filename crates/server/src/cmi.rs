@@ -351,6 +351,8 @@ impl Cmi {
             }
             ConfigSub::ResetStat => {
                 self.engine.reset_stats();
+                // The samples count commands from before the reset; the rate starts over.
+                self.ops_samples.clear();
                 Reply::OK
             }
         }
