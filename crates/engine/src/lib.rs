@@ -12,6 +12,7 @@
 //! - [`exec`]: the command entry, from typed commands to replies.
 //! - [`config_ids`]: Gemini configuration ids (004 §3.2.4).
 //! - [`persist`]: the append-only log's records, replay and incremental rewrite.
+//! - [`long_double`]: Redis's `long double` numbers (x87 extended precision), for INCRBYFLOAT.
 
 pub mod config_ids;
 pub mod eviction;
@@ -19,6 +20,7 @@ pub mod exec;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod lease;
+pub mod long_double;
 pub mod persist;
 pub mod store;
 
