@@ -64,6 +64,16 @@ impl Now {
     }
 }
 
+/// Whether a command's reads count as uses of the keys they read, for eviction. Writes always do:
+/// a written entry is as new.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Recency {
+    #[default]
+    Touch,
+    /// `CLIENT NO-TOUCH ON`: reads leave the eviction order as it was.
+    NoTouch,
+}
+
 /// The policy family a CMI serves (000 §5.1.1). Write-through commands get NOTAVAILABLE from a
 /// write-around CMI; write-around's commands are a subset of write-through's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -171,6 +181,8 @@ pub struct Engine {
     /// never loses the marker, and charged as pinned memory.
     pub(crate) markers: HashSet<Box<[u8]>>,
     pub(crate) stats: Stats,
+    /// Whether the command being run counts its reads as uses (set by `execute_with`).
+    pub(crate) recency: Recency,
 }
 
 /// Bytes charged per marker beyond its key.
@@ -193,6 +205,7 @@ impl Engine {
             tombstones: 0,
             markers: HashSet::default(),
             stats: Stats::default(),
+            recency: Recency::Touch,
         }
     }
 
