@@ -527,6 +527,10 @@ impl Cmi {
             vec![
                 ("cads_version", VERSION.into()),
                 ("redis_version", REDIS_COMPATIBLE_VERSION.into()),
+                ("redis_mode", "standalone".into()),
+                ("os", crate::sys::os_description()),
+                ("arch_bits", usize::BITS.to_string()),
+                ("multiplexing_api", "epoll".into()),
                 ("cmi_index", self.index.to_string()),
                 ("cmis", self.config.cmis.to_string()),
                 ("tcp_port", self.port.to_string()),
@@ -541,6 +545,8 @@ impl Cmi {
             vec![
                 ("connected_clients", net.connected_clients.to_string()),
                 ("maxclients", self.config.max_clients.to_string()),
+                // No command blocks a client.
+                ("blocked_clients", "0".into()),
             ],
         );
         section(
@@ -561,15 +567,21 @@ impl Cmi {
                 ("maxmemory_policy", e.eviction_policy().into()),
             ],
         );
-        let persistence = match &self.aof {
+        // A CMI replays its log before it serves (never `loading` while answering) and has no
+        // snapshots (never a background save): tools that watch for either read 0.
+        let mut persistence = vec![
+            ("loading", "0".to_string()),
+            ("rdb_bgsave_in_progress", "0".into()),
+            (
+                "aof_rewrite_in_progress",
+                (self.aof.as_ref().is_some_and(Aof::rewriting) as u8).to_string(),
+            ),
+        ];
+        persistence.extend(match &self.aof {
             None => vec![("aof_enabled", "0".to_string())],
             Some(aof) => vec![
                 ("aof_enabled", "1".into()),
                 ("aof_fsync", aof.fsync_policy().name().into()),
-                (
-                    "aof_rewrite_in_progress",
-                    (aof.rewriting() as u8).to_string(),
-                ),
                 ("aof_rewrites", aof.rewrites.to_string()),
                 (
                     "aof_last_bgrewrite_status",
@@ -587,7 +599,7 @@ impl Cmi {
                 ("aof_current_size", aof.size().to_string()),
                 ("aof_base_size", aof.base_size().to_string()),
             ],
-        };
+        });
         section("Persistence", persistence);
         section(
             "Stats",
@@ -622,6 +634,12 @@ impl Cmi {
                 ("keyspace_misses", stats.misses.to_string()),
             ],
         );
+        // A CMI is not replicated by the server (write-back replicates in the client): it takes
+        // writes and has no replicas.
+        section(
+            "Replication",
+            vec![("role", "master".into()), ("connected_slaves", "0".into())],
+        );
         let (active, aborted) = e.session_counts();
         section(
             "Leases",
@@ -651,6 +669,7 @@ impl Cmi {
                 ("max_session_ms", e.config().max_session_ms.to_string()),
             ],
         );
+        section("Cluster", vec![("cluster_enabled", "0".into())]);
         let keys = e.key_count();
         let keyspace = if keys == 0 {
             vec![]

@@ -1684,3 +1684,87 @@ fn redis_py_works_against_a_cmi() {
         out.status
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// redis-cli --stat and --latency
+
+/// `redis-cli --stat` prints a line a second from INFO: keys, memory, clients, requests and
+/// connections, with no field missing (a missing one prints as -9223372036854775808).
+#[test]
+fn redis_cli_stat_reads_a_cmi() {
+    let Some(path) = require_redis_tool("redis-cli") else {
+        return;
+    };
+    let cads = start_cads(1);
+    let mut conn = cads.connect();
+    for i in 0..42 {
+        conn.raw(&["SET", &format!("k{i}"), "v"]).unwrap();
+    }
+    let mut child = Command::new(&path)
+        .args(["-p", &cads.port.to_string(), "--stat", "-i", "0.1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-cli --stat");
+    let stdout = child.stdout.take().unwrap();
+    let lines: Vec<String> = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .take(4)
+        .map(|l| l.expect("redis-cli output"))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        lines[0].contains("data") && lines[1].contains("keys"),
+        "{lines:?}"
+    );
+    for line in &lines[2..] {
+        assert!(
+            !line.contains("-9223372036854775808"),
+            "a field is missing: {line}"
+        );
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // keys, memory, clients, blocked, requests, (+delta), connections
+        assert_eq!(fields[0], "42", "{line}");
+        assert!(
+            fields[1].ends_with('K') || fields[1].ends_with('B'),
+            "{line}"
+        );
+        assert_eq!(
+            fields[2], "2",
+            "this test's connection and redis-cli's: {line}"
+        );
+        assert_eq!(fields[3], "0", "{line}");
+        fields[4].parse::<u64>().expect("requests");
+        assert!(fields[5].starts_with("(+"), "{line}");
+        fields[6].parse::<u64>().expect("connections");
+    }
+}
+
+/// `redis-cli --latency` PINGs the CMI; with its output not a terminal it prints one line
+/// (min, max, avg, samples) after a second and exits.
+#[test]
+fn redis_cli_latency_measures_a_cmi() {
+    let Some(path) = require_redis_tool("redis-cli") else {
+        return;
+    };
+    let cads = start_cads(1);
+    let out = Command::new(&path)
+        .args(["-p", &cads.port.to_string(), "--latency"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli --latency");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 4, "min max avg samples: {stdout:?}");
+    for f in &fields[..3] {
+        f.parse::<f64>()
+            .unwrap_or_else(|e| panic!("{f}: {e} in {stdout:?}"));
+    }
+    assert!(fields[3].parse::<u64>().unwrap() > 0, "{stdout:?}");
+}

@@ -1,6 +1,6 @@
-//! What clients and tools ask a CMI about itself and their connection: CLIENT's subcommands,
-//! COMMAND's views of the command table, SELECT, HELP, CONFIG RESETSTAT; and the string
-//! commands' writes surviving a restart of a persistent CMI.
+//! What clients and tools ask a CMI about itself and their connection: INFO's fields, CLIENT's
+//! subcommands, COMMAND's views of the command table, SELECT, HELP; and the string commands'
+//! writes surviving a restart of a persistent CMI.
 
 mod support;
 
@@ -45,6 +45,95 @@ fn field(fields: &[(String, String)], name: &str) -> Option<String> {
         .iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.clone())
+}
+
+#[test]
+fn info_has_the_fields_clients_and_tools_read() {
+    let cads = start_cads(1);
+    let mut c = cads.connect();
+    c.call(&["SET", "k", "v"]);
+    c.call(&["SET", "t", "v", "EX", "100"]);
+    let info = info_fields(&mut c, "everything");
+    let get = |name: &str| field(&info, name).unwrap_or_else(|| panic!("INFO has no {name}"));
+    // redis-py's test session reads these three before anything runs.
+    assert_eq!(get("redis_version"), "7.0.0");
+    assert_eq!(get("arch_bits"), usize::BITS.to_string());
+    assert_eq!(get("cluster_enabled"), "0");
+    assert!(get("os").starts_with("Linux "), "{}", get("os"));
+    assert_eq!(get("process_id"), cads.pid().to_string());
+    assert_eq!(get("tcp_port"), cads.port.to_string());
+    assert_eq!(get("redis_mode"), "standalone");
+    assert_eq!(get("role"), "master");
+    get("uptime_in_seconds").parse::<u64>().unwrap();
+    // What redis-cli --stat reads.
+    for name in [
+        "used_memory",
+        "connected_clients",
+        "blocked_clients",
+        "total_commands_processed",
+        "total_connections_received",
+        "rdb_bgsave_in_progress",
+        "aof_rewrite_in_progress",
+        "loading",
+    ] {
+        get(name)
+            .parse::<u64>()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    assert_eq!(get("db0"), "keys=2,expires=1,avg_ttl=0");
+    // Every field INFO had before stays (cads-client's stats and the benchmarks read them).
+    for name in [
+        "cads_version",
+        "cmi_index",
+        "cmis",
+        "mode",
+        "uptime_in_days",
+        "maxclients",
+        "used_memory_human",
+        "used_memory_pinned",
+        "used_memory_evictable",
+        "maxmemory",
+        "maxmemory_human",
+        "max_pinned_memory",
+        "used_memory_sessions",
+        "max_session_memory",
+        "maxmemory_policy",
+        "aof_enabled",
+        "instantaneous_ops_per_sec",
+        "total_net_input_bytes",
+        "total_net_output_bytes",
+        "rejected_connections",
+        "client_output_buffer_limit_disconnections",
+        "expired_keys",
+        "evicted_keys",
+        "discarded_keys",
+        "notstored",
+        "keyspace_hits",
+        "keyspace_misses",
+        "leases_held",
+        "leases_granted",
+        "leases_voided",
+        "leases_expired",
+        "lease_retries",
+        "lease_ms",
+        "markers",
+        "configuration_id",
+        "fragments",
+        "sessions_active",
+        "sessions_tombstones",
+        "sessions_committed",
+        "sessions_aborted",
+        "sessions_wounded",
+        "sessions_expired",
+        "sessions_outlived",
+        "sessions_refused",
+        "max_session_ms",
+    ] {
+        get(name);
+    }
+    // Sections are chosen by name, case aside.
+    let cluster = info_fields(&mut c, "CLUSTER");
+    assert_eq!(cluster, vec![("cluster_enabled".into(), "0".into())]);
 }
 
 /// CONFIG RESETSTAT zeroes the command counter under the rate's samples; INFO once took the
