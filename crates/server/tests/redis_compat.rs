@@ -3,10 +3,14 @@
 //! - Reply equivalence: a real `redis-server` and a cads CMI get the same commands over raw RESP
 //!   (and inline, telnet-style) and must send back byte-identical replies. Every mismatch is listed
 //!   in the failure message; nothing is "fixed" here.
-//! - `redis-cli`, `redis-benchmark` and redis-py (`tests/python`) work against a CMI.
+//! - `redis-cli` (with `--stat` and `--latency` too), `redis-benchmark` and redis-py
+//!   (`tests/python`) work against a CMI.
+//! - redis-py's own tests for the commands cads supports (`tests/python/redis_py_suite.txt`),
+//!   from its PyPI source distribution, unmodified, pass against a CMI in RESP2 and RESP3.
 //!
-//! The Redis tools come from Debian's `redis-server` and `redis-tools`. A missing tool skips its
-//! test with a loud `SKIPPED:` line on stderr, or fails it when `CADS_REQUIRE_SERVICES=1`.
+//! The Redis tools come from Debian's `redis-server` and `redis-tools`, redis-py's suite from
+//! `scripts/redis-py-suite`. A missing tool skips its test with a loud `SKIPPED:` line on stderr,
+//! or fails it when `CADS_REQUIRE_SERVICES=1`.
 
 mod support;
 
@@ -1683,6 +1687,83 @@ fn redis_py_works_against_a_cmi() {
         "pytest tests/python failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
+}
+
+/// The lines of `tests/python/redis_py_suite.txt` that name tests.
+fn redis_py_suite_tests() -> Vec<String> {
+    let list = workspace_root().join("tests/python/redis_py_suite.txt");
+    std::fs::read_to_string(&list)
+        .unwrap_or_else(|e| panic!("{}: {e}", list.display()))
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// redis-py's own tests for the commands cads supports (tests/python/redis_py_suite.txt), from
+/// its source distribution on PyPI, unmodified, against a CMI, in RESP2 and in RESP3. Each must
+/// pass: not fail, not error, not be skipped.
+#[test]
+fn redis_py_own_tests_pass_against_a_cmi() {
+    if support::require_tool("python3", "install python3").is_none() {
+        return;
+    }
+    if !python_has("pytest") {
+        support::skip_or_fail("python module `pytest`", "`pip install pytest`");
+        return;
+    }
+    let fetch = Command::new(workspace_root().join("scripts/redis-py-suite"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/redis-py-suite");
+    if !fetch.status.success() {
+        support::skip_or_fail(
+            &format!(
+                "redis-py's source distribution ({})",
+                String::from_utf8_lossy(&fetch.stderr).trim()
+            ),
+            "run scripts/provision (it fetches it from PyPI)",
+        );
+        return;
+    }
+    let suite = PathBuf::from(String::from_utf8(fetch.stdout).unwrap().trim());
+    let tests = redis_py_suite_tests();
+    assert!(tests.len() > 100, "the list names the tests");
+    let cads = start_cads(1);
+    let url = format!("redis://127.0.0.1:{}", cads.port);
+    for protocol in ["2", "3"] {
+        let out = Command::new("python3")
+            .args(["-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"])
+            .arg(format!("--redis-url={url}"))
+            .arg(format!("--redis-mod-url={url}"))
+            .arg(format!("--protocol={protocol}"))
+            .args(&tests)
+            .current_dir(&suite)
+            // The suite's own `redis` package, not an installed one.
+            .env("PYTHONPATH", &suite)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run pytest");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let summary = stdout
+            .lines()
+            .rev()
+            .find(|l| l.contains(" in ") && l.contains("passed"))
+            .unwrap_or("");
+        eprintln!("redis-py's tests, RESP{protocol}: {summary}");
+        let all_passed = summary.starts_with(&format!("{} passed", tests.len()))
+            && !["failed", "error", "skipped", "deselected"]
+                .iter()
+                .any(|word| summary.contains(word));
+        assert!(
+            out.status.success() && all_passed,
+            "redis-py's own tests in RESP{protocol} ({}):\n{stdout}\n{stderr}",
+            out.status
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
