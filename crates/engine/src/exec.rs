@@ -1,14 +1,17 @@
 //! The command entry: a typed command in, a reply out. Plain commands behave as Redis documents
 //! them; the session and IQ families follow 000 §5.1.1 and `docs/PROTOCOL.md`.
 
+use std::ops::Range;
+
 use cads_protocol::{
-    parse_i64, Command, ErrorReply, ExpireCondition, MarkOp, Reply, SessionId, SetCondition,
-    SetExpiry, TimeUnit,
+    expire_ms, parse_i64, Command, ErrorReply, ExpireCondition, GetExExpiry, MarkOp, Reply,
+    SessionId, SetCondition, SetExpiry, TimeUnit,
 };
 
 use crate::lease::{EndCause, LeaseKind, Pending, Requester};
-use crate::store::{entry_charge, PutOptions, Ttl};
-use crate::{Engine, Mode, Now};
+use crate::long_double::LongDouble;
+use crate::store::{entry_charge, PutOptions, SlotId, Ttl};
+use crate::{Engine, Mode, Now, Recency};
 
 type Outcome<'e> = Result<Reply<'e>, ErrorReply>;
 
@@ -29,13 +32,59 @@ fn overflow() -> ErrorReply {
     ErrorReply::err("increment or decrement would overflow")
 }
 
+fn not_a_float() -> ErrorReply {
+    ErrorReply::err("value is not a valid float")
+}
+
+/// What a SET-family write found and did.
+struct SetOutcome {
+    /// The value the key had, when asked for.
+    old: Option<Vec<u8>>,
+    /// Whether the condition (NX, XX) let the write happen.
+    written: bool,
+}
+
+impl SetOutcome {
+    fn old_value(self) -> Reply<'static> {
+        self.old.map_or(Reply::Nil, Reply::owned_bulk)
+    }
+}
+
+/// The bytes GETRANGE returns of a value of `len` bytes, as Redis computes them: negative offsets
+/// count from the end, both are clamped into the value, and an inverted range is empty.
+fn redis_range(len: usize, start: i64, end: i64) -> Range<usize> {
+    if start < 0 && end < 0 && start > end {
+        return 0..0;
+    }
+    let len_i = len as i64;
+    let from_end = |i: i64| if i < 0 { len_i.wrapping_add(i) } else { i };
+    let start = from_end(start).max(0);
+    let end = from_end(end).max(0).min(len_i - 1);
+    if len == 0 || start > end {
+        return 0..0;
+    }
+    start as usize..end as usize + 1
+}
+
 impl Engine {
     /// Runs one command at time `now` and returns its reply: key expiry reads `now.wall_ms`,
     /// leases and sessions `now.mono_ms`. Commands that concern the
     /// connection or the server process (PING, AUTH, INFO, CONFIG, ...) are the runtime's; given
     /// one, the engine answers with an error.
     pub fn execute<'e>(&'e mut self, cmd: &Command<'_>, now: Now) -> Reply<'e> {
+        self.execute_with(cmd, now, Recency::Touch)
+    }
+
+    /// [`execute`](Self::execute), saying whether the command's reads count as uses of the keys
+    /// for eviction (`CLIENT NO-TOUCH` clients' do not).
+    pub fn execute_with<'e>(
+        &'e mut self,
+        cmd: &Command<'_>,
+        now: Now,
+        recency: Recency,
+    ) -> Reply<'e> {
         self.stats.commands += 1;
+        self.recency = recency;
         self.expire_sessions(now);
         self.dispatch(cmd, now).unwrap_or_else(Reply::Error)
     }
@@ -52,7 +101,72 @@ impl Engine {
                 condition,
                 expiry,
                 get,
-            } => self.plain_set(key, value, condition, expiry, get, wall),
+            } => {
+                let set = self.plain_set(cmd.name(), key, value, condition, expiry, get, wall)?;
+                Ok(match (get, set.written) {
+                    (true, _) => set.old_value(),
+                    (false, true) => Reply::OK,
+                    (false, false) => Reply::Nil,
+                })
+            }
+            C::SetEx { key, ms, value, .. } => {
+                let (always, expiry) = (SetCondition::Always, SetExpiry::In(ms));
+                self.plain_set(cmd.name(), key, value, always, expiry, false, wall)?;
+                Ok(Reply::OK)
+            }
+            C::SetNx { key, value } => {
+                let (absent, none) = (SetCondition::IfAbsent, SetExpiry::None);
+                let set = self.plain_set(cmd.name(), key, value, absent, none, false, wall)?;
+                Ok(Reply::Int(set.written as i64))
+            }
+            C::GetSet { key, value } => {
+                let (always, none) = (SetCondition::Always, SetExpiry::None);
+                let set = self.plain_set(cmd.name(), key, value, always, none, true, wall)?;
+                Ok(set.old_value())
+            }
+            C::GetDel(key) => {
+                self.refuse_leased([key])?;
+                let slot = self.store.lookup(key, wall);
+                self.count_read(slot.is_some());
+                Ok(match slot {
+                    Some(_) => {
+                        let entry = self.store.remove(key).expect("looked up");
+                        Reply::owned_bulk(entry.value)
+                    }
+                    None => Reply::Nil,
+                })
+            }
+            C::GetEx { key, expiry } => self.plain_getex(key, expiry, wall),
+            C::GetRange { key, start, end } => {
+                let slot = self.store.lookup(key, wall);
+                self.count_read(slot.is_some());
+                let Some(slot) = slot else {
+                    return Ok(Reply::bulk(b""));
+                };
+                self.touch(slot);
+                let value = &self.store.entry(slot).value;
+                Ok(Reply::bulk(&value[redis_range(value.len(), start, end)]))
+            }
+            C::SetRange { key, offset, value } => self.plain_setrange(key, offset, value, wall),
+            C::IncrByFloat { key, increment } => self.plain_incrbyfloat(key, increment, wall),
+            C::MSetNx(pairs) => {
+                self.refuse_leased(pairs.iter().step_by(2).copied())?;
+                let keys = pairs.iter().step_by(2);
+                if keys.clone().any(|k| self.store.lookup(k, wall).is_some()) {
+                    return Ok(Reply::Int(0));
+                }
+                self.store_pairs(pairs, wall)?;
+                Ok(Reply::Int(1))
+            }
+            C::Time => {
+                // The wall clock of this loop turn, the one key expiry follows.
+                let seconds = (wall / 1000).to_string().into_bytes();
+                let micros = (wall % 1000 * 1000).to_string().into_bytes();
+                Ok(Reply::Array(vec![
+                    Reply::owned_bulk(seconds),
+                    Reply::owned_bulk(micros),
+                ]))
+            }
             C::Del(keys) => {
                 self.refuse_leased(keys.iter().copied())?;
                 let removed = keys
@@ -71,7 +185,11 @@ impl Engine {
                 Ok(Reply::Int(n as i64))
             }
             C::MGet(keys) => Ok(self.plain_mget(keys, wall)),
-            C::MSet(pairs) => self.plain_mset(pairs, wall),
+            C::MSet(pairs) => {
+                self.refuse_leased(pairs.iter().step_by(2).copied())?;
+                self.store_pairs(pairs, wall)?;
+                Ok(Reply::OK)
+            }
             C::IncrBy { key, delta } => self.plain_incr(key, delta, wall),
             C::Append { key, value } => self.plain_append(key, value, wall),
             C::StrLen(key) => {
@@ -383,6 +501,13 @@ impl Engine {
         Ok(())
     }
 
+    /// Counts a read of the entry as a use, for eviction, unless the client asked otherwise.
+    fn touch(&mut self, slot: SlotId) {
+        if self.recency == Recency::Touch {
+            self.store.touch(slot);
+        }
+    }
+
     fn count_read(&mut self, hit: bool) {
         if hit {
             self.stats.hits += 1;
@@ -398,7 +523,7 @@ impl Engine {
         self.count_read(slot.is_some());
         match slot {
             Some(slot) => {
-                self.store.touch(slot);
+                self.touch(slot);
                 Reply::bulk(&self.store.entry(slot).value)
             }
             None => Reply::Nil,
@@ -410,7 +535,7 @@ impl Engine {
         for slot in &slots {
             self.count_read(slot.is_some());
             if let Some(slot) = slot {
-                self.store.touch(*slot);
+                self.touch(*slot);
             }
         }
         Reply::Array(
@@ -421,53 +546,61 @@ impl Engine {
         )
     }
 
+    /// SET and the commands that are SET with fixed options (SETEX, PSETEX, SETNX, GETSET).
+    /// `name` is the command's, for errors; `want_old` reads the old value (counted as a read).
+    #[allow(clippy::too_many_arguments)]
     fn plain_set(
         &mut self,
+        name: &str,
         key: &[u8],
         value: &[u8],
         condition: SetCondition,
         expiry: SetExpiry,
-        get: bool,
+        want_old: bool,
         now: u64,
-    ) -> Outcome<'static> {
+    ) -> Result<SetOutcome, ErrorReply> {
         self.refuse_leased([key])?;
         let existing = self.store.lookup(key, now);
-        let old = match (get, existing) {
-            (true, Some(slot)) => Reply::owned_bulk(self.store.entry(slot).value.clone()),
-            _ => Reply::Nil,
+        let old = if want_old {
+            self.count_read(existing.is_some());
+            existing.map(|slot| self.store.entry(slot).value.clone())
+        } else {
+            None
         };
-        let proceed = match condition {
+        let written = match condition {
             SetCondition::Always => true,
             SetCondition::IfAbsent => existing.is_none(),
             SetCondition::IfPresent => existing.is_some(),
         };
-        if !proceed {
-            return Ok(old);
+        if !written {
+            return Ok(SetOutcome { old, written });
         }
-        let invalid = || ErrorReply::err("invalid expire time in 'set' command");
         let ttl = match expiry {
             SetExpiry::None => Ttl::At(0),
             SetExpiry::Keep => Ttl::Keep,
             // As Redis: a relative expiry whose deadline passes i64 milliseconds is invalid.
-            SetExpiry::In(ms) => Ttl::At(ms.checked_add(now as i64).ok_or_else(invalid)? as u64),
+            SetExpiry::In(ms) => Ttl::At(
+                ms.checked_add(now as i64)
+                    .ok_or_else(|| ErrorReply::invalid_expire_time(name))? as u64,
+            ),
             SetExpiry::At(ms) => Ttl::At(ms as u64),
         };
         if let Ttl::At(at) = ttl {
             if at != 0 && at <= now {
                 // Already expired: Redis stores nothing and deletes what was there.
                 self.store.remove(key);
-                return Ok(if get { old } else { Reply::OK });
+                return Ok(SetOutcome { old, written });
             }
         }
         self.store
             .put(key, value.to_vec(), unpinned(ttl))
             .map_err(|_| ErrorReply::not_stored())?;
-        Ok(if get { old } else { Reply::OK })
+        Ok(SetOutcome { old, written })
     }
 
-    fn plain_mset(&mut self, pairs: &[&[u8]], now: u64) -> Outcome<'static> {
-        self.refuse_leased(pairs.iter().step_by(2).copied())?;
-        // All or nothing: check that eviction can make room for every value before storing any.
+    /// MSET and MSETNX once their keys are checked: all or nothing on memory too, so eviction
+    /// must be able to make room for every value before any is stored.
+    fn store_pairs(&mut self, pairs: &[&[u8]], now: u64) -> Result<(), ErrorReply> {
         let needed: usize = pairs
             .chunks_exact(2)
             .map(|p| entry_charge(p[0].len(), p[1].len()))
@@ -481,7 +614,121 @@ impl Engine {
                 .put(pair[0], pair[1].to_vec(), unpinned(Ttl::At(0)))
                 .map_err(|_| ErrorReply::not_stored())?;
         }
-        Ok(Reply::OK)
+        Ok(())
+    }
+
+    /// GETEX: a read, and with an option a write of the time to live (so then refused under a
+    /// lease). The expiry's value is checked only if the key exists, as Redis does.
+    fn plain_getex(&mut self, key: &[u8], expiry: GetExExpiry<'_>, now: u64) -> Outcome<'static> {
+        if expiry != GetExExpiry::Keep {
+            self.refuse_leased([key])?;
+        }
+        let slot = self.store.lookup(key, now);
+        self.count_read(slot.is_some());
+        let Some(slot) = slot else {
+            return Ok(Reply::Nil);
+        };
+        self.touch(slot);
+        let value = Reply::owned_bulk(self.store.entry(slot).value.clone());
+        match expiry {
+            GetExExpiry::Keep => {}
+            GetExExpiry::Persist => {
+                if self.store.entry(slot).expire_at != 0 {
+                    self.store.set_expire(slot, 0);
+                }
+            }
+            GetExExpiry::Set {
+                amount,
+                unit,
+                absolute,
+            } => {
+                let ms = expire_ms(amount, unit, "getex")?;
+                let when = if absolute {
+                    ms
+                } else {
+                    ms.checked_add(now as i64)
+                        .ok_or_else(|| ErrorReply::invalid_expire_time("getex"))?
+                };
+                if when <= now as i64 {
+                    self.store.remove(key);
+                } else {
+                    self.store.set_expire(slot, when as u64);
+                }
+            }
+        }
+        Ok(value)
+    }
+
+    /// SETRANGE: overwrites from `offset`, padding with zero bytes; like APPEND it keeps the
+    /// entry's pin and time to live.
+    fn plain_setrange(
+        &mut self,
+        key: &[u8],
+        offset: i64,
+        value: &[u8],
+        now: u64,
+    ) -> Outcome<'static> {
+        self.refuse_leased([key])?;
+        let slot = self.store.lookup(key, now);
+        let current_len = slot.map_or(0, |s| self.store.entry(s).value.len());
+        if value.is_empty() {
+            // Nothing to write, and a missing key is not created.
+            return Ok(Reply::Int(current_len as i64));
+        }
+        let offset = offset as u64;
+        let end = offset.saturating_add(value.len() as u64);
+        if end > self.config().max_value_bytes as u64 {
+            return Err(too_long());
+        }
+        let (offset, end) = (offset as usize, end as usize);
+        let (mut bytes, options) = match slot {
+            Some(slot) => {
+                let entry = self.store.entry(slot);
+                let options = PutOptions {
+                    pinned: entry.pinned,
+                    ..unpinned(Ttl::Keep)
+                };
+                (entry.value.clone(), options)
+            }
+            None => (Vec::new(), unpinned(Ttl::At(0))),
+        };
+        if bytes.len() < end {
+            bytes.resize(end, 0);
+        }
+        bytes[offset..end].copy_from_slice(value);
+        let len = bytes.len();
+        self.store
+            .put(key, bytes, options)
+            .map_err(|_| ErrorReply::not_stored())?;
+        Ok(Reply::Int(len as i64))
+    }
+
+    /// INCRBYFLOAT in Redis's `long double` arithmetic; like INCR it keeps the entry's pin and
+    /// time to live.
+    fn plain_incrbyfloat(&mut self, key: &[u8], increment: &[u8], now: u64) -> Outcome<'static> {
+        let increment = LongDouble::parse(increment).ok_or_else(not_a_float)?;
+        self.refuse_leased([key])?;
+        let slot = self.store.lookup(key, now);
+        let (current, options) = match slot {
+            Some(slot) => {
+                let entry = self.store.entry(slot);
+                let current = LongDouble::parse(&entry.value).ok_or_else(not_a_float)?;
+                let options = PutOptions {
+                    pinned: entry.pinned,
+                    ..unpinned(Ttl::Keep)
+                };
+                (current, options)
+            }
+            None => (LongDouble::ZERO, unpinned(Ttl::At(0))),
+        };
+        let sum = current
+            .checked_add(increment)
+            .ok_or_else(|| ErrorReply::err("increment would produce NaN or Infinity"))?;
+        let text = sum.to_human().into_bytes();
+        self.store
+            .put(key, text.clone(), options)
+            .map_err(|_| ErrorReply::not_stored())?;
+        Ok(Reply::owned_bulk(text))
     }
 
     fn plain_incr(&mut self, key: &[u8], delta: i64, now: u64) -> Outcome<'static> {
@@ -627,7 +874,7 @@ impl Engine {
         let hit = self.session_view(sid, key, now).is_some();
         self.count_read(hit);
         if let Some(slot) = self.store.lookup(key, now.wall_ms) {
-            self.store.touch(slot);
+            self.touch(slot);
         }
         Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v))
     }

@@ -12,6 +12,7 @@
 //! - [`exec`]: the command entry, from typed commands to replies.
 //! - [`config_ids`]: Gemini configuration ids (004 §3.2.4).
 //! - [`persist`]: the append-only log's records, replay and incremental rewrite.
+//! - [`long_double`]: Redis's `long double` numbers (x87 extended precision), for INCRBYFLOAT.
 
 pub mod config_ids;
 pub mod eviction;
@@ -19,6 +20,7 @@ pub mod exec;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod lease;
+pub mod long_double;
 pub mod persist;
 pub mod store;
 
@@ -60,6 +62,16 @@ impl Now {
             mono_ms: ms,
         }
     }
+}
+
+/// Whether a command's reads count as uses of the keys they read, for eviction. Writes always do:
+/// a written entry is as new.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Recency {
+    #[default]
+    Touch,
+    /// `CLIENT NO-TOUCH ON`: reads leave the eviction order as it was.
+    NoTouch,
 }
 
 /// The policy family a CMI serves (000 §5.1.1). Write-through commands get NOTAVAILABLE from a
@@ -169,6 +181,8 @@ pub struct Engine {
     /// never loses the marker, and charged as pinned memory.
     pub(crate) markers: HashSet<Box<[u8]>>,
     pub(crate) stats: Stats,
+    /// Whether the command being run counts its reads as uses (set by `execute_with`).
+    pub(crate) recency: Recency,
 }
 
 /// Bytes charged per marker beyond its key.
@@ -191,6 +205,7 @@ impl Engine {
             tombstones: 0,
             markers: HashSet::default(),
             stats: Stats::default(),
+            recency: Recency::Touch,
         }
     }
 

@@ -85,6 +85,59 @@ fn replay_restores_entries_pins_markers_and_ids() {
 }
 
 #[test]
+fn the_string_commands_writes_are_replayed() {
+    let mut c = logged();
+    c.ok("SETEX setex 100 a");
+    c.ok("PSETEX psetex 100000 b");
+    c.int("SETNX setnx c");
+    c.ok("SET getset old EX 100");
+    c.value("GETSET getset new");
+    c.ok("SET getdel v");
+    c.value("GETDEL getdel");
+    c.ok("SET getex v");
+    c.value("GETEX getex EX 200");
+    c.ok("SET persisted v EX 100");
+    c.value("GETEX persisted PERSIST");
+    c.ok("SET past v");
+    c.value(&format!("GETEX past PXAT {}", c.now - 1));
+    c.ok("SET setrange hello EX 300");
+    c.int("SETRANGE setrange 7 world");
+    c.int("SETRANGE fresh 3 x");
+    c.int("MSETNX m1 1 m2 2");
+    c.value("INCRBYFLOAT float 10.5");
+    c.value("INCRBYFLOAT float 0.1");
+    c.ok("LSET 1 pinned 1 PIN");
+    c.ok("LCOMMIT 1");
+    c.value("INCRBYFLOAT pinned 0.5");
+    let keys = [
+        "setex",
+        "psetex",
+        "setnx",
+        "getset",
+        "getdel",
+        "getex",
+        "persisted",
+        "past",
+        "setrange",
+        "fresh",
+        "m1",
+        "m2",
+        "float",
+        "pinned",
+    ];
+    let mut log = Vec::new();
+    c.engine.drain_log(&mut log);
+    let mut back = restart(&log, c.now);
+    assert_same(state(&mut back, &keys), state(&mut c, &keys));
+    assert_eq!(back.value("GET float"), "10.6");
+    assert_eq!(back.bulk("GET setrange").unwrap(), b"hello\0\0world");
+    assert_eq!(back.int("TTL getex"), 200);
+    assert_eq!(back.int("TTL getset"), -1);
+    assert_eq!(back.inspect("pinned", "pinned"), Reply::Int(1));
+    assert_eq!(back.int("EXISTS getdel past"), 0);
+}
+
+#[test]
 fn a_restart_forgets_values_under_a_writers_lease() {
     let mut c = logged();
     c.ok("SET k old");

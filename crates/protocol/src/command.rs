@@ -67,9 +67,13 @@ pub enum CommandSub<'a> {
     /// `COMMAND`: every command's info.
     All,
     Count,
+    /// `COMMAND INFO [name ...]`: the named commands' info, or every command's.
     Info(Args<'a>),
+    /// `COMMAND DOCS [name ...]`: the named commands' docs, or every command's.
     Docs(Args<'a>),
-    List,
+    /// `COMMAND LIST [FILTERBY PATTERN pattern]`.
+    List(Option<&'a [u8]>),
+    Help,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +82,33 @@ pub enum ConfigSub<'a> {
     /// Alternating parameter names and values.
     Set(Args<'a>),
     ResetStat,
+    Help,
+}
+
+/// What `CLIENT SETINFO` records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAttr {
+    LibName,
+    LibVer,
+}
+
+/// The kinds of connection Redis tells apart in `CLIENT LIST TYPE`. A CMI's clients are all
+/// normal: it has no replication and no pub/sub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientType {
+    Normal,
+    Master,
+    Replica,
+    PubSub,
+}
+
+/// Which connections `CLIENT LIST` describes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientFilter {
+    All,
+    Type(ClientType),
+    /// In the order given; an id may repeat, an unknown one is left out.
+    Ids(Vec<i64>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,9 +116,36 @@ pub enum ClientSub<'a> {
     Id,
     GetName,
     SetName(&'a [u8]),
-    /// CLIENT SETINFO attr value: accepted and ignored (redis-py sends it on connect).
-    SetInfo,
-    List,
+    /// `CLIENT INFO`: this connection's line of `CLIENT LIST`.
+    Info,
+    /// `CLIENT SETINFO LIB-NAME|LIB-VER value` (redis-py sends it on connect).
+    SetInfo {
+        attr: ClientAttr,
+        value: &'a [u8],
+    },
+    List(ClientFilter),
+    /// `CLIENT NO-EVICT ON|OFF`: a CMI never evicts clients, so either is accepted and changes
+    /// nothing.
+    NoEvict(bool),
+    /// `CLIENT NO-TOUCH ON|OFF`: whether this connection's reads leave the LRU order alone.
+    NoTouch(bool),
+    Help,
+}
+
+/// What `GETEX` does to the key's time to live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetExExpiry<'a> {
+    /// No option: the time to live stays.
+    Keep,
+    /// PERSIST: the key loses its time to live.
+    Persist,
+    /// EX / PX / EXAT / PXAT with their argument, which is checked only once the key is found
+    /// (as Redis does: `GETEX missing EX abc` answers nil).
+    Set {
+        amount: &'a [u8],
+        unit: TimeUnit,
+        absolute: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,15 +186,55 @@ pub enum Command<'a> {
         expiry: SetExpiry,
         get: bool,
     },
+    /// SETEX (`unit` seconds) and PSETEX (milliseconds): the time to live, positive, in
+    /// milliseconds.
+    SetEx {
+        key: &'a [u8],
+        ms: i64,
+        unit: TimeUnit,
+        value: &'a [u8],
+    },
+    SetNx {
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    GetSet {
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    GetDel(&'a [u8]),
+    GetEx {
+        key: &'a [u8],
+        expiry: GetExExpiry<'a>,
+    },
+    GetRange {
+        key: &'a [u8],
+        start: i64,
+        end: i64,
+    },
+    /// `offset` is not negative.
+    SetRange {
+        key: &'a [u8],
+        offset: i64,
+        value: &'a [u8],
+    },
     Del(Args<'a>),
     Exists(Args<'a>),
     MGet(Args<'a>),
     /// Alternating keys and values.
     MSet(Args<'a>),
+    /// Alternating keys and values.
+    MSetNx(Args<'a>),
     /// INCR, INCRBY, DECR, DECRBY.
     IncrBy {
         key: &'a [u8],
         delta: i64,
+    },
+    /// The increment as sent: it is a number in Redis's `long double` syntax, which the engine
+    /// reads (`cads_engine::long_double`).
+    IncrByFloat {
+        key: &'a [u8],
+        increment: &'a [u8],
     },
     Append {
         key: &'a [u8],
@@ -154,6 +252,7 @@ pub enum Command<'a> {
     Ttl(&'a [u8]),
     PTtl(&'a [u8]),
     Persist(&'a [u8]),
+    Time,
 
     // --- cads metadata ---
     /// Entry metadata: value length, pinned, expiry, configuration id, marker, lease.
@@ -393,11 +492,50 @@ fn unknown_command(args: &[&[u8]]) -> ErrorReply {
 }
 
 fn unknown_subcommand(command: &str, sub: &[u8]) -> ErrorReply {
+    let sub: String = quoted(sub).chars().take(128).collect();
     ErrorReply::err(format!(
-        "unknown subcommand '{}'. Try {} HELP.",
-        String::from_utf8_lossy(sub),
+        "unknown subcommand '{sub}'. Try {} HELP.",
         command.to_ascii_uppercase()
     ))
+}
+
+/// The subcommand of a container command (CLIENT, CONFIG, COMMAND) named by `args[1]`, with its
+/// arity checked; the errors are Redis's.
+fn subcommand(
+    spec: &'static CommandSpec,
+    args: &[&[u8]],
+) -> Result<&'static spec::Subcommand, ErrorReply> {
+    let sub = spec
+        .subcommand(args[1])
+        .ok_or_else(|| unknown_subcommand(spec.name, args[1]))?;
+    if !sub.arity_ok(args.len()) {
+        return Err(ErrorReply::wrong_arity(&format!(
+            "{}|{}",
+            spec.name, sub.name
+        )));
+    }
+    Ok(sub)
+}
+
+/// An expiry argument of SET, SETEX, PSETEX or GETEX, in milliseconds, checked as Redis checks
+/// it: an integer, positive, and (in seconds) no more than i64 milliseconds.
+pub fn expire_ms(arg: &[u8], unit: TimeUnit, command: &str) -> Result<i64, ErrorReply> {
+    let n = int(arg)?;
+    let seconds = unit == TimeUnit::Seconds;
+    if n <= 0 || (seconds && n > i64::MAX / 1000) {
+        return Err(ErrorReply::invalid_expire_time(command));
+    }
+    Ok(if seconds { n * 1000 } else { n })
+}
+
+fn on_off(arg: &[u8]) -> Result<bool, ErrorReply> {
+    if eq(arg, "ON") {
+        Ok(true)
+    } else if eq(arg, "OFF") {
+        Ok(false)
+    } else {
+        Err(ErrorReply::syntax())
+    }
 }
 
 impl<'a> Command<'a> {
@@ -438,11 +576,23 @@ impl<'a> Command<'a> {
             BgRewriteAof => "bgrewriteaof",
             Get(_) => "get",
             Set { .. } => "set",
+            SetEx { unit, .. } => match unit {
+                TimeUnit::Seconds => "setex",
+                TimeUnit::Millis => "psetex",
+            },
+            SetNx { .. } => "setnx",
+            GetSet { .. } => "getset",
+            GetDel(_) => "getdel",
+            GetEx { .. } => "getex",
+            GetRange { .. } => "getrange",
+            SetRange { .. } => "setrange",
             Del(_) => "del",
             Exists(_) => "exists",
             MGet(_) => "mget",
             MSet(_) => "mset",
+            MSetNx(_) => "msetnx",
             IncrBy { .. } => "incrby",
+            IncrByFloat { .. } => "incrbyfloat",
             Append { .. } => "append",
             StrLen(_) => "strlen",
             Expire { unit, absolute, .. } => match (unit, absolute) {
@@ -454,6 +604,7 @@ impl<'a> Command<'a> {
             Ttl(_) => "ttl",
             PTtl(_) => "pttl",
             Persist(_) => "persist",
+            Time => "time",
             Inspect(_) => "inspect",
             ConfigId(_) => "configid",
             Fragments(_) => "fragments",
@@ -536,11 +687,17 @@ impl<'a> Command<'a> {
                     out.push(w("UNPINNED"));
                 }
             }
-            Quit | DbSize | FlushDb | BgRewriteAof => {}
+            Quit | DbSize | FlushDb | BgRewriteAof | Time => {}
             Commands(sub) => match sub {
                 CommandSub::All => {}
                 CommandSub::Count => out.push(w("COUNT")),
-                CommandSub::List => out.push(w("LIST")),
+                CommandSub::Help => out.push(w("HELP")),
+                CommandSub::List(pattern) => {
+                    out.push(w("LIST"));
+                    if let Some(pattern) = pattern {
+                        out.extend([w("FILTERBY"), w("PATTERN"), b(pattern)]);
+                    }
+                }
                 CommandSub::Info(names) => {
                     out.push(w("INFO"));
                     out.extend(names.iter().map(|s| b(s)));
@@ -560,20 +717,76 @@ impl<'a> Command<'a> {
                     out.extend(pairs.iter().map(|s| b(s)));
                 }
                 ConfigSub::ResetStat => out.push(w("RESETSTAT")),
+                ConfigSub::Help => out.push(w("HELP")),
             },
             Client(sub) => match sub {
                 ClientSub::Id => out.push(w("ID")),
                 ClientSub::GetName => out.push(w("GETNAME")),
                 ClientSub::SetName(name) => out.extend([w("SETNAME"), b(name)]),
-                ClientSub::SetInfo => out.extend([w("SETINFO"), w("LIB-NAME"), w("cads")]),
-                ClientSub::List => out.push(w("LIST")),
+                ClientSub::Info => out.push(w("INFO")),
+                ClientSub::SetInfo { attr, value } => out.extend([
+                    w("SETINFO"),
+                    w(match attr {
+                        ClientAttr::LibName => "LIB-NAME",
+                        ClientAttr::LibVer => "LIB-VER",
+                    }),
+                    b(value),
+                ]),
+                ClientSub::List(filter) => {
+                    out.push(w("LIST"));
+                    match filter {
+                        ClientFilter::All => {}
+                        ClientFilter::Type(t) => out.extend([w("TYPE"), w(client_type_name(*t))]),
+                        ClientFilter::Ids(ids) => {
+                            out.push(w("ID"));
+                            out.extend(ids.iter().map(|id| n(*id)));
+                        }
+                    }
+                }
+                ClientSub::NoEvict(on) => out.extend([w("NO-EVICT"), w(on_off_word(*on))]),
+                ClientSub::NoTouch(on) => out.extend([w("NO-TOUCH"), w(on_off_word(*on))]),
+                ClientSub::Help => out.push(w("HELP")),
             },
-            Info(sections) | Del(sections) | Exists(sections) | MGet(sections) | MSet(sections) => {
-                out.extend(sections.iter().map(|s| b(s)))
+            Info(sections) | Del(sections) | Exists(sections) | MGet(sections) | MSet(sections)
+            | MSetNx(sections) => out.extend(sections.iter().map(|s| b(s))),
+            Get(key) | StrLen(key) | Ttl(key) | PTtl(key) | Persist(key) | Inspect(key)
+            | GetDel(key) => out.push(b(key)),
+            SetEx {
+                key,
+                ms,
+                unit,
+                value,
+            } => {
+                let amount = match unit {
+                    TimeUnit::Seconds => ms / 1000,
+                    TimeUnit::Millis => *ms,
+                };
+                out.extend([b(key), n(amount), b(value)]);
             }
-            Get(key) | StrLen(key) | Ttl(key) | PTtl(key) | Persist(key) | Inspect(key) => {
-                out.push(b(key))
+            SetNx { key, value } | GetSet { key, value } => out.extend([b(key), b(value)]),
+            GetEx { key, expiry } => {
+                out.push(b(key));
+                match expiry {
+                    GetExExpiry::Keep => {}
+                    GetExExpiry::Persist => out.push(w("PERSIST")),
+                    GetExExpiry::Set {
+                        amount,
+                        unit,
+                        absolute,
+                    } => out.extend([
+                        w(match (unit, absolute) {
+                            (TimeUnit::Seconds, false) => "EX",
+                            (TimeUnit::Millis, false) => "PX",
+                            (TimeUnit::Seconds, true) => "EXAT",
+                            (TimeUnit::Millis, true) => "PXAT",
+                        }),
+                        b(amount),
+                    ]),
+                }
             }
+            GetRange { key, start, end } => out.extend([b(key), n(*start), n(*end)]),
+            SetRange { key, offset, value } => out.extend([b(key), n(*offset), b(value)]),
+            IncrByFloat { key, increment } => out.extend([b(key), b(increment)]),
             Set {
                 key,
                 value,
@@ -713,48 +926,58 @@ fn parse_with<'a>(
         "hello" => parse_hello(a)?,
         "select" => C::Select(parse_i64(a[1]).ok_or_else(ErrorReply::not_integer)?),
         "quit" => C::Quit,
-        "command" => C::Commands(match a.get(1) {
-            None => CommandSub::All,
-            Some(s) if eq(s, "COUNT") && a.len() == 2 => CommandSub::Count,
-            Some(s) if eq(s, "LIST") => CommandSub::List,
-            Some(s) if eq(s, "INFO") => CommandSub::Info(&a[2..]),
-            Some(s) if eq(s, "DOCS") => CommandSub::Docs(&a[2..]),
-            Some(s) => return Err(unknown_subcommand("command", s)),
-        }),
-        "config" => {
-            let sub = a[1];
-            C::Config(if eq(sub, "GET") {
-                if a.len() < 3 {
-                    return Err(ErrorReply::wrong_arity("config|get"));
-                }
-                ConfigSub::Get(&a[2..])
-            } else if eq(sub, "SET") {
-                if a.len() < 4 || a.len() % 2 != 0 {
+        "command" => {
+            if a.len() == 1 {
+                return Ok(C::Commands(CommandSub::All));
+            }
+            C::Commands(match subcommand(spec, a)?.name {
+                "count" => CommandSub::Count,
+                "info" => CommandSub::Info(&a[2..]),
+                "docs" => CommandSub::Docs(&a[2..]),
+                "list" => match &a[2..] {
+                    [] => CommandSub::List(None),
+                    [by, what, pattern] if eq(by, "FILTERBY") && eq(what, "PATTERN") => {
+                        CommandSub::List(Some(pattern))
+                    }
+                    _ => return Err(ErrorReply::syntax()),
+                },
+                _ => CommandSub::Help,
+            })
+        }
+        "config" => C::Config(match subcommand(spec, a)?.name {
+            "get" => ConfigSub::Get(&a[2..]),
+            "set" => {
+                if a.len() % 2 != 0 {
                     return Err(ErrorReply::wrong_arity("config|set"));
                 }
                 ConfigSub::Set(&a[2..])
-            } else if eq(sub, "RESETSTAT") {
-                ConfigSub::ResetStat
-            } else {
-                return Err(unknown_subcommand("config", sub));
-            })
-        }
-        "client" => {
-            let sub = a[1];
-            C::Client(if eq(sub, "ID") {
-                ClientSub::Id
-            } else if eq(sub, "GETNAME") {
-                ClientSub::GetName
-            } else if eq(sub, "SETNAME") && a.len() == 3 {
-                ClientSub::SetName(a[2])
-            } else if eq(sub, "SETINFO") && a.len() == 4 {
-                ClientSub::SetInfo
-            } else if eq(sub, "LIST") {
-                ClientSub::List
-            } else {
-                return Err(unknown_subcommand("client", sub));
-            })
-        }
+            }
+            "resetstat" => ConfigSub::ResetStat,
+            _ => ConfigSub::Help,
+        }),
+        "client" => C::Client(match subcommand(spec, a)?.name {
+            "id" => ClientSub::Id,
+            "getname" => ClientSub::GetName,
+            "setname" => ClientSub::SetName(a[2]),
+            "info" => ClientSub::Info,
+            "setinfo" => ClientSub::SetInfo {
+                attr: if eq(a[2], "LIB-NAME") {
+                    ClientAttr::LibName
+                } else if eq(a[2], "LIB-VER") {
+                    ClientAttr::LibVer
+                } else {
+                    return Err(ErrorReply::err(format!(
+                        "Unrecognized option '{}'",
+                        quoted(a[2])
+                    )));
+                },
+                value: a[3],
+            },
+            "list" => ClientSub::List(parse_client_filter(a)?),
+            "no-evict" => ClientSub::NoEvict(on_off(a[2])?),
+            "no-touch" => ClientSub::NoTouch(on_off(a[2])?),
+            _ => ClientSub::Help,
+        }),
         "info" => C::Info(&a[1..]),
         "dbsize" => C::DbSize,
         "flushall" | "flushdb" => {
@@ -779,6 +1002,45 @@ fn parse_with<'a>(
         "bgrewriteaof" => C::BgRewriteAof,
         "get" => C::Get(a[1]),
         "set" => parse_set(a)?,
+        "setex" | "psetex" => {
+            let unit = if spec.name == "setex" {
+                TimeUnit::Seconds
+            } else {
+                TimeUnit::Millis
+            };
+            C::SetEx {
+                key: a[1],
+                ms: expire_ms(a[2], unit, spec.name)?,
+                unit,
+                value: a[3],
+            }
+        }
+        "setnx" => C::SetNx {
+            key: a[1],
+            value: a[2],
+        },
+        "getset" => C::GetSet {
+            key: a[1],
+            value: a[2],
+        },
+        "getdel" => C::GetDel(a[1]),
+        "getex" => parse_getex(a)?,
+        "getrange" => C::GetRange {
+            key: a[1],
+            start: int(a[2])?,
+            end: int(a[3])?,
+        },
+        "setrange" => {
+            let offset = int(a[2])?;
+            if offset < 0 {
+                return Err(ErrorReply::err("offset is out of range"));
+            }
+            C::SetRange {
+                key: a[1],
+                offset,
+                value: a[3],
+            }
+        }
         "del" => C::Del(&a[1..]),
         "exists" => C::Exists(&a[1..]),
         "mget" => C::MGet(&a[1..]),
@@ -788,6 +1050,16 @@ fn parse_with<'a>(
             }
             C::MSet(&a[1..])
         }
+        "msetnx" => {
+            if a.len() % 2 == 0 {
+                return Err(arity());
+            }
+            C::MSetNx(&a[1..])
+        }
+        "incrbyfloat" => C::IncrByFloat {
+            key: a[1],
+            increment: a[2],
+        },
         "incr" => C::IncrBy {
             key: a[1],
             delta: 1,
@@ -832,6 +1104,7 @@ fn parse_with<'a>(
         "ttl" => C::Ttl(a[1]),
         "pttl" => C::PTtl(a[1]),
         "persist" => C::Persist(a[1]),
+        "time" => C::Time,
         "inspect" => C::Inspect(a[1]),
         "configid" => match a.len() {
             1 => C::ConfigId(None),
@@ -1040,6 +1313,97 @@ fn parse_hello<'a>(a: &'a [&'a [u8]]) -> Result<Command<'a>, ErrorReply> {
     })
 }
 
+fn client_type_name(t: ClientType) -> &'static str {
+    match t {
+        ClientType::Normal => "normal",
+        ClientType::Master => "master",
+        ClientType::Replica => "replica",
+        ClientType::PubSub => "pubsub",
+    }
+}
+
+fn on_off_word(on: bool) -> &'static str {
+    if on {
+        "ON"
+    } else {
+        "OFF"
+    }
+}
+
+/// `CLIENT LIST [TYPE type | ID id ...]`, with Redis's errors.
+fn parse_client_filter(a: &[&[u8]]) -> Result<ClientFilter, ErrorReply> {
+    match &a[2..] {
+        [] => Ok(ClientFilter::All),
+        [word, name] if eq(word, "TYPE") => {
+            let t = match name.to_ascii_lowercase().as_slice() {
+                b"normal" => ClientType::Normal,
+                b"master" => ClientType::Master,
+                b"replica" | b"slave" => ClientType::Replica,
+                b"pubsub" => ClientType::PubSub,
+                _ => {
+                    return Err(ErrorReply::err(format!(
+                        "Unknown client type '{}'",
+                        quoted(name)
+                    )))
+                }
+            };
+            Ok(ClientFilter::Type(t))
+        }
+        [word, ids @ ..] if eq(word, "ID") && !ids.is_empty() => ids
+            .iter()
+            .map(|id| parse_i64(id).ok_or_else(|| ErrorReply::err("Invalid client ID")))
+            .collect::<Result<_, _>>()
+            .map(ClientFilter::Ids),
+        _ => Err(ErrorReply::syntax()),
+    }
+}
+
+/// GETEX's options as Redis's `parseExtendedStringArgumentsOrReply` takes them: one of EX, PX,
+/// EXAT, PXAT (which may repeat; the last wins) or PERSIST. The expiry's value is checked later,
+/// and only if the key exists.
+fn parse_getex<'a>(a: &'a [&'a [u8]]) -> Result<Command<'a>, ErrorReply> {
+    let mut expiry = GetExExpiry::Keep;
+    let mut i = 2;
+    while i < a.len() {
+        let opt = a[i];
+        let free = |word: &str| match expiry {
+            GetExExpiry::Keep => true,
+            GetExExpiry::Persist => word == "PERSIST",
+            GetExExpiry::Set { unit, absolute, .. } => {
+                word == match (unit, absolute) {
+                    (TimeUnit::Seconds, false) => "EX",
+                    (TimeUnit::Millis, false) => "PX",
+                    (TimeUnit::Seconds, true) => "EXAT",
+                    (TimeUnit::Millis, true) => "PXAT",
+                }
+            }
+        };
+        if eq(opt, "PERSIST") && free("PERSIST") {
+            expiry = GetExExpiry::Persist;
+        } else if let (Some(amount), Some(word)) = (
+            a.get(i + 1),
+            ["EX", "PX", "EXAT", "PXAT"]
+                .into_iter()
+                .find(|w| eq(opt, w) && free(w)),
+        ) {
+            expiry = GetExExpiry::Set {
+                amount,
+                unit: if word.starts_with('E') {
+                    TimeUnit::Seconds
+                } else {
+                    TimeUnit::Millis
+                },
+                absolute: word.ends_with("AT"),
+            };
+            i += 1;
+        } else {
+            return Err(ErrorReply::syntax());
+        }
+        i += 1;
+    }
+    Ok(Command::GetEx { key: a[1], expiry })
+}
+
 fn parse_set<'a>(a: &'a [&'a [u8]]) -> Result<Command<'a>, ErrorReply> {
     // As Redis's parseExtendedStringArgumentsOrReply: an option may repeat (the last value wins),
     // but NX excludes XX, and KEEPTTL and the four expiry options exclude one another.
@@ -1067,12 +1431,13 @@ fn parse_set<'a>(a: &'a [&'a [u8]]) -> Result<Command<'a>, ErrorReply> {
                 .into_iter()
                 .find(|w| eq(opt, w) && expiry_free(w)),
         ) {
-            let n = int(next)?;
             let seconds = word == "EX" || word == "EXAT";
-            if n <= 0 || (seconds && n > i64::MAX / 1000) {
-                return Err(ErrorReply::err("invalid expire time in 'set' command"));
-            }
-            let ms = if seconds { n * 1000 } else { n };
+            let unit = if seconds {
+                TimeUnit::Seconds
+            } else {
+                TimeUnit::Millis
+            };
+            let ms = expire_ms(next, unit, "set")?;
             expiry = if word == "EX" || word == "PX" {
                 SetExpiry::In(ms)
             } else {
@@ -1201,6 +1566,104 @@ mod tests {
     }
 
     #[test]
+    fn string_commands_check_their_arguments_as_redis_does() {
+        assert_eq!(
+            parse("SETEX k 10 v").unwrap(),
+            Command::SetEx {
+                key: b"k",
+                ms: 10_000,
+                unit: TimeUnit::Seconds,
+                value: b"v"
+            }
+        );
+        for (line, error) in [
+            ("SETEX k 0 v", "invalid expire time in 'setex' command"),
+            ("PSETEX k -1 v", "invalid expire time in 'psetex' command"),
+            (
+                "SETEX k 9223372036854776 v",
+                "invalid expire time in 'setex' command",
+            ),
+            ("SETEX k x v", "value is not an integer or out of range"),
+            ("SETRANGE k -1 v", "offset is out of range"),
+            (
+                "SETRANGE k 9223372036854775808 v",
+                "value is not an integer or out of range",
+            ),
+            ("GETRANGE k 0 x", "value is not an integer or out of range"),
+            ("GETEX k EX", "syntax error"),
+            ("GETEX k PERSIST EX 1", "syntax error"),
+            ("GETEX k EX 1 PX 1", "syntax error"),
+            ("GETEX k KEEPTTL", "syntax error"),
+            (
+                "MSETNX a 1 b",
+                "wrong number of arguments for 'msetnx' command",
+            ),
+            ("TIME x", "wrong number of arguments for 'time' command"),
+        ] {
+            assert_eq!(parse(line).unwrap_err().message, error, "{line}");
+        }
+        // As in Redis, the same expiry option may repeat and the last one counts; its value is
+        // not looked at yet.
+        assert_eq!(
+            parse("GETEX k EX 1 ex abc").unwrap(),
+            Command::GetEx {
+                key: b"k",
+                expiry: GetExExpiry::Set {
+                    amount: b"abc",
+                    unit: TimeUnit::Seconds,
+                    absolute: false
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn container_commands_check_their_subcommands_as_redis_does() {
+        for (line, error) in [
+            ("CLIENT FOO", "unknown subcommand 'FOO'. Try CLIENT HELP."),
+            ("CONFIG FOO", "unknown subcommand 'FOO'. Try CONFIG HELP."),
+            ("COMMAND FOO", "unknown subcommand 'FOO'. Try COMMAND HELP."),
+            (
+                "CLIENT SETNAME",
+                "wrong number of arguments for 'client|setname' command",
+            ),
+            (
+                "CLIENT GETNAME x",
+                "wrong number of arguments for 'client|getname' command",
+            ),
+            (
+                "CLIENT NO-EVICT",
+                "wrong number of arguments for 'client|no-evict' command",
+            ),
+            (
+                "COMMAND COUNT x",
+                "wrong number of arguments for 'command|count' command",
+            ),
+            (
+                "CONFIG SET a b c",
+                "wrong number of arguments for 'config|set' command",
+            ),
+            ("CLIENT NO-EVICT maybe", "syntax error"),
+            ("CLIENT LIST foo", "syntax error"),
+            ("CLIENT LIST TYPE normal extra", "syntax error"),
+            ("CLIENT LIST TYPE foo", "Unknown client type 'foo'"),
+            ("CLIENT LIST ID 1 abc", "Invalid client ID"),
+            ("CLIENT SETINFO foo bar", "Unrecognized option 'foo'"),
+            ("COMMAND LIST FILTERBY MODULE x", "syntax error"),
+        ] {
+            assert_eq!(parse(line).unwrap_err().message, error, "{line}");
+        }
+        assert_eq!(
+            parse("client list type SLAVE").unwrap(),
+            Command::Client(ClientSub::List(ClientFilter::Type(ClientType::Replica)))
+        );
+        assert_eq!(
+            parse("CLIENT LIST ID 5 -1 5").unwrap(),
+            Command::Client(ClientSub::List(ClientFilter::Ids(vec![5, -1, 5])))
+        );
+    }
+
+    #[test]
     fn session_commands() {
         assert_eq!(
             parse("LGET 7 k RMW").unwrap(),
@@ -1272,9 +1735,26 @@ mod tests {
             "COMMAND",
             "COMMAND COUNT",
             "COMMAND DOCS get",
+            "COMMAND INFO",
+            "COMMAND LIST",
+            "COMMAND LIST FILTERBY PATTERN l*",
+            "COMMAND HELP",
             "CONFIG GET maxmemory",
             "CONFIG SET maxmemory 10",
+            "CONFIG RESETSTAT",
+            "CONFIG HELP",
             "CLIENT SETNAME x",
+            "CLIENT ID",
+            "CLIENT GETNAME",
+            "CLIENT INFO",
+            "CLIENT SETINFO LIB-VER 1.0",
+            "CLIENT SETINFO lib-name redis-py",
+            "CLIENT LIST",
+            "CLIENT LIST TYPE replica",
+            "CLIENT LIST ID 3 1 3",
+            "CLIENT NO-EVICT on",
+            "CLIENT NO-TOUCH OFF",
+            "CLIENT HELP",
             "INFO memory",
             "DBSIZE",
             "FLUSHALL",
@@ -1284,6 +1764,20 @@ mod tests {
             "GET k",
             "SET k v XX GET KEEPTTL",
             "SET k v PXAT 5",
+            "SETEX k 10 v",
+            "PSETEX k 10 v",
+            "SETNX k v",
+            "GETSET k v",
+            "GETDEL k",
+            "GETEX k",
+            "GETEX k PERSIST",
+            "GETEX k EX abc",
+            "GETEX k pxat 5",
+            "GETRANGE k -1 9223372036854775807",
+            "SETRANGE k 0 v",
+            "MSETNX a 1 b 2",
+            "INCRBYFLOAT k 1.5e3",
+            "TIME",
             "DEL a b",
             "EXISTS a",
             "MGET a b",

@@ -18,8 +18,9 @@ pub mod resp;
 pub mod spec;
 
 pub use command::{
-    parse_i64, Args, ClientSub, Command, CommandSub, ConfigSub, ExpireCondition, MarkOp, SessionId,
-    SetCondition, SetExpiry, TimeUnit,
+    expire_ms, parse_i64, Args, ClientAttr, ClientFilter, ClientSub, ClientType, Command,
+    CommandSub, ConfigSub, ExpireCondition, GetExExpiry, MarkOp, SessionId, SetCondition,
+    SetExpiry, TimeUnit,
 };
 pub use reply::{ErrorKind, ErrorReply, Reply};
 pub use resp::{Limits, Parsed, Protocol, ProtocolError};

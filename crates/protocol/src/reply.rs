@@ -90,6 +90,11 @@ impl ErrorReply {
         Self::err("value is not an integer or out of range")
     }
 
+    /// An expiry that is not positive, or whose deadline would pass i64 milliseconds.
+    pub fn invalid_expire_time(command: &str) -> Self {
+        Self::err(format!("invalid expire time in '{command}' command"))
+    }
+
     pub fn wrong_arity(command: &str) -> Self {
         Self::err(format!("wrong number of arguments for '{command}' command"))
     }

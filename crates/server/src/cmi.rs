@@ -7,12 +7,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cads_engine::{Engine, Now};
+use cads_engine::{Engine, Now, Recency};
 use cads_protocol::resp::{
     write_error, write_reply_as, write_reply_within, Protocol, ReplyTooLarge,
 };
 use cads_protocol::spec::{self, CommandSpec};
-use cads_protocol::{ClientSub, Command, CommandSub, ConfigSub, ErrorKind, ErrorReply, Reply};
+use cads_protocol::{
+    ClientAttr, ClientFilter, ClientSub, ClientType, Command, CommandSub, ConfigSub, ErrorKind,
+    ErrorReply, Reply,
+};
 
 use crate::aof::Aof;
 use crate::config::{parse_size, Config};
@@ -29,6 +32,8 @@ pub struct Client {
     id: ConnId,
     authenticated: bool,
     protocol: Protocol,
+    /// `CLIENT NO-TOUCH`: whether this connection's reads count as uses for eviction.
+    recency: Recency,
 }
 
 /// What CLIENT LIST shows of a connection.
@@ -36,6 +41,41 @@ struct ClientInfo {
     addr: SocketAddr,
     name: Option<String>,
     since: Instant,
+    lib_name: Option<String>,
+    lib_ver: Option<String>,
+    protocol: Protocol,
+    recency: Recency,
+}
+
+impl ClientInfo {
+    /// One line of CLIENT LIST, in Redis's `field=value` layout. Only what a CMI knows: it has
+    /// one database, no pub/sub and no transactions, so `db`, `sub`, `psub` and `multi` are
+    /// constants.
+    fn line(&self, id: ConnId) -> String {
+        let flags = match self.recency {
+            Recency::Touch => "N",
+            Recency::NoTouch => "T",
+        };
+        let resp = match self.protocol {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        };
+        format!(
+            "id={id} addr={} name={} age={} flags={flags} db=0 sub=0 psub=0 multi=-1 \
+             user=default lib-name={} lib-ver={} resp={resp}\n",
+            self.addr,
+            self.name.as_deref().unwrap_or(""),
+            self.since.elapsed().as_secs(),
+            self.lib_name.as_deref().unwrap_or(""),
+            self.lib_ver.as_deref().unwrap_or(""),
+        )
+    }
+}
+
+/// Whether a client name or library attribute can be shown in CLIENT LIST, whose fields are
+/// split at spaces: printable ASCII without blanks, as Redis requires.
+fn valid_client_attr(value: &[u8]) -> bool {
+    value.iter().all(|b| (b'!'..=b'~').contains(b))
 }
 
 /// Samples of the command counter for `instantaneous_ops_per_sec` (Redis keeps 16 too).
@@ -95,6 +135,10 @@ impl Cmi {
                 client_name,
             } => self.hello(client, *version, *auth, *client_name),
             C::Select(0) => Reply::OK,
+            // Redis has databases 0 to 15 by default: for those, say why a CMI refuses them.
+            C::Select(1..=15) => {
+                ErrorReply::err("DB index is out of range: a CMI has one database, number 0").into()
+            }
             C::Select(_) => ErrorReply::err("DB index is out of range").into(),
             C::Quit => {
                 write_reply_as(out, &Reply::OK, client.protocol);
@@ -109,7 +153,7 @@ impl Cmi {
                 if let Some(refusal) = self.refuse_write(cmd) {
                     refusal.into()
                 } else {
-                    let reply = self.engine.execute(cmd, now);
+                    let reply = self.engine.execute_with(cmd, now, client.recency);
                     return reply_flow(write_reply_within(out, &reply, client.protocol, out_limit));
                 }
             }
@@ -187,8 +231,9 @@ impl Cmi {
             return noauth().into();
         }
         client.protocol = protocol;
-        if let Some(name) = name {
-            if let Some(info) = self.clients.get_mut(&client.id) {
+        if let Some(info) = self.clients.get_mut(&client.id) {
+            info.protocol = protocol;
+            if let Some(name) = name {
                 info.name = Some(String::from_utf8_lossy(name).into_owned());
             }
         }
@@ -220,42 +265,80 @@ impl Cmi {
     }
 
     fn client_command(&mut self, client: &mut Client, sub: &ClientSub<'_>) -> Reply<'static> {
+        let info = self.clients.get_mut(&client.id);
         match sub {
             ClientSub::Id => Reply::Int(client.id as i64),
-            ClientSub::GetName => self
-                .clients
-                .get(&client.id)
+            ClientSub::GetName => info
                 .and_then(|i| i.name.clone())
                 .map_or(Reply::Nil, |n| Reply::owned_bulk(n.into_bytes())),
             ClientSub::SetName(name) => {
-                if name.iter().any(|b| *b <= b' ' || *b > b'~') {
+                if !valid_client_attr(name) {
                     return ErrorReply::err(
                         "Client names cannot contain spaces, newlines or special characters.",
                     )
                     .into();
                 }
-                if let Some(info) = self.clients.get_mut(&client.id) {
+                if let Some(info) = info {
                     info.name = (!name.is_empty()).then(|| String::from_utf8_lossy(name).into());
                 }
                 Reply::OK
             }
-            ClientSub::SetInfo => Reply::OK,
-            ClientSub::List => {
-                let mut ids: Vec<_> = self.clients.keys().copied().collect();
-                ids.sort_unstable();
-                let mut text = String::new();
-                for id in ids {
-                    let info = &self.clients[&id];
-                    let _ = writeln!(
-                        text,
-                        "id={id} addr={} name={} age={}",
-                        info.addr,
-                        info.name.as_deref().unwrap_or(""),
-                        info.since.elapsed().as_secs()
-                    );
+            ClientSub::SetInfo { attr, value } => {
+                let name = match attr {
+                    ClientAttr::LibName => "lib-name",
+                    ClientAttr::LibVer => "lib-ver",
+                };
+                if !valid_client_attr(value) {
+                    return ErrorReply::err(format!(
+                        "{name} cannot contain spaces, newlines or special characters."
+                    ))
+                    .into();
                 }
+                if let Some(info) = info {
+                    let value = (!value.is_empty()).then(|| String::from_utf8_lossy(value).into());
+                    match attr {
+                        ClientAttr::LibName => info.lib_name = value,
+                        ClientAttr::LibVer => info.lib_ver = value,
+                    }
+                }
+                Reply::OK
+            }
+            ClientSub::Info => {
+                let line = info.map(|i| i.line(client.id)).unwrap_or_default();
+                Reply::owned_bulk(line.into_bytes())
+            }
+            ClientSub::List(filter) => {
+                let ids: Vec<ConnId> = match filter {
+                    // Every client of a CMI is a normal one.
+                    ClientFilter::All | ClientFilter::Type(ClientType::Normal) => {
+                        let mut ids: Vec<_> = self.clients.keys().copied().collect();
+                        ids.sort_unstable();
+                        ids
+                    }
+                    ClientFilter::Type(_) => Vec::new(),
+                    ClientFilter::Ids(ids) => ids
+                        .iter()
+                        .filter_map(|&id| ConnId::try_from(id).ok())
+                        .filter(|id| self.clients.contains_key(id))
+                        .collect(),
+                };
+                let text: String = ids.iter().map(|id| self.clients[id].line(*id)).collect();
                 Reply::owned_bulk(text.into_bytes())
             }
+            // A CMI never evicts clients: with or without the protection, nothing changes.
+            ClientSub::NoEvict(_) => Reply::OK,
+            ClientSub::NoTouch(on) => {
+                client.recency = if *on {
+                    Recency::NoTouch
+                } else {
+                    Recency::Touch
+                };
+                if let Some(info) = info {
+                    info.recency = client.recency;
+                }
+                Reply::OK
+            }
+            ClientSub::Help => help(spec::lookup(b"client")),
         }
     }
 
@@ -351,8 +434,11 @@ impl Cmi {
             }
             ConfigSub::ResetStat => {
                 self.engine.reset_stats();
+                // The samples count commands from before the reset; the rate starts over.
+                self.ops_samples.clear();
                 Reply::OK
             }
+            ConfigSub::Help => help(spec::lookup(b"config")),
         }
     }
 
@@ -441,6 +527,10 @@ impl Cmi {
             vec![
                 ("cads_version", VERSION.into()),
                 ("redis_version", REDIS_COMPATIBLE_VERSION.into()),
+                ("redis_mode", "standalone".into()),
+                ("os", crate::sys::os_description()),
+                ("arch_bits", usize::BITS.to_string()),
+                ("multiplexing_api", "epoll".into()),
                 ("cmi_index", self.index.to_string()),
                 ("cmis", self.config.cmis.to_string()),
                 ("tcp_port", self.port.to_string()),
@@ -455,6 +545,8 @@ impl Cmi {
             vec![
                 ("connected_clients", net.connected_clients.to_string()),
                 ("maxclients", self.config.max_clients.to_string()),
+                // No command blocks a client.
+                ("blocked_clients", "0".into()),
             ],
         );
         section(
@@ -475,15 +567,21 @@ impl Cmi {
                 ("maxmemory_policy", e.eviction_policy().into()),
             ],
         );
-        let persistence = match &self.aof {
+        // A CMI replays its log before it serves (never `loading` while answering) and has no
+        // snapshots (never a background save): tools that watch for either read 0.
+        let mut persistence = vec![
+            ("loading", "0".to_string()),
+            ("rdb_bgsave_in_progress", "0".into()),
+            (
+                "aof_rewrite_in_progress",
+                (self.aof.as_ref().is_some_and(Aof::rewriting) as u8).to_string(),
+            ),
+        ];
+        persistence.extend(match &self.aof {
             None => vec![("aof_enabled", "0".to_string())],
             Some(aof) => vec![
                 ("aof_enabled", "1".into()),
                 ("aof_fsync", aof.fsync_policy().name().into()),
-                (
-                    "aof_rewrite_in_progress",
-                    (aof.rewriting() as u8).to_string(),
-                ),
                 ("aof_rewrites", aof.rewrites.to_string()),
                 (
                     "aof_last_bgrewrite_status",
@@ -501,7 +599,7 @@ impl Cmi {
                 ("aof_current_size", aof.size().to_string()),
                 ("aof_base_size", aof.base_size().to_string()),
             ],
-        };
+        });
         section("Persistence", persistence);
         section(
             "Stats",
@@ -536,6 +634,12 @@ impl Cmi {
                 ("keyspace_misses", stats.misses.to_string()),
             ],
         );
+        // A CMI is not replicated by the server (write-back replicates in the client): it takes
+        // writes and has no replicas.
+        section(
+            "Replication",
+            vec![("role", "master".into()), ("connected_slaves", "0".into())],
+        );
         let (active, aborted) = e.session_counts();
         section(
             "Leases",
@@ -565,6 +669,7 @@ impl Cmi {
                 ("max_session_ms", e.config().max_session_ms.to_string()),
             ],
         );
+        section("Cluster", vec![("cluster_enabled", "0".into())]);
         let keys = e.key_count();
         let keyspace = if keys == 0 {
             vec![]
@@ -613,35 +718,130 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     }
 }
 
+/// A command's `COMMAND INFO` entry in Redis 7's layout: name, arity, flags, first key, last
+/// key, key step, ACL categories, tips, key specifications, subcommands. A CMI has no ACLs, and
+/// its key positions are the first/last/step triple, so categories, tips and key
+/// specifications are empty.
 fn spec_reply(spec: &CommandSpec) -> Reply<'static> {
+    let subcommands = spec
+        .subcommands
+        .iter()
+        .map(|sub| {
+            info_entry(
+                format!("{}|{}", spec.name, sub.name),
+                sub.arity,
+                spec.flags,
+                (0, 0, 0),
+                Vec::new(),
+            )
+        })
+        .collect();
+    info_entry(
+        spec.name.to_string(),
+        spec.arity,
+        spec.flags,
+        (spec.first_key, spec.last_key, spec.step),
+        subcommands,
+    )
+}
+
+fn info_entry(
+    name: String,
+    arity: i32,
+    flags: &[&'static str],
+    keys: (i32, i32, i32),
+    subcommands: Vec<Reply<'static>>,
+) -> Reply<'static> {
     Reply::Array(vec![
-        Reply::owned_bulk(spec.name.as_bytes().to_vec()),
-        Reply::Int(spec.arity as i64),
-        Reply::Array(spec.flags.iter().map(|f| Reply::status(f)).collect()),
-        Reply::Int(spec.first_key as i64),
-        Reply::Int(spec.last_key as i64),
-        Reply::Int(spec.step as i64),
+        Reply::owned_bulk(name.into_bytes()),
+        Reply::Int(arity as i64),
+        Reply::Array(flags.iter().map(|f| Reply::status(f)).collect()),
+        Reply::Int(keys.0 as i64),
+        Reply::Int(keys.1 as i64),
+        Reply::Int(keys.2 as i64),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(subcommands),
     ])
 }
 
+/// The `HELP` of a container command: its subcommands from the command table.
+fn help(spec: Option<&CommandSpec>) -> Reply<'static> {
+    let spec = spec.expect("container commands are in the table");
+    Reply::Array(
+        spec.help()
+            .into_iter()
+            .map(|line| Reply::Status(line.into()))
+            .collect(),
+    )
+}
+
+/// A command's (or subcommand's) entry in `COMMAND DOCS`.
+fn docs_reply(spec: &CommandSpec) -> Reply<'static> {
+    let text = |s: &str| Reply::owned_bulk(s.as_bytes().to_vec());
+    let group = text(spec.group.name());
+    let mut fields = vec![
+        (text("summary"), text(spec.summary)),
+        (text("group"), group.clone()),
+    ];
+    if !spec.subcommands.is_empty() {
+        let subs = spec
+            .subcommands
+            .iter()
+            .map(|s| {
+                (
+                    text(&format!("{}|{}", spec.name, s.name)),
+                    Reply::Map(vec![
+                        (text("summary"), text(s.summary)),
+                        (text("group"), group.clone()),
+                    ]),
+                )
+            })
+            .collect();
+        fields.push((text("subcommands"), Reply::Map(subs)));
+    }
+    Reply::Map(fields)
+}
+
+/// The commands `names` names (unknown names left out), or all of them.
+fn named_specs(names: &[&[u8]]) -> Vec<&'static CommandSpec> {
+    if names.is_empty() {
+        spec::COMMANDS.iter().collect()
+    } else {
+        names.iter().filter_map(|n| spec::lookup(n)).collect()
+    }
+}
+
 fn command_info(sub: &CommandSub<'_>) -> Reply<'static> {
+    let name = |s: &CommandSpec| Reply::owned_bulk(s.name.as_bytes().to_vec());
     match sub {
         CommandSub::All => Reply::Array(spec::COMMANDS.iter().map(spec_reply).collect()),
         CommandSub::Count => Reply::Int(spec::COMMANDS.len() as i64),
-        CommandSub::List => Reply::Array(
+        CommandSub::List(pattern) => Reply::Array(
             spec::COMMANDS
                 .iter()
-                .map(|s| Reply::owned_bulk(s.name.as_bytes().to_vec()))
+                .filter(|s| {
+                    pattern.is_none_or(|p| glob_match(&p.to_ascii_lowercase(), s.name.as_bytes()))
+                })
+                .map(name)
                 .collect(),
         ),
+        // As Redis: a name it does not know answers nil in its place.
+        CommandSub::Info([]) => Reply::Array(spec::COMMANDS.iter().map(spec_reply).collect()),
         CommandSub::Info(names) => Reply::Array(
             names
                 .iter()
                 .map(|n| spec::lookup(n).map_or(Reply::Nil, spec_reply))
                 .collect(),
         ),
-        // No documentation records: redis-cli then falls back to its built-in help.
-        CommandSub::Docs(_) => Reply::Array(Vec::new()),
+        CommandSub::Docs(names) => Reply::Map(
+            named_specs(names)
+                .into_iter()
+                .map(|s| (name(s), docs_reply(s)))
+                .collect(),
+        ),
+        CommandSub::Help => help(spec::lookup(b"command")),
     }
 }
 
@@ -684,12 +884,17 @@ impl Handler for Cmi {
                 addr: peer,
                 name: None,
                 since: Instant::now(),
+                lib_name: None,
+                lib_ver: None,
+                protocol: Protocol::Resp2,
+                recency: Recency::Touch,
             },
         );
         Client {
             id,
             authenticated: self.config.requirepass.is_none(),
             protocol: Protocol::Resp2,
+            recency: Recency::Touch,
         }
     }
 

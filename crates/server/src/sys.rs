@@ -1,5 +1,5 @@
 //! Thin, safe wrappers over the Linux syscalls the event loop needs and std does not offer: epoll,
-//! and a listening socket with a backlog of our choosing.
+//! and a listening socket with a backlog of our choosing; and `uname` for INFO.
 //!
 //! Socket I/O itself goes through `std::net` (`recv` for reads, `send(MSG_NOSIGNAL)` for writes,
 //! `accept4(SOCK_CLOEXEC)` for accepts), which issues exactly one syscall per call, so this is the
@@ -161,4 +161,29 @@ pub(crate) fn tcp_listen(addr: SocketAddr, backlog: i32) -> io::Result<TcpListen
     // SAFETY: listen(2) takes no pointers.
     check(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
     Ok(TcpListener::from(fd))
+}
+
+/// The kernel's name, release and machine (`Linux 6.1.0-18-amd64 x86_64`), as Redis's INFO shows
+/// them in `os`.
+pub(crate) fn os_description() -> String {
+    // SAFETY: utsname is plain old data; all zeros is a valid value.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname writes into the struct we own and reads nothing else.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return "unknown".to_string();
+    }
+    let field = |chars: &[libc::c_char]| {
+        let bytes: Vec<u8> = chars
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    format!(
+        "{} {} {}",
+        field(&u.sysname),
+        field(&u.release),
+        field(&u.machine)
+    )
 }
