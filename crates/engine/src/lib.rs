@@ -315,9 +315,16 @@ impl Engine {
 
     /// Drops every entry, marker, lease and session (`unpinned`: only the unpinned entries, that
     /// is cached values, with the leases and sessions; buffered writes, the lists that name them
-    /// and markers stay). Sessions become tombstones: their next call gets ABORT.
+    /// and markers stay). Sessions become tombstones: their next call gets ABORT. Tombstones
+    /// already there stay for their time: forgetting one would let a late call of its session
+    /// start a new session under the old id.
     pub fn flush_all(&mut self, now: Now, unpinned: bool) {
-        let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        let sids: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.state != SessionState::Aborted)
+            .map(|(sid, _)| *sid)
+            .collect();
         for sid in sids {
             self.end_session(sid, lease::EndCause::Flushed, now);
         }
