@@ -273,10 +273,13 @@ impl Engine {
                 // The fill is the session's last word on the key: a value it staged under the
                 // same lease (LSET of a miss) must not replace it at release.
                 self.drop_pending(sid, key);
+                // Pins are sticky: a fill over a pinned value (a buffered write) keeps it pinned.
+                let pinned = self.store.peek(key, now.wall_ms).is_some_and(|e| e.pinned);
                 let stored = self.store.put(
                     key,
                     value.to_vec(),
                     PutOptions {
+                        pinned,
                         leased: true,
                         ..unpinned(Ttl::At(0))
                     },
