@@ -218,6 +218,12 @@ impl Engine {
         self.store.policy_name()
     }
 
+    /// The live entry for `key`, without side effects: no use is counted for eviction and nothing
+    /// is reclaimed. For tests and tools that observe a CMI without changing what it will do.
+    pub fn peek(&self, key: &[u8], now: Now) -> Option<&Entry> {
+        self.store.peek(key, now.wall_ms)
+    }
+
     pub fn key_count(&self) -> usize {
         self.store.len()
     }
