@@ -391,10 +391,13 @@ impl Engine {
                 // The fill is the session's last word on the key: a value it staged under the
                 // same lease (LSET of a miss) must not replace it at release.
                 self.drop_pending(sid, key);
+                // Pins are sticky: a fill over a pinned value (a buffered write) keeps it pinned.
+                let pinned = self.store.peek(key, now.wall_ms).is_some_and(|e| e.pinned);
                 let stored = self.store.put(
                     key,
                     value.to_vec(),
                     PutOptions {
+                        pinned,
                         leased: true,
                         ..unpinned(Ttl::At(0))
                     },
@@ -430,8 +433,18 @@ impl Engine {
                 self.require_write_through()?;
                 self.require_exclusive(sid, key, now)?;
                 let pinned = self.session_view(sid, key, now).is_some_and(|(_, p)| p);
-                let value = value.to_vec();
-                self.set_pending(sid, key, Pending::Value { value, pinned })?;
+                // A swap replaces the cached value, so only what it adds needs room (staged as a
+                // pending version first, it needed room for the whole value next to the old one).
+                let options = PutOptions {
+                    pinned,
+                    ttl: Ttl::Keep,
+                    leased: true,
+                    force: false,
+                };
+                self.store
+                    .put(key, value.to_vec(), options)
+                    .map_err(|_| ErrorReply::not_stored())?;
+                self.drop_pending(sid, key);
                 self.set_mark(sid, key, mark);
                 self.commit_key(sid, key);
                 Ok(Reply::OK)

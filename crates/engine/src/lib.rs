@@ -233,6 +233,12 @@ impl Engine {
         self.store.policy_name()
     }
 
+    /// The live entry for `key`, without side effects: no use is counted for eviction and nothing
+    /// is reclaimed. For tests and tools that observe a CMI without changing what it will do.
+    pub fn peek(&self, key: &[u8], now: Now) -> Option<&Entry> {
+        self.store.peek(key, now.wall_ms)
+    }
+
     pub fn key_count(&self) -> usize {
         self.store.len()
     }
@@ -330,9 +336,16 @@ impl Engine {
 
     /// Drops every entry, marker, lease and session (`unpinned`: only the unpinned entries, that
     /// is cached values, with the leases and sessions; buffered writes, the lists that name them
-    /// and markers stay). Sessions become tombstones: their next call gets ABORT.
+    /// and markers stay). Sessions become tombstones: their next call gets ABORT. Tombstones
+    /// already there stay for their time: forgetting one would let a late call of its session
+    /// start a new session under the old id.
     pub fn flush_all(&mut self, now: Now, unpinned: bool) {
-        let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        let sids: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.state != SessionState::Aborted)
+            .map(|(sid, _)| *sid)
+            .collect();
         for sid in sids {
             self.end_session(sid, lease::EndCause::Flushed, now);
         }

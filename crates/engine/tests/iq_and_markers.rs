@@ -126,3 +126,17 @@ fn entries_older_than_their_fragment_read_as_misses() {
     assert_eq!(cmi.int("CONFIGID"), 101);
     assert_eq!(cmi.int("FRAGMENTS"), 4);
 }
+
+/// Pins are sticky: a fill over a pinned value (a session can hold a shared lease on one) keeps
+/// it pinned. IQSET used to store its value unpinned, so the buffered write it replaced could be
+/// evicted.
+#[test]
+fn a_fill_over_a_pinned_value_keeps_the_pin() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("LSET 1 k buffered PIN");
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.value("LGET 2 k"), "buffered");
+    assert_eq!(cmi.int("IQSET 2 k filled"), 1);
+    assert_eq!(cmi.cached("k").as_deref(), Some("filled"));
+    assert_eq!(cmi.inspect("k", "pinned"), Reply::Int(1));
+}

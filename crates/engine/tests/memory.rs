@@ -129,3 +129,28 @@ fn mset_is_all_or_nothing_on_memory() {
     );
     assert_eq!(cmi.cached("a1"), None);
 }
+
+/// A swap (SAR) replaces the cached value: a same-size swap in a full cache fits without
+/// evicting anything. It used to be staged as a pending version beside the old value first, so it
+/// evicted an entry for nothing, or was refused when nothing could be evicted.
+#[test]
+fn a_swap_needs_room_only_for_what_it_adds() {
+    let mut cmi = sized(EACH * 3, 0);
+    cmi.ok(&format!("SET k0 {TEN}"));
+    cmi.ok(&format!("SET k1 {TEN}"));
+    cmi.ok(&format!("SET k2 {TEN}"));
+    cmi.int("QAREG 1 k0");
+    cmi.ok("SAR 1 k0 9876543210");
+    assert_eq!(cmi.engine.store_stats().evicted, 0, "nothing evicted");
+    // With every other entry leased, nothing can be evicted, and the swap still fits.
+    cmi.value("LGET 2 k1");
+    cmi.value("LGET 2 k2");
+    cmi.int("QAREG 1 k0");
+    cmi.ok(&format!("SAR 1 k0 {TEN}"));
+    assert_eq!(cmi.cached("k0").as_deref(), Some(TEN));
+    // A swap that grows past what is left is refused and changes nothing.
+    cmi.int("QAREG 1 k0");
+    assert_eq!(cmi.err(&format!("SAR 1 k0 {TEN}x")), ErrorKind::NotStored);
+    assert_eq!(cmi.cached("k0").as_deref(), Some(TEN));
+    assert_eq!(cmi.inspect("k0", "lease"), Reply::status("exclusive"));
+}

@@ -227,9 +227,11 @@ impl Harness {
                 self.after_session_reply(s, &r);
             }
             Op::IqSet(s, k, v) => {
+                // A fill over a pinned cached value keeps the pin (pins are sticky).
+                let pinned = self.model.committed.get(&k).is_some_and(|(_, p)| *p);
                 let r = self.cmi.run(&format!("IQSET {s} {} {}", key(k), VALUES[v]));
                 if r == Reply::Int(1) {
-                    self.model.apply(k, Some((VALUES[v].to_string(), false)));
+                    self.model.apply(k, Some((VALUES[v].to_string(), pinned)));
                     self.forget_key(s, k);
                 }
             }

@@ -432,3 +432,27 @@ fn golden_leases_are_counted_through_every_change() {
     assert_eq!(cmi.int("LDEL 104 c"), 1, "only 201, not golden, is left");
     assert_eq!(cmi.err("LCOMMIT 201"), ErrorKind::Abort, "201 was wounded");
 }
+
+/// FLUSHALL aborts the live sessions and keeps the tombstones it finds: it used to forget them,
+/// so a late call of a session the CMI had aborted started a new session under its id.
+#[test]
+fn flushall_keeps_the_tombstones_it_finds() {
+    for unpinned in ["", " UNPINNED"] {
+        let mut cmi = Cmi::wt();
+        cmi.int("LDEL 1 k");
+        assert_eq!(
+            cmi.err("DAR 1 other"),
+            ErrorKind::Abort,
+            "no Q lease: aborted"
+        );
+        cmi.value_or_nil("LGET 2 k2");
+        cmi.ok(&format!("FLUSHALL{unpinned}"));
+        assert_eq!(cmi.engine.session_counts(), (0, 2));
+        assert_eq!(cmi.err("LGET 1 k"), ErrorKind::Abort, "still a tombstone");
+        assert_eq!(
+            cmi.err("LGET 2 k"),
+            ErrorKind::Abort,
+            "flushed: a tombstone"
+        );
+    }
+}
