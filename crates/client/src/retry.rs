@@ -41,16 +41,22 @@ impl<'p> Backoff<'p> {
     }
 
     /// Sleeps before the next attempt ("full jitter": a random delay up to a doubling ceiling, so
-    /// that contenders spread out). Returns false once the budget is spent.
+    /// that contenders spread out). Returns false, without sleeping, once the budget is spent.
     pub fn wait(&mut self) -> bool {
         if self.started.elapsed() >= self.policy.budget {
             return false;
         }
+        self.pause();
+        true
+    }
+
+    /// Sleeps as [`wait`](Self::wait) does, whatever the budget: for callers that bound their
+    /// attempts themselves.
+    pub fn pause(&mut self) {
         let nanos = self.ceiling.as_nanos() as u64;
         let delay = Duration::from_nanos(random() % nanos.max(1) + 1);
         std::thread::sleep(delay);
         self.ceiling = (self.ceiling * 2).min(self.policy.max);
-        true
     }
 }
 

@@ -24,15 +24,14 @@
 //! Sessions without a ticket (every first attempt) behave exactly as the tables say, so the
 //! fast path costs nothing and the tables' tests hold as written.
 
-use cads_protocol::{ErrorKind, ErrorReply, SessionId};
+use cads_protocol::reply::KEY_SHOWN_BYTES;
+use cads_protocol::{ErrorReply, SessionId};
 
 use crate::lease::lease_charge;
 use crate::{Engine, HashSet};
 
 /// How many contended keys are tracked for INFO.
 pub const HOT_KEYS: usize = 8;
-/// Contended keys are remembered by their first this many bytes.
-pub const HOT_KEY_BYTES: usize = 64;
 
 /// The most contended keys, estimated with the Space-Saving algorithm (Metwally, Agrawal and El
 /// Abbadi, 2005): a fixed number of counters; a key not counted yet takes over the smallest
@@ -46,7 +45,7 @@ pub struct HotKeys {
 impl HotKeys {
     /// Counts one conflict on `key`.
     pub fn record(&mut self, key: &[u8]) {
-        let key = &key[..key.len().min(HOT_KEY_BYTES)];
+        let key = &key[..key.len().min(KEY_SHOWN_BYTES)];
         if let Some(entry) = self.counts.iter_mut().find(|(k, _)| &**k == key) {
             entry.1 += 1;
         } else if self.counts.len() < HOT_KEYS {
@@ -66,33 +65,6 @@ impl HotKeys {
     pub fn clear(&mut self) {
         self.counts.clear();
     }
-}
-
-/// A key written for an error message or INFO: printable ASCII as is, every other byte (and the
-/// characters INFO and error lines use as separators) as `\xNN`, at most `HOT_KEY_BYTES` bytes.
-pub fn printable_key(key: &[u8]) -> String {
-    let mut out = String::new();
-    for &b in &key[..key.len().min(HOT_KEY_BYTES)] {
-        match b {
-            b'!'..=b'~' if !matches!(b, b',' | b'=' | b'\\' | b'"') => out.push(b as char),
-            _ => out.push_str(&format!("\\x{b:02x}")),
-        }
-    }
-    if key.len() > HOT_KEY_BYTES {
-        out.push_str("...");
-    }
-    out
-}
-
-/// The ABORT of a session that gave way on `key`.
-pub(crate) fn gave_way(key: &[u8]) -> ErrorReply {
-    ErrorReply::new(
-        ErrorKind::Abort,
-        format!(
-            "session aborted: lease conflict on key {}",
-            printable_key(key)
-        ),
-    )
 }
 
 impl Engine {
@@ -224,13 +196,5 @@ mod tests {
         assert_eq!(top[0], (&b"hot"[..], 100));
         assert_eq!(top[1].0, b"warm");
         assert!(top[1].1 >= 50, "a count never understates");
-    }
-
-    #[test]
-    fn keys_are_printed_without_separators_or_control_bytes() {
-        assert_eq!(printable_key(b"user:7"), "user:7");
-        assert_eq!(printable_key(b"a b\r\n,="), "a\\x20b\\x0d\\x0a\\x2c\\x3d");
-        let long = vec![b'k'; HOT_KEY_BYTES + 1];
-        assert_eq!(printable_key(&long), format!("{}...", "k".repeat(HOT_KEY_BYTES)));
     }
 }

@@ -311,11 +311,10 @@ impl Engine {
                         if lease.golden > usize::from(mine_golden) {
                             // Golden holders are about to commit: an older requester waits for
                             // them (the others it will wound when it takes the lease).
-                            let golden = lease
-                                .holders
-                                .iter()
-                                .copied()
-                                .filter(|h| self.sessions.get(h).is_some_and(Session::validated));
+                            let golden =
+                                lease.holders.iter().copied().filter(|h| {
+                                    self.sessions.get(h).is_some_and(Session::validated)
+                                });
                             if requester == Requester::Session && self.may_wait(sid, golden) {
                                 Decision::Wait
                             } else {
@@ -378,7 +377,7 @@ impl Engine {
             }
             Decision::Abort => {
                 self.end_session(sid, EndCause::Conflict, now);
-                Err(crate::contention::gave_way(key))
+                Err(ErrorReply::lease_conflict(key))
             }
             Decision::New => {
                 self.leases.insert(key.into(), Lease::new(want, sid));

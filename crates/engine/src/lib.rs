@@ -442,14 +442,28 @@ impl Engine {
         }
         for (key, owner) in &self.reservations {
             session_bytes += key.len() + lease::LEASE_OVERHEAD;
-            let session = self.sessions.get(owner).expect("a reservation's owner exists");
-            assert_ne!(session.state, SessionState::Aborted, "only live sessions reserve");
+            let session = self
+                .sessions
+                .get(owner)
+                .expect("a reservation's owner exists");
+            assert_ne!(
+                session.state,
+                SessionState::Aborted,
+                "only live sessions reserve"
+            );
             assert!(session.ticket.is_some(), "only ticketed sessions reserve");
-            assert!(session.reserved.contains(key), "the owner lists its reservation");
+            assert!(
+                session.reserved.contains(key),
+                "the owner lists its reservation"
+            );
         }
         for (sid, session) in &self.sessions {
             for key in &session.reserved {
-                assert_eq!(self.reservations.get(key), Some(sid), "a listed reservation is held");
+                assert_eq!(
+                    self.reservations.get(key),
+                    Some(sid),
+                    "a listed reservation is held"
+                );
             }
         }
         assert_eq!(self.session_bytes, session_bytes, "session bytes");

@@ -13,7 +13,11 @@ fn an_older_writer_waits_for_the_holder_and_then_wins() {
     let mut cmi = Cmi::wt();
     cmi.ok("LSET 1 k v1");
     cmi.ok("LPRIORITY 2 100");
-    assert_eq!(cmi.err("LSET 2 k v2"), ErrorKind::Retry, "older than the holder: waits");
+    assert_eq!(
+        cmi.err("LSET 2 k v2"),
+        ErrorKind::Retry,
+        "older than the holder: waits"
+    );
     assert_eq!(cmi.engine.stats().lease_waits, 1);
     // Waiting does not end the session.
     cmi.ok("LVALIDATE 2");
@@ -56,7 +60,11 @@ fn an_older_reader_waits_for_a_writer() {
         cmi.ok("LPRIORITY 2 7");
         assert_eq!(cmi.err("LGET 2 k"), ErrorKind::Retry);
         cmi.ok("LCOMMIT 1");
-        assert_eq!(cmi.value_or_nil("LGET 2 k"), None, "after the delete: a miss to fill");
+        assert_eq!(
+            cmi.value_or_nil("LGET 2 k"),
+            None,
+            "after the delete: a miss to fill"
+        );
         cmi.ok("LCOMMIT 2");
     }
 }
@@ -74,7 +82,11 @@ fn an_older_writer_waits_for_golden_readers() {
         assert_eq!(cmi.engine.stats().sessions_wounded, 0);
         cmi.ok("LCOMMIT 1");
         assert_eq!(cmi.int("LDEL 2 k"), 1);
-        assert_eq!(cmi.engine.stats().sessions_wounded, 1, "the other reader is wounded now");
+        assert_eq!(
+            cmi.engine.stats().sessions_wounded,
+            1,
+            "the other reader is wounded now"
+        );
         assert_eq!(cmi.err("LCOMMIT 3"), ErrorKind::Abort);
         cmi.ok("LCOMMIT 2");
         assert_eq!(cmi.cached("k"), None);
@@ -94,7 +106,11 @@ fn a_reserved_key_is_not_for_younger_sessions_even_when_free() {
     assert_eq!(cmi.err("LGET 4 k"), ErrorKind::Abort);
     assert_eq!(cmi.err("QAREG 5 k"), ErrorKind::Retry);
     cmi.ok("LPRIORITY 6 300");
-    assert_eq!(cmi.err("LSET 6 k v6"), ErrorKind::Abort, "a younger ticket too");
+    assert_eq!(
+        cmi.err("LSET 6 k v6"),
+        ErrorKind::Abort,
+        "a younger ticket too"
+    );
     // Plain reads need no lease and are not held back.
     assert_eq!(cmi.cached("k").as_deref(), Some("v1"));
     cmi.ok("LSET 2 k v2");
@@ -145,7 +161,11 @@ fn an_older_waiter_takes_the_reservation_over() {
     cmi.ok("LPRIORITY 3 100");
     assert_eq!(cmi.err("LSET 3 k v3"), ErrorKind::Retry);
     cmi.ok("LCOMMIT 1");
-    assert_eq!(cmi.err("LSET 2 k v2"), ErrorKind::Abort, "3 is older and waits for k");
+    assert_eq!(
+        cmi.err("LSET 2 k v2"),
+        ErrorKind::Abort,
+        "3 is older and waits for k"
+    );
     cmi.ok("LSET 3 k v3");
     cmi.ok("LCOMMIT 3");
     assert_eq!(cmi.cached("k").as_deref(), Some("v3"));
@@ -183,7 +203,11 @@ fn a_session_keeps_its_first_ticket_and_a_tombstone_gets_none() {
     cmi.ok("LPRIORITY 1 1");
     cmi.ok("LSET 1 k v");
     cmi.ok("LPRIORITY 2 50");
-    assert_eq!(cmi.err("LSET 2 k w"), ErrorKind::Retry, "1 is still 100, younger than 50");
+    assert_eq!(
+        cmi.err("LSET 2 k w"),
+        ErrorKind::Retry,
+        "1 is still 100, younger than 50"
+    );
     cmi.ok("LSET 3 j v");
     assert_eq!(cmi.err("LSET 4 j w"), ErrorKind::Abort);
     assert_eq!(cmi.err("LPRIORITY 4 1"), ErrorKind::Abort, "a tombstone");
@@ -207,7 +231,11 @@ fn multi_key_writes_answer_retry_per_key_and_do_nothing_for_it() {
     let Reply::Array(items) = reply else {
         panic!("{reply:?}")
     };
-    assert_eq!(items[0], Reply::Int(1), "c has the value this session staged");
+    assert_eq!(
+        items[0],
+        Reply::Int(1),
+        "c has the value this session staged"
+    );
     assert!(matches!(&items[1], Reply::Error(e) if e.kind == ErrorKind::Retry));
     let reply = cmi.run("LMAPPEND 2 a x b y");
     let Reply::Array(items) = reply else {
@@ -242,7 +270,11 @@ fn no_cycle_of_waits_forms_across_two_cmis() {
     two.ok("LPRIORITY 1 10");
     one.ok("LPRIORITY 2 20");
     assert_eq!(two.err("LSET 1 k2 a"), ErrorKind::Retry, "the older waits");
-    assert_eq!(one.err("LSET 2 k1 b"), ErrorKind::Abort, "the younger gives way");
+    assert_eq!(
+        one.err("LSET 2 k1 b"),
+        ErrorKind::Abort,
+        "the younger gives way"
+    );
     two.ok("LABORT 2");
     one.ok("LABORT 2");
     two.ok("LSET 1 k2 a");
@@ -341,7 +373,11 @@ fn every_writer_of_a_hot_key_finishes_in_a_bounded_number_of_attempts() {
             other => panic!("{line}: {other:?}"),
         }
     }
-    assert_eq!(cmi.cached("n"), Some(writers.to_string()), "no lost increment");
+    assert_eq!(
+        cmi.cached("n"),
+        Some(writers.to_string()),
+        "no lost increment"
+    );
     for (w, writer) in ws.iter().enumerate() {
         // Every older writer is in the way for at most five of its turns (two while a younger
         // holder finishes, three of its own) and a younger one gives way at most once a turn.
