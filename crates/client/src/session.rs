@@ -7,7 +7,7 @@ use cads_protocol::{Command, ErrorKind, ErrorReply, MarkOp, Reply, SessionId};
 
 use crate::conn::Connection;
 use crate::error::{ClientError, Result};
-use crate::retry::Backoff;
+use crate::retry::{Backoff, RetryPolicy};
 use crate::Client;
 
 /// What an IQ read found.
@@ -266,6 +266,16 @@ impl<'c> Session<'c> {
         self.ticket = Some(ticket);
     }
 
+    /// How this session backs off on RETRY: with a ticket, RETRY means it waits for a key and
+    /// polls more often.
+    fn backoff<'p>(&self, policy: &'p RetryPolicy) -> Backoff<'p> {
+        let mut backoff = Backoff::new(policy);
+        if self.ticket.is_some() {
+            backoff.cap(policy.ticketed_max);
+        }
+        backoff
+    }
+
     /// Whether CMI `cmi` still has to be told the session's ticket.
     fn owes_ticket(&self, cmi: usize) -> bool {
         self.ticket.is_some() && !self.ticketed[cmi]
@@ -428,7 +438,7 @@ impl<'c> Session<'c> {
         mut send: impl FnMut(&mut Self, &[usize]) -> Result<Vec<usize>>,
     ) -> Result<()> {
         let policy = self.client.retry_policy().clone();
-        let mut backoff = Backoff::new(&policy);
+        let mut backoff = self.backoff(&policy);
         let mut pending: Vec<usize> = (0..keys.len()).collect();
         loop {
             pending = send(self, &pending)?;
@@ -445,7 +455,7 @@ impl<'c> Session<'c> {
     fn keyed(&mut self, key: &[u8], cmd: &Command<'_>) -> Result<Reply<'static>> {
         let cmi = self.cmi_of(key);
         let policy = self.client.retry_policy().clone();
-        let mut backoff = Backoff::new(&policy);
+        let mut backoff = self.backoff(&policy);
         loop {
             let reply = match self.call(cmi, cmd) {
                 Ok(reply) => reply,

@@ -5,14 +5,16 @@
 //! requester, which is safe but not fair: on a hot key a session can lose again and again, each
 //! retry a fresh session with no memory of the last. Here a session that lost before says so with
 //! a *ticket* (`LPRIORITY`): the time its work first started, which the client keeps across its
-//! retries. Ticketed sessions follow wait-die, the rule databases use for lock conflicts
+//! retries. Ticketed writers follow wait-die, the rule databases use for lock conflicts
 //! (Rosenkrantz, Stearns and Lewis, 1978):
 //!
-//! - a requester older than every session in its way is answered RETRY instead of ABORT: it
-//!   keeps its session and its leases, backs off and asks again; and it *reserves* the key, so
-//!   that a younger session cannot slip in between the holder's release and its next try;
-//! - anyone else gives way as the tables say (ABORT), and so does a younger session asking for a
-//!   key an older one has reserved.
+//! - a writer (exclusive request) older than every session in its way is answered RETRY instead
+//!   of ABORT: it keeps its session and its leases, backs off and asks again; and it *reserves*
+//!   the key, so that a younger writer cannot slip in between the holder's release and its next
+//!   try;
+//! - anyone else gives way as the tables say (ABORT), and so does a younger writer asking for a
+//!   key an older one has reserved. Readers never wait and are never refused by a reservation: a
+//!   writer's commit changes or deletes the value they want anyway.
 //!
 //! Age is the pair (ticket, session id), with no ticket counting as the youngest of all: the
 //! same order on every CMI, so waits only ever go from an older session to a younger one and no

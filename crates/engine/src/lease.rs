@@ -283,10 +283,12 @@ impl Engine {
         let decision = match self.leases.get(key) {
             // An older session waits for this key: it is not for younger ones, free or not.
             // (A holder keeps going: the waiter waits for it.)
-            _ if !mine && self.reserved_for_older(sid, key) => match requester {
-                Requester::Session => Decision::Abort,
-                Requester::Iq => Decision::Retry,
-            },
+            _ if want == LeaseKind::Exclusive && !mine && self.reserved_for_older(sid, key) => {
+                match requester {
+                    Requester::Session => Decision::Abort,
+                    Requester::Iq => Decision::Retry,
+                }
+            }
             None => Decision::New,
             Some(lease) => {
                 match (want, lease.kind) {
@@ -299,10 +301,9 @@ impl Engine {
                             Decision::Retry
                         }
                     }
+                    // Readers do not wait: a writer's commit changes or deletes the value anyway,
+                    // and a reader polling behind a stream of writers only costs round trips.
                     (LeaseKind::Shared, LeaseKind::Exclusive) => match requester {
-                        Requester::Session if self.may_wait(sid, lease.holders.iter().copied()) => {
-                            Decision::Wait
-                        }
                         Requester::Session => Decision::Abort,
                         Requester::Iq => Decision::Retry,
                     },
