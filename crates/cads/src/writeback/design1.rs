@@ -358,13 +358,14 @@ struct Round {
 }
 
 /// An applier that a failpoint makes die at `point`: the session is abandoned without releasing
-/// anything, as a crashed process would leave it; its leases expire.
-fn crash_at<'c>(point: &str, session: CacheSession<'c>) -> Result<(), CacheSession<'c>> {
+/// anything, as a crashed process would leave it; its leases expire. Returns the session if the
+/// applier lives on.
+fn crash_at<'c>(point: &str, session: CacheSession<'c>) -> Option<CacheSession<'c>> {
     if failpoints::dies_at(point) {
         std::mem::forget(session);
-        Ok(())
+        None
     } else {
-        Err(session)
+        Some(session)
     }
 }
 
@@ -480,10 +481,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef], ticket: Option<u64>) -> Result<Round
         };
         writes.extend(unlisting(seal, &pw_places, lists, &gone, &mut refused));
     }
-    session = match crash_at(failpoints::APPLY_LEASED, session) {
-        Ok(()) => return Err(crashed()),
-        Err(s) => s,
-    };
+    session = crash_at(failpoints::APPLY_LEASED, session).ok_or_else(crashed)?;
     if batch.is_empty() {
         session.validate_and_write_at(&writes)?;
     } else {
@@ -506,16 +504,10 @@ fn apply_once(cads: &Cads, docs: &[DocRef], ticket: Option<u64>) -> Result<Round
             return Err(e.into());
         }
         fenced?;
-        session = match crash_at(failpoints::APPLY_APPLIED, session) {
-            Ok(()) => return Err(crashed()),
-            Err(s) => s,
-        };
+        session = crash_at(failpoints::APPLY_APPLIED, session).ok_or_else(crashed)?;
     }
     if !converted.is_empty() {
-        session = match crash_at(failpoints::APPLY_CONVERTED, session) {
-            Ok(()) => return Err(crashed()),
-            Err(s) => s,
-        };
+        session = crash_at(failpoints::APPLY_CONVERTED, session).ok_or_else(crashed)?;
     }
     match session.commit() {
         Ok(()) => {}
