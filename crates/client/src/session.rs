@@ -187,27 +187,38 @@ fn group(indexes: &[usize], keys: &[(usize, &[u8])]) -> Vec<(usize, Vec<usize>)>
     groups
 }
 
-/// Groups placed key-value pairs by CMI: the groups of indexes, and each CMI's arguments
-/// `key value key value ...`.
-#[allow(clippy::type_complexity)]
-fn group_pairs<'k>(
-    pairs: &[(usize, &'k [u8], &'k [u8])],
-) -> (Vec<(usize, Vec<usize>)>, Vec<(usize, Vec<&'k [u8]>)>) {
-    let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
-    let all: Vec<usize> = (0..pairs.len()).collect();
-    let groups = group(&all, &keys);
-    let args = groups
-        .iter()
-        .map(|(cmi, idx)| {
-            let args = idx.iter().flat_map(|&i| [pairs[i].1, pairs[i].2]).collect();
-            (*cmi, args)
-        })
-        .collect();
-    (groups, args)
-}
-
 fn is_abort(reply: &Reply<'_>) -> bool {
     matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Abort)
+}
+
+/// The multi-key commands [`Session::per_key`] sends.
+#[derive(Clone, Copy)]
+enum PerKey {
+    Get { rmw: bool },
+    Set { pin: bool },
+    Delete,
+    Append,
+}
+
+impl PerKey {
+    /// The command for one CMI: `args` are its keys, or its key-value pairs for `Set` and
+    /// `Append`.
+    fn command<'a>(self, sid: SessionId, args: &'a [&'a [u8]]) -> Command<'a> {
+        match self {
+            PerKey::Get { rmw } => Command::LMGet {
+                sid,
+                rmw,
+                keys: args,
+            },
+            PerKey::Set { pin } => Command::LMSet {
+                sid,
+                pin,
+                pairs: args,
+            },
+            PerKey::Delete => Command::LMDel { sid, keys: args },
+            PerKey::Append => Command::LMAppend { sid, pairs: args },
+        }
+    }
 }
 
 /// What one round of [`Session::write_at`] sends: the writes (`pending` are the indexes still to
@@ -540,17 +551,38 @@ impl<'c> Session<'c> {
     /// several CMIs).
     pub fn mget_at(&mut self, keys: &[(usize, &[u8])], rmw: bool) -> Result<Vec<Option<Vec<u8>>>> {
         let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        self.per_key(keys, None, PerKey::Get { rmw }, |i, item| {
+            values[i] = bulk(item)?;
+            Ok(())
+        })?;
+        Ok(values)
+    }
+
+    /// Runs a multi-key command over `keys` (with `values`, for a command of pairs), one command
+    /// per CMI in parallel, until every key is granted (see `until_granted`), and hands each
+    /// granted key's reply item to `each` with the key's index.
+    fn per_key(
+        &mut self,
+        keys: &[(usize, &[u8])],
+        values: Option<&[&[u8]]>,
+        command: PerKey,
+        mut each: impl FnMut(usize, Reply<'static>) -> Result<()>,
+    ) -> Result<()> {
         self.until_granted(keys, |session, pending| {
-            let sid = session.id;
             let groups = group(pending, keys);
-            let lists: Vec<Vec<&[u8]>> = groups
+            let args: Vec<Vec<&[u8]>> = groups
                 .iter()
-                .map(|(_, idx)| idx.iter().map(|&i| keys[i].1).collect())
+                .map(|(_, idx)| {
+                    idx.iter()
+                        .flat_map(|&i| std::iter::once(keys[i].1).chain(values.map(|v| v[i])))
+                        .collect()
+                })
                 .collect();
+            let sid = session.id;
             let commands = groups
                 .iter()
-                .zip(&lists)
-                .map(|((cmi, _), ks)| (*cmi, Command::LMGet { sid, rmw, keys: ks }))
+                .zip(&args)
+                .map(|((cmi, _), args)| (*cmi, command.command(sid, args)))
                 .collect();
             let replies = session.each_or_abort(commands)?;
             let mut retry = Vec::new();
@@ -562,12 +594,11 @@ impl<'c> Session<'c> {
                         continue;
                     }
                     session.hold_at(cmi, keys[i].1);
-                    values[i] = bulk(item)?;
+                    each(i, item)?;
                 }
             }
             Ok(retry)
-        })?;
-        Ok(values)
+        })
     }
 
     /// Sends one command per CMI in parallel; ABORT from any aborts the session, as does a
@@ -638,41 +669,13 @@ impl<'c> Session<'c> {
     /// (NOTSTORED) is reported after the others were staged; the session lives on.
     pub fn mset_at(&mut self, pairs: &[(usize, &[u8], &[u8])], pin: bool) -> Result<()> {
         let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
+        let values: Vec<&[u8]> = pairs.iter().map(|&(_, _, v)| v).collect();
         let mut failure = None;
-        self.until_granted(&keys, |session, pending| {
-            let sid = session.id;
-            let chosen: Vec<(usize, &[u8], &[u8])> = pending.iter().map(|&i| pairs[i]).collect();
-            let (groups, flat) = group_pairs(&chosen);
-            let commands = flat
-                .iter()
-                .map(|(cmi, args)| {
-                    (
-                        *cmi,
-                        Command::LMSet {
-                            sid,
-                            pin,
-                            pairs: args,
-                        },
-                    )
-                })
-                .collect();
-            let replies = session.each_or_abort(commands)?;
-            let mut retry = Vec::new();
-            for ((cmi, reply), (_, idx)) in replies.into_iter().zip(&groups) {
-                let items = session.items(reply, idx.len())?;
-                for (item, &c) in items.into_iter().zip(idx) {
-                    let i = pending[c];
-                    if is_retry(&item) {
-                        retry.push(i);
-                        continue;
-                    }
-                    session.hold_at(cmi, keys[i].1);
-                    if let Reply::Error(e) = item {
-                        failure = Some(error_from(e));
-                    }
-                }
+        self.per_key(&keys, Some(&values), PerKey::Set { pin }, |_, item| {
+            if let Reply::Error(e) = item {
+                failure = Some(error_from(e));
             }
-            Ok(retry)
+            Ok(())
         })?;
         failure.map_or(Ok(()), Err)
     }
@@ -707,66 +710,22 @@ impl<'c> Session<'c> {
 
     /// LDEL of keys on chosen CMIs, in parallel (LMDEL per CMI).
     pub fn mdelete_at(&mut self, keys: &[(usize, &[u8])]) -> Result<()> {
-        self.until_granted(keys, |session, pending| {
-            let sid = session.id;
-            let groups = group(pending, keys);
-            let lists: Vec<Vec<&[u8]>> = groups
-                .iter()
-                .map(|(_, idx)| idx.iter().map(|&i| keys[i].1).collect())
-                .collect();
-            let commands = groups
-                .iter()
-                .zip(&lists)
-                .map(|((cmi, _), ks)| (*cmi, Command::LMDel { sid, keys: ks }))
-                .collect();
-            let replies = session.each_or_abort(commands)?;
-            let mut retry = Vec::new();
-            for ((cmi, reply), (_, idx)) in replies.into_iter().zip(&groups) {
-                let items = session.items(reply, idx.len())?;
-                for (item, &i) in items.into_iter().zip(idx) {
-                    if is_retry(&item) {
-                        retry.push(i);
-                    } else {
-                        session.hold_at(cmi, keys[i].1);
-                    }
-                }
-            }
-            Ok(retry)
-        })
+        self.per_key(keys, None, PerKey::Delete, |_, _| Ok(()))
     }
 
     /// LAPPEND of keys on chosen CMIs, in parallel (LMAPPEND per CMI): each key's new length, or
     /// `None` where the key has no value.
     pub fn mappend_at(&mut self, pairs: &[(usize, &[u8], &[u8])]) -> Result<Vec<Option<usize>>> {
         let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
+        let values: Vec<&[u8]> = pairs.iter().map(|&(_, _, v)| v).collect();
         let mut lengths = vec![None; pairs.len()];
         let mut failure = None;
-        self.until_granted(&keys, |session, pending| {
-            let sid = session.id;
-            let chosen: Vec<(usize, &[u8], &[u8])> = pending.iter().map(|&i| pairs[i]).collect();
-            let (groups, flat) = group_pairs(&chosen);
-            let commands = flat
-                .iter()
-                .map(|(cmi, args)| (*cmi, Command::LMAppend { sid, pairs: args }))
-                .collect();
-            let replies = session.each_or_abort(commands)?;
-            let mut retry = Vec::new();
-            for ((cmi, reply), (_, idx)) in replies.into_iter().zip(&groups) {
-                let items = session.items(reply, idx.len())?;
-                for (item, &c) in items.into_iter().zip(idx) {
-                    let i = pending[c];
-                    if is_retry(&item) {
-                        retry.push(i);
-                        continue;
-                    }
-                    session.hold_at(cmi, keys[i].1);
-                    match optional_int(item) {
-                        Ok(length) => lengths[i] = length.map(|n| n as usize),
-                        Err(e) => failure = Some(e),
-                    }
-                }
+        self.per_key(&keys, Some(&values), PerKey::Append, |i, item| {
+            match optional_int(item) {
+                Ok(length) => lengths[i] = length.map(|n| n as usize),
+                Err(e) => failure = Some(e),
             }
-            Ok(retry)
+            Ok(())
         })?;
         match failure {
             Some(e) => self.map(Err(e)),
