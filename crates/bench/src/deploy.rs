@@ -15,6 +15,8 @@ use cads::store::{
 };
 use cads::writeback::MacKey;
 use cads::{Cads, Client, Config, Password, Policy, TlsConfig};
+
+use crate::harness::{Contention, CONTENDED_KEYS_KEPT};
 use serde_json::Value;
 
 /// Where the cache is (`--cache`).
@@ -400,6 +402,30 @@ impl Deployment {
         Some(stats.iter().fold((0, 0), |(hits, misses), s| {
             (hits + s.keyspace_hits, misses + s.keyspace_misses)
         }))
+    }
+
+    /// The CMIs' contention counters, summed, and their most contended keys, merged (None
+    /// without a cache).
+    pub fn contention(&self) -> Option<Contention> {
+        self.cads.cache()?;
+        let stats = self.cads.cmi_stats().ok()?;
+        let mut sum = Contention::default();
+        let mut keys: std::collections::BTreeMap<String, u64> = Default::default();
+        for s in &stats {
+            sum.lease_conflicts += s.lease_conflicts;
+            sum.lease_waits += s.lease_waits;
+            sum.sessions_conflicted += s.sessions_conflicted;
+            sum.sessions_wounded += s.sessions_wounded;
+            sum.sessions_expired += s.sessions_expired;
+            for (key, n) in &s.contended_keys {
+                *keys.entry(key.clone()).or_default() += n;
+            }
+        }
+        let mut keys: Vec<(String, u64)> = keys.into_iter().collect();
+        keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        keys.truncate(CONTENDED_KEYS_KEPT);
+        sum.contended_keys = keys;
+        Some(sum)
     }
 
     /// Stops embedded CMIs (also done on drop).

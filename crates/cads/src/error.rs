@@ -5,10 +5,11 @@ use cads_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The session was aborted by a lease conflict (or the data store reported a serialization
-    /// conflict) and the retries allowed ran out. Nothing it wrote is visible.
-    #[error("session aborted")]
-    Aborted,
+    /// The session was aborted by a lease conflict and the time allowed for retries
+    /// ([`Config::give_up_after`](crate::Config::give_up_after)) ran out. Nothing it wrote is
+    /// visible. `reason` says why, naming the contended key where it is known.
+    #[error("session aborted: {reason}")]
+    Aborted { reason: String },
     /// The data store failed: down, timed out, refused the write, a constraint failed. The session
     /// was rolled back and the cache left consistent.
     #[error("data store: {0}")]
@@ -29,7 +30,7 @@ impl Error {
     /// Whether running the session again may succeed (a conflict, not a failure).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Aborted => true,
+            Error::Aborted { .. } => true,
             Error::Store(e) => e.is_retryable(),
             _ => false,
         }
@@ -39,7 +40,7 @@ impl Error {
 impl From<ClientError> for Error {
     fn from(e: ClientError) -> Self {
         match e {
-            ClientError::Aborted => Error::Aborted,
+            ClientError::Aborted { reason } => Error::Aborted { reason },
             other => Error::Cache(other),
         }
     }

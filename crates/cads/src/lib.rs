@@ -29,6 +29,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod attempts;
 mod cache_store;
 pub mod documents;
 mod error;
@@ -43,6 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use attempts::Attempts;
 use cads_client::Backoff;
 use cads_store::{DataStore, Isolation};
 use missed::{Missed, MissedWrites};
@@ -125,8 +127,12 @@ pub struct Config {
     /// a snapshot fixed for the whole transaction, misses read after the snapshot was taken are
     /// served but not cached (see `Session::read`).
     pub isolation: Isolation,
-    /// How many times `Cads::run` runs a session that keeps being aborted.
-    pub max_attempts: usize,
+    /// How long [`Cads::run`] keeps running again a session that lost a lease conflict (or a
+    /// data-store serialization conflict) before it reports the last abort; write-back's
+    /// appliers retry as long. After its first loss a session carries a ticket, its work's
+    /// start time, and on a hot key it then waits for younger sessions instead of losing again
+    /// (docs/ARCHITECTURE.md, "Hot keys"), so giving up takes contention that lasts this long.
+    pub give_up_after: Duration,
     /// Backoff between attempts.
     pub retry: RetryPolicy,
     /// Write-back's settings (used with [`Policy::WriteBack`]).
@@ -150,7 +156,7 @@ impl Default for Config {
             cache_password: None,
             cache_tls: None,
             isolation: Isolation::ReadCommitted,
-            max_attempts: 100,
+            give_up_after: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             write_back: WriteBackConfig::default(),
         }
@@ -304,20 +310,21 @@ impl Cads {
     /// Starts a session (Algorithm 8, `startSession`).
     pub fn session(&self) -> Session<'_> {
         self.heal();
-        Session::new(self, false)
+        Session::new(self, false, None)
     }
 
     /// Runs `work` in a session and commits it; a session aborted by a lease conflict or a
-    /// data-store serialization conflict is rolled back and run again after a backoff, up to
-    /// `max_attempts` times. Other errors end it at once.
+    /// data-store serialization conflict is rolled back and run again after a backoff that grows
+    /// with every loss, for up to [`Config::give_up_after`]; from its second attempt it carries
+    /// its ticket, so on a hot key it waits for younger sessions rather than losing to them.
+    /// Other errors end it at once.
     pub fn run<T>(&self, mut work: impl FnMut(&mut Session<'_>) -> Result<T>) -> Result<T> {
-        let mut attempt = 0;
-        let mut backoff = Backoff::new(&self.config.retry);
+        let mut attempts = Attempts::new(&self.config);
         let mut write_through = false;
         loop {
-            attempt += 1;
+            let ticket = attempts.start();
             self.heal();
-            let mut session = Session::new(self, write_through);
+            let mut session = Session::new(self, write_through, ticket);
             let outcome = match work(&mut session) {
                 Ok(value) => session.commit().map(|()| value),
                 Err(e) => {
@@ -332,8 +339,10 @@ impl Cads {
                     self.write_back.fallbacks.fetch_add(1, Ordering::Relaxed);
                     write_through = true;
                 }
-                Err(e) if e.is_retryable() && attempt < self.config.max_attempts => {
-                    backoff.wait();
+                Err(e) if e.is_retryable() => {
+                    if !attempts.again() {
+                        return Err(attempts.gave_up(e));
+                    }
                 }
                 other => return other,
             }

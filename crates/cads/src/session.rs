@@ -51,10 +51,18 @@ pub struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    pub(crate) fn new(cads: &'a Cads, write_through: bool) -> Session<'a> {
+    /// A session of `cads`; `ticket`: the work's ticket, for a session that runs it again after
+    /// a conflict ([`cads_client::Session::set_ticket`]).
+    pub(crate) fn new(cads: &'a Cads, write_through: bool, ticket: Option<u64>) -> Session<'a> {
         let cache = match cads.policy() {
             Policy::DataStoreOnly => None,
-            _ => cads.cache().map(|c| c.session()),
+            _ => cads.cache().map(|c| {
+                let mut session = c.session();
+                if let Some(ticket) = ticket {
+                    session.set_ticket(ticket);
+                }
+                session
+            }),
         };
         Session {
             cads,
@@ -130,7 +138,9 @@ impl<'a> Session<'a> {
         if self.tx.refresh_reads() {
             Ok(())
         } else {
-            Err(Error::Aborted)
+            Err(Error::Aborted {
+                reason: "its data-store snapshot predates buffered writes it just applied".into(),
+            })
         }
     }
 
@@ -604,7 +614,9 @@ impl<'a> Session<'a> {
         };
         if self.read_only() {
             // A writer voided one of the reads: they may not fit together, so run again.
-            return cache.commit_read_only().map_err(|_| Error::Aborted);
+            return cache.commit_read_only().map_err(|e| Error::Aborted {
+                reason: e.to_string(),
+            });
         }
         match cache.commit() {
             Ok(()) => {

@@ -134,7 +134,7 @@ fn a_session_aborted_on_one_cmi_commits_nowhere() {
         s.write(&Counters, &b).unwrap();
         let outcome = s.commit();
         assert!(
-            matches!(outcome, Err(cads::Error::Aborted)),
+            matches!(outcome, Err(cads::Error::Aborted { .. })),
             "{policy:?}: {outcome:?}"
         );
         reader.commit().unwrap();

@@ -52,7 +52,7 @@ fn records_a_scan_filled_after_a_writers_leases_expired_are_not_served_after_the
             // The cache commit is what acknowledges a buffered write, and the expiry dropped it
             // everywhere: the write is refused (and may be run again), and nothing of it remains.
             assert!(
-                matches!(committed, Err(cads::Error::Aborted)),
+                matches!(committed, Err(cads::Error::Aborted { .. })),
                 "{committed:?}"
             );
             assert!(cads::writeback::pending(&cads).unwrap().is_empty());

@@ -5,9 +5,10 @@ use cads_protocol::ErrorReply;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The session was aborted (wounded, expired, a conflicting lease, or RETRY for too long). Roll
-    /// back the data-store transaction and run the session again.
-    #[error("session aborted")]
-    Aborted,
+    /// back the data-store transaction and run the session again. `reason` says why, naming the
+    /// contended key where the CMI or the client knows it.
+    #[error("session aborted: {reason}")]
+    Aborted { reason: String },
     /// A CMI cannot be reached (connection refused, connect timeout).
     #[error("CMI {cmi} unavailable: {reason}")]
     Unavailable {
@@ -60,7 +61,9 @@ impl ClientError {
     /// its kind and message).
     pub(crate) fn duplicate(&self) -> ClientError {
         match self {
-            ClientError::Aborted => ClientError::Aborted,
+            ClientError::Aborted { reason } => ClientError::Aborted {
+                reason: reason.clone(),
+            },
             ClientError::Unavailable {
                 cmi,
                 reason,

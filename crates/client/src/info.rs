@@ -43,6 +43,19 @@ pub struct CmiStats {
     pub sessions_committed: u64,
     /// Sessions aborted (by the client, a conflict, a wound or expiry).
     pub sessions_aborted: u64,
+    /// Of those, sessions that asked for a lease they could not have and gave way.
+    pub sessions_conflicted: u64,
+    /// Of those, sessions whose shared lease a writer voided.
+    pub sessions_wounded: u64,
+    /// Of those, sessions whose leases ran out.
+    pub sessions_expired: u64,
+    /// Lease requests that met another session's lease.
+    pub lease_conflicts: u64,
+    /// RETRY replies to ticketed sessions waiting for a key instead of giving way.
+    pub lease_waits: u64,
+    /// The keys most contended for, as INFO shows them (non-printable bytes as `\xNN`), with
+    /// their conflict counts, most contended first.
+    pub contended_keys: Vec<(String, u64)>,
     /// Every `name:value` line of the reply.
     pub fields: BTreeMap<String, String>,
 }
@@ -79,9 +92,29 @@ impl CmiStats {
             leases_expired: number("leases_expired"),
             sessions_committed: number("sessions_committed"),
             sessions_aborted: number("sessions_aborted"),
+            sessions_conflicted: number("sessions_conflicted"),
+            sessions_wounded: number("sessions_wounded"),
+            sessions_expired: number("sessions_expired"),
+            lease_conflicts: number("lease_conflicts"),
+            lease_waits: number("lease_waits"),
+            contended_keys: contended_keys(&fields),
             fields,
         }
     }
+}
+
+/// The `contended_key_N:key=K,conflicts=C` lines, in the order of N.
+fn contended_keys(fields: &BTreeMap<String, String>) -> Vec<(String, u64)> {
+    let mut keys: Vec<(u64, String, u64)> = fields
+        .iter()
+        .filter_map(|(name, value)| {
+            let rank = name.strip_prefix("contended_key_")?.parse().ok()?;
+            let (key, conflicts) = value.strip_prefix("key=")?.rsplit_once(",conflicts=")?;
+            Some((rank, key.to_string(), conflicts.parse().ok()?))
+        })
+        .collect();
+    keys.sort();
+    keys.into_iter().map(|(_, key, n)| (key, n)).collect()
 }
 
 impl Client {
@@ -146,5 +179,13 @@ mod tests {
         assert_eq!(stats.maxmemory, 0, "not reported: 0");
         assert_eq!(stats.fields["maxmemory_human"], "1.0G");
         assert_eq!(CmiStats::parse("").mode, "");
+        let text = "# Contention\r\nlease_waits:4\r\ncontended_key_2:key=b,conflicts=3\r\n\
+                    contended_key_1:key=a\\x2cb,conflicts=9\r\n";
+        let stats = CmiStats::parse(text);
+        assert_eq!(stats.lease_waits, 4);
+        assert_eq!(
+            stats.contended_keys,
+            vec![("a\\x2cb".to_string(), 9), ("b".to_string(), 3)]
+        );
     }
 }

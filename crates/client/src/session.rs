@@ -7,7 +7,7 @@ use cads_protocol::{Command, ErrorKind, ErrorReply, MarkOp, Reply, SessionId};
 
 use crate::conn::Connection;
 use crate::error::{ClientError, Result};
-use crate::retry::Backoff;
+use crate::retry::{Backoff, RetryPolicy};
 use crate::Client;
 
 /// What an IQ read found.
@@ -111,7 +111,9 @@ impl Write {
 /// Maps an error reply to the client's error type (RETRY is handled before this).
 pub(crate) fn error_from(e: ErrorReply) -> ClientError {
     match e.kind {
-        ErrorKind::Abort => ClientError::Aborted,
+        ErrorKind::Abort => ClientError::Aborted {
+            reason: aborted_because(&e),
+        },
         ErrorKind::NotStored => ClientError::NotStored,
         _ => ClientError::Server(e),
     }
@@ -153,6 +155,21 @@ fn optional_int(reply: Reply<'static>) -> Result<Option<i64>> {
     }
 }
 
+/// Why a CMI aborted a session, in words for [`ClientError::Aborted`].
+fn aborted_because(e: &ErrorReply) -> String {
+    e.abort_reason()
+        .unwrap_or("the CMI ended it (wounded by a writer, expired, or a conflict before)")
+        .to_string()
+}
+
+/// The reason of an abort after RETRY for longer than the retry budget.
+fn waited_too_long(key: &[u8]) -> String {
+    format!(
+        "still waiting for a lease on key {} when the retry budget ran out",
+        cads_protocol::printable_key(key)
+    )
+}
+
 fn is_retry(reply: &Reply<'_>) -> bool {
     matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Retry)
 }
@@ -170,27 +187,47 @@ fn group(indexes: &[usize], keys: &[(usize, &[u8])]) -> Vec<(usize, Vec<usize>)>
     groups
 }
 
-/// Groups placed key-value pairs by CMI: the groups of indexes, and each CMI's arguments
-/// `key value key value ...`.
-#[allow(clippy::type_complexity)]
-fn group_pairs<'k>(
-    pairs: &[(usize, &'k [u8], &'k [u8])],
-) -> (Vec<(usize, Vec<usize>)>, Vec<(usize, Vec<&'k [u8]>)>) {
-    let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
-    let all: Vec<usize> = (0..pairs.len()).collect();
-    let groups = group(&all, &keys);
-    let args = groups
-        .iter()
-        .map(|(cmi, idx)| {
-            let args = idx.iter().flat_map(|&i| [pairs[i].1, pairs[i].2]).collect();
-            (*cmi, args)
-        })
-        .collect();
-    (groups, args)
-}
-
 fn is_abort(reply: &Reply<'_>) -> bool {
     matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Abort)
+}
+
+/// The multi-key commands [`Session::per_key`] sends.
+#[derive(Clone, Copy)]
+enum PerKey {
+    Get { rmw: bool },
+    Set { pin: bool },
+    Delete,
+    Append,
+}
+
+impl PerKey {
+    /// The command for one CMI: `args` are its keys, or its key-value pairs for `Set` and
+    /// `Append`.
+    fn command<'a>(self, sid: SessionId, args: &'a [&'a [u8]]) -> Command<'a> {
+        match self {
+            PerKey::Get { rmw } => Command::LMGet {
+                sid,
+                rmw,
+                keys: args,
+            },
+            PerKey::Set { pin } => Command::LMSet {
+                sid,
+                pin,
+                pairs: args,
+            },
+            PerKey::Delete => Command::LMDel { sid, keys: args },
+            PerKey::Append => Command::LMAppend { sid, pairs: args },
+        }
+    }
+}
+
+/// What one round of [`Session::write_at`] sends: the writes (`pending` are the indexes still to
+/// send) and where the validations go.
+struct WriteRound<'w, 'p> {
+    writes: &'w [(usize, Write)],
+    pending: &'p [usize],
+    validate_first: bool,
+    validate: bool,
 }
 
 /// One session. Dropping it without `commit` aborts it.
@@ -207,6 +244,9 @@ pub struct Session<'c> {
     finished: bool,
     /// Set by [`Session::on`]: every key goes to this CMI instead of its routed one.
     target: Option<usize>,
+    /// The ticket given with [`Session::set_ticket`], and the CMIs told it.
+    ticket: Option<u64>,
+    ticketed: Vec<bool>,
 }
 
 impl<'c> Session<'c> {
@@ -221,7 +261,35 @@ impl<'c> Session<'c> {
             validated: false,
             finished: false,
             target: None,
+            ticket: None,
+            ticketed: vec![false; n],
         }
+    }
+
+    /// Gives the session a ticket: the time the work it does first started (any clock the
+    /// application's processes share, microseconds since the Unix epoch for instance; smaller is
+    /// older), kept by the caller across the retries of that work. On a hot key, a ticketed
+    /// session older than the sessions in its way waits for them (RETRY, backed off here within
+    /// the retry budget) instead of being aborted, and younger sessions give way to it, so work
+    /// that keeps its ticket eventually wins every key it asks for (`LPRIORITY`, PROTOCOL.md).
+    /// Each CMI is told with the session's first command there, in the same round trip.
+    pub fn set_ticket(&mut self, ticket: u64) {
+        self.ticket = Some(ticket);
+    }
+
+    /// How this session backs off on RETRY: with a ticket, RETRY means it waits for a key and
+    /// polls more often.
+    fn backoff<'p>(&self, policy: &'p RetryPolicy) -> Backoff<'p> {
+        let mut backoff = Backoff::new(policy);
+        if self.ticket.is_some() {
+            backoff.cap(policy.ticketed_max);
+        }
+        backoff
+    }
+
+    /// Whether CMI `cmi` still has to be told the session's ticket.
+    fn owes_ticket(&self, cmi: usize) -> bool {
+        self.ticket.is_some() && !self.ticketed[cmi]
     }
 
     /// Runs `work` with every key of this session sent to CMI `cmi`, whatever the router says:
@@ -266,6 +334,11 @@ impl<'c> Session<'c> {
     }
 
     fn call(&mut self, cmi: usize, cmd: &Command<'_>) -> Result<Reply<'static>> {
+        if self.owes_ticket(cmi) {
+            let mut replies = self.pipeline(vec![(cmi, vec![cmd.clone()])])?;
+            let (_, mut list) = replies.pop().expect("one CMI asked");
+            return Ok(list.pop().expect("one reply per command"));
+        }
         self.touched[cmi] = true;
         self.client.count_round_trip();
         let result = self.link(cmi).and_then(|conn| conn.call(cmd));
@@ -286,12 +359,28 @@ impl<'c> Session<'c> {
 
     /// Sends a list of commands to each CMI, pipelined, every list written before any reply is
     /// read: one round trip however many commands and CMIs. Returns each CMI's replies in order.
+    /// A CMI not yet told the session's ticket gets `LPRIORITY` first, its reply left out: if it
+    /// is an error, the commands after it get one too.
     fn pipeline(
         &mut self,
-        cmds: Vec<(usize, Vec<Command<'_>>)>,
+        mut cmds: Vec<(usize, Vec<Command<'_>>)>,
     ) -> Result<Vec<(usize, Vec<Reply<'static>>)>> {
         if !cmds.is_empty() {
             self.client.count_round_trip();
+        }
+        let mut told = vec![false; cmds.len()];
+        for ((cmi, list), told) in cmds.iter_mut().zip(&mut told) {
+            if let (Some(ticket), false) = (self.ticket, self.ticketed[*cmi]) {
+                list.insert(
+                    0,
+                    Command::LPriority {
+                        sid: self.id,
+                        ticket,
+                    },
+                );
+                self.ticketed[*cmi] = true;
+                *told = true;
+            }
         }
         for (cmi, list) in &cmds {
             self.touched[*cmi] = true;
@@ -326,21 +415,58 @@ impl<'c> Session<'c> {
             }
             replies.push((*cmi, got));
         }
+        for ((_, got), told) in replies.iter_mut().zip(told) {
+            if told {
+                got.remove(0);
+            }
+        }
         Ok(replies)
     }
 
     /// Ends the session everywhere after the CMI said ABORT (or the client gave up), then reports
-    /// it.
-    fn aborted(&mut self) -> ClientError {
+    /// it with `reason`.
+    fn aborted(&mut self, reason: String) -> ClientError {
         self.abort();
-        ClientError::Aborted
+        ClientError::Aborted { reason }
+    }
+
+    /// [`aborted`](Self::aborted) for an ABORT reply.
+    fn aborted_by(&mut self, reply: &Reply<'_>) -> ClientError {
+        let reason = match reply {
+            Reply::Error(e) => aborted_because(e),
+            _ => String::new(),
+        };
+        self.aborted(reason)
+    }
+
+    /// Runs a multi-key request until every item is granted: `send` sends the items named
+    /// (indexes into `keys`) and returns those a CMI answered RETRY (a ticketed session waiting
+    /// for a key), which are sent again after a backoff. Gives up, aborting the session, when the
+    /// retry budget is spent.
+    fn until_granted(
+        &mut self,
+        keys: &[(usize, &[u8])],
+        mut send: impl FnMut(&mut Self, &[usize]) -> Result<Vec<usize>>,
+    ) -> Result<()> {
+        let policy = self.client.retry_policy().clone();
+        let mut backoff = self.backoff(&policy);
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
+        loop {
+            pending = send(self, &pending)?;
+            let Some(&first) = pending.first() else {
+                return Ok(());
+            };
+            if !backoff.wait() {
+                return Err(self.aborted(waited_too_long(keys[first].1)));
+            }
+        }
     }
 
     /// Runs a single-key command, backing off on RETRY; ABORT aborts the whole session.
     fn keyed(&mut self, key: &[u8], cmd: &Command<'_>) -> Result<Reply<'static>> {
         let cmi = self.cmi_of(key);
         let policy = self.client.retry_policy().clone();
-        let mut backoff = Backoff::new(&policy);
+        let mut backoff = self.backoff(&policy);
         loop {
             let reply = match self.call(cmi, cmd) {
                 Ok(reply) => reply,
@@ -353,10 +479,10 @@ impl<'c> Session<'c> {
                 if backoff.wait() {
                     continue;
                 }
-                return Err(self.aborted());
+                return Err(self.aborted(waited_too_long(key)));
             }
             if is_abort(&reply) {
-                return Err(self.aborted());
+                return Err(self.aborted_by(&reply));
             }
             return Ok(reply);
         }
@@ -379,8 +505,8 @@ impl<'c> Session<'c> {
     /// The check after a call that failed for a reason other than ABORT or RETRY (NOTSTORED, ERR):
     /// the session lives on.
     fn map<T>(&mut self, result: Result<T>) -> Result<T> {
-        if let Err(ClientError::Aborted) = result {
-            return Err(self.aborted());
+        if let Err(ClientError::Aborted { reason }) = result {
+            return Err(self.aborted(reason));
         }
         result
     }
@@ -425,71 +551,89 @@ impl<'c> Session<'c> {
     /// several CMIs).
     pub fn mget_at(&mut self, keys: &[(usize, &[u8])], rmw: bool) -> Result<Vec<Option<Vec<u8>>>> {
         let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
-        let mut pending: Vec<usize> = (0..keys.len()).collect();
-        let policy = self.client.retry_policy().clone();
-        let mut backoff = Backoff::new(&policy);
-        while !pending.is_empty() {
-            let groups = group(&pending, keys);
-            let cmds = groups
+        self.per_key(keys, None, PerKey::Get { rmw }, |i, item| {
+            values[i] = bulk(item)?;
+            Ok(())
+        })?;
+        Ok(values)
+    }
+
+    /// Runs a multi-key command over `keys` (with `values`, for a command of pairs), one command
+    /// per CMI in parallel, until every key is granted (see `until_granted`), and hands each
+    /// granted key's reply item to `each` with the key's index.
+    fn per_key(
+        &mut self,
+        keys: &[(usize, &[u8])],
+        values: Option<&[&[u8]]>,
+        command: PerKey,
+        mut each: impl FnMut(usize, Reply<'static>) -> Result<()>,
+    ) -> Result<()> {
+        self.until_granted(keys, |session, pending| {
+            let groups = group(pending, keys);
+            let args: Vec<Vec<&[u8]>> = groups
                 .iter()
-                .map(|(cmi, idx)| {
-                    let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i].1).collect();
-                    (*cmi, ks)
+                .map(|(_, idx)| {
+                    idx.iter()
+                        .flat_map(|&i| std::iter::once(keys[i].1).chain(values.map(|v| v[i])))
+                        .collect()
                 })
-                .collect::<Vec<_>>();
-            let replies = {
-                let commands = cmds
-                    .iter()
-                    .map(|(cmi, ks)| {
-                        (
-                            *cmi,
-                            Command::LMGet {
-                                sid: self.id,
-                                rmw,
-                                keys: ks,
-                            },
-                        )
-                    })
-                    .collect();
-                self.call_each(commands)
-            };
-            let replies = match replies {
-                Ok(r) => r,
-                Err(e) => {
-                    self.abort();
-                    return Err(e);
-                }
-            };
+                .collect();
+            let sid = session.id;
+            let commands = groups
+                .iter()
+                .zip(&args)
+                .map(|((cmi, _), args)| (*cmi, command.command(sid, args)))
+                .collect();
+            let replies = session.each_or_abort(commands)?;
             let mut retry = Vec::new();
-            for ((_, reply), (cmi, idx)) in replies.into_iter().zip(&groups) {
-                match reply {
-                    Reply::Array(items) if items.len() == idx.len() => {
-                        for (item, &i) in items.into_iter().zip(idx) {
-                            if is_retry(&item) {
-                                retry.push(i);
-                                continue;
-                            }
-                            self.hold_at(*cmi, keys[i].1);
-                            values[i] = bulk(item)?;
-                        }
+            for ((cmi, reply), (_, idx)) in replies.into_iter().zip(&groups) {
+                let items = session.items(reply, idx.len())?;
+                for (item, &i) in items.into_iter().zip(idx) {
+                    if is_retry(&item) {
+                        retry.push(i);
+                        continue;
                     }
-                    Reply::Error(e) if e.kind == ErrorKind::Abort => return Err(self.aborted()),
-                    other => {
-                        let e = match other {
-                            Reply::Error(e) => error_from(e),
-                            other => unexpected(&other),
-                        };
-                        self.abort();
-                        return Err(e);
-                    }
+                    session.hold_at(cmi, keys[i].1);
+                    each(i, item)?;
                 }
             }
-            pending = retry;
-            if !pending.is_empty() && !backoff.wait() {
-                return Err(self.aborted());
+            Ok(retry)
+        })
+    }
+
+    /// Sends one command per CMI in parallel; ABORT from any aborts the session, as does a
+    /// failure to reach a CMI. Other error replies are returned to the caller.
+    fn each_or_abort(
+        &mut self,
+        commands: Vec<(usize, Command<'_>)>,
+    ) -> Result<Vec<(usize, Reply<'static>)>> {
+        let replies = match self.call_each(commands) {
+            Ok(r) => r,
+            Err(e) => {
+                self.abort();
+                return Err(e);
+            }
+        };
+        if let Some((_, reply)) = replies.iter().find(|(_, r)| is_abort(r)) {
+            return Err(self.aborted_by(reply));
+        }
+        Ok(replies)
+    }
+
+    /// The items of a multi-key reply of `len` items; an error reply in their place (the whole
+    /// request refused, NOTSTORED at the CMI's session memory cap for instance) aborts the session.
+    fn items(&mut self, reply: Reply<'static>, len: usize) -> Result<Vec<Reply<'static>>> {
+        match reply {
+            Reply::Array(items) if items.len() == len => Ok(items),
+            other => {
+                let e = match other {
+                    Reply::Error(e) => error_from(e),
+                    other => unexpected(&other),
+                };
+                self.abort();
+                Err(e)
             }
         }
-        Ok(values)
     }
 
     /// Each key with the CMI its commands go to.
@@ -521,64 +665,19 @@ impl<'c> Session<'c> {
         self.mset_at(&placed, pin)
     }
 
-    /// LSET of keys on chosen CMIs, in parallel (LMSET per CMI).
+    /// LSET of keys on chosen CMIs, in parallel (LMSET per CMI). A pair the CMI had no room for
+    /// (NOTSTORED) is reported after the others were staged; the session lives on.
     pub fn mset_at(&mut self, pairs: &[(usize, &[u8], &[u8])], pin: bool) -> Result<()> {
         let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
-        let (_, flat) = group_pairs(pairs);
-        let commands = flat
-            .iter()
-            .map(|(cmi, args)| {
-                (
-                    *cmi,
-                    Command::LMSet {
-                        sid: self.id,
-                        pin,
-                        pairs: args,
-                    },
-                )
-            })
-            .collect();
-        let replies = self.multi(commands)?;
-        for (cmi, key) in keys {
-            self.hold_at(cmi, key);
-        }
-        let mut result = Ok(());
-        for (_, reply) in replies {
-            match reply {
-                Reply::Array(items) => {
-                    for item in items {
-                        if let Reply::Error(e) = item {
-                            result = Err(error_from(e));
-                        }
-                    }
-                }
-                other => result = Err(unexpected(&other)),
+        let values: Vec<&[u8]> = pairs.iter().map(|&(_, _, v)| v).collect();
+        let mut failure = None;
+        self.per_key(&keys, Some(&values), PerKey::Set { pin }, |_, item| {
+            if let Reply::Error(e) = item {
+                failure = Some(error_from(e));
             }
-        }
-        result
-    }
-
-    /// Sends per-CMI commands in parallel; ABORT from any aborts the session.
-    fn multi(
-        &mut self,
-        commands: Vec<(usize, Command<'_>)>,
-    ) -> Result<Vec<(usize, Reply<'static>)>> {
-        let replies = match self.call_each(commands) {
-            Ok(r) => r,
-            Err(e) => {
-                self.abort();
-                return Err(e);
-            }
-        };
-        if replies.iter().any(|(_, r)| is_abort(r)) {
-            return Err(self.aborted());
-        }
-        if let Some((_, Reply::Error(e))) = replies.iter().find(|(_, r)| r.is_error()) {
-            let e = error_from(e.clone());
-            self.abort();
-            return Err(e);
-        }
-        Ok(replies)
+            Ok(())
+        })?;
+        failure.map_or(Ok(()), Err)
     }
 
     /// LADD: stages `value` only if the key has none. Returns whether it was added.
@@ -611,64 +710,27 @@ impl<'c> Session<'c> {
 
     /// LDEL of keys on chosen CMIs, in parallel (LMDEL per CMI).
     pub fn mdelete_at(&mut self, keys: &[(usize, &[u8])]) -> Result<()> {
-        let all: Vec<usize> = (0..keys.len()).collect();
-        let groups = group(&all, keys);
-        let lists: Vec<(usize, Vec<&[u8]>)> = groups
-            .iter()
-            .map(|(cmi, idx)| (*cmi, idx.iter().map(|&i| keys[i].1).collect()))
-            .collect();
-        let commands = lists
-            .iter()
-            .map(|(cmi, ks)| {
-                (
-                    *cmi,
-                    Command::LMDel {
-                        sid: self.id,
-                        keys: ks,
-                    },
-                )
-            })
-            .collect();
-        self.multi(commands)?;
-        for &(cmi, key) in keys {
-            self.hold_at(cmi, key);
-        }
-        Ok(())
+        self.per_key(keys, None, PerKey::Delete, |_, _| Ok(()))
     }
 
     /// LAPPEND of keys on chosen CMIs, in parallel (LMAPPEND per CMI): each key's new length, or
     /// `None` where the key has no value.
     pub fn mappend_at(&mut self, pairs: &[(usize, &[u8], &[u8])]) -> Result<Vec<Option<usize>>> {
         let keys: Vec<(usize, &[u8])> = pairs.iter().map(|&(c, k, _)| (c, k)).collect();
-        let (groups, flat) = group_pairs(pairs);
-        let commands = flat
-            .iter()
-            .map(|(cmi, args)| {
-                (
-                    *cmi,
-                    Command::LMAppend {
-                        sid: self.id,
-                        pairs: args,
-                    },
-                )
-            })
-            .collect();
-        let replies = self.multi(commands)?;
-        for &(cmi, key) in &keys {
-            self.hold_at(cmi, key);
-        }
+        let values: Vec<&[u8]> = pairs.iter().map(|&(_, _, v)| v).collect();
         let mut lengths = vec![None; pairs.len()];
-        for ((_, reply), (_, idx)) in replies.into_iter().zip(&groups) {
-            match reply {
-                Reply::Array(items) if items.len() == idx.len() => {
-                    for (item, &i) in items.into_iter().zip(idx) {
-                        lengths[i] = optional_int(item)?.map(|n| n as usize);
-                    }
-                }
-                other => return self.map(Err(unexpected(&other))),
+        let mut failure = None;
+        self.per_key(&keys, Some(&values), PerKey::Append, |i, item| {
+            match optional_int(item) {
+                Ok(length) => lengths[i] = length.map(|n| n as usize),
+                Err(e) => failure = Some(e),
             }
+            Ok(())
+        })?;
+        match failure {
+            Some(e) => self.map(Err(e)),
+            None => Ok(lengths),
         }
-        Ok(lengths)
     }
 
     /// Exclusive-lease writes on chosen CMIs, pipelined: each CMI gets its writes in the order
@@ -694,9 +756,45 @@ impl<'c> Session<'c> {
         validate_first: bool,
         validate: bool,
     ) -> Result<Vec<Written>> {
-        let all: Vec<usize> = (0..writes.len()).collect();
         let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
-        let mut groups = group(&all, &placed);
+        let mut done: Vec<Option<Written>> = vec![None; writes.len()];
+        let mut failure = None;
+        let mut first_round = true;
+        self.until_granted(&placed, |session, pending| {
+            let round = WriteRound {
+                writes,
+                pending,
+                validate_first: validate_first && std::mem::take(&mut first_round),
+                validate,
+            };
+            session.write_round(round, &mut done, &mut failure)
+        })?;
+        if let Some(e) = failure {
+            return self.map(Err(e));
+        }
+        self.validated = validate;
+        Ok(done
+            .into_iter()
+            .map(|w| w.expect("every write answered"))
+            .collect())
+    }
+
+    /// One round trip of [`write_at`](Self::write_at) for the writes still pending: records what
+    /// each did in `done` (the last failure in `failure`) and returns those answered RETRY.
+    fn write_round(
+        &mut self,
+        round: WriteRound<'_, '_>,
+        done: &mut [Option<Written>],
+        failure: &mut Option<ClientError>,
+    ) -> Result<Vec<usize>> {
+        let WriteRound {
+            writes,
+            pending,
+            validate_first,
+            validate,
+        } = round;
+        let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
+        let mut groups = group(pending, &placed);
         if validate {
             // CMIs holding leases from earlier calls validate too.
             for cmi in self.cmis_with_leases() {
@@ -727,43 +825,41 @@ impl<'c> Session<'c> {
                 return Err(e);
             }
         };
-        for &(cmi, key) in &placed {
-            self.hold_at(cmi, key);
+        if let Some(reply) = replies
+            .iter()
+            .flat_map(|(_, list)| list)
+            .find(|r| is_abort(r))
+        {
+            return Err(self.aborted_by(reply));
         }
-        if replies.iter().any(|(_, list)| list.iter().any(is_abort)) {
-            return Err(self.aborted());
-        }
-        let mut done: Vec<Option<Written>> = vec![None; writes.len()];
-        let mut failure = None;
-        for ((_, list), (_, idx)) in replies.into_iter().zip(&groups) {
+        let mut retry = Vec::new();
+        for ((cmi, list), (_, idx)) in replies.into_iter().zip(&groups) {
             let mut list = list.into_iter();
             if validate_first {
                 let reply = list.next().expect("a reply per command");
                 if let Err(e) = ok(reply) {
-                    failure = Some(e);
+                    *failure = Some(e);
                 }
             }
             for &i in idx {
                 let reply = list.next().expect("a reply per command");
+                if is_retry(&reply) {
+                    retry.push(i);
+                    continue;
+                }
+                self.hold_at(cmi, placed[i].1);
                 match writes[i].1.outcome(reply) {
                     Ok(written) => done[i] = Some(written),
-                    Err(e) => failure = Some(e),
+                    Err(e) => *failure = Some(e),
                 }
             }
             if let Some(reply) = list.next() {
                 if let Err(e) = ok(reply) {
-                    failure = Some(e);
+                    *failure = Some(e);
                 }
             }
         }
-        if let Some(e) = failure {
-            return self.map(Err(e));
-        }
-        self.validated = validate;
-        Ok(done
-            .into_iter()
-            .map(|w| w.expect("every write answered"))
-            .collect())
+        Ok(retry)
     }
 
     /// LAPPEND: the new length, or `None` if the key has no value.
@@ -936,7 +1032,12 @@ impl<'c> Session<'c> {
             .iter()
             .map(|&c| (c, Command::LValidate(self.id)))
             .collect();
-        self.multi(commands)?;
+        let replies = self.each_or_abort(commands)?;
+        if let Some((_, Reply::Error(e))) = replies.into_iter().find(|(_, r)| r.is_error()) {
+            let e = error_from(e);
+            self.abort();
+            return Err(e);
+        }
         self.validated = true;
         Ok(())
     }
@@ -976,7 +1077,10 @@ impl<'c> Session<'c> {
         }
         self.abort();
         if committed.is_empty() {
-            Err(ClientError::Aborted)
+            Err(ClientError::Aborted {
+                reason: "a CMI refused the commit: its leases ran out or a writer wounded it"
+                    .into(),
+            })
         } else {
             Err(ClientError::PartialCommit { committed, failed })
         }
@@ -1005,7 +1109,9 @@ impl<'c> Session<'c> {
             }
             Ok(_) => {
                 self.abort();
-                Err(ClientError::Aborted)
+                Err(ClientError::Aborted {
+                    reason: "a writer voided one of its reads".into(),
+                })
             }
             Err(e) => {
                 self.abort();

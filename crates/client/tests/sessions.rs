@@ -72,7 +72,7 @@ fn an_abort_on_one_cmi_aborts_everywhere_and_nothing_lands() {
     let mut writer = c.client.session();
     assert!(writer.delete(&b).unwrap());
     writer.commit().unwrap();
-    assert!(matches!(s.commit(), Err(ClientError::Aborted)));
+    assert!(matches!(s.commit(), Err(ClientError::Aborted { .. })));
     assert_eq!(
         c.client.get(&a).unwrap(),
         Some(b"1".to_vec()),

@@ -304,7 +304,14 @@ impl Engine {
                 for pair in pairs.chunks_exact(2) {
                     match self.session_set(sid, pair[0], pair[1], pin, false, now) {
                         Ok(_) => replies.push(Reply::OK),
-                        Err(e) if e.kind == cads_protocol::ErrorKind::NotStored => {
+                        // RETRY: a ticketed session waits for this key; the pair did nothing.
+                        Err(e)
+                            if matches!(
+                                e.kind,
+                                cads_protocol::ErrorKind::NotStored
+                                    | cads_protocol::ErrorKind::Retry
+                            ) =>
+                        {
                             replies.push(Reply::Error(e));
                         }
                         Err(e) => return Err(e),
@@ -316,7 +323,13 @@ impl Engine {
             C::LMDel { sid, keys } => {
                 let mut replies = Vec::with_capacity(keys.len());
                 for key in keys {
-                    replies.push(Reply::Int(self.session_delete(sid, key, now)?));
+                    match self.session_delete(sid, key, now) {
+                        Ok(existed) => replies.push(Reply::Int(existed)),
+                        Err(e) if e.kind == cads_protocol::ErrorKind::Retry => {
+                            replies.push(Reply::Error(e));
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 Ok(Reply::Array(replies))
             }
@@ -366,6 +379,7 @@ impl Engine {
                 }
             }
             C::LValidate(sid) => self.validate_session(sid, now).map(|_| Reply::OK),
+            C::LPriority { sid, ticket } => self.set_ticket(sid, ticket, now).map(|_| Reply::OK),
             C::LCommit(sid) => self.commit_session(sid).map(|_| Reply::OK),
             C::LAbort(sid) => {
                 self.end_session(sid, EndCause::ClientAbort, now);

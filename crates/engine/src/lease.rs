@@ -96,6 +96,11 @@ pub struct Session {
     pub cut_short: bool,
     /// What it holds, by key: looking a key up costs the same however many keys it holds.
     pub holds: HashMap<Box<[u8]>, Hold>,
+    /// Its ticket (`LPRIORITY`): when its work first started; it then waits for younger
+    /// sessions instead of giving way (`contention`).
+    pub ticket: Option<u64>,
+    /// Keys it has reserved while waiting for them.
+    pub reserved: HashSet<Box<[u8]>>,
 }
 
 impl Session {
@@ -143,6 +148,9 @@ enum Decision {
     Take(Vec<SessionId>),
     Retry,
     Abort,
+    /// A ticketed session older than every holder in its way: RETRY, and the key is reserved
+    /// for it (`contention`).
+    Wait,
 }
 
 /// Bytes of session state charged per session (live or tombstone): the record, its slot in the
@@ -159,7 +167,7 @@ fn hold_charge(key: &[u8]) -> usize {
     key.len() + HOLD_OVERHEAD
 }
 
-fn lease_charge(key: &[u8]) -> usize {
+pub(crate) fn lease_charge(key: &[u8]) -> usize {
     key.len() + LEASE_OVERHEAD
 }
 
@@ -189,6 +197,22 @@ impl Engine {
     /// Starts session `sid` (which must not exist): its leases live `lease_ms`, and it lives
     /// `max_session_ms` at most.
     fn open_session(&mut self, sid: SessionId, now: Now) {
+        self.open_session_with(sid, None, now);
+    }
+
+    /// LPRIORITY for a session the CMI does not know yet: opens it with its ticket.
+    pub(crate) fn open_ticketed_session(
+        &mut self,
+        sid: SessionId,
+        ticket: u64,
+        now: Now,
+    ) -> Result<(), ErrorReply> {
+        self.session_room(SESSION_OVERHEAD)?;
+        self.open_session_with(sid, Some(ticket), now);
+        Ok(())
+    }
+
+    fn open_session_with(&mut self, sid: SessionId, ticket: Option<u64>, now: Now) {
         let ends_by = now.mono_ms.saturating_add(self.config().max_session_ms);
         let lease_end = now.mono_ms.saturating_add(self.lease_ms());
         let session = Session {
@@ -197,6 +221,8 @@ impl Engine {
             ends_by,
             cut_short: ends_by < lease_end,
             holds: HashMap::default(),
+            ticket,
+            reserved: HashSet::default(),
         };
         self.put_session(sid, session);
     }
@@ -212,10 +238,12 @@ impl Engine {
         self.sessions.insert(sid, session);
     }
 
-    /// Takes a session out of the table and the deadline index and uncharges its record; its holds
-    /// stay charged until each goes through `release`.
+    /// Takes a session out of the table and the deadline index, uncharges its record and drops
+    /// its reservations; its holds stay charged until each goes through `release`.
     fn take_session(&mut self, sid: SessionId) -> Option<Session> {
-        let session = self.sessions.remove(&sid)?;
+        let mut session = self.sessions.remove(&sid)?;
+        let reserved = std::mem::take(&mut session.reserved);
+        self.drop_reservations(sid, reserved);
         self.deadlines.remove(&(session.deadline, sid));
         self.session_bytes -= SESSION_OVERHEAD;
         if session.state == SessionState::Aborted {
@@ -253,6 +281,14 @@ impl Engine {
             .get(key)
             .is_some_and(|l| l.holders.contains(&sid));
         let decision = match self.leases.get(key) {
+            // An older session waits for this key: it is not for younger ones, free or not.
+            // (A holder keeps going: the waiter waits for it.)
+            _ if want == LeaseKind::Exclusive && !mine && self.reserved_for_older(sid, key) => {
+                match requester {
+                    Requester::Session => Decision::Abort,
+                    Requester::Iq => Decision::Retry,
+                }
+            }
             None => Decision::New,
             Some(lease) => {
                 match (want, lease.kind) {
@@ -265,6 +301,8 @@ impl Engine {
                             Decision::Retry
                         }
                     }
+                    // Readers do not wait: a writer's commit changes or deletes the value anyway,
+                    // and a reader polling behind a stream of writers only costs round trips.
                     (LeaseKind::Shared, LeaseKind::Exclusive) => match requester {
                         Requester::Session => Decision::Abort,
                         Requester::Iq => Decision::Retry,
@@ -272,7 +310,17 @@ impl Engine {
                     (LeaseKind::Exclusive, LeaseKind::Shared) => {
                         let mine_golden = mine && self.sessions[&sid].validated();
                         if lease.golden > usize::from(mine_golden) {
-                            Decision::Abort
+                            // Golden holders are about to commit: an older requester waits for
+                            // them (the others it will wound when it takes the lease).
+                            let golden =
+                                lease.holders.iter().copied().filter(|h| {
+                                    self.sessions.get(h).is_some_and(Session::validated)
+                                });
+                            if requester == Requester::Session && self.may_wait(sid, golden) {
+                                Decision::Wait
+                            } else {
+                                Decision::Abort
+                            }
                         } else {
                             // Every other holder is wounded: the cost is one per lease voided.
                             let others = lease.holders.iter().copied().filter(|&h| h != sid);
@@ -281,6 +329,12 @@ impl Engine {
                     }
                     (LeaseKind::Exclusive, LeaseKind::Exclusive) => match self.mode() {
                         Mode::WriteAround => Decision::Join,
+                        Mode::WriteThrough
+                            if requester == Requester::Session
+                                && self.may_wait(sid, lease.holders.iter().copied()) =>
+                        {
+                            Decision::Wait
+                        }
                         Mode::WriteThrough => Decision::Abort,
                     },
                 }
@@ -292,11 +346,23 @@ impl Engine {
             Decision::New => hold_charge(key) + lease_charge(key),
             Decision::Join => hold_charge(key),
             Decision::Take(_) if !mine => hold_charge(key),
+            Decision::Wait => self.reservation_charge(sid, key),
             _ => 0,
         } + if opening { SESSION_OVERHEAD } else { 0 };
         self.session_room(grows)?;
         if opening {
             self.open_session(sid, now);
+        }
+        match &decision {
+            Decision::Retry | Decision::Abort | Decision::Wait => self.note_conflict(key),
+            Decision::Take(victims) if !victims.is_empty() => self.note_conflict(key),
+            _ => {}
+        }
+        if matches!(
+            decision,
+            Decision::New | Decision::Join | Decision::Take(_) | Decision::Already
+        ) {
+            self.unreserve(sid, key);
         }
         match decision {
             Decision::Already => Ok(()),
@@ -304,9 +370,15 @@ impl Engine {
                 self.stats.retries += 1;
                 Err(ErrorReply::retry())
             }
+            Decision::Wait => {
+                self.stats.retries += 1;
+                self.stats.lease_waits += 1;
+                self.reserve(sid, key);
+                Err(ErrorReply::retry())
+            }
             Decision::Abort => {
                 self.end_session(sid, EndCause::Conflict, now);
-                Err(ErrorReply::abort())
+                Err(ErrorReply::lease_conflict(key))
             }
             Decision::New => {
                 self.leases.insert(key.into(), Lease::new(want, sid));
@@ -426,6 +498,7 @@ impl Engine {
             self.stats.sessions_aborted += 1;
             match cause {
                 EndCause::Wounded => self.stats.sessions_wounded += 1,
+                EndCause::Conflict => self.stats.sessions_conflicted += 1,
                 EndCause::Expired => {
                     self.stats.sessions_expired += 1;
                     if session.cut_short {

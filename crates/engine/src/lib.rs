@@ -9,12 +9,15 @@
 //! - [`eviction`]: the eviction-policy trait and LRU.
 //! - [`lease`]: the lease engine: S/X session leases (000 Table 3.1, Table 5.1) and IQ leases
 //!   (000 §4.4.2.2, 004 Table 2) in one table, sessions, pending versions, wounding, expiry.
+//! - [`contention`]: hot keys: wait-die between ticketed sessions, reservations, the most
+//!   contended keys.
 //! - [`exec`]: the command entry, from typed commands to replies.
 //! - [`config_ids`]: Gemini configuration ids (004 §3.2.4).
 //! - [`persist`]: the append-only log's records, replay and incremental rewrite.
 //! - [`long_double`]: Redis's `long double` numbers (x87 extended precision), for INCRBYFLOAT.
 
 pub mod config_ids;
+pub mod contention;
 pub mod eviction;
 pub mod exec;
 #[cfg(feature = "fuzzing")]
@@ -162,6 +165,14 @@ pub struct Stats {
     pub sessions_outlived: u64,
     /// Requests refused because the sessions' state was at `max_session_memory`.
     pub sessions_refused: u64,
+    /// Sessions aborted because they asked for a lease they could not have (they gave way).
+    pub sessions_conflicted: u64,
+    /// Lease requests that met another session's lease (given way, waited, backed off or
+    /// wounding): the sum behind INFO's contended keys.
+    pub lease_conflicts: u64,
+    /// RETRY replies to ticketed sessions that wait for a key rather than give way
+    /// (`contention`).
+    pub lease_waits: u64,
 }
 
 /// One CMI.
@@ -170,6 +181,9 @@ pub struct Engine {
     pub(crate) store: store::Store,
     pub(crate) leases: HashMap<Box<[u8]>, Lease>,
     pub(crate) sessions: HashMap<SessionId, lease::Session>,
+    /// Keys reserved by the oldest session waiting for them (`contention`).
+    pub(crate) reservations: HashMap<Box<[u8]>, SessionId>,
+    pub(crate) hot_keys: contention::HotKeys,
     /// When each session's leases expire (or, for an aborted session, when it is forgotten), on the
     /// monotonic clock.
     pub(crate) deadlines: BTreeSet<(u64, SessionId)>,
@@ -200,6 +214,8 @@ impl Engine {
             store,
             leases: HashMap::default(),
             sessions: HashMap::default(),
+            reservations: HashMap::default(),
+            hot_keys: contention::HotKeys::default(),
             deadlines: BTreeSet::new(),
             session_bytes: 0,
             tombstones: 0,
@@ -303,6 +319,7 @@ impl Engine {
 
     pub fn reset_stats(&mut self) {
         self.stats = Stats::default();
+        self.hot_keys.clear();
         self.store.stats = Default::default();
     }
 
@@ -421,6 +438,32 @@ impl Engine {
             assert_eq!(lease.golden, golden, "golden holders counted");
             if let Some(entry) = self.store.peek(key, 0) {
                 assert!(entry.leased, "an entry under a lease is flagged leased");
+            }
+        }
+        for (key, owner) in &self.reservations {
+            session_bytes += key.len() + lease::LEASE_OVERHEAD;
+            let session = self
+                .sessions
+                .get(owner)
+                .expect("a reservation's owner exists");
+            assert_ne!(
+                session.state,
+                SessionState::Aborted,
+                "only live sessions reserve"
+            );
+            assert!(session.ticket.is_some(), "only ticketed sessions reserve");
+            assert!(
+                session.reserved.contains(key),
+                "the owner lists its reservation"
+            );
+        }
+        for (sid, session) in &self.sessions {
+            for key in &session.reserved {
+                assert_eq!(
+                    self.reservations.get(key),
+                    Some(sid),
+                    "a listed reservation is held"
+                );
             }
         }
         assert_eq!(self.session_bytes, session_bytes, "session bytes");

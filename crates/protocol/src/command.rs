@@ -334,6 +334,12 @@ pub enum Command<'a> {
     },
     LValidate(SessionId),
     LCommit(SessionId),
+    /// LPRIORITY: the session's ticket (the time its work first started; smaller is older), for
+    /// waiting on hot keys instead of giving way.
+    LPriority {
+        sid: SessionId,
+        ticket: u64,
+    },
     LAbort(SessionId),
 
     // --- IQ leases (000 §4.4.2.2, 004 §2.3) ---
@@ -633,6 +639,7 @@ impl<'a> Command<'a> {
             },
             LValidate(_) => "lvalidate",
             LCommit(_) => "lcommit",
+            LPriority { .. } => "lpriority",
             LAbort(_) => "labort",
             IqGet { .. } => "iqget",
             IqSet { .. } => "iqset",
@@ -879,6 +886,7 @@ impl<'a> Command<'a> {
             }
             LIncr { sid, key, delta } => out.extend([u(*sid), b(key), u(delta.unsigned_abs())]),
             LValidate(sid) | LCommit(sid) | LAbort(sid) => out.push(u(*sid)),
+            LPriority { sid, ticket } => out.extend([u(*sid), u(*ticket)]),
             IqSet { sid, key, value } => out.extend([u(*sid), b(key), b(value)]),
             Sar {
                 sid,
@@ -1232,6 +1240,10 @@ fn parse_with<'a>(
         },
         "lvalidate" => C::LValidate(session_id(a[1])?),
         "lcommit" => C::LCommit(session_id(a[1])?),
+        "lpriority" => C::LPriority {
+            sid: session_id(a[1])?,
+            ticket: session_id(a[2]).map_err(|_| ErrorReply::err("invalid ticket"))?,
+        },
         "labort" => C::LAbort(session_id(a[1])?),
         "iqget" => C::IqGet {
             sid: session_id(a[1])?,
@@ -1816,6 +1828,7 @@ mod tests {
             "LMARK 1 k",
             "LUNMARK 1 k",
             "LVALIDATE 1",
+            "LPRIORITY 1 1732480000000000",
             "LCOMMIT 1",
             "LABORT 1",
             "IQGET 1 k",

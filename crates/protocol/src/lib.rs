@@ -22,5 +22,5 @@ pub use command::{
     CommandSub, ConfigSub, ExpireCondition, GetExExpiry, MarkOp, SessionId, SetCondition,
     SetExpiry, TimeUnit,
 };
-pub use reply::{ErrorKind, ErrorReply, Reply};
+pub use reply::{printable_key, ErrorKind, ErrorReply, Reply};
 pub use resp::{Limits, Parsed, Protocol, ProtocolError};

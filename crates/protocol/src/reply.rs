@@ -70,6 +70,28 @@ pub struct ErrorReply {
     pub message: Cow<'static, str>,
 }
 
+/// Keys in error messages and INFO are shown by their first this many bytes.
+pub const KEY_SHOWN_BYTES: usize = 64;
+
+/// A key as error messages and INFO show it: printable ASCII as is, every other byte (and the
+/// characters INFO lines use as separators) as `\xNN`, at most [`KEY_SHOWN_BYTES`] bytes.
+pub fn printable_key(key: &[u8]) -> String {
+    let mut out = String::new();
+    for &b in &key[..key.len().min(KEY_SHOWN_BYTES)] {
+        match b {
+            b'!'..=b'~' if !matches!(b, b',' | b'=' | b'\\' | b'"') => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    if key.len() > KEY_SHOWN_BYTES {
+        out.push_str("...");
+    }
+    out
+}
+
+/// What an ABORT reply's message starts with.
+const ABORTED: &str = "session aborted";
+
 impl ErrorReply {
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
         ErrorReply {
@@ -100,7 +122,20 @@ impl ErrorReply {
     }
 
     pub fn abort() -> Self {
-        Self::new(ErrorKind::Abort, "session aborted")
+        Self::new(ErrorKind::Abort, ABORTED)
+    }
+
+    /// The ABORT of a session that asked for a lease on `key` it could not have.
+    pub fn lease_conflict(key: &[u8]) -> Self {
+        Self::new(
+            ErrorKind::Abort,
+            format!("{ABORTED}: lease conflict on key {}", printable_key(key)),
+        )
+    }
+
+    /// Why an ABORT reply says the session ended, when it says (a lease conflict on a key).
+    pub fn abort_reason(&self) -> Option<&str> {
+        self.message.strip_prefix(ABORTED)?.strip_prefix(": ")
     }
 
     pub fn retry() -> Self {
@@ -219,5 +254,32 @@ impl<'a> Reply<'a> {
 impl From<ErrorReply> for Reply<'_> {
     fn from(e: ErrorReply) -> Self {
         Reply::Error(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_shown_without_separators_or_control_bytes() {
+        assert_eq!(printable_key(b"user:7"), "user:7");
+        assert_eq!(printable_key(b"a b\r\n,="), "a\\x20b\\x0d\\x0a\\x2c\\x3d");
+        let long = vec![b'k'; KEY_SHOWN_BYTES + 1];
+        assert_eq!(
+            printable_key(&long),
+            format!("{}...", "k".repeat(KEY_SHOWN_BYTES))
+        );
+    }
+
+    #[test]
+    fn an_abort_says_why_when_it_was_a_lease_conflict() {
+        let conflict = ErrorReply::lease_conflict(b"hot key");
+        assert_eq!(conflict.kind, ErrorKind::Abort);
+        assert_eq!(
+            conflict.abort_reason(),
+            Some("lease conflict on key hot\\x20key")
+        );
+        assert_eq!(ErrorReply::abort().abort_reason(), None);
     }
 }

@@ -611,6 +611,14 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Applies a session's staged changes and releases its leases.",
     ),
     spec(
+        "lpriority",
+        3,
+        S,
+        NONE,
+        Session,
+        "Gives a session that lost a lease conflict before its ticket: older sessions wait.",
+    ),
+    spec(
         "labort",
         2,
         S,

@@ -669,6 +669,28 @@ impl Cmi {
                 ("max_session_ms", e.config().max_session_ms.to_string()),
             ],
         );
+        // Hot keys: the lease conflicts behind them and the keys most contended for (counted
+        // by Space-Saving, so a count may overstate its key's by the smallest one listed).
+        const NAMES: [&str; cads_engine::contention::HOT_KEYS] = [
+            "contended_key_1",
+            "contended_key_2",
+            "contended_key_3",
+            "contended_key_4",
+            "contended_key_5",
+            "contended_key_6",
+            "contended_key_7",
+            "contended_key_8",
+        ];
+        let mut contention = vec![
+            ("lease_conflicts", stats.lease_conflicts.to_string()),
+            ("lease_waits", stats.lease_waits.to_string()),
+            ("sessions_conflicted", stats.sessions_conflicted.to_string()),
+        ];
+        for (name, (key, conflicts)) in NAMES.iter().zip(e.hot_keys()) {
+            let key = cads_protocol::printable_key(key);
+            contention.push((name, format!("key={key},conflicts={conflicts}")));
+        }
+        section("Contention", contention);
         section("Cluster", vec![("cluster_enabled", "0".into())]);
         let keys = e.key_count();
         let keyspace = if keys == 0 {

@@ -128,12 +128,43 @@ fn info_has_the_fields_clients_and_tools_read() {
         "sessions_outlived",
         "sessions_refused",
         "max_session_ms",
+        "lease_conflicts",
+        "lease_waits",
+        "sessions_conflicted",
     ] {
         get(name);
     }
     // Sections are chosen by name, case aside.
     let cluster = info_fields(&mut c, "CLUSTER");
     assert_eq!(cluster, vec![("cluster_enabled".into(), "0".into())]);
+}
+
+#[test]
+fn info_lists_the_most_contended_keys_until_config_resetstat() {
+    let cads = start_cads(1);
+    let mut c = cads.connect();
+    assert_eq!(c.call(&["LSET", "1", "hot key", "v"]), Reply::OK);
+    for sid in 2..5 {
+        let e = error(c.call(&["LSET", &sid.to_string(), "hot key", "w"]));
+        assert!(e.contains("lease conflict on key hot\\x20key"), "{e}");
+    }
+    assert_eq!(c.call(&["LPRIORITY", "9", "1"]), Reply::OK);
+    assert!(error(c.call(&["LSET", "9", "hot key", "w"])).starts_with("RETRY"));
+    let contention = info_fields(&mut c, "contention");
+    assert_eq!(field(&contention, "lease_conflicts").as_deref(), Some("4"));
+    assert_eq!(field(&contention, "lease_waits").as_deref(), Some("1"));
+    assert_eq!(
+        field(&contention, "sessions_conflicted").as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        field(&contention, "contended_key_1").as_deref(),
+        Some("key=hot\\x20key,conflicts=4")
+    );
+    assert_eq!(field(&contention, "contended_key_2"), None);
+    assert_eq!(c.call(&["CONFIG", "RESETSTAT"]), Reply::OK);
+    let contention = info_fields(&mut c, "contention");
+    assert_eq!(field(&contention, "contended_key_1"), None);
 }
 
 /// CONFIG RESETSTAT zeroes the command counter under the rate's samples; INFO once took the

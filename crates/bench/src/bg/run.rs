@@ -351,7 +351,7 @@ impl Benchmark for Bg {
                 if write {
                     // An aborted session wrote nothing anywhere; after any other failure the
                     // write may or may not have reached the data store.
-                    let outcome = if matches!(e, cads::Error::Aborted) {
+                    let outcome = if matches!(e, cads::Error::Aborted { .. }) {
                         ModelOutcome::RolledBack
                     } else {
                         log.counts.write(&action, start, UNKNOWN_END);

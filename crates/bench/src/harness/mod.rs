@@ -43,8 +43,8 @@ pub use options::{parse_duration, parse_policies, CommonOptions};
 pub use progress::{print_progress, Phase, Progress, Reporter};
 pub use record::{
     by_workload_and_policy, cell, human_bytes, median, median_or_nan, ratios_to, row_head,
-    Keyspace, LatencySummary, PinnedBytes, Record, RunConfig, StoreCalls, Validated,
-    WriteBackRecord,
+    Contention, Keyspace, LatencySummary, PinnedBytes, Record, RunConfig, StoreCalls, Validated,
+    WriteBackRecord, CONTENDED_KEYS_KEPT,
 };
 
 use crate::cpu::{CpuRecord, CpuSample};
@@ -233,6 +233,8 @@ pub struct Measured<L> {
     pub cache_round_trips: u64,
     /// The CMIs' keyspace counters over the run.
     pub keyspace: Option<Keyspace>,
+    /// The CMIs' contention over the run.
+    pub contention: Option<Contention>,
     /// Write-back's counters over the run, every process's.
     pub write_back: WriteBackCounts,
     /// CPU use over the run.
@@ -515,6 +517,7 @@ impl<B: Benchmark> Runner<'_, B> {
             }),
             stale_reads: verified.stale_reads,
             keyspace: measured.keyspace,
+            contention: measured.contention.clone(),
             store_calls: StoreCalls {
                 reads: calls.reads,
                 writes: calls.writes,
@@ -559,6 +562,7 @@ impl<B: Benchmark> Runner<'_, B> {
 struct Counters {
     round_trips: u64,
     keyspace: Option<(u64, u64)>,
+    contention: Option<Contention>,
     wb: WriteBackCounts,
     cpu: Option<CpuSample>,
 }
@@ -567,6 +571,7 @@ struct Counters {
 struct CountersDelta {
     round_trips: u64,
     keyspace: Option<Keyspace>,
+    contention: Option<Contention>,
     wb: WriteBackCounts,
     cpu: Option<CpuRecord>,
 }
@@ -576,6 +581,7 @@ impl Counters {
         Counters {
             round_trips: dep.cache_round_trips(),
             keyspace: dep.keyspace(),
+            contention: dep.contention(),
             wb: dep.cads.write_back_stats().snapshot(),
             cpu: CpuSample::now(),
         }
@@ -588,6 +594,11 @@ impl Counters {
                 hits: b.0 - a.0,
                 misses: b.1 - a.1,
             }),
+            contention: self
+                .contention
+                .as_ref()
+                .zip(later.contention.as_ref())
+                .map(|(a, b)| a.until(b)),
             wb: later.wb.since(&self.wb),
             cpu: self.cpu.zip(later.cpu).map(|(a, b)| a.until(&b, wall_s)),
         }
@@ -663,6 +674,7 @@ impl<'a> Sampler<'a> {
             calls: CallCounts::default(),
             cache_round_trips: counters.round_trips,
             keyspace: counters.keyspace,
+            contention: counters.contention,
             write_back: counters.wb,
             cpu: counters.cpu,
             pinned: self.pinned,

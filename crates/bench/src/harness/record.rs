@@ -71,6 +71,41 @@ pub struct Keyspace {
     pub misses: u64,
 }
 
+/// How many contended keys a record lists.
+pub const CONTENDED_KEYS_KEPT: usize = 8;
+
+/// Lease contention summed over the CMIs' INFO: the counters over the run phase, the keys most
+/// contended for since the CMIs started (INFO's `contended_key_N`, merged).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Contention {
+    /// Lease requests that met another session's lease.
+    pub lease_conflicts: u64,
+    /// Ticketed sessions told to wait for a key rather than give way.
+    pub lease_waits: u64,
+    /// Sessions aborted because they asked for a lease they could not have.
+    pub sessions_conflicted: u64,
+    /// Sessions aborted because a writer voided their shared lease.
+    pub sessions_wounded: u64,
+    /// Sessions aborted because their leases ran out.
+    pub sessions_expired: u64,
+    /// The most contended keys, as INFO shows them, with their conflict counts.
+    pub contended_keys: Vec<(String, u64)>,
+}
+
+impl Contention {
+    /// The counters from `self` to `later`; the keys of `later`.
+    pub fn until(&self, later: &Contention) -> Contention {
+        Contention {
+            lease_conflicts: later.lease_conflicts - self.lease_conflicts,
+            lease_waits: later.lease_waits - self.lease_waits,
+            sessions_conflicted: later.sessions_conflicted - self.sessions_conflicted,
+            sessions_wounded: later.sessions_wounded - self.sessions_wounded,
+            sessions_expired: later.sessions_expired - self.sessions_expired,
+            contended_keys: later.contended_keys.clone(),
+        }
+    }
+}
+
 /// Pinned memory (buffered writes, PendingWrites, queues, markers) summed over the CMIs, sampled
 /// every second during the run phase.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -231,6 +266,8 @@ pub struct Record<D, C> {
     pub stale_reads: u64,
     /// The CMIs' own counters, for reference (they count write-back's bookkeeping too).
     pub keyspace: Option<Keyspace>,
+    /// Lease contention on the CMIs over the run phase, and the most contended keys.
+    pub contention: Option<Contention>,
     /// Data-store calls in the run phase.
     pub store_calls: StoreCalls,
     /// Cache round trips in the run phase (`Client::round_trips`, INFO samples included).

@@ -133,7 +133,7 @@ fn log_write<T>(
 ) {
     let end = match result {
         Ok(_) => end,
-        Err(cads::Error::Aborted) => return,
+        Err(cads::Error::Aborted { .. }) => return,
         Err(_) => UNKNOWN_END,
     };
     log.writes.push(WriteRecord {

@@ -9,6 +9,7 @@ use cads_store::{DocOp, DocWrite, StoreError};
 use super::mac::Seal;
 use super::replicated::{filter_list, open_lines, placed, read_many, replicas, sealed_line};
 use super::{buffer, Buffering, Refused};
+use crate::attempts::Attempts;
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
 use crate::failpoints;
@@ -312,10 +313,10 @@ pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef]) -> Result<usize> {
     docs.sort();
     docs.dedup();
     let mut applied = 0;
-    let mut attempts = 0;
+    let mut attempts = Attempts::new(cads.config());
     loop {
-        attempts += 1;
-        let failure = match apply_once(cads, &docs) {
+        let ticket = attempts.start();
+        let failure = match apply_once(cads, &docs, ticket) {
             Ok(round) if round.converted.is_empty() => return Ok(applied + round.applied),
             Ok(round) => {
                 applied += round.applied;
@@ -329,7 +330,7 @@ pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef]) -> Result<usize> {
             Err(e) => e,
         };
         let splits = match &failure {
-            Error::Aborted => true,
+            Error::Aborted { .. } => true,
             Error::Store(e) => !e.is_transient(),
             _ => false,
         };
@@ -340,9 +341,8 @@ pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef]) -> Result<usize> {
             return Ok(applied + first? + second?);
         }
         match failure {
-            Error::Aborted if attempts < cads.config().max_attempts => {
-                cads_client::Backoff::new(&cads.config().retry).wait();
-            }
+            e @ Error::Aborted { .. } if !attempts.again() => return Err(attempts.gave_up(e)),
+            Error::Aborted { .. } => {}
             e => return Err(e),
         }
     }
@@ -358,13 +358,14 @@ struct Round {
 }
 
 /// An applier that a failpoint makes die at `point`: the session is abandoned without releasing
-/// anything, as a crashed process would leave it; its leases expire.
-fn crash_at<'c>(point: &str, session: CacheSession<'c>) -> Result<(), CacheSession<'c>> {
+/// anything, as a crashed process would leave it; its leases expire. Returns the session if the
+/// applier lives on.
+fn crash_at<'c>(point: &str, session: CacheSession<'c>) -> Option<CacheSession<'c>> {
     if failpoints::dies_at(point) {
         std::mem::forget(session);
-        Ok(())
+        None
     } else {
-        Err(session)
+        Some(session)
     }
 }
 
@@ -381,7 +382,7 @@ fn crashed() -> Error {
 /// when nothing went to the data store). A worker that dies anywhere in between leaves either the
 /// original or the idempotent form behind, never a half-applied one: applying an idempotent one
 /// again does no harm. One whose leases ran out before the validation applies nothing.
-fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
+fn apply_once(cads: &Cads, docs: &[DocRef], ticket: Option<u64>) -> Result<Round> {
     let client = cads.cache().expect("write-back has a cache");
     let store = cads.store().as_ref();
     let seal = cads.seal()?;
@@ -389,6 +390,9 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
     let keys: Vec<Vec<u8>> = docs.iter().map(bw_key).collect();
     let places = placed(cads, client, &keys);
     let mut session = client.session();
+    if let Some(ticket) = ticket {
+        session.set_ticket(ticket);
+    }
     let copies = session.mget_at(&places, true)?;
     let mut newest: Vec<Option<buffer::Buffered>> = vec![None; docs.len()];
     let mut index = 0;
@@ -477,10 +481,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
         };
         writes.extend(unlisting(seal, &pw_places, lists, &gone, &mut refused));
     }
-    session = match crash_at(failpoints::APPLY_LEASED, session) {
-        Ok(()) => return Err(crashed()),
-        Err(s) => s,
-    };
+    session = crash_at(failpoints::APPLY_LEASED, session).ok_or_else(crashed)?;
     if batch.is_empty() {
         session.validate_and_write_at(&writes)?;
     } else {
@@ -503,16 +504,10 @@ fn apply_once(cads: &Cads, docs: &[DocRef]) -> Result<Round> {
             return Err(e.into());
         }
         fenced?;
-        session = match crash_at(failpoints::APPLY_APPLIED, session) {
-            Ok(()) => return Err(crashed()),
-            Err(s) => s,
-        };
+        session = crash_at(failpoints::APPLY_APPLIED, session).ok_or_else(crashed)?;
     }
     if !converted.is_empty() {
-        session = match crash_at(failpoints::APPLY_CONVERTED, session) {
-            Ok(()) => return Err(crashed()),
-            Err(s) => s,
-        };
+        session = crash_at(failpoints::APPLY_CONVERTED, session).ok_or_else(crashed)?;
     }
     match session.commit() {
         Ok(()) => {}
@@ -629,10 +624,12 @@ fn unlist_from(cads: &Cads, bw_keys: &[Vec<u8>], pw_keys: &[Vec<u8>]) -> Result<
 fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
     let client = cads.cache().expect("write-back has a cache");
     let seal = cads.seal()?;
-    let mut attempts = 0;
+    let mut attempts = Attempts::new(cads.config());
     loop {
-        attempts += 1;
         let mut session = client.session();
+        if let Some(ticket) = attempts.start() {
+            session.set_ticket(ticket);
+        }
         let result = (|| {
             for cmi in replicas(cads, client, key) {
                 let Some(bytes) = session.on(cmi, |s| s.get(key, true))? else {
@@ -648,10 +645,8 @@ fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
         let outcome = result.and_then(|()| session.commit().map_err(Error::from));
         match outcome {
             Ok(()) => return Ok(()),
-            Err(_) if attempts < cads.config().max_attempts => {
-                cads_client::Backoff::new(&cads.config().retry).wait();
-            }
-            Err(e) => return Err(e),
+            Err(e) if !attempts.again() => return Err(attempts.gave_up(e)),
+            Err(_) => {}
         }
     }
 }

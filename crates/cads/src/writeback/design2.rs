@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use cads_client::{Backoff, ClientError, Session as CacheSession, Write};
+use cads_client::{ClientError, Session as CacheSession, Write};
 use cads_store::{parse_json, SqlTransaction, SqlValue, StoreError};
 use serde_json::{json, Value};
 
@@ -32,6 +32,7 @@ use super::replicated::{
     open_lines, placed, purge_list, read_all, read_many, rewrite_lists, sealed_line,
 };
 use super::{Refusal, Refused};
+use crate::attempts::Attempts;
 use crate::error::{Error, Result};
 use crate::failpoints;
 use crate::Cads;
@@ -652,13 +653,14 @@ struct Done {
 
 /// Runs `step` again after a backoff while it loses lease races or data-store conflicts.
 fn with_retries<T>(cads: &Cads, mut step: impl FnMut() -> Result<T>) -> Result<T> {
-    let mut backoff = Backoff::new(&cads.config().retry);
-    let mut attempts = 0;
+    let mut attempts = Attempts::new(cads.config());
     loop {
-        attempts += 1;
+        attempts.start();
         match step() {
-            Err(e) if retryable(&e) && attempts < cads.config().max_attempts => {
-                backoff.wait();
+            Err(e) if retryable(&e) => {
+                if !attempts.again() {
+                    return Err(attempts.gave_up(e));
+                }
             }
             other => return other,
         }
@@ -793,7 +795,9 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
             .iter()
             .any(|c| c.iter().all(Option::is_none))
     {
-        return Err(Error::Aborted);
+        return Err(Error::Aborted {
+            reason: "another applier applied and compacted one of its sessions".into(),
+        });
     }
     tx.commit()?;
     if failpoints::dies_at(failpoints::APPLY_APPLIED) {
