@@ -312,6 +312,21 @@ pub trait SqlStore: Send + Sync {
     /// Runs a script of statements separated by `;` outside any transaction, without parameters
     /// (DDL: creating tables and indexes).
     fn execute_batch(&self, sql: &str) -> Result<()>;
+
+    /// [`execute_batch`](Self::execute_batch) for `CREATE ... IF NOT EXISTS` statements that other
+    /// threads or processes may run at the same moment: PostgreSQL fails one of two transactions
+    /// creating the same table at once with a unique violation in its catalog (`pg_type`) instead
+    /// of making it wait, and running the statements again then finds the table.
+    fn create_if_absent(&self, sql: &str) -> Result<()> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.execute_batch(sql) {
+                Err(StoreError::Constraint(_) | StoreError::Conflict(_)) if attempts < 5 => {}
+                other => return other,
+            }
+        }
+    }
 }
 
 /// An open SQL transaction; it holds a connection until committed, rolled back or dropped. It may

@@ -590,7 +590,7 @@ fn prepare(cads: &Cads) -> Result<()> {
     if cads.applied_sessions_ready.load(Ordering::Acquire) {
         return Ok(());
     }
-    cads.store().execute_batch(&format!(
+    cads.store().create_if_absent(&format!(
         "CREATE TABLE IF NOT EXISTS {APPLIED_SESSIONS} (id VARCHAR(64) PRIMARY KEY)"
     ))?;
     cads.applied_sessions_ready.store(true, Ordering::Release);

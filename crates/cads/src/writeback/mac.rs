@@ -204,19 +204,7 @@ fn hex(bytes: &[u8]) -> String {
 /// The deployment's key from [`KEY_TABLE`], created there first if there is none. Processes
 /// racing to create it all insert-if-absent and then read the one row, so they end with the same.
 fn stored_key(store: &dyn DataStore) -> Result<Vec<u8>, StoreError> {
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match read_or_create_key(store) {
-            // Two processes creating the table at once (PostgreSQL reports a unique violation).
-            Err(StoreError::Constraint(_) | StoreError::Conflict(_)) if attempts < 5 => {}
-            other => return other,
-        }
-    }
-}
-
-fn read_or_create_key(store: &dyn DataStore) -> Result<Vec<u8>, StoreError> {
-    store.execute_batch(&format!(
+    store.create_if_absent(&format!(
         "CREATE TABLE IF NOT EXISTS {KEY_TABLE} (id INTEGER PRIMARY KEY, secret VARCHAR(64) NOT NULL)"
     ))?;
     if let Some(key) = read_key(store)? {
