@@ -100,11 +100,13 @@ impl Engine {
             .is_some_and(|&owner| owner != sid && self.age(owner) < self.age(sid))
     }
 
-    /// The bytes a reservation of `key` by `sid` would add (0 if it holds it already).
-    pub(crate) fn reservation_charge(&self, sid: SessionId, key: &[u8]) -> usize {
-        match self.reservations.get(key) {
-            Some(&owner) if owner == sid => 0,
-            _ => lease_charge(key),
+    /// The bytes a reservation of `key` would add: none if the key is reserved already (by
+    /// this session, by an older one that keeps it, or by a younger one it replaces).
+    pub(crate) fn reservation_charge(&self, key: &[u8]) -> usize {
+        if self.reservations.contains_key(key) {
+            0
+        } else {
+            lease_charge(key)
         }
     }
 

@@ -346,7 +346,7 @@ impl Engine {
             Decision::New => hold_charge(key) + lease_charge(key),
             Decision::Join => hold_charge(key),
             Decision::Take(_) if !mine => hold_charge(key),
-            Decision::Wait => self.reservation_charge(sid, key),
+            Decision::Wait => self.reservation_charge(key),
             _ => 0,
         } + if opening { SESSION_OVERHEAD } else { 0 };
         self.session_room(grows)?;

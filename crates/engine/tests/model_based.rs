@@ -388,6 +388,8 @@ fn session_cmd(sid: u64, shape: Shape) -> impl Strategy<Value = Cmd> {
         5 => Just(Cmd::LValidate(sid)),
         6 => Just(Cmd::LCommit(sid)),
         3 => Just(Cmd::LAbort(sid)),
+        // Few tickets, so that ages tie and order by session id too.
+        3 => (1u64..=3).prop_map(move |ticket| Cmd::LPriority { sid, ticket }),
         5 => key().prop_map(move |key| Cmd::IqGet { sid, key }),
         5 => (key(), value()).prop_map(move |(key, value)| Cmd::IqSet { sid, key, value }),
         4 => key().prop_map(move |key| Cmd::QaReg { sid, key }),

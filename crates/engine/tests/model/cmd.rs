@@ -78,6 +78,11 @@ pub enum Cmd {
     LValidate(Sid),
     LCommit(Sid),
     LAbort(Sid),
+    /// LPRIORITY: the session's ticket.
+    LPriority {
+        sid: Sid,
+        ticket: u64,
+    },
     IqGet {
         sid: Sid,
         key: String,
@@ -196,6 +201,7 @@ impl Cmd {
             Cmd::LValidate(sid) => words!["LVALIDATE", sid],
             Cmd::LCommit(sid) => words!["LCOMMIT", sid],
             Cmd::LAbort(sid) => words!["LABORT", sid],
+            Cmd::LPriority { sid, ticket } => words!["LPRIORITY", sid, ticket],
             Cmd::IqGet { sid, key } => words!["IQGET", sid, key],
             Cmd::IqSet { sid, key, value } => words!["IQSET", sid, key, value],
             Cmd::QaReg { sid, key } => words!["QAREG", sid, key],
@@ -313,6 +319,10 @@ impl Cmd {
             "LVALIDATE" => Cmd::LValidate(sid()),
             "LCOMMIT" => Cmd::LCommit(sid()),
             "LABORT" => Cmd::LAbort(sid()),
+            "LPRIORITY" => Cmd::LPriority {
+                sid: sid(),
+                ticket: w[2].parse().expect("a ticket"),
+            },
             "IQGET" => Cmd::IqGet {
                 sid: sid(),
                 key: key(),

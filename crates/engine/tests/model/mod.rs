@@ -7,6 +7,7 @@
 //! - I/Q leases: 000 §4.4.2.2 and 004 Table 2, with write-around's Q leases shared (DESIGN.md §3);
 //! - sessions (active, validated, aborted), golden S leases, wounding: 000 §3.1 and §5.1.1;
 //! - markers: 000 §4.4.2.2; pins: 000 §5.1.1.3;
+//! - tickets (LPRIORITY), waiting writers and their reservations: `docs/PROTOCOL.md` ("Hot keys");
 //! - everything the papers leave open: `docs/ARCHITECTURE.md` ("The engine") and `docs/PROTOCOL.md`
 //!   (lifetimes on the monotonic clock, renewal on validation up to a maximum lifetime,
 //!   tombstones, what an abort deletes, writes under a fill, the mode check, LEASED, sticky pins,
@@ -81,6 +82,9 @@ enum Session {
         deadline: u64,
         /// Its maximum lifetime: validation renews the deadline up to here, no further.
         ends_by: u64,
+        /// Its ticket (LPRIORITY): a ticketed writer older than every session in its way waits
+        /// (RETRY) and reserves the key instead of giving way.
+        ticket: Option<u64>,
     },
     /// Aborted by the CMI: calls get ABORT until LABORT, or until it is forgotten.
     Tombstone { forget_at: u64 },
@@ -101,6 +105,8 @@ enum End {
 enum Refusal {
     /// Back off and ask again; the session lives on.
     Retry,
+    /// A ticketed writer waits: RETRY, and it reserves the key unless an older waiter has.
+    Wait,
     Abort,
 }
 
@@ -120,6 +126,9 @@ pub struct Model {
     pub entries: BTreeMap<String, Entry>,
     pub markers: BTreeSet<String>,
     sessions: BTreeMap<Sid, Session>,
+    /// Keys reserved by the oldest writer waiting for them; a reservation lasts while its
+    /// session is live and has not taken the key.
+    reservations: BTreeMap<String, Sid>,
     /// The keys eviction takes, in this order, when room is needed.
     pub victims: VecDeque<String>,
     pub bad_eviction: Option<String>,
@@ -165,6 +174,7 @@ impl Model {
             entries: BTreeMap::new(),
             markers: BTreeSet::new(),
             sessions: BTreeMap::new(),
+            reservations: BTreeMap::new(),
             victims: VecDeque::new(),
             bad_eviction: None,
         }
@@ -204,7 +214,12 @@ impl Model {
             .iter()
             .map(|k| k.len() + LEASE_OVERHEAD)
             .sum();
-        self.sessions.len() * SESSION_OVERHEAD + holds + leases
+        let reservations: usize = self
+            .reservations
+            .keys()
+            .map(|k| k.len() + LEASE_OVERHEAD)
+            .sum();
+        self.sessions.len() * SESSION_OVERHEAD + holds + leases + reservations
     }
 
     /// Bytes used and their pinned part: entries and pending versions, markers (pinned).
@@ -342,7 +357,11 @@ impl Model {
             Cmd::LGet { sid, key, rmw } => self.lget(*sid, key, *rmw, at),
             Cmd::LMGet { sid, rmw, keys } => {
                 // RETRY is per key; any other refusal is the whole reply's.
-                self.each(keys, |m, key| m.lget(*sid, key, *rmw, at), ErrorKind::Retry)
+                self.each(
+                    keys,
+                    |m, key| m.lget(*sid, key, *rmw, at),
+                    &[ErrorKind::Retry],
+                )
             }
             Cmd::LSet {
                 sid,
@@ -353,7 +372,8 @@ impl Model {
             Cmd::LMSet { sid, pin, pairs } => self.each(
                 pairs,
                 |m, (key, value)| m.lset(*sid, key, value, *pin, at).map(|_| Reply::OK),
-                ErrorKind::NotStored,
+                // RETRY: a ticketed writer waits for that key, which is left untouched.
+                &[ErrorKind::NotStored, ErrorKind::Retry],
             ),
             Cmd::LAdd {
                 sid,
@@ -378,11 +398,7 @@ impl Model {
             }
             Cmd::LDel { sid, key } => self.ldel(*sid, key, at),
             Cmd::LMDel { sid, keys } => {
-                let mut replies = Vec::new();
-                for key in keys {
-                    replies.push(self.ldel(*sid, key, at)?);
-                }
-                Ok(Reply::Array(replies))
+                self.each(keys, |m, key| m.ldel(*sid, key, at), &[ErrorKind::Retry])
             }
             Cmd::LAppend {
                 sid,
@@ -467,7 +483,7 @@ impl Model {
             }
             Cmd::LCommit(sid) => {
                 self.require_live(*sid)?;
-                let Some(Session::Live { holds, .. }) = self.sessions.remove(sid) else {
+                let Some(Session::Live { holds, .. }) = self.forget(*sid) else {
                     unreachable!("checked live")
                 };
                 for (key, hold) in holds {
@@ -477,9 +493,25 @@ impl Model {
             }
             Cmd::LAbort(sid) => {
                 // The client rolls its transaction back: nothing is deleted.
-                self.sessions.remove(sid);
+                self.forget(*sid);
                 Ok(Reply::OK)
             }
+            Cmd::LPriority { sid, ticket } => match self.sessions.get_mut(sid) {
+                Some(Session::Tombstone { .. }) => Err(ErrorReply::abort()),
+                // The first ticket stays: others may have waited or given way by it.
+                Some(Session::Live { ticket: held, .. }) => {
+                    held.get_or_insert(*ticket);
+                    Ok(Reply::OK)
+                }
+                None => {
+                    let cap = self.limits.max_session_memory;
+                    if cap != 0 && self.session_memory() + SESSION_OVERHEAD > cap {
+                        return Err(too_many_sessions());
+                    }
+                    self.open(*sid, Some(*ticket), at);
+                    Ok(Reply::OK)
+                }
+            },
             _ => unreachable!("not a session command: {cmd:?}"),
         }
     }
@@ -579,12 +611,12 @@ impl Model {
         &mut self,
         items: &[T],
         mut one: impl FnMut(&mut Self, &T) -> Outcome,
-        per_item: ErrorKind,
+        per_item: &[ErrorKind],
     ) -> Outcome {
         let mut replies = Vec::new();
         for item in items {
             match one(self, item) {
-                Err(e) if e.kind != per_item => return Err(e),
+                Err(e) if !per_item.contains(&e.kind) => return Err(e),
                 reply => replies.push(reply.unwrap_or_else(Reply::Error)),
             }
         }
@@ -698,8 +730,23 @@ impl Model {
             .map(|(s, _, _)| s)
             .collect();
         let held = others.first().and_then(|s| self.hold_kind(*s, key));
+        // A writer older than everyone in its way waits (RETRY) instead of giving way.
+        let writer_waits = |m: &Model, in_way: &[Sid]| {
+            family == Family::Session
+                && m.ticket(sid).is_some()
+                && in_way.iter().all(|&s| m.age(sid) < m.age(s))
+        };
+        let reserved_by_older = self
+            .reservations
+            .get(key)
+            .is_some_and(|&owner| owner != sid && self.age(owner) < self.age(sid));
         // Ok: granted, after voiding (wounding) the sessions listed.
         let decision: Result<Vec<Sid>, Refusal> = match (want, held) {
+            // A key an older writer waits for is not for younger writers, held or not.
+            (Kind::Exclusive, _) if own.is_none() && reserved_by_older => Err(match family {
+                Family::Session => Refusal::Abort,
+                Family::Iq => Refusal::Retry,
+            }),
             // S on X: the requester aborts; I on Q: it backs off.
             (Kind::Shared, Some(Kind::Exclusive)) => Err(match family {
                 Family::Session => Refusal::Abort,
@@ -713,14 +760,22 @@ impl Model {
             // X on X, Q on Q: shared in write-around; the requester aborts in write-through.
             (Kind::Exclusive, Some(Kind::Exclusive)) => match self.limits.mode {
                 Mode::WriteAround => Ok(Vec::new()),
+                Mode::WriteThrough if writer_waits(self, &others) => Err(Refusal::Wait),
                 Mode::WriteThrough => Err(Refusal::Abort),
             },
             // X on S, Q on I: void the holders, unless one of them is golden.
             (Kind::Exclusive, Some(Kind::Shared)) => {
-                if others.iter().any(|s| self.is_validated(*s)) {
-                    Err(Refusal::Abort)
-                } else {
+                let golden: Vec<Sid> = others
+                    .iter()
+                    .copied()
+                    .filter(|s| self.is_validated(*s))
+                    .collect();
+                if golden.is_empty() {
                     Ok(others)
+                } else if writer_waits(self, &golden) {
+                    Err(Refusal::Wait)
+                } else {
+                    Err(Refusal::Abort)
                 }
             }
         };
@@ -732,28 +787,35 @@ impl Model {
                 grows += key.len() + LEASE_OVERHEAD;
             }
         }
+        if decision == Err(Refusal::Wait) && !self.reservations.contains_key(key) {
+            grows += key.len() + LEASE_OVERHEAD;
+        }
         let cap = self.limits.max_session_memory;
         if grows > 0 && cap != 0 && self.session_memory() + grows > cap {
             return Err(too_many_sessions());
         }
         if opening {
-            // The session's lifetime runs from its first lease request.
-            let ends_by = at + self.limits.max_session_ms;
-            let deadline = (at + self.limits.lease_ms).min(ends_by);
-            let holds = BTreeMap::new();
-            let live = Session::Live {
-                validated: false,
-                holds,
-                deadline,
-                ends_by,
-            };
-            self.sessions.insert(sid, live);
+            self.open(sid, None, at);
         }
         let wound = match decision {
             Ok(wound) => wound,
             Err(Refusal::Retry) => return Err(ErrorReply::retry()),
+            Err(Refusal::Wait) => {
+                // The oldest waiter holds the reservation.
+                let keeps = self
+                    .reservations
+                    .get(key)
+                    .is_some_and(|&owner| self.age(owner) <= self.age(sid));
+                if !keeps {
+                    self.reservations.insert(key.to_string(), sid);
+                }
+                return Err(ErrorReply::retry());
+            }
             Err(Refusal::Abort) => return Err(self.abort_requester(sid, at)),
         };
+        if self.reservations.get(key) == Some(&sid) {
+            self.reservations.remove(key);
+        }
         for other in wound {
             self.end(other, End::Wounded, at);
         }
@@ -767,6 +829,40 @@ impl Model {
         };
         holds.entry(key.to_string()).or_insert(hold).kind = want;
         Ok(())
+    }
+
+    /// Opens session `sid` at `at`: its lifetime runs from its first lease request (or
+    /// LPRIORITY).
+    fn open(&mut self, sid: Sid, ticket: Option<u64>, at: u64) {
+        let ends_by = at + self.limits.max_session_ms;
+        let deadline = (at + self.limits.lease_ms).min(ends_by);
+        let live = Session::Live {
+            validated: false,
+            holds: BTreeMap::new(),
+            deadline,
+            ends_by,
+            ticket,
+        };
+        self.sessions.insert(sid, live);
+    }
+
+    fn ticket(&self, sid: Sid) -> Option<u64> {
+        match self.sessions.get(&sid) {
+            Some(Session::Live { ticket, .. }) => *ticket,
+            _ => None,
+        }
+    }
+
+    /// Older is smaller: the ticket, then the session id; no ticket is the youngest.
+    fn age(&self, sid: Sid) -> (u64, Sid) {
+        (self.ticket(sid).unwrap_or(u64::MAX), sid)
+    }
+
+    /// Forgets a session (committed, rolled back, or its last IQ lease released) and its
+    /// reservations.
+    fn forget(&mut self, sid: Sid) -> Option<Session> {
+        self.reservations.retain(|_, owner| *owner != sid);
+        self.sessions.remove(&sid)
     }
 
     /// SAR and DAR need the session's exclusive lease; without it, the session is aborted.
@@ -845,6 +941,7 @@ impl Model {
             return;
         };
         let forget_at = at + self.limits.tombstone_ms;
+        self.reservations.retain(|_, owner| *owner != sid);
         let Some(Session::Live { holds, .. }) =
             self.sessions.insert(sid, Session::Tombstone { forget_at })
         else {
@@ -867,7 +964,7 @@ impl Model {
         };
         let hold = holds.remove(key).expect("the session holds the key");
         if holds.is_empty() {
-            self.sessions.remove(&sid);
+            self.forget(sid);
         }
         hold
     }
