@@ -130,8 +130,9 @@ pub struct Config {
     /// How long [`Cads::run`] keeps running again a session that lost a lease conflict (or a
     /// data-store serialization conflict) before it reports the last abort; write-back's
     /// appliers retry as long. After its first loss a session carries a ticket, its work's
-    /// start time, and on a hot key it then waits for younger sessions instead of losing again
-    /// (docs/ARCHITECTURE.md, "Hot keys"), so giving up takes contention that lasts this long.
+    /// start time, and its writes to a hot key then wait for younger sessions instead of losing
+    /// again (docs/ARCHITECTURE.md, "Hot keys"), so giving up takes contention that lasts this
+    /// long.
     pub give_up_after: Duration,
     /// Backoff between attempts.
     pub retry: RetryPolicy,
@@ -316,7 +317,7 @@ impl Cads {
     /// Runs `work` in a session and commits it; a session aborted by a lease conflict or a
     /// data-store serialization conflict is rolled back and run again after a backoff that grows
     /// with every loss, for up to [`Config::give_up_after`]; from its second attempt it carries
-    /// its ticket, so on a hot key it waits for younger sessions rather than losing to them.
+    /// its ticket, so its writes to a hot key wait for younger sessions rather than lose to them.
     /// Other errors end it at once.
     pub fn run<T>(&self, mut work: impl FnMut(&mut Session<'_>) -> Result<T>) -> Result<T> {
         let mut attempts = Attempts::new(&self.config);

@@ -269,9 +269,10 @@ impl<'c> Session<'c> {
     /// Gives the session a ticket: the time the work it does first started (any clock the
     /// application's processes share, microseconds since the Unix epoch for instance; smaller is
     /// older), kept by the caller across the retries of that work. On a hot key, a ticketed
-    /// session older than the sessions in its way waits for them (RETRY, backed off here within
-    /// the retry budget) instead of being aborted, and younger sessions give way to it, so work
-    /// that keeps its ticket eventually wins every key it asks for (`LPRIORITY`, PROTOCOL.md).
+    /// session asking for an exclusive lease and older than the sessions in its way waits for
+    /// them (RETRY, polled here within the retry budget) instead of being aborted, and younger
+    /// writers give way to it, so work that keeps its ticket eventually gets every key it writes
+    /// (`LPRIORITY`, PROTOCOL.md). Shared (read) requests are not affected.
     /// Each CMI is told with the session's first command there, in the same round trip.
     pub fn set_ticket(&mut self, ticket: u64) {
         self.ticket = Some(ticket);

@@ -96,8 +96,8 @@ pub struct Session {
     pub cut_short: bool,
     /// What it holds, by key: looking a key up costs the same however many keys it holds.
     pub holds: HashMap<Box<[u8]>, Hold>,
-    /// Its ticket (`LPRIORITY`): when its work first started; it then waits for younger
-    /// sessions instead of giving way (`contention`).
+    /// Its ticket (`LPRIORITY`): when its work first started; its exclusive requests then wait
+    /// for younger sessions instead of giving way (`contention`).
     pub ticket: Option<u64>,
     /// Keys it has reserved while waiting for them.
     pub reserved: HashSet<Box<[u8]>>,
