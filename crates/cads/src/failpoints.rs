@@ -13,10 +13,15 @@
 //! | --- | --- | --- |
 //! | [`FILL`] | between a miss's data-store query and its cache fill | a callback or `pause`/`sleep` holds the reader in the window of the read-write race (001 §3.3) |
 //! | [`LEASES_OFF`] | every session | `return` makes sessions use the cache without leases: the broken baseline of the race tests |
+//! | [`UNLIST`] | in a Design 1 applier, after its data-store commit and before it removes the applied documents from PendingWrites (TeleW): Step 6 of 000 Algorithm 6 | a callback writes to a document there, the race Step 6 must survive |
 //! | [`APPLY_STEPS`] | inside a write-back applier (000 Algorithms 2 and 4) | `return` makes the applier die there (it abandons its cache session without releasing anything; its leases expire); a callback may stall it, or call [`die`] to make it die conditionally |
 
 /// Between querying the data store on a miss and filling the cache.
 pub const FILL: &str = "cads::fill";
+
+/// Design 1: the buffered writes are applied and deleted; their PendingWrites lines are not yet
+/// removed.
+pub const UNLIST: &str = "cads::apply::unlist";
 
 /// Sessions run without leases.
 pub const LEASES_OFF: &str = "cads::leases-off";
@@ -86,4 +91,11 @@ pub(crate) fn leases_off() -> bool {
 pub(crate) fn before_fill() {
     #[cfg(feature = "failpoints")]
     fail::fail_point!(FILL);
+}
+
+/// After an applier's commit, before it removes the applied documents' lines.
+#[inline(always)]
+pub(crate) fn before_unlist() {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(UNLIST);
 }

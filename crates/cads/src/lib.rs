@@ -36,6 +36,7 @@ mod error;
 pub mod failpoints;
 mod missed;
 mod session;
+pub mod tardis;
 mod tx;
 pub mod writeback;
 
@@ -64,6 +65,7 @@ pub use cads_coord::Coordinator;
 pub use cads_store as store;
 pub use error::{Error, Result};
 pub use session::Session;
+pub use tardis::{Mode, TardisConfig, TardisCounts, Technique};
 pub use tx::StoreTx;
 pub use writeback::{
     SqlBuffer, Statement, Workers, WriteBackConfig, WriteBackCounts, WriteBackStats,
@@ -136,8 +138,25 @@ pub struct Config {
     pub give_up_after: Duration,
     /// Backoff between attempts.
     pub retry: RetryPolicy,
-    /// Write-back's settings (used with [`Policy::WriteBack`]).
+    /// Write-back's settings (used with [`Policy::WriteBack`]; TARDIS keeps its buffered writes
+    /// on `write_back.replicas` CMIs too).
     pub write_back: WriteBackConfig,
+    /// TARDIS (000 ch. 4): with write-around or write-through, writes are buffered in the cache
+    /// while the data store is down and applied once it is back ([`tardis`]). Needs the CMIs in
+    /// write-through lease mode ([`Config::cmi_mode`]) and [`tardis::Recovery`] running. Ignored
+    /// by the other policies (write-back tolerates an outage by design).
+    pub tardis: Option<TardisConfig>,
+}
+
+impl Config {
+    /// The lease mode the CMIs must run for `policy` with these settings: TARDIS buffers pinned
+    /// writes and updates cached values in failed mode, which write-around CMIs refuse.
+    pub fn cmi_mode(&self, policy: Policy) -> &'static str {
+        match policy {
+            Policy::WriteAround if self.tardis.is_some() => Policy::WriteThrough.cmi_mode(),
+            _ => policy.cmi_mode(),
+        }
+    }
 }
 
 /// A password, kept out of `Debug` output (and so out of logs and panics that print a
@@ -160,6 +179,7 @@ impl Default for Config {
             give_up_after: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             write_back: WriteBackConfig::default(),
+            tardis: None,
         }
     }
 }
@@ -182,6 +202,8 @@ pub struct Cads {
     pub(crate) applied_sessions_ready: AtomicBool,
     /// Write-back's MACs, once the key is known.
     seal: OnceLock<writeback::Seal>,
+    /// TARDIS's mode and counters, when it is on.
+    tardis: Option<tardis::Tardis>,
 }
 
 /// What [`Cads::read`]'s plain GET found.
@@ -210,6 +232,12 @@ impl Cads {
             cache
         };
         let cmis = cache.as_ref().map_or(0, Client::cmis);
+        let tardis = match policy {
+            Policy::WriteAround | Policy::WriteThrough if cache.is_some() => {
+                config.tardis.clone().map(tardis::Tardis::new)
+            }
+            _ => None,
+        };
         Cads {
             store,
             cache,
@@ -222,6 +250,7 @@ impl Cads {
             write_back: WriteBackStats::default(),
             applied_sessions_ready: AtomicBool::new(false),
             seal: OnceLock::new(),
+            tardis,
         }
     }
 
@@ -257,6 +286,40 @@ impl Cads {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// TARDIS's mode in this process (None when TARDIS is off).
+    pub fn mode(&self) -> Option<Mode> {
+        self.tardis.as_ref().map(tardis::Tardis::mode)
+    }
+
+    /// How long this process has been in its current TARDIS mode.
+    pub fn in_mode_for(&self) -> Option<Duration> {
+        self.tardis.as_ref().map(tardis::Tardis::in_mode_for)
+    }
+
+    /// TARDIS's counters in this process (None when TARDIS is off).
+    pub fn tardis_counts(&self) -> Option<TardisCounts> {
+        self.tardis.as_ref().map(tardis::Tardis::counts)
+    }
+
+    pub(crate) fn tardis(&self) -> Option<&tardis::Tardis> {
+        self.tardis.as_ref()
+    }
+
+    /// Documents listed as having buffered writes (TARDIS's TeleW keys, write-back's
+    /// PendingWrites); a line may outlive its buffered write until an applier or the TARDIS
+    /// monitor removes it.
+    pub fn dirty_documents(&self) -> Result<usize> {
+        Ok(writeback::pending(self)?.len())
+    }
+
+    /// Design 1's PendingWrites partitions, which are TARDIS's TeleW keys when it is on.
+    pub(crate) fn buffer_partitions(&self) -> usize {
+        match &self.tardis {
+            Some(t) => t.config.telew.max(1),
+            None => self.config.write_back.partitions.max(1),
+        }
     }
 
     /// Write-back's counters in this process.
@@ -336,7 +399,7 @@ impl Cads {
             match outcome {
                 // Write-back's pinned memory is full: the session runs again as write-through
                 // (000 §3.3.4.1), applying the buffered writes of its documents first.
-                Err(Error::BufferFull) if !write_through => {
+                Err(Error::BufferFull) if self.policy == Policy::WriteBack && !write_through => {
                     self.write_back.fallbacks.fetch_add(1, Ordering::Relaxed);
                     write_through = true;
                 }

@@ -11,6 +11,7 @@ use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::{Error, Result};
 use crate::failpoints;
 use crate::missed::Missed;
+use crate::tardis::{self, Mode, OnMiss};
 use crate::tx::StoreTx;
 use crate::writeback::design1;
 use crate::writeback::design2::{self, SessionWrites};
@@ -47,6 +48,11 @@ pub struct Session<'a> {
     /// Set when the cache could not be reached and the session went on with the data store
     /// alone: the CMI that failed and how.
     degraded: Option<(usize, String)>,
+    /// TARDIS: the AppNode's mode when the session started.
+    mode: Option<Mode>,
+    /// TARDIS: the session's document writes are buffered in the cache (teleported) instead of
+    /// going to the data store.
+    teleport: bool,
     prepared: bool,
 }
 
@@ -64,6 +70,11 @@ impl<'a> Session<'a> {
                 session
             }),
         };
+        let mode = cads.tardis().map(|t| t.mode());
+        let teleport = match (cads.tardis(), mode) {
+            (Some(t), Some(mode)) => t.teleports(mode),
+            _ => false,
+        };
         Session {
             cads,
             cache,
@@ -78,6 +89,8 @@ impl<'a> Session<'a> {
             refused: Refused::default(),
             write_through,
             degraded: None,
+            mode,
+            teleport,
             prepared: false,
         }
     }
@@ -93,6 +106,10 @@ impl<'a> Session<'a> {
         keys: &[Vec<u8>],
         may_fold: bool,
     ) -> Result<Option<Vec<Vec<u8>>>> {
+        if self.cads.tardis().is_some() {
+            self.before_store_read_tardis(&cs.buffered_reads(query))?;
+            return Ok(None);
+        }
         if self.cads.policy() != Policy::WriteBack {
             return Ok(None);
         }
@@ -132,6 +149,43 @@ impl<'a> Session<'a> {
         Ok(None)
     }
 
+    /// TARDIS, before a miss queries the data store (000 Tables 4.2-4.3): depending on the mode
+    /// and the technique, the buffered writes of `docs` (the mapping) are applied first, or the
+    /// read is refused because the data store may lack them.
+    fn before_store_read_tardis(&mut self, docs: &[DocRef]) -> Result<()> {
+        let t = self.cads.tardis().expect("checked");
+        let refuse = |why: String| {
+            t.note_refused_miss();
+            Err(Error::StoreUnavailable { reason: why })
+        };
+        match t.on_miss() {
+            OnMiss::Query => Ok(()),
+            OnMiss::Refuse => refuse(format!(
+                "a read missed in the cache in {} mode, and {} does not apply buffered writes on \
+                 a miss: retry once the AppNode is in normal mode",
+                t.mode().name(),
+                t.config.technique.name().to_uppercase()
+            )),
+            OnMiss::QueryIfClean => match tardis::any_dirty(self.cads, docs)? {
+                true => refuse(
+                    "a read missed in the cache while the data store is down and lacks buffered \
+                     writes it depends on"
+                        .into(),
+                ),
+                false => Ok(()),
+            },
+            OnMiss::ApplyFirst => match tardis::apply_dirty(self.cads, docs) {
+                Ok(0) => Ok(()),
+                Ok(_) => self.refresh_reads(),
+                Err(Error::Store(e)) if tardis::is_failure(&e) => refuse(format!(
+                    "a read missed in the cache and the buffered writes it depends on cannot be \
+                     applied: {e}"
+                )),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
     /// Makes the session's next data-store read see what was applied just now. A session whose
     /// write transaction reads from an older snapshot cannot: it runs again.
     fn refresh_reads(&mut self) -> Result<()> {
@@ -154,7 +208,21 @@ impl<'a> Session<'a> {
         may_fold: bool,
     ) -> Result<C::Output> {
         let changes = self.before_store_read(cs, query, keys, may_fold)?;
-        let mut output = cs.query_store(query, &mut self.tx)?;
+        let mut output = match cs.query_store(query, &mut self.tx) {
+            Ok(output) => output,
+            Err(e) => match self.cads.tardis() {
+                Some(t) if tardis::is_failure(&e) => {
+                    t.store_failed(&e);
+                    t.note_refused_miss();
+                    return Err(Error::StoreUnavailable {
+                        reason: format!(
+                            "a read missed in the cache and the data store failed: {e}"
+                        ),
+                    });
+                }
+                _ => return Err(e.into()),
+            },
+        };
         if let Some(changes) = changes {
             if !changes.is_empty() && !cs.fold_result_changes(query, &mut output, &changes) {
                 return Err(Error::App(
@@ -290,21 +358,42 @@ impl<'a> Session<'a> {
     pub fn write<C: CacheStore>(&mut self, cs: &C, write: &C::Write) -> Result<()> {
         let ops = match self.cads.policy() {
             Policy::WriteBack => cs.buffer(write),
+            _ if self.cads.tardis().is_some() => cs.buffer(write),
             _ => Vec::new(),
         };
         for (doc, op) in &ops {
             doc.check(op)?;
         }
+        let teleported = self.teleport && !ops.is_empty();
+        if self.teleport && ops.is_empty() && self.mode == Some(Mode::Failed) {
+            let t = self.cads.tardis().expect("teleporting");
+            t.note_refused_write();
+            return Err(Error::StoreUnavailable {
+                reason: "the data store is down and this write cannot be buffered (its \
+                         CacheStore gives no document operations); nothing was written"
+                    .into(),
+            });
+        }
         let keys = cs.keys_written(write);
         self.written_keys.extend(keys.iter().cloned());
         match self.cads.policy() {
             Policy::DataStoreOnly => {}
-            Policy::WriteAround => self.deletes.extend(keys),
-            Policy::WriteThrough | Policy::WriteBack => {
+            // A teleported write changes the cached value as write-through does (000 §4.3.2):
+            // deleting it would leave reads nothing to hit until the data store is back.
+            Policy::WriteAround if !teleported => self.deletes.extend(keys),
+            Policy::WriteAround | Policy::WriteThrough | Policy::WriteBack => {
                 for key in keys {
                     let change = cs.cache_change(write, &key);
                     self.changes.push((key, change));
                 }
+            }
+        }
+        if self.cads.tardis().is_some() {
+            self.written_docs
+                .extend(ops.iter().map(|(doc, _)| doc.clone()));
+            if teleported {
+                self.buffered.extend(ops);
+                return Ok(());
             }
         }
         if self.cads.policy() == Policy::WriteBack {
@@ -370,6 +459,18 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         if let Some((cmi, cause)) = &self.degraded {
+            if !self.buffered.is_empty() && self.teleport {
+                self.cads
+                    .tardis()
+                    .expect("teleporting")
+                    .note_refused_write();
+                return Err(Error::StoreUnavailable {
+                    reason: format!(
+                        "the data store is down and the cache cannot be reached to buffer this \
+                         session's writes ({cause}); nothing was written"
+                    ),
+                });
+            }
             if self.cads.policy() == Policy::WriteBack && !self.read_only() {
                 // Write-back acknowledges a write once it is buffered in the cache, and only the
                 // cache knows which earlier writes of its documents are still to be applied: a
@@ -395,14 +496,93 @@ impl<'a> Session<'a> {
         if self.cads.policy() == Policy::WriteBack {
             return self.pre_commit_write_back();
         }
+        if self.teleport && !self.buffered.is_empty() {
+            return self.pre_commit_teleport();
+        }
         match self.stage(None, true) {
-            Ok(_) => Ok(()),
+            Ok(_) => {}
             Err(e) if e.is_unavailable() => {
                 self.degrade(&e);
                 self.note_missed_writes();
-                Ok(())
             }
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
+        }
+        self.apply_before_write()
+    }
+
+    /// TARDIS: a session that teleports its writes stages them as write-back does, the cached
+    /// values changed and the buffered writes added to (000 §4.3.2), all under its exclusive
+    /// leases. Pinned memory full is [`Error::BufferFull`]: nothing of the session is written, and
+    /// nothing buffered before is lost.
+    fn pre_commit_teleport(&mut self) -> Result<()> {
+        let t = self.cads.tardis().expect("teleporting");
+        let seal = self.cads.seal().map_err(|e| {
+            t.note_refused_write();
+            Error::StoreUnavailable {
+                reason: format!(
+                    "the key of buffered writes was never loaded and the data store cannot give \
+                     it ({e}); nothing was written"
+                ),
+            }
+        })?;
+        let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
+        let validated = match self.stage(Some(&staging), true) {
+            Ok(validated) => validated,
+            Err(ClientError::NotStored) => {
+                t.note_refused_write();
+                return Err(Error::BufferFull);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !validated {
+            self.cache.as_mut().expect("checked").validate()?;
+        }
+        // With the leases held, a monitor cannot be ending recovery (it needs the TeleW keys'
+        // leases, and this session holds its new buffered writes' ones). If it ended it before,
+        // buffered writes made now would be missed by misses in normal mode: run again.
+        if t.mode() == Mode::Normal {
+            return Err(Error::Aborted {
+                reason: "the AppNode returned to normal mode while the session buffered its \
+                         writes"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// TARDIS, once a write's exclusive leases are held: Algorithm 5 for its documents when the
+    /// mode asks for it (recovery under DIS and TARDIS, Recon's normal mode), or when the mode
+    /// changed since the session began (a buffered write may have been made meanwhile). The
+    /// leases keep writers that teleport out until this session commits, so its write lands
+    /// after every buffered write of its documents.
+    fn apply_before_write(&mut self) -> Result<()> {
+        let Some(t) = self.cads.tardis() else {
+            return Ok(());
+        };
+        let now = t.mode();
+        if self.written_docs.is_empty() || !(t.applies_before_write(now) || self.mode != Some(now))
+        {
+            return Ok(());
+        }
+        let mut docs = self.written_docs.clone();
+        docs.sort();
+        docs.dedup();
+        match tardis::apply_dirty(self.cads, &docs) {
+            Ok(_) => {}
+            // Nothing of this session reached the data store: it runs again, teleporting.
+            Err(Error::Store(e)) if tardis::is_failure(&e) => {
+                return Err(Error::Aborted {
+                    reason: format!(
+                        "the data store failed while applying buffered writes before a write: {e}"
+                    ),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+        // Applying took time: the leases are checked again before the data store is written.
+        match self.cache.as_mut() {
+            Some(cache) if self.degraded.is_none() => cache.validate().map_err(Error::from),
+            _ => Ok(()),
         }
     }
 
@@ -599,6 +779,12 @@ impl<'a> Session<'a> {
             if let Some(cache) = self.cache.as_mut() {
                 cache.abort();
             }
+            if let Some(t) = self.cads.tardis() {
+                if tardis::is_failure(&e) {
+                    t.store_failed(&e);
+                    t.note_failed_write();
+                }
+            }
             // The commit may have happened (its reply was lost, or the store went down after
             // it): the cached values of the written keys may be old, so they go.
             if matches!(e, StoreError::Timeout(_) | StoreError::Unavailable(_)) {
@@ -623,7 +809,12 @@ impl<'a> Session<'a> {
                 let stats = self.cads.write_back_stats();
                 std::mem::take(&mut self.refused).discarded(stats);
                 let buffered = self.buffered.len() as u64;
-                stats.buffered.fetch_add(buffered, Ordering::Relaxed);
+                match self.cads.tardis() {
+                    Some(t) => t.note_teleported(buffered),
+                    None => {
+                        stats.buffered.fetch_add(buffered, Ordering::Relaxed);
+                    }
+                }
                 if !self.sql_writes.is_empty() {
                     stats.buffered_sessions.fetch_add(1, Ordering::Relaxed);
                 }

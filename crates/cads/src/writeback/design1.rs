@@ -29,12 +29,12 @@ fn doc_of(bw_key: &[u8]) -> Option<DocRef> {
     })
 }
 
-fn pw_key(partition: usize) -> Vec<u8> {
+pub(crate) fn pw_key(partition: usize) -> Vec<u8> {
     format!("PW:{partition}").into_bytes()
 }
 
 fn partition_of(cads: &Cads, bw_key: &[u8]) -> usize {
-    let partitions = cads.config().write_back.partitions.max(1);
+    let partitions = cads.buffer_partitions();
     (cads_client::stable_hash(bw_key) % partitions as u64) as usize
 }
 
@@ -296,7 +296,16 @@ pub(crate) fn has_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
 /// Algorithm 2 of 000 §3.2: applies `doc`'s buffered write to the data store, if it has one.
 /// Returns whether it applied one.
 pub fn apply_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
-    apply_docs(cads, std::slice::from_ref(doc)).map(|applied| applied > 0)
+    apply_docs(cads, std::slice::from_ref(doc), Patience::Wait).map(|applied| applied > 0)
+}
+
+/// What an applier does about a document whose leases another session holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Patience {
+    /// Try again, for as long as [`Config::give_up_after`](crate::Config::give_up_after).
+    Wait,
+    /// Leave it: whoever holds it is applying it or writing it (TARDIS's AR workers, 000 §4.3.5).
+    Skip,
 }
 
 /// Algorithm 2 for several documents at once (workers and the drain take them a PendingWrites
@@ -307,8 +316,8 @@ pub fn apply_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
 ///
 /// A batch that a writer's lease conflict aborts, or that the data store rejects, is split in
 /// two and each half tried on its own, so that one contended or failing document does not hold
-/// up the others.
-pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef]) -> Result<usize> {
+/// up the others. A single contended document is tried again or skipped, as `patience` says.
+pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef], patience: Patience) -> Result<usize> {
     let mut docs = docs.to_vec();
     docs.sort();
     docs.dedup();
@@ -336,11 +345,12 @@ pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef]) -> Result<usize> {
         };
         if splits && docs.len() > 1 {
             let (first, second) = docs.split_at(docs.len() / 2);
-            let first = apply_docs(cads, first);
-            let second = apply_docs(cads, second);
+            let first = apply_docs(cads, first, patience);
+            let second = apply_docs(cads, second, patience);
             return Ok(applied + first? + second?);
         }
         match failure {
+            Error::Aborted { .. } if patience == Patience::Skip => return Ok(applied),
             e @ Error::Aborted { .. } if !attempts.again() => return Err(attempts.gave_up(e)),
             Error::Aborted { .. } => {}
             e => return Err(e),
@@ -523,6 +533,7 @@ fn apply_once(cads: &Cads, docs: &[DocRef], ticket: Option<u64>) -> Result<Round
     }
     refused.discarded(cads.write_back_stats());
     if !unlist_now {
+        failpoints::before_unlist();
         if let Err(e) = unlist(cads, &gone) {
             // The lines stay; the next pass over the partition finds no buffered write there
             // and removes them.
@@ -695,7 +706,7 @@ pub(crate) fn pending_in(cads: &Cads, partitions: &[usize]) -> Result<Listed> {
 
 /// Every document with a buffered write waiting (all PendingWrites partitions).
 pub fn pending(cads: &Cads) -> Result<Vec<DocRef>> {
-    let partitions: Vec<usize> = (0..cads.config().write_back.partitions.max(1)).collect();
+    let partitions: Vec<usize> = (0..cads.buffer_partitions()).collect();
     Ok(pending_in(cads, &partitions)?
         .docs
         .into_iter()

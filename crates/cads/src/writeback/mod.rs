@@ -37,7 +37,7 @@ pub mod buffer;
 pub(crate) mod design1;
 pub(crate) mod design2;
 pub mod mac;
-mod replicated;
+pub(crate) mod replicated;
 mod workers;
 
 use std::collections::BTreeMap;

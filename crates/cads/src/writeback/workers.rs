@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::design1::{apply_docs, pending_in, purge};
+use super::design1::{apply_docs, pending_in, purge, Patience};
 use super::design2;
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
@@ -80,7 +80,7 @@ impl Drop for Workers {
 pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut last_error = None;
-    let partitions: Vec<usize> = (0..cads.config().write_back.partitions.max(1)).collect();
+    let partitions: Vec<usize> = (0..cads.buffer_partitions()).collect();
     loop {
         let listed = pending_in(cads, &partitions)?;
         if !listed.refused.is_empty() {
@@ -102,7 +102,7 @@ pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
             )));
         }
         for batch in documents.chunks(per_transaction(cads)) {
-            if let Err(e) = apply_docs(cads, batch) {
+            if let Err(e) = apply_docs(cads, batch, Patience::Wait) {
                 tracing::debug!(error = %e, "drain: applying buffered writes failed; retrying");
                 last_error = Some(e);
             }
@@ -122,9 +122,7 @@ fn per_transaction(cads: &Cads) -> usize {
 }
 
 fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
-    let partitions: Vec<usize> = (index..cads.config().write_back.partitions.max(1))
-        .step_by(count)
-        .collect();
+    let partitions: Vec<usize> = (index..cads.buffer_partitions()).step_by(count).collect();
     let mut idle = Duration::from_millis(1);
     while !stop.load(Ordering::Acquire) {
         let mut pass = Pass::default();
@@ -142,7 +140,7 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
                     if stop.load(Ordering::Acquire) {
                         return;
                     }
-                    match apply_docs(cads, batch) {
+                    match apply_docs(cads, batch, Patience::Wait) {
                         Ok(n) => pass.note(n, per_transaction(cads)),
                         // A worker that dies here is "restarted" by carrying on: what it left
                         // behind is found again through PendingWrites once its leases expire.

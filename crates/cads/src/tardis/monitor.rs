@@ -1,0 +1,326 @@
+//! The threads that move an AppNode between modes and apply buffered writes eagerly: a monitor
+//! that probes the data store in failed mode and returns the AppNode to normal once no buffered
+//! write is left (000 §4.3.5), and the Active Recovery workers of Algorithm 6.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use cads_client::Write;
+use cads_store::Isolation;
+
+use super::{apply, Mode, Tardis};
+use crate::cache_store::DocRef;
+use crate::error::{Error, Result};
+use crate::writeback::design1::{pending_in, purge, pw_key};
+use crate::writeback::replicated::{filter_list, open_lines, placed};
+use crate::writeback::Refused;
+use crate::Cads;
+
+/// The monitor and the AR workers of one AppNode. Without them an AppNode that entered failed
+/// mode stays there. Dropping the handle stops them.
+pub struct Recovery {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// First and longest wait between failed probes (exponential back-off, 000 §4.3.2).
+const PROBE_FIRST: Duration = Duration::from_millis(10);
+const PROBE_LONGEST: Duration = Duration::from_secs(1);
+/// How often the threads look at the mode when there is nothing for them to do.
+const IDLE: Duration = Duration::from_millis(20);
+/// Listed documents the monitor checks for a buffered write per attempt to end recovery.
+const CHECKED_PER_ATTEMPT: usize = 4096;
+
+impl Recovery {
+    /// Starts the monitor and `ar_workers` AR workers for `cads`, which must have TARDIS on
+    /// ([`Config::tardis`](crate::Config::tardis) with write-around or write-through). Loads the
+    /// key of the buffered writes' MACs now, while the data store answers: an AppNode that
+    /// never had it cannot buffer writes when the data store is down.
+    pub fn start(cads: Arc<Cads>) -> Result<Recovery> {
+        let Some(tardis) = cads.tardis() else {
+            return Err(Error::App(
+                "TARDIS is not on: it needs Config::tardis and write-around or write-through"
+                    .into(),
+            ));
+        };
+        if let Err(e) = cads.seal() {
+            tracing::warn!(
+                error = %e,
+                "cannot load the key of buffered writes yet: writes fail while the data store is \
+                 down until it is loaded"
+            );
+        }
+        let workers = tardis.config.ar_workers;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::with_capacity(workers + 1);
+        let (c, s) = (cads.clone(), stop.clone());
+        threads.push(spawn("cads-tardis-monitor", move || monitor(&c, &s)));
+        for index in 0..workers {
+            let (c, s) = (cads.clone(), stop.clone());
+            threads.push(spawn(&format!("cads-ar-{index}"), move || {
+                ar_worker(&c, &s, index as u64)
+            }));
+        }
+        Ok(Recovery { stop, threads })
+    }
+
+    /// Stops the threads and waits for them.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Recovery {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("start a TARDIS thread")
+}
+
+/// Sleeps `d` in short steps, returning early once `stop` is set.
+fn nap(stop: &AtomicBool, d: Duration) {
+    let step = Duration::from_millis(10);
+    let mut left = d;
+    while !left.is_zero() && !stop.load(Ordering::Acquire) {
+        let now = left.min(step);
+        std::thread::sleep(now);
+        left -= now;
+    }
+}
+
+fn monitor(cads: &Cads, stop: &AtomicBool) {
+    let tardis = cads.tardis().expect("started with TARDIS");
+    let mut rng = Rng::new(u64::MAX);
+    let mut backoff = PROBE_FIRST;
+    let mut probes = 0;
+    while !stop.load(Ordering::Acquire) {
+        match tardis.mode() {
+            Mode::Normal => {
+                probes = 0;
+                nap(stop, IDLE);
+            }
+            Mode::Failed => match probe(cads, tardis, &mut rng) {
+                Ok(()) => {
+                    probes += 1;
+                    backoff = PROBE_FIRST;
+                    if probes >= tardis.config.recover_after.max(1) {
+                        tardis.store_back();
+                        probes = 0;
+                    } else {
+                        nap(stop, PROBE_FIRST);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "TARDIS probe failed; the data store is still down");
+                    probes = 0;
+                    nap(stop, backoff);
+                    backoff = (backoff * 2).min(PROBE_LONGEST);
+                }
+            },
+            Mode::Recovery => match end_recovery(cads, tardis) {
+                Ok(Ending::Normal) => {}
+                Ok(Ending::Pending(listed)) => {
+                    // Reading every TeleW key costs in proportion to what they list.
+                    let wait = IDLE + Duration::from_micros(10 * listed as u64);
+                    nap(stop, wait.min(PROBE_LONGEST));
+                }
+                Ok(Ending::Contended) => nap(stop, IDLE + rng.below(4) as u32 * IDLE),
+                Err(e) => {
+                    tracing::debug!(error = %e, "TARDIS: checking for the end of recovery failed");
+                    nap(stop, IDLE);
+                }
+            },
+        }
+    }
+}
+
+/// One probe of the data store in failed mode: a buffered write applied (a document from a random
+/// TeleW key), or, when that key lists none, an empty transaction.
+fn probe(cads: &Cads, tardis: &Tardis, rng: &mut Rng) -> Result<()> {
+    let telew = rng.below(tardis.config.telew.max(1));
+    let listed = pending_in(cads, &[telew])?;
+    match listed.docs.into_iter().flatten().next() {
+        Some(doc) => apply(cads, &[doc], false).map(drop),
+        None => {
+            let tx = cads
+                .store()
+                .begin(Isolation::ReadCommitted)
+                .and_then(|tx| tx.commit());
+            tx.map_err(Error::Store)
+        }
+    }
+}
+
+/// What an attempt to end recovery found.
+enum Ending {
+    /// No document listed has a buffered write: the AppNode is in normal mode.
+    Normal,
+    /// This many lines are listed (some documents still have buffered writes).
+    Pending(usize),
+    /// A TeleW key was leased by another session.
+    Contended,
+}
+
+/// 000 §4.3.5: under exclusive leases on all omega TeleW keys, drops the lines of documents
+/// without a buffered write (applied by a request, whose Algorithm 5 leaves TeleW alone) and, if
+/// none is left, enters normal mode before releasing the leases. A writer that creates a buffered
+/// write needs the lease of its TeleW key to list it, so none can appear meanwhile; one whose
+/// session began in failed mode sees normal mode once it has the lease and runs again.
+fn end_recovery(cads: &Cads, tardis: &Tardis) -> Result<Ending> {
+    let client = cads.cache().expect("TARDIS has a cache");
+    let seal = cads.seal()?;
+    let keys: Vec<Vec<u8>> = (0..tardis.config.telew.max(1)).map(pw_key).collect();
+    let places = placed(cads, client, &keys);
+    let mut session = client.session();
+    let lists = match session.mget_at(&places, true) {
+        Ok(lists) => lists,
+        Err(e) if e.is_unavailable() => return Err(e.into()),
+        Err(_) => {
+            session.abort();
+            return Ok(Ending::Contended);
+        }
+    };
+    let mut listed: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut lines = 0;
+    for (&(_, key), list) in places.iter().zip(&lists) {
+        let Some(list) = list else { continue };
+        let (payloads, _) = open_lines(seal, key, list);
+        lines += payloads.len();
+        listed.extend(payloads.into_iter().map(<[u8]>::to_vec));
+    }
+    // Which listed documents still have a buffered write, on any replica; checked up to a bound
+    // per attempt, so that a long list is pruned over several.
+    let checked: Vec<Vec<u8>> = listed.iter().take(CHECKED_PER_ATTEMPT).cloned().collect();
+    let bw_places = placed(cads, client, &checked);
+    let mut dirty: BTreeSet<&[u8]> = BTreeSet::new();
+    for (exists, &(_, key)) in client.exists_at(&bw_places).into_iter().zip(&bw_places) {
+        match exists {
+            Ok(false) => {}
+            Ok(true) => {
+                dirty.insert(key);
+            }
+            Err(e) => {
+                session.abort();
+                return Err(e.into());
+            }
+        }
+    }
+    let clean: BTreeSet<&[u8]> = checked
+        .iter()
+        .map(Vec::as_slice)
+        .filter(|k| !dirty.contains(k))
+        .collect();
+    let all_clean = clean.len() == listed.len();
+    if all_clean && !tardis.recovered() {
+        // Failed again meanwhile: the lines stay for the next recovery.
+        session.abort();
+        return Ok(Ending::Pending(lines));
+    }
+    let mut refused = Refused::default();
+    let writes: Vec<(usize, Write)> = places
+        .iter()
+        .zip(lists)
+        .filter_map(|(&(cmi, key), list)| {
+            let list = list?;
+            let keep = |bw: &[u8]| !clean.contains(bw);
+            filter_list(seal, key, &list, keep, false, &mut refused).map(|w| (cmi, w))
+        })
+        .collect();
+    session.write_at(&writes, true)?;
+    session.commit()?;
+    refused.discarded(cads.write_back_stats());
+    Ok(if all_clean {
+        Ending::Normal
+    } else {
+        Ending::Pending(lines)
+    })
+}
+
+/// An AR worker: Algorithm 6 in recovery mode, idle otherwise.
+fn ar_worker(cads: &Cads, stop: &AtomicBool, index: u64) {
+    let tardis = cads.tardis().expect("started with TARDIS");
+    let mut rng = Rng::new(index);
+    while !stop.load(Ordering::Acquire) {
+        if tardis.mode() != Mode::Recovery {
+            nap(stop, IDLE);
+            continue;
+        }
+        match ar_iteration(cads, tardis, &mut rng) {
+            Ok(true) => {}
+            Ok(false) => nap(stop, IDLE),
+            Err(e) => {
+                tracing::debug!(error = %e, "AR worker: iteration failed");
+                nap(stop, IDLE);
+            }
+        }
+    }
+}
+
+/// One iteration of Algorithm 6: a random TeleW key (the next ones when it lists nothing), alpha
+/// random documents from it, their buffered writes applied (a document another session holds is
+/// skipped); the applier removes them from the TeleW key afterwards, keeping any that a write
+/// gave a new buffered write meanwhile (Step 6). Returns whether it found documents listed.
+fn ar_iteration(cads: &Cads, tardis: &Tardis, rng: &mut Rng) -> Result<bool> {
+    let omega = tardis.config.telew.max(1);
+    let first = rng.below(omega);
+    for step in 0..omega {
+        let telew = (first + step) % omega;
+        let listed = pending_in(cads, &[telew])?;
+        if !listed.refused.is_empty() {
+            purge(cads, &listed.refused)?;
+        }
+        let mut docs: Vec<DocRef> = listed.docs.into_iter().flatten().collect();
+        if docs.is_empty() {
+            continue;
+        }
+        let alpha = tardis.config.alpha.max(1);
+        for i in 0..docs.len().min(alpha) {
+            let j = i + rng.below(docs.len() - i);
+            docs.swap(i, j);
+        }
+        docs.truncate(alpha);
+        apply(cads, &docs, false)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// A small generator for random choices (SplitMix64), seeded per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn new(salt: u64) -> Rng {
+        let mut seed = [0u8; 8];
+        let _ = getrandom::fill(&mut seed);
+        Rng(u64::from_le_bytes(seed) ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}

@@ -1,0 +1,259 @@
+//! TARDIS (000 ch. 4) over a data store that fails and comes back (the fault-injecting wrapper):
+//! writes acknowledged while it is down land in it exactly once, no read returns a stale value, a
+//! miss that could be stale is refused, and the AppNode returns to normal mode. The four
+//! techniques differ as 000 Table 4.3 says.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cads::documents::Collection;
+use cads::tardis::{AppNodes, Recovery};
+use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
+use cads_store::{Changes, Document, FaultMode};
+use common::Deployment;
+use serde_json::json;
+
+fn doc(v: serde_json::Value) -> Document {
+    v.as_object().unwrap().clone()
+}
+
+fn inc(n: i64) -> Changes {
+    Changes::from_json(&json!({"$inc": {"n": n}, "$push": {"log": n}})).unwrap()
+}
+
+/// A deployment whose CMIs run in write-through lease mode, as TARDIS needs under both policies.
+fn deployment(policy: Policy) -> Deployment {
+    Deployment::start_with(policy, 2, |o| o.mode = Some("write-through".into()))
+}
+
+fn config(technique: Technique, ar_workers: usize) -> Config {
+    Config {
+        tardis: Some(TardisConfig {
+            technique,
+            ar_workers,
+            alpha: 4,
+            telew: 8,
+            recover_after: 2,
+            appnodes: AppNodes::One,
+        }),
+        ..Config::default()
+    }
+}
+
+/// Waits (for a long bound, so that a slow machine does not fail it) until `cads` is in `mode`.
+fn wait_for(cads: &Cads, mode: Mode) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cads.mode() != Some(mode) {
+        assert!(
+            Instant::now() < deadline,
+            "still {:?} instead of {mode:?}: {:?}",
+            cads.mode(),
+            cads.tardis_counts()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Documents `d0..d<n>` with `n: 0` and an empty log, stored around the cache, the first
+/// `cached` of them read once so that the cache holds them.
+fn documents(cads: &Cads, n: usize, cached: usize) -> Collection {
+    let docs = Collection::create(cads, "docs").unwrap();
+    for i in 0..n {
+        let id = format!("d{i}");
+        cads.store()
+            .put("docs", &id, &doc(json!({"n": 0, "log": []})))
+            .unwrap();
+    }
+    for i in 0..cached {
+        docs.read(cads, &format!("d{i}")).unwrap().unwrap();
+    }
+    docs
+}
+
+/// Puts the AppNode in failed mode the way a real outage does: a write of `id` finds the data
+/// store down (it is reported to the application: its outcome is unknown; here it did not
+/// happen).
+fn fail_store(d: &Deployment, cads: &Cads, docs: &Collection, id: &str) {
+    d.faults.set(FaultMode::FailAll);
+    let err = cads.run(|s| docs.update(s, id, inc(1000))).unwrap_err();
+    assert!(matches!(err, Error::Store(_)), "{err}");
+    assert_eq!(cads.mode(), Some(Mode::Failed));
+}
+
+#[test]
+fn writes_during_an_outage_land_exactly_once_and_no_read_is_stale() {
+    for policy in [Policy::WriteThrough, Policy::WriteAround] {
+        for technique in Technique::ALL {
+            let d = deployment(policy);
+            let cads = Arc::new(d.cads(config(technique, 2)));
+            let docs = documents(&cads, 6, 3);
+            let recovery = Recovery::start(cads.clone()).unwrap();
+            fail_store(&d, &cads, &docs, "d5");
+            // Every document written twice while the data store is down.
+            for round in 1..=2 {
+                for i in 0..6 {
+                    cads.run(|s| docs.update(s, &format!("d{i}"), inc(round)))
+                        .unwrap();
+                }
+            }
+            // Cached documents show the writes; the others are refused, never read stale.
+            for i in 0..6 {
+                match docs.read(&cads, &format!("d{i}")) {
+                    Ok(Some(found)) => {
+                        assert!(i < 3, "{policy:?} {technique:?}: d{i} was not cached");
+                        assert_eq!(found["n"], json!(3), "{policy:?} {technique:?}");
+                    }
+                    Err(Error::StoreUnavailable { .. }) => assert!(i >= 3),
+                    other => panic!("{policy:?} {technique:?} d{i}: {other:?}"),
+                }
+            }
+            let counts = cads.tardis_counts().unwrap();
+            assert_eq!(counts.writes_teleported, 12);
+            assert_eq!(counts.writes_refused, 0);
+            assert_eq!(counts.misses_refused, 3);
+            assert_eq!(counts.writes_failed, 1);
+            assert!(cads.dirty_documents().unwrap() >= 6);
+
+            d.faults.set(FaultMode::Healthy);
+            wait_for(&cads, Mode::Normal);
+            drop(recovery);
+            assert_eq!(cads.dirty_documents().unwrap(), 0);
+            for i in 0..6 {
+                let stored = d.store.get("docs", &format!("d{i}")).unwrap().unwrap();
+                assert_eq!(stored["n"], json!(3), "{policy:?} {technique:?} d{i}");
+                assert_eq!(stored["log"], json!([1, 2]), "each $push exactly once");
+                let read = docs.read(&cads, &format!("d{i}")).unwrap().unwrap();
+                assert_eq!(
+                    read, stored,
+                    "{policy:?} {technique:?}: cache and store agree"
+                );
+            }
+            let counts = cads.tardis_counts().unwrap();
+            assert_eq!(counts.failures, 1);
+            assert_eq!(counts.recoveries, 1);
+            assert_eq!(counts.applied_on_demand + counts.applied_by_workers, 6);
+        }
+    }
+}
+
+/// 000 Table 4.3, in recovery mode. Without AR workers nothing is applied unless a request
+/// applies it (or the monitor's probes, which apply a buffered write each), so the AppNode stays
+/// in recovery while the techniques show their switches.
+#[test]
+fn each_technique_treats_misses_and_writes_in_recovery_as_table_4_3_says() {
+    for technique in Technique::ALL {
+        let d = deployment(Policy::WriteThrough);
+        let cads = Arc::new(d.cads(config(technique, 0)));
+        let docs = documents(&cads, 3, 0);
+        let recovery = Recovery::start(cads.clone()).unwrap();
+        fail_store(&d, &cads, &docs, "d0");
+        for i in 0..3 {
+            cads.run(|s| docs.update(s, &format!("d{i}"), inc(1)))
+                .unwrap();
+        }
+        d.faults.set(FaultMode::Healthy);
+        wait_for(&cads, Mode::Recovery);
+
+        // A miss on a dirty document: refused by TAR and DIS, applied first by TARD and TARDIS.
+        let read = docs.read(&cads, "d1");
+        if technique.applies_on_miss() {
+            assert_eq!(read.unwrap().unwrap()["n"], json!(1), "{technique:?}");
+            assert_eq!(d.store.get("docs", "d1").unwrap().unwrap()["n"], json!(1));
+        } else {
+            // Refused even if the monitor's probes applied d1's buffered write already: without
+            // applying them, a miss cannot know.
+            assert!(
+                matches!(read, Err(Error::StoreUnavailable { .. })),
+                "{technique:?}: {read:?}"
+            );
+        }
+
+        // A write to a dirty document: DIS and TARDIS apply its buffered write and write
+        // through; TAR and TARD buffer it too.
+        let before = cads.tardis_counts().unwrap();
+        cads.run(|s| docs.update(s, "d2", inc(10))).unwrap();
+        let after = cads.tardis_counts().unwrap().since(&before);
+        let stored = d.store.get("docs", "d2").unwrap().unwrap();
+        if technique.applies_on_write() {
+            assert_eq!(after.writes_teleported, 0, "{technique:?}");
+            assert_eq!(stored["n"], json!(11), "{technique:?}");
+            assert_eq!(stored["log"], json!([1, 10]));
+        } else {
+            assert_eq!(after.writes_teleported, 1, "{technique:?}");
+            // 0, or 1 if a probe of the monitor applied the first buffered write.
+            assert_ne!(stored["n"], json!(11), "{technique:?}");
+        }
+        assert_eq!(cads.mode(), Some(Mode::Recovery), "{technique:?}");
+
+        // Touching every dirty document ends recovery for TARD and TARDIS; TAR and DIS end it
+        // once AR workers run, which is what `writes_during_an_outage...` shows.
+        if technique == Technique::Tardis {
+            docs.read(&cads, "d0").unwrap();
+            wait_for(&cads, Mode::Normal);
+            for i in 0..3 {
+                let stored = d.store.get("docs", &format!("d{i}")).unwrap().unwrap();
+                let expected = if i == 2 { 11 } else { 1 };
+                assert_eq!(stored["n"], json!(expected), "d{i}");
+            }
+        }
+        drop(recovery);
+    }
+}
+
+#[test]
+fn a_full_pinned_memory_refuses_the_write_and_keeps_what_was_buffered() {
+    let d = Deployment::start_with(Policy::WriteThrough, 1, |o| {
+        o.mode = Some("write-through".into());
+        o.max_pinned_memory = Some("8kb".into());
+    });
+    let mut config = config(Technique::Tardis, 1);
+    config.write_back.replicas = 1;
+    let cads = Arc::new(d.cads(config));
+    let docs = documents(&cads, 200, 0);
+    let recovery = Recovery::start(cads.clone()).unwrap();
+    fail_store(&d, &cads, &docs, "d0");
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for i in 0..200 {
+        match cads.run(|s| docs.update(s, &format!("d{i}"), inc(1))) {
+            Ok(()) => accepted.push(i),
+            Err(Error::BufferFull) => refused += 1,
+            Err(e) => panic!("d{i}: {e}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "8 KiB of pinned memory holds fewer than 200 buffered writes"
+    );
+    assert!(!accepted.is_empty());
+    assert_eq!(cads.tardis_counts().unwrap().writes_refused, refused);
+    d.faults.set(FaultMode::Healthy);
+    wait_for(&cads, Mode::Normal);
+    drop(recovery);
+    for i in 0..200 {
+        let stored = d.store.get("docs", &format!("d{i}")).unwrap().unwrap();
+        let expected = if accepted.contains(&i) { 1 } else { 0 };
+        assert_eq!(stored["n"], json!(expected), "d{i}");
+    }
+}
+
+#[test]
+fn a_write_that_cannot_be_buffered_is_refused_while_the_store_is_down() {
+    let d = deployment(Policy::WriteThrough);
+    d.counters(1);
+    let cads = Arc::new(d.cads(config(Technique::Tardis, 1)));
+    let docs = documents(&cads, 1, 1);
+    let _recovery = Recovery::start(cads.clone()).unwrap();
+    fail_store(&d, &cads, &docs, "d0");
+    // Counters are SQL statements without document operations: nothing to buffer.
+    let err = cads
+        .run(|s| s.write(&common::Counters, &"c0".to_string()))
+        .unwrap_err();
+    assert!(matches!(err, Error::StoreUnavailable { .. }), "{err}");
+    assert_eq!(cads.tardis_counts().unwrap().writes_refused, 1);
+    d.faults.set(FaultMode::Healthy);
+    wait_for(&cads, Mode::Normal);
+    assert_eq!(d.stored("c0"), 0);
+}
