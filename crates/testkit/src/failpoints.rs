@@ -59,13 +59,17 @@ impl Scenario {
     }
 }
 
-/// Whether the calling thread is one of write-back's background workers (cads names their
-/// threads `cads-bgt-<n>`). Appliers elsewhere (a read applying what it depends on, a drain)
-/// return their death to the caller as an error, which a test would take for a failure.
+/// Whether the calling thread is one of the framework's background appliers: write-back's workers
+/// (`cads-bgt-<n>`), TARDIS's AR workers (`cads-ar-<n>`) and its monitor, whose probes apply
+/// buffered writes (`cads-tardis-monitor`). Appliers elsewhere (a read applying what it depends
+/// on, a drain) return their death to the caller as an error, which a test would take for a
+/// failure.
 pub fn on_background_worker() -> bool {
-    std::thread::current()
-        .name()
-        .is_some_and(|name| name.starts_with("cads-bgt-"))
+    std::thread::current().name().is_some_and(|name| {
+        ["cads-bgt-", "cads-ar-", "cads-tardis-"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+    })
 }
 
 /// Background workers that die at the steps of an apply, as workers of a process that crashes

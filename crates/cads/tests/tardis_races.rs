@@ -1,0 +1,139 @@
+//! TARDIS's races, made to happen with failpoints: a write between an AR worker's apply and its
+//! removal of the document from TeleW (Step 6 of 000 Algorithm 6), and AR workers that die at
+//! every step of an apply while documents take non-idempotent changes (000 §4.5).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cads::documents::Collection;
+use cads::tardis::{AppNodes, Recovery};
+use cads::{Cads, Config, Mode, Policy, TardisConfig, Technique};
+use cads_store::{Changes, FaultMode};
+use cads_testkit::failpoints::{DyingWorkers, Scenario, UNLIST};
+use common::{doc, Deployment};
+use serde_json::json;
+
+fn config(technique: Technique, ar_workers: usize) -> Config {
+    Config {
+        tardis: Some(TardisConfig {
+            technique,
+            ar_workers,
+            alpha: 4,
+            telew: 4,
+            recover_after: 1,
+            appnodes: AppNodes::One,
+        }),
+        ..Config::default()
+    }
+}
+
+fn push(entry: &str) -> Changes {
+    Changes::from_json(&json!({"$inc": {"n": 1}, "$push": {"log": entry}})).unwrap()
+}
+
+fn wait_for(cads: &Cads, mode: Mode) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cads.mode() != Some(mode) {
+        assert!(Instant::now() < deadline, "still {:?}", cads.mode());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Documents stored around the cache, and an AppNode in failed mode.
+fn outage(d: &Deployment, cads: &Cads, ids: &[&str]) -> Collection {
+    let docs = Collection::create(cads, "docs").unwrap();
+    for id in ids {
+        d.store
+            .put("docs", id, &doc(json!({"n": 0, "log": []})))
+            .unwrap();
+    }
+    d.faults.set(FaultMode::FailAll);
+    cads.run(|s| docs.update(s, ids[0], push("lost")))
+        .unwrap_err();
+    assert_eq!(cads.mode(), Some(Mode::Failed));
+    docs
+}
+
+/// Step 6 of Algorithm 6: between an AR worker's apply of a document and its removal from the
+/// TeleW key, a write (TAR keeps teleporting in recovery mode) gives the document a new buffered
+/// write. The document must stay listed: dropped, its new buffered write would be found by no
+/// AR worker, the AppNode would return to normal mode with it pending, and the data store would
+/// never get the write.
+#[test]
+fn a_write_between_apply_and_unlist_keeps_the_document_listed() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteThrough, 2, |_| {});
+    let cads = Arc::new(d.cads(config(Technique::Tar, 1)));
+    let recovery = Recovery::start(cads.clone()).unwrap();
+    let docs = outage(&d, &cads, &["a"]);
+    cads.run(|s| docs.update(s, "a", push("failed"))).unwrap();
+    let raced = Arc::new(AtomicBool::new(false));
+    {
+        let (cads, docs, raced) = (cads.clone(), docs.clone(), raced.clone());
+        scenario.on(UNLIST, move || {
+            if !raced.swap(true, Ordering::SeqCst) {
+                cads.run(|s| docs.update(s, "a", push("raced"))).unwrap();
+            }
+        });
+    }
+    d.faults.set(FaultMode::Healthy);
+    wait_for(&cads, Mode::Normal);
+    drop(recovery);
+    assert!(raced.load(Ordering::SeqCst), "the race happened");
+    let stored = d.store.get("docs", "a").unwrap().unwrap();
+    assert_eq!(stored["log"], json!(["failed", "raced"]));
+    assert_eq!(stored["n"], json!(2));
+    assert_eq!(cads.dirty_documents().unwrap(), 0);
+}
+
+/// AR workers and the monitor's probes die at random steps of their applies (their leases
+/// expire, they carry on) while writers teleport `$inc` and `$push` changes: once the AppNode is
+/// back in normal mode, every change is in the data store exactly once.
+#[test]
+fn non_idempotent_changes_land_exactly_once_despite_dying_ar_workers() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteThrough, 3, |o| o.lease_ms = Some(150));
+    let dying = DyingWorkers::start(&scenario, 0x2545_F491_4F6C_DD1D, 4, u64::MAX);
+    let cads = Arc::new(d.cads(config(Technique::Tar, 2)));
+    let ids = ["a", "b", "c"];
+    let recovery = Recovery::start(cads.clone()).unwrap();
+    let docs = outage(&d, &cads, &ids);
+    let (threads, each) = (3, 20);
+    let write_all = |phase: &str| {
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let (cads, docs) = (&cads, &docs);
+                scope.spawn(move || {
+                    for i in 0..each {
+                        let id = ids[(t + i) % ids.len()];
+                        let entry = format!("{phase}-{t}-{i}");
+                        cads.run(|s| docs.update(s, id, push(&entry))).unwrap();
+                    }
+                });
+            }
+        });
+    };
+    write_all("failed");
+    d.faults.set(FaultMode::Healthy);
+    // TAR keeps teleporting during recovery: these race the dying AR workers.
+    write_all("recovery");
+    wait_for(&cads, Mode::Normal);
+    drop(recovery);
+    scenario.clear_apply_steps();
+    let mut entries = Vec::new();
+    for id in ids {
+        let stored = d.store.get("docs", id).unwrap().unwrap();
+        let log = stored["log"].as_array().unwrap();
+        assert_eq!(stored["n"].as_u64().unwrap() as usize, log.len(), "{id}");
+        entries.extend(log.iter().map(|e| e.as_str().unwrap().to_string()));
+    }
+    entries.sort();
+    let all = entries.len();
+    entries.dedup();
+    assert_eq!(entries.len(), all, "no $push applied twice");
+    assert_eq!(all, 2 * threads * each, "no change lost");
+    assert!(dying.deaths() > 0, "appliers did die");
+}
