@@ -321,6 +321,7 @@ impl Deployment {
         launcher: &dyn Launcher,
         config: Config,
     ) -> Result<Deployment> {
+        let mode = config.cmi_mode(policy);
         let (cmis, addrs) = match (policy, cache) {
             (Policy::DataStoreOnly, _) => (None, Vec::new()),
             (_, CacheSpec::Embedded { .. }) if cmi.tls.is_some() => bail!(
@@ -329,7 +330,7 @@ impl Deployment {
             ),
             (_, CacheSpec::Embedded { cmis }) => {
                 let started = launcher
-                    .start_cmis(*cmis, policy.cmi_mode(), cmi)
+                    .start_cmis(*cmis, mode, cmi)
                     .context("starting the embedded CMIs")?;
                 let addrs = started.addrs();
                 (Some(started), addrs)
@@ -345,14 +346,12 @@ impl Deployment {
                 .cmi_stats()
                 .with_context(|| format!("cannot reach the CMIs at {}", cache.describe()))?;
             for (addr, stats) in addrs.iter().zip(stats) {
-                if stats.mode != policy.cmi_mode() {
+                if stats.mode != mode {
                     bail!(
-                        "the CMI at {addr} runs in {:?} mode, but policy {} needs {} mode \
-                         (cads server --mode {})",
+                        "the CMI at {addr} runs in {:?} mode, but policy {} needs {mode} mode \
+                         (cads server --mode {mode})",
                         stats.mode,
                         policy.name(),
-                        policy.cmi_mode(),
-                        policy.cmi_mode()
                     );
                 }
             }
@@ -466,12 +465,12 @@ pub fn redact(url: &str) -> String {
 
 /// External CMIs run in one lease mode, so a policy list that needs both (write-around beside
 /// write-through or write-back) cannot run on them.
-pub fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Result<()> {
+pub fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy], config: &Config) -> Result<()> {
     if let CacheSpec::External(_) = cache {
         let mut modes: Vec<&str> = policies
             .iter()
             .filter(|p| **p != Policy::DataStoreOnly)
-            .map(|p| p.cmi_mode())
+            .map(|p| config.cmi_mode(*p))
             .collect();
         modes.sort_unstable();
         modes.dedup();
@@ -483,6 +482,41 @@ pub fn check_one_lease_mode(cache: &CacheSpec, policies: &[Policy]) -> Result<()
         }
     }
     Ok(())
+}
+
+/// A relay in front of the data store at `url` (PostgreSQL or MariaDB), and the URL that reaches
+/// the data store through it: what `--outage` cuts.
+pub fn relayed(url: &str) -> Result<(cads::store::Relay, String)> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| anyhow!("--outage: cannot find the server in {}", redact(url)))?;
+    let default_port = match scheme {
+        "postgres" | "postgresql" => 5432,
+        "mysql" | "mariadb" => 3306,
+        _ => bail!("--outage: no relay for {scheme}:// data stores"),
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let host_start = authority.rfind('@').map_or(0, |at| at + 1);
+    let host_port = &authority[host_start..];
+    let server = if host_port.contains(':') {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:{default_port}")
+    };
+    let target = server
+        .to_socket_addrs()
+        .with_context(|| format!("--outage: cannot resolve the data store at {server}"))?
+        .next()
+        .ok_or_else(|| anyhow!("--outage: {server} resolves to no address"))?;
+    let relay = cads::store::Relay::start(target).context("--outage: starting the relay")?;
+    let through = format!(
+        "{scheme}://{}{}{}",
+        &authority[..host_start],
+        relay.addr(),
+        &rest[authority_end..]
+    );
+    Ok((relay, through))
 }
 
 /// The data store's URL: `store`, or by default a SQLite file `<name>.db` in a fresh temporary

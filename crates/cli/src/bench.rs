@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use cads::writeback::MacKey;
-use cads::{Password, Policy, TlsConfig, TlsIdentity, TlsName};
+use cads::{Password, Policy, TardisConfig, Technique, TlsConfig, TlsIdentity, TlsName};
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
-use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions};
+use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions, Outage};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
 use cads_bench::ycsb::{self, Distribution, Fields, YcsbOptions};
@@ -150,6 +150,37 @@ pub struct Common {
     /// Runs one AppNode of a run, the job in FILE (what --appnodes starts; not for users).
     #[arg(long, value_name = "FILE", hide = true)]
     pub appnode: Option<PathBuf>,
+    /// TARDIS for write-around and write-through (000 ch. 4): while the data store is down,
+    /// writes are buffered in the cache and applied once it is back. tar: misses are refused and
+    /// writes buffered until every buffered write is applied; dis: writes apply their documents'
+    /// buffered writes first; tard: misses do; tardis: both. With --appnodes, Recon keeps the
+    /// AppNodes consistent.
+    #[arg(long, value_name = "TECHNIQUE", value_parser = technique)]
+    pub tardis: Option<Technique>,
+    /// TARDIS: Active Recovery workers per AppNode (0: buffered writes are applied only by
+    /// requests that touch their documents).
+    #[arg(long, value_name = "N", default_value_t = TardisConfig::default().ar_workers, requires = "tardis")]
+    pub ar_workers: usize,
+    /// TARDIS: documents an AR worker picks per iteration (alpha).
+    #[arg(long, value_name = "N", default_value_t = TardisConfig::default().alpha, requires = "tardis")]
+    pub alpha: usize,
+    /// TARDIS: TeleW keys listing the documents with buffered writes (omega).
+    #[arg(long, value_name = "N", default_value_t = TardisConfig::default().telew, requires = "tardis")]
+    pub telew: usize,
+    /// TARDIS: successful probes of the data store that end failed mode (p).
+    #[arg(long, value_name = "N", default_value_t = TardisConfig::default().recover_after, requires = "tardis")]
+    pub recover_after: usize,
+    /// Makes the data store unreachable during the run phase, from AT for FOR (5s+20s):
+    /// PostgreSQL and MariaDB through a relay that cuts every connection, SQLite by failing its
+    /// calls. The record gains an outage object (writes taken, refused, read errors, dirty
+    /// documents per second, recovery time).
+    #[arg(long, value_name = "AT+FOR", value_parser = Outage::parse)]
+    pub outage: Option<Outage>,
+}
+
+fn technique(text: &str) -> Result<Technique, String> {
+    Technique::parse(text)
+        .ok_or_else(|| format!("unknown technique {text:?} (use tar, dis, tard or tardis)"))
 }
 
 impl Common {
@@ -169,6 +200,15 @@ impl Common {
             drain_timeout: self.drain_timeout,
             json: self.json.clone(),
             appnodes: self.appnodes,
+            tardis: self.tardis.map(|technique| TardisConfig {
+                technique,
+                ar_workers: self.ar_workers,
+                alpha: self.alpha,
+                telew: self.telew,
+                recover_after: self.recover_after,
+                ..TardisConfig::default()
+            }),
+            outage: self.outage,
         }
     }
 

@@ -73,6 +73,7 @@ mod mysql;
 mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
+pub mod relay;
 mod sql;
 mod sqlite;
 
@@ -86,6 +87,7 @@ pub use error::{Result, StoreError};
 pub use fault::{CallCounts, FaultMode, Faults, FaultyStore};
 pub use json::parse_json;
 pub use limits::LimitExceeded;
+pub use relay::Relay;
 pub use sql::{
     rewrite_placeholders, ColumnIndex, Dialect, FromSqlValue, Isolation, Row, SqlStore,
     SqlTransaction, SqlValue,

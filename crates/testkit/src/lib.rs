@@ -4,7 +4,8 @@
 //!   server` / `cads-server` / `redis-server` processes killed on drop ([`ServerProcess`]).
 //! - [`scratch`]: a temporary directory, a SQLite data store in it, and PostgreSQL / MariaDB
 //!   databases of unique names dropped afterwards; the URLs of the local servers.
-//! - [`relay`]: a TCP relay that cuts connections on demand, as a network partition would.
+//! - [`Relay`] (from `cads_store`): a TCP relay that cuts connections on demand, as a network
+//!   partition would.
 //! - [`resp`]: a raw RESP connection that hands back replies byte for byte.
 //! - [`failpoints`]: the scenario lock, stalls and deaths at cads' failpoints.
 //! - [`tls`]: a CA made by the test, with a CMI and a client certificate it signed.
@@ -15,14 +16,13 @@
 
 pub mod cmis;
 pub mod failpoints;
-pub mod relay;
 pub mod resp;
 pub mod scratch;
 pub mod services;
 pub mod tls;
 
+pub use cads_store::Relay;
 pub use cmis::{free_port, free_ports, Cmis, ServerProcess};
-pub use relay::Relay;
 pub use resp::RespConn;
 pub use scratch::{ScratchDatabase, ScratchDir};
 pub use tls::TestCa;

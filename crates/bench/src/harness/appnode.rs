@@ -24,18 +24,21 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use cads::store::CallCounts;
-use cads::{Policy, Workers, WriteBackCounts};
+use cads::tardis::Recovery;
+use cads::{Mode, Policy, TardisCounts, Workers, WriteBackCounts};
 use serde::{Deserialize, Serialize};
 
 use super::drive::{drive, ThreadSet, TICK};
+use super::outage::{cut_off, Cut, Happened, OutageRecord, Timeline};
 use super::{
-    AppNode, Benchmark, Clock, Counters, Env, Limit, Measured, NodeResult, PolicyRun, Reporter,
-    RunLog, Sampler,
+    AppNode, Benchmark, Clock, Counters, Env, Limit, Measured, Nanos, NodeResult, PolicyRun,
+    Reporter, RunLog, Sampler,
 };
 use crate::deploy::{Deployment, Launcher};
 
@@ -89,6 +92,50 @@ pub struct NodeReport<L> {
     round_trips: u64,
     #[serde(with = "counts")]
     write_back: WriteBackCounts,
+    /// TARDIS's counters (None: TARDIS off).
+    #[serde(with = "tardis_counts")]
+    tardis: Option<TardisCounts>,
+    /// TARDIS: when it last entered normal mode, on the run's clock.
+    normal_since: Option<Nanos>,
+}
+
+/// [`TardisCounts`] as a list, in the order of its fields.
+mod tardis_counts {
+    use cads::TardisCounts;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(c: &Option<TardisCounts>, s: S) -> Result<S::Ok, S::Error> {
+        c.map(|c| {
+            [
+                c.failures,
+                c.recoveries,
+                c.writes_teleported,
+                c.writes_refused,
+                c.writes_failed,
+                c.misses_refused,
+                c.applied_on_demand,
+                c.applied_by_workers,
+            ]
+        })
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TardisCounts>, D::Error> {
+        Ok(<Option<[u64; 8]>>::deserialize(d)?.map(
+            |[failures, recoveries, writes_teleported, writes_refused, writes_failed, misses_refused, applied_on_demand, applied_by_workers]| {
+                TardisCounts {
+                    failures,
+                    recoveries,
+                    writes_teleported,
+                    writes_refused,
+                    writes_failed,
+                    misses_refused,
+                    applied_on_demand,
+                    applied_by_workers,
+                }
+            },
+        ))
+    }
 }
 
 /// [`WriteBackCounts`] as a list, in the order of its fields.
@@ -164,6 +211,7 @@ pub(crate) fn measure<B: Benchmark>(
     threads: usize,
     run_on_load: u64,
     launcher: &dyn Launcher,
+    cut: Cut<'_>,
 ) -> Result<Measured<B::Log>> {
     let opts = bench.options();
     let count = opts.appnodes;
@@ -224,11 +272,19 @@ pub(crate) fn measure<B: Benchmark>(
     }
 
     let mut sampler = Sampler::new::<B>(run, &dep.cads, limit);
+    let started = Instant::now();
+    let tracked = opts.outage.is_some() || opts.tardis.is_some();
+    sampler.timeline = tracked.then(|| Timeline::new(started, false));
+    let stop = AtomicBool::new(false);
     let progress: Vec<Mutex<(u64, WriteBackCounts)>> = (0..count)
         .map(|_| Mutex::new((0, WriteBackCounts::default())))
         .collect();
     let write_back = run.policy == Policy::WriteBack;
-    let heard: Vec<Result<()>> = std::thread::scope(|scope| {
+    let (heard, happened): (Vec<Result<()>>, Happened) = std::thread::scope(|scope| {
+        let cutter = opts.outage.map(|o| {
+            let (cut, stop) = (&cut, &stop);
+            scope.spawn(move || cut_off(cut, o, started, clock, stop))
+        });
         let readers: Vec<_> = nodes
             .iter_mut()
             .zip(&progress)
@@ -260,13 +316,18 @@ pub(crate) fn measure<B: Benchmark>(
                 next_tick += TICK;
             }
         }
-        readers
+        stop.store(true, Ordering::Release);
+        let happened = cutter.map_or(Happened::default(), |c| {
+            c.join().expect("the outage thread does not panic")
+        });
+        let heard = readers
             .into_iter()
             .map(|r| {
                 r.join()
                     .map_err(|_| anyhow!("an AppNode's reader panicked"))?
             })
-            .collect()
+            .collect();
+        (heard, happened)
     });
     let mut merged: Option<NodeReport<B::Log>> = None;
     for (index, (mut node, heard)) in nodes.into_iter().zip(heard).enumerate() {
@@ -286,6 +347,11 @@ pub(crate) fn measure<B: Benchmark>(
                 }
                 total.round_trips += report.round_trips;
                 total.write_back = total.write_back + report.write_back;
+                total.normal_since = total.normal_since.max(report.normal_since);
+                total.tardis = match (total.tardis, report.tardis) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
                 total
             }
         });
@@ -294,7 +360,35 @@ pub(crate) fn measure<B: Benchmark>(
     let after = Counters::take(dep);
     let node = total.node;
     let elapsed_s = node.finished.saturating_sub(node.started) as f64 / 1e9;
+    let failed_operations = node.failed.iter().sum();
+    let done = node.completed();
+    let timeline = sampler.timeline.take();
     let mut measured = sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
+    let failed = total.tardis.is_some_and(|t| t.failures > 0);
+    if let Some(timeline) = timeline.filter(|_| opts.outage.is_some() || failed) {
+        let mut record = OutageRecord {
+            tardis: opts.tardis.as_ref().map(|t| t.technique.name().to_string()),
+            failed_operations,
+            ..OutageRecord::default()
+        };
+        match total.tardis {
+            Some(counts) => {
+                // The AppNodes waited for their recovery before they ended.
+                timeline.recover(
+                    &dep.cads,
+                    clock,
+                    happened,
+                    done,
+                    opts.drain_timeout,
+                    total.normal_since,
+                    &mut record,
+                );
+                record.count(&counts);
+            }
+            None => timeline.finish(happened, &mut record),
+        }
+        measured.outage = Some(record);
+    }
     let own = dep.faults.counts();
     measured.calls = CallCounts {
         reads: own.reads + total.calls[0],
@@ -334,15 +428,14 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         .ok_or_else(|| anyhow!("unknown policy {:?} in the job", job.policy))?;
     let store = cads::store::open(&job.store_url, &bench.store_options())
         .context("cannot open the data store")?;
+    let opts = bench.options();
     let dep = Deployment::attach(
         policy,
         store,
         bench.miss_collection(),
         &job.cmis,
-        bench
-            .options()
-            .cmi
-            .framework_config(bench.framework_config()),
+        opts.cmi
+            .framework_config(opts.with_tardis(bench.framework_config())),
     );
     let quiet = |_| {};
     let run = PolicyRun {
@@ -373,6 +466,11 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
     let wb_before = cads.write_back_stats().snapshot();
     let workers = (policy == Policy::WriteBack)
         .then(|| Workers::start(cads.clone(), bench.options().workers));
+    let recovery = match cads.mode() {
+        Some(_) => Some(Recovery::start(cads.clone()).context("starting TARDIS's recovery")?),
+        None => None,
+    };
+    let tardis_before = cads.tardis_counts();
     let set = ThreadSet {
         threads: job.threads.clone(),
         total: job.total_threads,
@@ -398,6 +496,15 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
     if let Some(workers) = workers {
         workers.stop();
     }
+    if recovery.is_some() {
+        // The data store may still be down, or buffered writes of this AppNode pending: it
+        // ends once its recovery has.
+        let deadline = Instant::now() + bench.options().drain_timeout;
+        while cads.mode() != Some(Mode::Normal) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    drop(recovery);
     said.context("telling the parent the progress")?;
     let calls = dep.faults.counts();
     let report = NodeReport {
@@ -405,6 +512,16 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         calls: [calls.reads, calls.writes, calls.transactions],
         round_trips: dep.cache_round_trips() - round_trips,
         write_back: cads.write_back_stats().snapshot().since(&wb_before),
+        tardis: cads
+            .tardis_counts()
+            .zip(tardis_before)
+            .map(|(now, then)| now.since(&then)),
+        normal_since: match (cads.mode(), cads.in_mode_for()) {
+            (Some(Mode::Normal), Some(d)) => {
+                Some(job.clock.now().saturating_sub(d.as_nanos() as Nanos))
+            }
+            _ => None,
+        },
     };
     let file = std::fs::File::create(&job.result)
         .with_context(|| format!("writing {}", job.result.display()))?;

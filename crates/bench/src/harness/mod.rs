@@ -23,14 +23,17 @@ pub mod appnode;
 mod drive;
 mod log;
 mod options;
+mod outage;
 mod progress;
 mod record;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use cads::store::{CallCounts, StoreOptions};
+use cads::store::{CallCounts, Relay, StoreOptions};
+use cads::tardis::Recovery;
 use cads::{Cads, Config, Policy, Workers, WriteBackCounts};
 use serde::Serialize;
 
@@ -39,7 +42,8 @@ pub use drive::{
     run_threads, Clock, Env, Limit, Nanos, NodeResult, Outcome, Step, ThreadContext, TICK,
 };
 pub use log::{LoggedWrite, ReadWriteLog, RunLog};
-pub use options::{parse_duration, parse_policies, CommonOptions};
+pub use options::{parse_duration, parse_policies, CommonOptions, Outage};
+pub use outage::{OutageRecord, OutageSample};
 pub use progress::{print_progress, Phase, Progress, Reporter};
 pub use record::{
     by_workload_and_policy, cell, human_bytes, median, median_or_nan, ratios_to, row_head,
@@ -48,8 +52,9 @@ pub use record::{
 };
 
 use crate::cpu::{CpuRecord, CpuSample};
-use crate::deploy::{check_one_lease_mode, redact, store_url, Deployment, Launcher};
+use crate::deploy::{check_one_lease_mode, redact, relayed, store_url, Deployment, Launcher};
 use drive::{drive, ThreadSet};
+use outage::{cut_off, Cut, Happened, Timeline};
 
 /// A benchmark: its workload and its validation. Everything else is the harness's.
 pub trait Benchmark: Sync + Sized {
@@ -243,6 +248,8 @@ pub struct Measured<L> {
     pub pinned: PinnedBytes,
     /// Write-back's applied share over the run.
     pub applied_share_samples: Vec<(f64, f64)>,
+    /// What the run did about a data store that went away (`--outage`, or TARDIS saw it fail).
+    pub outage: Option<OutageRecord>,
 }
 
 /// What a benchmark's validation of a run found.
@@ -283,8 +290,18 @@ pub fn run<B: Benchmark>(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Vec<BenchRecord<B>>> {
     let opts = bench.options();
-    check_one_lease_mode(&opts.cache, &opts.policies)?;
+    let config = opts.with_tardis(bench.framework_config());
+    check_one_lease_mode(&opts.cache, &opts.policies, &config)?;
     let (url, _scratch) = store_url(&opts.store, B::NAME)?;
+    // `--outage` on a networked data store: every connection of the benchmark (AppNodes too)
+    // goes through a relay that the run phase cuts.
+    let (relay, url) = match opts.outage {
+        Some(_) if opts.networked_store() => {
+            let (relay, through) = relayed(&url)?;
+            (Some(relay), through)
+        }
+        _ => (None, url),
+    };
     let store = cads::store::open(&url, &bench.store_options())
         .with_context(|| format!("cannot open the data store {}", redact(&url)))?;
     let mut records = Vec::new();
@@ -311,9 +328,15 @@ pub fn run<B: Benchmark>(
                 &opts.cache,
                 &opts.cmi,
                 launcher,
-                bench.framework_config(),
+                config.clone(),
             )?;
-            records.push(run_policy(bench, &policy_run, &dep, launcher)?);
+            records.push(run_policy(
+                bench,
+                &policy_run,
+                &dep,
+                launcher,
+                relay.as_ref(),
+            )?);
             dep.stop()?;
             if let Some(path) = &opts.json {
                 record::write_json(path, &records)?;
@@ -329,6 +352,7 @@ fn run_policy<B: Benchmark>(
     run: &PolicyRun<'_>,
     dep: &Deployment,
     launcher: &dyn Launcher,
+    relay: Option<&Relay>,
 ) -> Result<BenchRecord<B>> {
     let started = Instant::now();
     let mut loaded = bench.load(run, dep)?;
@@ -345,6 +369,7 @@ fn run_policy<B: Benchmark>(
         run,
         dep,
         launcher,
+        relay,
         loaded: &mut loaded,
         runs: 0,
     };
@@ -362,6 +387,8 @@ pub struct Runner<'a, B: Benchmark> {
     run: &'a PolicyRun<'a>,
     dep: &'a Deployment,
     launcher: &'a dyn Launcher,
+    /// The relay `--outage` cuts, for a networked data store.
+    relay: Option<&'a Relay>,
     loaded: &'a mut B::Loaded,
     /// Runs so far on this load.
     runs: u64,
@@ -378,9 +405,17 @@ impl<B: Benchmark> Runner<'_, B> {
             ..self.run.clone()
         };
         let mut measured = if opts.appnodes > 1 {
-            appnode::measure(bench, &run, self.dep, threads, self.runs, self.launcher)?
+            appnode::measure(
+                bench,
+                &run,
+                self.dep,
+                threads,
+                self.runs,
+                self.launcher,
+                self.cut(),
+            )?
         } else {
-            self.measure_here(&run, threads)
+            self.measure_here(&run, threads)?
         };
         let write_back = if run.policy == Policy::WriteBack {
             Some(self.drain(&run, &mut measured)?)
@@ -392,14 +427,29 @@ impl<B: Benchmark> Runner<'_, B> {
         Ok(self.record(&run, measured, write_back, verified))
     }
 
+    /// How `--outage` cuts the data store off.
+    fn cut(&self) -> Cut<'_> {
+        match self.relay {
+            Some(relay) => Cut::Relay(relay),
+            None => Cut::Faults(&self.dep.faults),
+        }
+    }
+
     /// The run phase in this process.
-    fn measure_here(&self, run: &PolicyRun<'_>, threads: usize) -> Measured<B::Log> {
+    fn measure_here(&self, run: &PolicyRun<'_>, threads: usize) -> Result<Measured<B::Log>> {
         let (bench, dep) = (self.bench, self.dep);
+        let opts = bench.options();
         let cads = &dep.cads;
         let write_back = run.policy == Policy::WriteBack;
         dep.faults.reset_counts();
         let before = Counters::take(dep);
-        let workers = write_back.then(|| Workers::start(cads.clone(), bench.options().workers));
+        let workers = write_back.then(|| Workers::start(cads.clone(), opts.workers));
+        let recovery = match cads.mode() {
+            Some(_) => {
+                Some(Recovery::start(cads.clone()).context("starting TARDIS's recovery threads")?)
+            }
+            None => None,
+        };
         let limit = bench.limit();
         let env = Env {
             cads,
@@ -413,12 +463,31 @@ impl<B: Benchmark> Runner<'_, B> {
             run_on_load: self.runs,
         };
         let mut sampler = Sampler::new::<B>(run, cads, limit);
-        let node = drive(bench, self.loaded, &env, &set, limit, |done| {
-            let wb = write_back.then(|| cads.write_back_stats().snapshot().since(&before.wb));
-            sampler.tick(done, wb);
+        let tracked = opts.outage.is_some() || recovery.is_some();
+        let started = Instant::now();
+        sampler.timeline = tracked.then(|| Timeline::new(started, true));
+        let stop = AtomicBool::new(false);
+        let cut = self.cut();
+        let (node, happened) = std::thread::scope(|scope| {
+            let cutter = opts.outage.map(|o| {
+                let (cut, stop) = (&cut, &stop);
+                scope.spawn(move || cut_off(cut, o, started, env.clock, stop))
+            });
+            let node = drive(bench, self.loaded, &env, &set, limit, |done| {
+                let wb = write_back.then(|| cads.write_back_stats().snapshot().since(&before.wb));
+                sampler.tick(done, wb);
+            });
+            stop.store(true, Ordering::Release);
+            let happened = cutter.map_or(Happened::default(), |c| {
+                c.join().expect("the outage thread does not panic")
+            });
+            (node, happened)
         });
+        let timeline = sampler.timeline.take();
         let after = Counters::take(dep);
         let elapsed_s = node.finished.saturating_sub(node.started) as f64 / 1e9;
+        let failed_operations = node.failed.iter().sum();
+        let done = node.completed();
         let mut measured =
             sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
         measured.calls = dep.faults.counts();
@@ -426,7 +495,35 @@ impl<B: Benchmark> Runner<'_, B> {
             measured.pinned.close(cads.pinned_bytes());
             workers.stop();
         }
-        measured
+        let tardis = cads.tardis_counts().zip(before.tardis);
+        let failed = tardis.is_some_and(|(now, then)| now.failures > then.failures);
+        if let Some(timeline) = timeline.filter(|_| opts.outage.is_some() || failed) {
+            let mut record = OutageRecord {
+                tardis: opts.tardis.as_ref().map(|t| t.technique.name().to_string()),
+                failed_operations,
+                ..OutageRecord::default()
+            };
+            if recovery.is_some() {
+                timeline.recover(
+                    cads,
+                    env.clock,
+                    happened,
+                    done,
+                    opts.drain_timeout,
+                    None,
+                    &mut record,
+                );
+            } else {
+                timeline.finish(happened, &mut record);
+            }
+            if let Some(then) = before.tardis {
+                let now = cads.tardis_counts().expect("TARDIS is on");
+                record.count(&now.since(&then));
+            }
+            measured.outage = Some(record);
+        }
+        drop(recovery);
+        Ok(measured)
     }
 
     /// Write-back after a run: counts what the stopped workers left buffered, applies all of it
@@ -530,6 +627,7 @@ impl<B: Benchmark> Runner<'_, B> {
             load_s: 0.0,
             warm_s: None,
             write_back,
+            outage: measured.outage,
             detail: verified.detail,
             config: RunConfig {
                 threads: measured.threads,
@@ -565,6 +663,7 @@ struct Counters {
     contention: Option<Contention>,
     wb: WriteBackCounts,
     cpu: Option<CpuSample>,
+    tardis: Option<cads::TardisCounts>,
 }
 
 /// What changed between two [`Counters`].
@@ -584,6 +683,7 @@ impl Counters {
             contention: dep.contention(),
             wb: dep.cads.write_back_stats().snapshot(),
             cpu: CpuSample::now(),
+            tardis: dep.cads.tardis_counts(),
         }
     }
 
@@ -616,6 +716,8 @@ struct Sampler<'a> {
     last: (u64, Instant),
     pinned: PinnedBytes,
     applied_share: Vec<(f64, f64)>,
+    /// Per second, for a run with an outage or TARDIS.
+    timeline: Option<Timeline>,
 }
 
 impl<'a> Sampler<'a> {
@@ -630,6 +732,7 @@ impl<'a> Sampler<'a> {
             last: (0, now),
             pinned: PinnedBytes::default(),
             applied_share: Vec::new(),
+            timeline: None,
         }
     }
 
@@ -639,6 +742,17 @@ impl<'a> Sampler<'a> {
         let rate = done.saturating_sub(self.last.0) as f64 / (now - self.last.1).as_secs_f64();
         self.last = (done, now);
         let mut note = format!("{rate:.0} {}/s", self.unit);
+        if let Some(timeline) = &mut self.timeline {
+            timeline.sample(self.cads, done);
+            if let Some(sample) = timeline.last() {
+                if let Some(mode) = sample.mode {
+                    note.push_str(&format!(", {mode} mode"));
+                }
+                if sample.dirty > 0 {
+                    note.push_str(&format!(", {} dirty documents", sample.dirty));
+                }
+            }
+        }
         if let Some(wb) = write_back {
             let bytes = self.cads.pinned_bytes();
             let seconds = self.started.elapsed().as_secs_f64();
@@ -679,6 +793,7 @@ impl<'a> Sampler<'a> {
             cpu: counters.cpu,
             pinned: self.pinned,
             applied_share_samples: self.applied_share,
+            outage: None,
         }
     }
 }

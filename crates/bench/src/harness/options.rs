@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use cads::Policy;
+use cads::{Policy, TardisConfig};
 
 use crate::deploy::{CacheSpec, CmiSettings};
 
@@ -40,6 +40,34 @@ pub struct CommonOptions {
     pub json: Option<PathBuf>,
     /// `--appnodes N`: the run phase split over N application processes (1: this process).
     pub appnodes: usize,
+    /// `--tardis` and its settings: TARDIS for write-around and write-through (000 ch. 4).
+    pub tardis: Option<TardisConfig>,
+    /// `--outage AT+FOR`: the data store unreachable during part of the run phase.
+    pub outage: Option<Outage>,
+}
+
+/// `--outage AT+FOR`: from `at` into the run phase, for `length`, the data store cannot be
+/// reached (a TCP relay in front of PostgreSQL or MariaDB cuts every connection and refuses new
+/// ones; SQLite's calls fail through the fault-injecting wrapper).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outage {
+    /// When the data store goes away, from the start of the run phase.
+    pub at: Duration,
+    /// How long it stays away.
+    pub length: Duration,
+}
+
+impl Outage {
+    /// Parses `AT+FOR`, two durations (`5s+20s`).
+    pub fn parse(text: &str) -> Result<Outage> {
+        let (at, length) = text
+            .split_once('+')
+            .ok_or_else(|| anyhow!("--outage: give AT+FOR, as in 5s+20s, not {text:?}"))?;
+        Ok(Outage {
+            at: parse_duration(at).context("--outage: the start")?,
+            length: parse_duration(length).context("--outage: the length")?,
+        })
+    }
 }
 
 impl Default for CommonOptions {
@@ -64,6 +92,8 @@ impl Default for CommonOptions {
             drain_timeout: Duration::from_secs(600),
             json: None,
             appnodes: 1,
+            tardis: None,
+            outage: None,
         }
     }
 }
@@ -86,7 +116,49 @@ impl CommonOptions {
                 self.threads
             );
         }
+        if let Some(t) = &self.tardis {
+            if t.alpha == 0 || t.telew == 0 || t.recover_after == 0 {
+                bail!("--alpha, --telew and --recover-after must be positive");
+            }
+            if let Some(p) = self
+                .policies
+                .iter()
+                .find(|p| !matches!(p, Policy::WriteAround | Policy::WriteThrough))
+            {
+                bail!(
+                    "--tardis is for write-around and write-through (write-back takes writes \
+                     while the data store is down by design; none has no cache): drop {} from \
+                     --policy",
+                    p.name()
+                );
+            }
+        }
+        if self.outage.is_some() && self.appnodes > 1 && !self.networked_store() {
+            bail!(
+                "--outage with --appnodes needs a networked data store (postgres:// or \
+                 mysql://): a SQLite outage is injected in one process"
+            );
+        }
         Ok(())
+    }
+
+    /// Whether the data store is a server reached over TCP (PostgreSQL, MariaDB).
+    pub fn networked_store(&self) -> bool {
+        self.store
+            .as_deref()
+            .is_some_and(|url| !url.starts_with("sqlite:"))
+    }
+
+    /// The framework's settings for a run: `config` with TARDIS's (Recon with several AppNodes,
+    /// which may see the data store in different modes).
+    pub fn with_tardis(&self, mut config: cads::Config) -> cads::Config {
+        config.tardis = self.tardis.clone().map(|mut t| {
+            if self.appnodes > 1 {
+                t.appnodes = cads::tardis::AppNodes::Recon;
+            }
+            t
+        });
+        config
     }
 }
 
@@ -164,6 +236,29 @@ mod tests {
         assert_eq!(parse_policies("all").unwrap().len(), 4);
         assert!(parse_policies("write-sideways").is_err());
         assert!(parse_policies("").is_err());
+    }
+
+    #[test]
+    fn outages_parse() {
+        let o = Outage::parse("5s+20s").unwrap();
+        assert_eq!(o.at, Duration::from_secs(5));
+        assert_eq!(o.length, Duration::from_secs(20));
+        assert!(Outage::parse("5s").is_err());
+        assert!(Outage::parse("5s+never").is_err());
+    }
+
+    #[test]
+    fn tardis_is_for_write_around_and_write_through() {
+        let o = CommonOptions {
+            tardis: Some(TardisConfig::default()),
+            ..CommonOptions::default()
+        };
+        assert!(o.check(100).is_err(), "none and write-back are refused");
+        let o = CommonOptions {
+            policies: vec![Policy::WriteAround, Policy::WriteThrough],
+            ..o
+        };
+        assert!(o.check(100).is_ok());
     }
 
     #[test]

@@ -280,6 +280,10 @@ pub struct Record<D, C> {
     pub warm_s: Option<f64>,
     /// Write-back's activity (write-back only).
     pub write_back: Option<WriteBackRecord>,
+    /// What the run did about a data store that went away: with `--outage`, or when TARDIS saw
+    /// the data store fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outage: Option<super::OutageRecord>,
     /// The benchmark's own fields.
     #[serde(flatten)]
     pub detail: D,

@@ -1,6 +1,8 @@
 //! A TCP relay in front of a server that can cut every connection through it, and refuse new ones,
 //! while the server keeps running with its state: a network partition between a client and one
-//! server, which killing the server cannot imitate.
+//! server, which killing the server cannot imitate. Benchmarks put one between themselves and a
+//! networked data store to make it unreachable for a while (`--outage`); tests put one in front of
+//! a CMI or a data store.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -16,9 +18,17 @@ pub struct Relay {
 
 impl Relay {
     /// Listens on a free loopback port and relays every connection to `target`.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound ([`Relay::start`] returns the error instead).
     pub fn new(target: SocketAddr) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
-        let addr = listener.local_addr().unwrap();
+        Relay::start(target).expect("bind the relay")
+    }
+
+    /// Listens on a free loopback port and relays every connection to `target`.
+    pub fn start(target: SocketAddr) -> std::io::Result<Relay> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
         let cut = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let (cut2, conns2) = (cut.clone(), conns.clone());
@@ -48,7 +58,7 @@ impl Relay {
                 }
             }
         });
-        Relay { addr, cut, conns }
+        Ok(Relay { addr, cut, conns })
     }
 
     /// The address clients connect to.
