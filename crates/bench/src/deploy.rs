@@ -297,6 +297,10 @@ impl DataStore for MissCountingStore {
     fn timeout(&self) -> Duration {
         self.inner.timeout()
     }
+
+    fn settle(&self) -> cads::store::Result<()> {
+        self.inner.settle()
+    }
 }
 
 /// The data store, the cache and the framework for one policy.

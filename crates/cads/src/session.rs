@@ -782,7 +782,9 @@ impl<'a> Session<'a> {
             if let Some(t) = self.cads.tardis() {
                 if tardis::is_failure(&e) {
                     t.store_failed(&e);
-                    t.note_failed_write();
+                    if !self.read_only() {
+                        t.note_failed_write(&self.written_keys);
+                    }
                 }
             }
             // The commit may have happened (its reply was lost, or the store went down after

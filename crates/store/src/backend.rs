@@ -19,12 +19,12 @@ use crate::document::{
 };
 use crate::error::{Result, StoreError};
 use crate::limits::check_document;
-use crate::pool::{Pool, Pooled, TimedGuard, TimedLock};
+use crate::pool::{Pool, Pooled, ServerSession, ServerSide, TimedGuard, TimedLock};
 use crate::sql::{Dialect, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
 use crate::DataStore;
 
 /// One connection of a backend.
-pub(crate) trait Conn: Send {
+pub(crate) trait Conn: Send + ServerSide {
     /// Runs a statement with `?` parameters that returns rows.
     fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>>;
     /// Runs a statement with `?` parameters; the number of rows it changed (matched, for updates).
@@ -50,6 +50,10 @@ pub(crate) trait Engine: Send + Sync + 'static {
     type Conn: Conn;
     const DIALECT: Dialect;
     fn connect(&self) -> Result<Self::Conn>;
+    /// Ends `session` on the server, from `conn`; true once it is gone (ended now or before).
+    fn end_session(_conn: &mut Self::Conn, _session: &ServerSession) -> Result<bool> {
+        Ok(true)
+    }
 }
 
 /// A collection's table and its prepared statements.
@@ -238,7 +242,7 @@ pub(crate) struct SqlBacked<E: Engine> {
 }
 
 /// A connection for a write, with the writer lock where the backend has one.
-struct WriteConn<'s, C> {
+struct WriteConn<'s, C: ServerSide> {
     conn: Pooled<'s, C>,
     _writer: Option<TimedGuard<'s>>,
 }
@@ -792,5 +796,45 @@ impl<E: Engine> SqlStore for SqlBacked<E> {
 impl<E: Engine> DataStore for SqlBacked<E> {
     fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    fn settle(&self) -> Result<()> {
+        let sessions = self.pool.take_in_doubt();
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let mut conn = match self.read_conn() {
+            Ok(conn) => conn,
+            Err(e) => {
+                self.pool.keep_in_doubt(sessions);
+                return Err(e);
+            }
+        };
+        let mut left = Vec::new();
+        let mut failure = None;
+        for session in sessions {
+            if failure.is_some() {
+                left.push(session);
+                continue;
+            }
+            let ended = E::end_session(&mut conn, &session);
+            match conn.check(ended) {
+                Ok(true) => {}
+                Ok(false) => left.push(session),
+                Err(e) => {
+                    failure = Some(e);
+                    left.push(session);
+                }
+            }
+        }
+        let still = left.len();
+        self.pool.keep_in_doubt(left);
+        match failure {
+            Some(e) => Err(e),
+            None if still > 0 => Err(StoreError::Unavailable(format!(
+                "{still} server sessions of connections given up on are still ending"
+            ))),
+            None => Ok(()),
+        }
     }
 }

@@ -365,4 +365,9 @@ impl DataStore for FaultyStore {
     fn timeout(&self) -> Duration {
         self.inner.timeout()
     }
+
+    fn settle(&self) -> Result<()> {
+        self.enter(Kind::Finish)?;
+        self.inner.settle()
+    }
 }

@@ -98,6 +98,17 @@ pub use sql::{
 pub trait DataStore: DocumentStore + SqlStore {
     /// The store's timeout ([`StoreOptions::timeout`]).
     fn timeout(&self) -> Duration;
+
+    /// Ends, on the server, the sessions of connections this store gave up on (a call timed out,
+    /// or the connection broke), and returns once they are gone: a transaction whose commit timed
+    /// out has then either committed or never will. A server that was frozen with a COMMIT in
+    /// its socket buffer otherwise applies it whenever it runs again, after any cache refilled
+    /// from the data store meanwhile. An error while the server cannot be reached or a session
+    /// is still ending (the sessions are kept, to be ended by the next call). SQLite, in the
+    /// process, has none: `Ok` at once.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// How to open a data store.

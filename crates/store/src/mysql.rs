@@ -16,6 +16,7 @@ use mysql::{Opts, OptsBuilder, Params, Value};
 
 use crate::backend::{Conn, Engine};
 use crate::error::{Result, StoreError};
+use crate::pool::{ServerSession, ServerSide};
 use crate::sql::{Dialect, Isolation, Row, SqlValue};
 
 const SOCKET_SLACK: Duration = Duration::from_millis(250);
@@ -82,13 +83,58 @@ impl Engine for MySql {
             )
         };
         conn.query_drop(setup).map_err(|e| map_error(e, t))?;
-        Ok(MyConn { conn, timeout: t })
+        let session = conn
+            .query_first::<i64, _>("SELECT CONNECTION_ID()")
+            .map_err(|e| map_error(e, t))?
+            .map(|id| ServerSession {
+                id,
+                started: String::new(),
+            });
+        Ok(MyConn {
+            conn,
+            timeout: t,
+            session,
+        })
+    }
+
+    /// Kills the connection's thread (ids are not reused while the server runs) and waits, up to
+    /// the timeout, until it is gone.
+    fn end_session(conn: &mut MyConn, session: &ServerSession) -> Result<bool> {
+        match conn.batch(&format!("KILL {}", session.id)) {
+            Ok(()) => {}
+            // Unknown thread id: it has ended already.
+            Err(StoreError::Backend(text)) if text.contains("1094") => return Ok(true),
+            Err(e) => return Err(e),
+        }
+        let deadline = std::time::Instant::now() + conn.timeout;
+        loop {
+            let rows = conn.query(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+                &[SqlValue::Int(session.id)],
+            )?;
+            let left: i64 = rows.first().map_or(Ok(0), |row| row.get(0))?;
+            if left == 0 {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
 pub(crate) struct MyConn {
     conn: mysql::Conn,
     timeout: Duration,
+    /// The server thread serving this connection.
+    session: Option<ServerSession>,
+}
+
+impl ServerSide for MyConn {
+    fn server_session(&self) -> Option<ServerSession> {
+        self.session.clone()
+    }
 }
 
 fn param(v: &SqlValue) -> Value {

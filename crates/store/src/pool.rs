@@ -7,6 +7,23 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 
+/// Who a connection is on the server: enough to end its session there after the client gave up
+/// on the connection (see [`Pool::in_doubt`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ServerSession {
+    /// The server's id of the session (PostgreSQL's backend pid, MySQL's connection id).
+    pub id: i64,
+    /// When it started, where ids are reused (PostgreSQL); empty otherwise.
+    pub started: String,
+}
+
+/// A connection that may know its [`ServerSession`].
+pub(crate) trait ServerSide {
+    fn server_session(&self) -> Option<ServerSession> {
+        None
+    }
+}
+
 struct State<C> {
     idle: Vec<C>,
     /// Connections open: idle plus checked out plus being opened.
@@ -14,18 +31,22 @@ struct State<C> {
 }
 
 /// At most `size` connections, opened lazily; a checkout waits at most `timeout` for one.
-pub(crate) struct Pool<C> {
+pub(crate) struct Pool<C: ServerSide> {
     state: Mutex<State<C>>,
     freed: Condvar,
     size: usize,
     timeout: Duration,
+    /// The server sessions of connections closed as broken: a transaction of theirs whose commit
+    /// the client gave up on may still commit on the server (a server that was frozen reads the
+    /// COMMIT once it runs again). The store's `settle` ends them.
+    in_doubt: Mutex<Vec<ServerSession>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl<C> Pool<C> {
+impl<C: ServerSide> Pool<C> {
     pub(crate) fn new(size: usize, timeout: Duration) -> Pool<C> {
         Pool {
             state: Mutex::new(State {
@@ -35,7 +56,18 @@ impl<C> Pool<C> {
             freed: Condvar::new(),
             size: size.max(1),
             timeout,
+            in_doubt: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Takes the server sessions of connections closed as broken since the last call.
+    pub(crate) fn take_in_doubt(&self) -> Vec<ServerSession> {
+        std::mem::take(&mut *lock(&self.in_doubt))
+    }
+
+    /// Gives back sessions [`take_in_doubt`](Self::take_in_doubt) took that could not be ended.
+    pub(crate) fn keep_in_doubt(&self, sessions: Vec<ServerSession>) {
+        lock(&self.in_doubt).extend(sessions);
     }
 
     /// An idle connection, a new one from `connect` if fewer than `size` are open, or, after waiting
@@ -106,13 +138,13 @@ impl<C> Pool<C> {
 }
 
 /// A checked-out connection; returned to the pool on drop, or closed if marked broken.
-pub(crate) struct Pooled<'p, C> {
+pub(crate) struct Pooled<'p, C: ServerSide> {
     pool: &'p Pool<C>,
     conn: Option<C>,
     broken: bool,
 }
 
-impl<C> Pooled<'_, C> {
+impl<C: ServerSide> Pooled<'_, C> {
     /// Passes `r` through, closing the connection on drop if the error leaves it in an unknown state
     /// (lost, or timed out with a statement possibly still running).
     pub(crate) fn check<T>(&mut self, r: Result<T>) -> Result<T> {
@@ -138,23 +170,26 @@ impl<C> Pooled<'_, C> {
     }
 }
 
-impl<C> Deref for Pooled<'_, C> {
+impl<C: ServerSide> Deref for Pooled<'_, C> {
     type Target = C;
     fn deref(&self) -> &C {
         self.conn.as_ref().expect("present until drop")
     }
 }
 
-impl<C> DerefMut for Pooled<'_, C> {
+impl<C: ServerSide> DerefMut for Pooled<'_, C> {
     fn deref_mut(&mut self) -> &mut C {
         self.conn.as_mut().expect("present until drop")
     }
 }
 
-impl<C> Drop for Pooled<'_, C> {
+impl<C: ServerSide> Drop for Pooled<'_, C> {
     fn drop(&mut self) {
         let conn = self.conn.take();
         if self.broken {
+            if let Some(session) = conn.as_ref().and_then(ServerSide::server_session) {
+                lock(&self.pool.in_doubt).push(session);
+            }
             drop(conn);
             self.pool.put_back(None);
         } else {
@@ -214,6 +249,30 @@ impl Drop for TimedGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl ServerSide for u32 {
+        fn server_session(&self) -> Option<ServerSession> {
+            Some(ServerSession {
+                id: i64::from(*self),
+                started: String::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn broken_connections_leave_their_server_sessions_in_doubt() {
+        let pool: Pool<u32> = Pool::new(2, Duration::from_millis(50));
+        let healthy = pool.get(|| Ok(1)).unwrap();
+        let mut broken = pool.get(|| Ok(2)).unwrap();
+        broken.mark_broken();
+        drop(broken);
+        drop(healthy);
+        let in_doubt = pool.take_in_doubt();
+        assert_eq!(in_doubt.iter().map(|s| s.id).collect::<Vec<_>>(), [2]);
+        assert!(pool.take_in_doubt().is_empty());
+        pool.keep_in_doubt(in_doubt);
+        assert_eq!(pool.take_in_doubt().len(), 1);
+    }
 
     #[test]
     fn checkout_times_out_and_reuses() {

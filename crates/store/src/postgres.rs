@@ -24,6 +24,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::backend::{Conn, Engine};
 use crate::error::{Result, StoreError};
+use crate::pool::{ServerSession, ServerSide};
 use crate::sql::{rewrite_placeholders, Dialect, Isolation, Row, SqlValue};
 
 /// How long after the timeout the client gives up on a call the server did not answer.
@@ -105,13 +106,52 @@ impl Engine for Postgres {
                 });
             }
         };
-        Ok(PgConn {
+        let mut conn = PgConn {
             client,
             task,
             rt: Some(rt),
             statements: HashMap::new(),
             timeout: self.timeout,
-        })
+            session: None,
+        };
+        let me = conn.query(
+            "SELECT pid::text, backend_start::text FROM pg_stat_activity \
+             WHERE pid = pg_backend_pid()",
+            &[],
+        )?;
+        conn.session = me.first().and_then(|row| {
+            Some(ServerSession {
+                id: row.get::<String>(0).ok()?.parse().ok()?,
+                started: row.get::<String>(1).ok()?,
+            })
+        });
+        Ok(conn)
+    }
+
+    /// Terminates the backend (pid and start time, since pids are reused) and waits, up to the
+    /// timeout, until it is gone.
+    fn end_session(conn: &mut PgConn, session: &ServerSession) -> Result<bool> {
+        let params = [
+            SqlValue::Text(session.id.to_string()),
+            SqlValue::Text(session.started.clone()),
+        ];
+        let running = "FROM pg_stat_activity WHERE pid::text = ? AND backend_start::text = ?";
+        conn.query(
+            &format!("SELECT pg_terminate_backend(pid) {running}"),
+            &params,
+        )?;
+        let deadline = std::time::Instant::now() + conn.timeout;
+        loop {
+            let rows = conn.query(&format!("SELECT count(*) {running}"), &params)?;
+            let left: i64 = rows.first().map_or(Ok(0), |row| row.get(0))?;
+            if left == 0 {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -123,6 +163,14 @@ pub(crate) struct PgConn {
     rt: Option<Runtime>,
     statements: HashMap<String, Statement>,
     timeout: Duration,
+    /// The backend serving this connection.
+    session: Option<ServerSession>,
+}
+
+impl ServerSide for PgConn {
+    fn server_session(&self) -> Option<ServerSession> {
+        self.session.clone()
+    }
 }
 
 impl Drop for PgConn {

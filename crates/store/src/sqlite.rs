@@ -20,7 +20,7 @@ use rusqlite::{ffi, OpenFlags};
 
 use crate::backend::{Conn, Engine};
 use crate::error::{Result, StoreError};
-use crate::pool::TimedLock;
+use crate::pool::{ServerSide, TimedLock};
 use crate::sql::{Dialect, Isolation, Row, SqlValue};
 
 pub(crate) struct Sqlite {
@@ -205,6 +205,9 @@ impl SqliteConn {
         r.map_err(|e| map_error(e, self.timeout))
     }
 }
+
+/// SQLite runs in this process: nothing outlives a connection closed here.
+impl ServerSide for SqliteConn {}
 
 impl Conn for SqliteConn {
     fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>> {

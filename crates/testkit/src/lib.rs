@@ -6,6 +6,7 @@
 //!   databases of unique names dropped afterwards; the URLs of the local servers.
 //! - [`Relay`] (from `cads_store`): a TCP relay that cuts connections on demand, as a network
 //!   partition would.
+//! - [`private_postgres`]: a PostgreSQL server of a test's own, to stop and freeze.
 //! - [`resp`]: a raw RESP connection that hands back replies byte for byte.
 //! - [`failpoints`]: the scenario lock, stalls and deaths at cads' failpoints.
 //! - [`tls`]: a CA made by the test, with a CMI and a client certificate it signed.
@@ -16,6 +17,7 @@
 
 pub mod cmis;
 pub mod failpoints;
+pub mod private_postgres;
 pub mod resp;
 pub mod scratch;
 pub mod services;
@@ -23,6 +25,7 @@ pub mod tls;
 
 pub use cads_store::Relay;
 pub use cmis::{free_port, free_ports, Cmis, ServerProcess};
+pub use private_postgres::PrivatePostgres;
 pub use resp::RespConn;
 pub use scratch::{ScratchDatabase, ScratchDir};
 pub use tls::TestCa;

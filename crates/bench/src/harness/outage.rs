@@ -216,6 +216,7 @@ impl Timeline {
                 record.recovery_s = happened
                     .back
                     .map(|back| normal_since.saturating_sub(back) as f64 / 1e9);
+                self.sample(cads, done);
                 break;
             }
             if Instant::now() >= deadline {

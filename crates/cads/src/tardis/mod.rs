@@ -32,6 +32,7 @@
 mod monitor;
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use cads_store::StoreError;
@@ -186,6 +187,9 @@ pub(crate) struct Tardis {
     started: Instant,
     /// When the current mode began, in ms since `started`.
     mode_since_ms: AtomicU64,
+    /// Cache keys written by sessions whose data-store commit failed with an unknown outcome:
+    /// invalidated again once the data store has settled (see `monitor`).
+    in_doubt: Mutex<Vec<Vec<u8>>>,
     stats: Stats,
 }
 
@@ -272,6 +276,7 @@ impl Tardis {
             mode: AtomicU8::new(Mode::Normal.as_u8()),
             started: Instant::now(),
             mode_since_ms: AtomicU64::new(0),
+            in_doubt: Mutex::new(Vec::new()),
             stats: Stats::default(),
         }
     }
@@ -377,8 +382,18 @@ impl Tardis {
         self.stats.writes_refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn note_failed_write(&self) {
+    /// A write's data-store commit failed with an unknown outcome; `keys` are its cache keys.
+    pub(crate) fn note_failed_write(&self, keys: &[Vec<u8>]) {
         self.stats.writes_failed.fetch_add(1, Ordering::Relaxed);
+        self.in_doubt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keys.iter().cloned());
+    }
+
+    /// Takes the keys of writes whose outcome was unknown.
+    pub(crate) fn take_in_doubt(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.in_doubt.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub(crate) fn note_refused_miss(&self) {

@@ -150,9 +150,17 @@ fn monitor(cads: &Cads, stop: &AtomicBool) {
     }
 }
 
-/// One probe of the data store in failed mode: a buffered write applied (a document from a random
-/// TeleW key), or, when that key lists none, an empty transaction.
+/// One probe of the data store in failed mode: first the data store is settled (the server
+/// sessions of connections given up on are ended, so that a commit that timed out cannot land
+/// after a buffered write applied now), and the cache keys of writes whose outcome was unknown
+/// are invalidated again; then a buffered write is applied (a document from a random TeleW key),
+/// or, when that key lists none, an empty transaction runs.
 fn probe(cads: &Cads, tardis: &Tardis, rng: &mut Rng) -> Result<()> {
+    cads.store().settle()?;
+    let in_doubt = tardis.take_in_doubt();
+    if !in_doubt.is_empty() {
+        cads.invalidate(&in_doubt);
+    }
     let telew = rng.below(tardis.config.telew.max(1));
     let listed = pending_in(cads, &[telew])?;
     match listed.docs.into_iter().flatten().next() {
