@@ -21,11 +21,12 @@ pub enum Error {
     /// [`Cads::run`](crate::Cads::run) re-runs such a session as write-through.
     #[error("no room to buffer the writes (pinned memory full)")]
     BufferFull,
-    /// TARDIS (000 ch. 4): the data store is down or may lack buffered writes, and the cache
-    /// cannot answer alone. A read that missed in failed mode (or, under TAR and DIS, in recovery
-    /// mode) gets this instead of a value the data store might have stale (000 Theorem 3); so does
-    /// a write that cannot be buffered while the data store is down. Nothing was written; the
-    /// same request succeeds once the data store is back (or the value is cached).
+    /// The data store is down or may lack buffered writes, and the cache cannot answer alone.
+    /// Under TARDIS (000 ch. 4) a read that missed in failed mode (or, under TAR and DIS, in
+    /// recovery mode) gets this instead of a value the data store might have stale (000
+    /// Theorem 3); so does a write that cannot be buffered while the data store is down. Under
+    /// write-back, a miss the data store cannot serve. Nothing was written; the same request
+    /// succeeds once the data store is back (or the value is cached).
     #[error("data store unavailable: {reason}")]
     StoreUnavailable { reason: String },
     /// The application's own code in a session failed.

@@ -207,21 +207,28 @@ impl<'a> Session<'a> {
         keys: &[Vec<u8>],
         may_fold: bool,
     ) -> Result<C::Output> {
-        let changes = self.before_store_read(cs, query, keys, may_fold)?;
-        let mut output = match cs.query_store(query, &mut self.tx) {
-            Ok(output) => output,
-            Err(e) => match self.cads.tardis() {
-                Some(t) if tardis::is_failure(&e) => {
+        let queried = self
+            .before_store_read(cs, query, keys, may_fold)
+            .and_then(|changes| Ok((changes, cs.query_store(query, &mut self.tx)?)));
+        let (changes, mut output) = match queried {
+            Ok(queried) => queried,
+            // Under TARDIS and write-back the cache may hold writes the data store lacks: a miss
+            // the data store cannot serve is the same refusal whatever failed, applying them or
+            // querying.
+            Err(Error::Store(e))
+                if tardis::is_failure(&e)
+                    && (self.cads.tardis().is_some()
+                        || self.cads.policy() == Policy::WriteBack) =>
+            {
+                if let Some(t) = self.cads.tardis() {
                     t.store_failed(&e);
                     t.note_refused_miss();
-                    return Err(Error::StoreUnavailable {
-                        reason: format!(
-                            "a read missed in the cache and the data store failed: {e}"
-                        ),
-                    });
                 }
-                _ => return Err(e.into()),
-            },
+                return Err(Error::StoreUnavailable {
+                    reason: format!("a read missed in the cache and the data store failed: {e}"),
+                });
+            }
+            Err(e) => return Err(e),
         };
         if let Some(changes) = changes {
             if !changes.is_empty() && !cs.fold_result_changes(query, &mut output, &changes) {
