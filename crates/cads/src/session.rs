@@ -395,17 +395,14 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        if self.cads.tardis().is_some() {
-            self.written_docs
-                .extend(ops.iter().map(|(doc, _)| doc.clone()));
-            if teleported {
-                self.buffered.extend(ops);
-                return Ok(());
-            }
+        // Documents written, for write-back and TARDIS (`ops` is empty otherwise).
+        self.written_docs
+            .extend(ops.iter().map(|(doc, _)| doc.clone()));
+        if teleported {
+            self.buffered.extend(ops);
+            return Ok(());
         }
         if self.cads.policy() == Policy::WriteBack {
-            self.written_docs
-                .extend(ops.iter().map(|(doc, _)| doc.clone()));
             if !ops.is_empty() && !self.write_through {
                 // Buffered in the cache at pre-commit instead of written to the data store.
                 self.buffered.extend(ops);
