@@ -30,6 +30,7 @@
 //! ```
 
 mod attempts;
+mod background;
 mod cache_store;
 pub mod documents;
 mod error;

@@ -21,7 +21,12 @@ fn tardis_on_two_appnodes_takes_writes_while_postgres_is_cut_off() {
     let out = Command::new(env!("CARGO_BIN_EXE_cads"))
         .args(["bench", "ycsb", "--appnodes", "2", "--threads", "4"])
         .args(["--records", "300", "--workload", "A", "--duration", "4s"])
-        .args(["--policy", "write-through,write-around", "--tardis", "tardis"])
+        .args([
+            "--policy",
+            "write-through,write-around",
+            "--tardis",
+            "tardis",
+        ])
         .args(["--ar-workers", "2", "--outage", "1s+1500ms"])
         .args(["--store", db.url(), "--json", json.to_str().unwrap()])
         .env("TERM", "dumb")
@@ -38,8 +43,14 @@ fn tardis_on_two_appnodes_takes_writes_while_postgres_is_cut_off() {
         assert_eq!(r["lost_writes"].as_u64().unwrap_or(0), 0, "{what}");
         let outage = &r["outage"];
         assert_eq!(outage["tardis"], "tardis", "{what}");
-        assert!(outage["at_s"].as_f64().is_some(), "{what}: the cut happened");
-        assert_eq!(outage["writes_refused"], 0, "{what}: pinned memory is ample");
+        assert!(
+            outage["at_s"].as_f64().is_some(),
+            "{what}: the cut happened"
+        );
+        assert_eq!(
+            outage["writes_refused"], 0,
+            "{what}: pinned memory is ample"
+        );
         assert!(
             outage["recovery_s"].as_f64().is_some(),
             "{what}: recovery ended: {outage}"

@@ -56,6 +56,24 @@ pub(crate) trait Engine: Send + Sync + 'static {
     }
 }
 
+/// Waits, up to `timeout`, until `running` (a count of the server sessions still there) says 0;
+/// whether it did. For [`Engine::end_session`].
+pub(crate) fn wait_until_gone(
+    timeout: Duration,
+    mut running: impl FnMut() -> Result<i64>,
+) -> Result<bool> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if running()? == 0 {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A collection's table and its prepared statements.
 struct Collection {
     fields: Vec<IndexedField>,

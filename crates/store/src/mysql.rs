@@ -14,7 +14,7 @@ use mysql::consts::{CapabilityFlags, ColumnType};
 use mysql::prelude::Queryable;
 use mysql::{Opts, OptsBuilder, Params, Value};
 
-use crate::backend::{Conn, Engine};
+use crate::backend::{wait_until_gone, Conn, Engine};
 use crate::error::{Result, StoreError};
 use crate::pool::{ServerSession, ServerSide};
 use crate::sql::{Dialect, Isolation, Row, SqlValue};
@@ -106,21 +106,13 @@ impl Engine for MySql {
             Err(StoreError::Backend(text)) if text.contains("1094") => return Ok(true),
             Err(e) => return Err(e),
         }
-        let deadline = std::time::Instant::now() + conn.timeout;
-        loop {
+        wait_until_gone(conn.timeout, || {
             let rows = conn.query(
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
                 &[SqlValue::Int(session.id)],
             )?;
-            let left: i64 = rows.first().map_or(Ok(0), |row| row.get(0))?;
-            if left == 0 {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            rows.first().map_or(Ok(0), |row| row.get(0))
+        })
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::types::{to_sql_checked, Format, FromSql, IsNull, Kind, ToSql, Type};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::backend::{Conn, Engine};
+use crate::backend::{wait_until_gone, Conn, Engine};
 use crate::error::{Result, StoreError};
 use crate::pool::{ServerSession, ServerSide};
 use crate::sql::{rewrite_placeholders, Dialect, Isolation, Row, SqlValue};
@@ -140,18 +140,11 @@ impl Engine for Postgres {
             &format!("SELECT pg_terminate_backend(pid) {running}"),
             &params,
         )?;
-        let deadline = std::time::Instant::now() + conn.timeout;
-        loop {
-            let rows = conn.query(&format!("SELECT count(*) {running}"), &params)?;
-            let left: i64 = rows.first().map_or(Ok(0), |row| row.get(0))?;
-            if left == 0 {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let count = format!("SELECT count(*) {running}");
+        wait_until_gone(conn.timeout, || {
+            let rows = conn.query(&count, &params)?;
+            rows.first().map_or(Ok(0), |row| row.get(0))
+        })
     }
 }
 

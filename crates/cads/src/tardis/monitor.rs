@@ -5,13 +5,13 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use cads_client::Write;
 use cads_store::Isolation;
 
 use super::{apply, Mode, Tardis};
+use crate::background::Background;
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
 use crate::writeback::design1::{pending_in, purge, pw_key};
@@ -22,8 +22,7 @@ use crate::Cads;
 /// The monitor and the AR workers of one AppNode. Without them an AppNode that entered failed
 /// mode stays there. Dropping the handle stops them.
 pub struct Recovery {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Background,
 }
 
 /// First and longest wait between failed probes (exponential back-off, 000 §4.3.2).
@@ -54,43 +53,22 @@ impl Recovery {
             );
         }
         let workers = tardis.config.ar_workers;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::with_capacity(workers + 1);
-        let (c, s) = (cads.clone(), stop.clone());
-        threads.push(spawn("cads-tardis-monitor", move || monitor(&c, &s)));
+        let mut threads = Background::new();
+        let c = cads.clone();
+        threads.spawn("cads-tardis-monitor".into(), move |stop| monitor(&c, stop));
         for index in 0..workers {
-            let (c, s) = (cads.clone(), stop.clone());
-            threads.push(spawn(&format!("cads-ar-{index}"), move || {
-                ar_worker(&c, &s, index as u64)
-            }));
+            let c = cads.clone();
+            threads.spawn(format!("cads-ar-{index}"), move |stop| {
+                ar_worker(&c, stop, index as u64)
+            });
         }
-        Ok(Recovery { stop, threads })
+        Ok(Recovery { threads })
     }
 
     /// Stops the threads and waits for them.
     pub fn stop(mut self) {
-        self.halt();
+        self.threads.stop();
     }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Recovery {
-    fn drop(&mut self) {
-        self.halt();
-    }
-}
-
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(f)
-        .expect("start a TARDIS thread")
 }
 
 /// Sleeps `d` in short steps, returning early once `stop` is set.

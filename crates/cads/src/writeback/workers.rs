@@ -6,11 +6,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::design1::{apply_docs, pending_in, purge, Patience};
 use super::design2;
+use crate::background::Background;
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
 use crate::Cads;
@@ -18,8 +18,7 @@ use crate::Cads;
 /// Running background workers. Dropping the handle stops them (without draining).
 pub struct Workers {
     cads: Arc<Cads>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Background,
 }
 
 /// Longest nap of an idle worker between scans.
@@ -29,22 +28,15 @@ impl Workers {
     /// Starts `count` workers. Buffered writes left by a process that stopped are found and
     /// applied like any other: they are listed in PendingWrites and the queues.
     pub fn start(cads: Arc<Cads>, count: usize) -> Workers {
-        let stop = Arc::new(AtomicBool::new(false));
         let count = count.max(1);
-        let threads = (0..count)
-            .map(|index| {
-                let (cads, stop) = (cads.clone(), stop.clone());
-                std::thread::Builder::new()
-                    .name(format!("cads-bgt-{index}"))
-                    .spawn(move || work(&cads, index, count, &stop))
-                    .expect("start a write-back worker")
-            })
-            .collect();
-        Workers {
-            cads,
-            stop,
-            threads,
+        let mut threads = Background::new();
+        for index in 0..count {
+            let cads = cads.clone();
+            threads.spawn(format!("cads-bgt-{index}"), move |stop| {
+                work(&cads, index, count, stop)
+            });
         }
+        Workers { cads, threads }
     }
 
     pub fn count(&self) -> usize {
@@ -59,20 +51,7 @@ impl Workers {
 
     /// Stops the workers and waits for them (a worker finishes the buffered write it is applying).
     pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        self.halt();
+        self.threads.stop();
     }
 }
 

@@ -1,4 +1,5 @@
-//! What the command's tests share.
+//! What the command's tests share (each test binary uses a part of it).
+#![allow(dead_code)]
 
 use std::process::Output;
 
