@@ -35,10 +35,10 @@ use cads::{Mode, Policy, TardisCounts, Workers, WriteBackCounts};
 use serde::{Deserialize, Serialize};
 
 use super::drive::{drive, ThreadSet, TICK};
-use super::outage::{cut_off, Cut, Happened, OutageRecord, Timeline};
+use super::outage::{cut_off, dirty, Cut, Happened, OutageRecord, Stall, Timeline};
 use super::{
-    AppNode, Benchmark, Clock, Counters, Env, Limit, Measured, Nanos, NodeResult, PolicyRun,
-    Reporter, RunLog, Sampler,
+    drain_left, AppNode, Benchmark, Clock, Counters, Env, Limit, Measured, Nanos, NodeResult,
+    PolicyRun, Reporter, RunLog, Sampler,
 };
 use crate::deploy::{Deployment, Launcher};
 
@@ -374,7 +374,7 @@ pub(crate) fn measure<B: Benchmark>(
         match total.tardis {
             Some(counts) => {
                 // The AppNodes waited for their recovery before they ended.
-                timeline.recover(
+                let left = timeline.recover(
                     &dep.cads,
                     clock,
                     happened,
@@ -383,6 +383,7 @@ pub(crate) fn measure<B: Benchmark>(
                     total.normal_since,
                     &mut record,
                 );
+                drain_left(&dep.cads, left, opts, &mut record)?;
                 record.count(&counts);
             }
             None => timeline.finish(happened, &mut record),
@@ -498,9 +499,17 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
     }
     if recovery.is_some() {
         // The data store may still be down, or buffered writes of this AppNode pending: it
-        // ends once its recovery has.
+        // ends once its recovery has (or stalled: the parent applies what is left).
         let deadline = Instant::now() + bench.options().drain_timeout;
+        let mut stall = Stall::default();
+        let mut next = Instant::now();
         while cads.mode() != Some(Mode::Normal) && Instant::now() < deadline {
+            if Instant::now() >= next {
+                next += Duration::from_secs(1);
+                if stall.stalled(dirty(cads), cads) {
+                    break;
+                }
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }

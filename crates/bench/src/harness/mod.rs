@@ -504,7 +504,7 @@ impl<B: Benchmark> Runner<'_, B> {
                 ..OutageRecord::default()
             };
             if recovery.is_some() {
-                timeline.recover(
+                let left = timeline.recover(
                     cads,
                     env.clock,
                     happened,
@@ -513,6 +513,7 @@ impl<B: Benchmark> Runner<'_, B> {
                     None,
                     &mut record,
                 );
+                drain_left(cads, left, opts, &mut record)?;
             } else {
                 timeline.finish(happened, &mut record);
             }
@@ -652,6 +653,22 @@ impl<B: Benchmark> Runner<'_, B> {
             },
         }
     }
+}
+
+/// TARDIS, after a recovery that did not end: applies what is left (write-back's drain, over the
+/// same buffered writes), so that validation sees every acknowledged write in the data store.
+fn drain_left(
+    cads: &Cads,
+    left: u64,
+    opts: &CommonOptions,
+    record: &mut OutageRecord,
+) -> Result<()> {
+    if left > 0 {
+        record.left_after_run = left;
+        cads::writeback::drain(cads, opts.drain_timeout)
+            .context("applying the buffered writes TARDIS's recovery left")?;
+    }
+    Ok(())
 }
 
 /// The counters a run phase is measured by, read before and after it in the process that

@@ -39,9 +39,14 @@ pub struct OutageRecord {
     pub applied_by_workers: u64,
     /// Most documents listed with buffered writes at once (sampled every second).
     pub dirty_peak: u64,
-    /// From the data store's return to no document listed with a buffered write (None: it did
-    /// not come back, or recovery did not end within `--drain-timeout`).
+    /// From the data store's return to the AppNode's (the last AppNode's) return to normal mode,
+    /// when no document is listed with a buffered write (None: it did not come back, or recovery
+    /// stalled or did not end within `--drain-timeout`).
     pub recovery_s: Option<f64>,
+    /// Documents still listed dirty when recovery stalled after the run (TAR and TARD without AR
+    /// workers apply nothing once the load stops) or ran out of time: the benchmark applied them
+    /// (write-back's drain) before it validated.
+    pub left_after_run: u64,
     /// Every second of the run phase and of the recovery after it.
     pub timeline: Vec<OutageSample>,
 }
@@ -187,11 +192,11 @@ impl Timeline {
         record.timeline = self.samples;
     }
 
-    /// TARDIS, after the run phase: samples every second until no document is listed dirty
-    /// (and, with one AppNode, it is back in normal mode) or `timeout` passes; then
-    /// [`finish`](Self::finish), with `recovery_s`: from the data store's return to the moment
-    /// the AppNode entered normal mode (`appnodes_normal`: when the last of several AppNodes
-    /// did, on `clock`).
+    /// TARDIS, after the run phase: samples every second until recovery ends (no document
+    /// listed dirty and, with one AppNode, normal mode), stalls ([`Stall`]) or `timeout` passes;
+    /// then [`finish`](Self::finish), with `recovery_s`: from the data store's return to the
+    /// moment the AppNode entered normal mode (`appnodes_normal`: when the last of several
+    /// AppNodes did, on `clock`). Returns how many documents were left dirty.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn recover(
         mut self,
@@ -202,12 +207,18 @@ impl Timeline {
         timeout: Duration,
         appnodes_normal: Option<Nanos>,
         record: &mut OutageRecord,
-    ) {
+    ) -> u64 {
         let deadline = Instant::now() + timeout;
+        let mut stall = Stall::default();
         let mut next = Instant::now();
-        loop {
-            let normal = !self.own_mode || cads.mode().is_none_or(|m| m == cads::Mode::Normal);
-            let clean = dirty(cads) == 0 && normal;
+        let left = loop {
+            // One AppNode: its mode says it all (normal mode means the monitor found no document
+            // listed). Several: the lists, read less often (they may be long).
+            let clean = if self.own_mode {
+                cads.mode().is_none_or(|m| m == cads::Mode::Normal)
+            } else {
+                dirty(cads) == 0
+            };
             if clean {
                 let normal_since = match (self.own_mode, cads.in_mode_for()) {
                     (true, Some(d)) => clock.now().saturating_sub(d.as_nanos() as Nanos),
@@ -217,23 +228,52 @@ impl Timeline {
                     .back
                     .map(|back| normal_since.saturating_sub(back) as f64 / 1e9);
                 self.sample(cads, done);
-                break;
+                break 0;
             }
-            if Instant::now() >= deadline {
-                break;
-            }
-            if Instant::now() >= next {
+            let now = Instant::now();
+            if now >= next {
                 self.sample(cads, done);
                 next += Duration::from_secs(1);
+                let last = self.samples.last().map_or(0, |s| s.dirty);
+                if now >= deadline || stall.stalled(last, cads) {
+                    break last;
+                }
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            std::thread::sleep(Duration::from_millis(if self.own_mode { 20 } else { 250 }));
+        };
         self.finish(happened, record);
+        left
+    }
+}
+
+/// Whether recovery stopped making progress: the dirty documents have not gone down for
+/// [`Stall::AFTER`] while the data store is back (TAR and TARD with no AR workers never end once
+/// the load stops: nothing applies their buffered writes).
+#[derive(Default)]
+pub(crate) struct Stall {
+    fewest: Option<(u64, Instant)>,
+}
+
+impl Stall {
+    const AFTER: Duration = Duration::from_secs(10);
+
+    /// Notes `dirty` documents now; true once they have not gone down for [`Stall::AFTER`].
+    pub(crate) fn stalled(&mut self, dirty: u64, cads: &Cads) -> bool {
+        let now = Instant::now();
+        match self.fewest {
+            Some((fewest, _)) if dirty >= fewest && cads.mode() != Some(cads::Mode::Failed) => {}
+            _ => {
+                self.fewest = Some((dirty, now));
+                return false;
+            }
+        }
+        self.fewest
+            .is_some_and(|(_, since)| now.duration_since(since) >= Stall::AFTER)
     }
 }
 
 /// Documents listed with buffered writes now (0 if the lists cannot be read).
-fn dirty(cads: &Cads) -> u64 {
+pub(crate) fn dirty(cads: &Cads) -> u64 {
     if cads.cache().is_none() {
         return 0;
     }
