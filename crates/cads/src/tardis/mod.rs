@@ -440,16 +440,22 @@ pub(crate) enum OnMiss {
 }
 
 /// Applies the buffered writes of `docs` (Algorithm 2 as Algorithm 5 or 6 uses it): a request
-/// (`on_demand`) waits for a document another session holds, an AR worker skips it. A data-store
+/// (`on_demand`) waits for a document another session holds, an AR worker skips it (and may keep
+/// the applied documents' keys in `unlist_later`, see [`design1::apply_docs`]). A data-store
 /// failure puts the AppNode in failed mode.
-pub(crate) fn apply(cads: &Cads, docs: &[DocRef], on_demand: bool) -> Result<usize> {
+pub(crate) fn apply(
+    cads: &Cads,
+    docs: &[DocRef],
+    on_demand: bool,
+    unlist_later: Option<&mut Vec<Vec<u8>>>,
+) -> Result<usize> {
     let tardis = cads.tardis().expect("TARDIS is on");
     let patience = if on_demand {
         Patience::Wait
     } else {
         Patience::Skip
     };
-    match design1::apply_docs(cads, docs, patience) {
+    match design1::apply_docs(cads, docs, patience, unlist_later) {
         Ok(applied) => {
             tardis.note_applied(on_demand, applied);
             Ok(applied)
@@ -474,7 +480,7 @@ pub(crate) fn apply_dirty(cads: &Cads, docs: &[DocRef]) -> Result<usize> {
     if dirty.is_empty() {
         return Ok(0);
     }
-    apply(cads, &dirty, true)
+    apply(cads, &dirty, true, None)
 }
 
 /// Whether any of `docs` has a buffered write.

@@ -14,7 +14,7 @@ use super::{apply, Mode, Tardis};
 use crate::background::Background;
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
-use crate::writeback::design1::{pending_in, purge, pw_key};
+use crate::writeback::design1::{pending_in, purge, pw_key, unlist_applied};
 use crate::writeback::replicated::{filter_list, open_lines, placed};
 use crate::writeback::Refused;
 use crate::Cads;
@@ -142,7 +142,7 @@ fn probe(cads: &Cads, tardis: &Tardis, rng: &mut Rng) -> Result<()> {
     let telew = rng.below(tardis.config.telew.max(1));
     let listed = pending_in(cads, &[telew])?;
     match listed.docs.into_iter().flatten().next() {
-        Some(doc) => apply(cads, &[doc], false).map(drop),
+        Some(doc) => apply(cads, &[doc], false, None).map(drop),
         None => {
             let tx = cads
                 .store()
@@ -247,7 +247,7 @@ fn ar_worker(cads: &Cads, stop: &AtomicBool, index: u64) {
             nap(stop, IDLE);
             continue;
         }
-        match ar_iteration(cads, tardis, &mut rng) {
+        match ar_pass(cads, tardis, &mut rng, stop) {
             Ok(true) => {}
             Ok(false) => nap(stop, IDLE),
             Err(e) => {
@@ -258,11 +258,14 @@ fn ar_worker(cads: &Cads, stop: &AtomicBool, index: u64) {
     }
 }
 
-/// One iteration of Algorithm 6: a random TeleW key (the next ones when it lists nothing), alpha
-/// random documents from it, their buffered writes applied (a document another session holds is
-/// skipped); the applier removes them from the TeleW key afterwards, keeping any that a write
-/// gave a new buffered write meanwhile (Step 6). Returns whether it found documents listed.
-fn ar_iteration(cads: &Cads, tardis: &Tardis, rng: &mut Rng) -> Result<bool> {
+/// Iterations of Algorithm 6 over one TeleW key: a random one (the next ones when it lists
+/// nothing), its documents in random order, alpha at a time, each batch applied in one
+/// data-store transaction (a document another session holds is skipped); then the applied ones
+/// leave the TeleW key together, keeping any that a write gave a new buffered write meanwhile
+/// (Step 6). The paper reads the TeleW key again for every alpha documents; reading and rewriting
+/// a list of thousands of sealed lines per batch of alpha cost more than the batches themselves
+/// (docs/ARCHITECTURE.md, "TARDIS"). Returns whether it found documents listed.
+fn ar_pass(cads: &Cads, tardis: &Tardis, rng: &mut Rng, stop: &AtomicBool) -> Result<bool> {
     let omega = tardis.config.telew.max(1);
     let first = rng.below(omega);
     for step in 0..omega {
@@ -275,14 +278,23 @@ fn ar_iteration(cads: &Cads, tardis: &Tardis, rng: &mut Rng) -> Result<bool> {
         if docs.is_empty() {
             continue;
         }
-        let alpha = tardis.config.alpha.max(1);
-        for i in 0..docs.len().min(alpha) {
+        for i in 0..docs.len() {
             let j = i + rng.below(docs.len() - i);
             docs.swap(i, j);
         }
-        docs.truncate(alpha);
-        apply(cads, &docs, false)?;
-        return Ok(true);
+        let mut applied = Vec::new();
+        let mut outcome = Ok(true);
+        for batch in docs.chunks(tardis.config.alpha.max(1)) {
+            if stop.load(Ordering::Acquire) || tardis.mode() != Mode::Recovery {
+                break;
+            }
+            if let Err(e) = apply(cads, batch, false, Some(&mut applied)) {
+                outcome = Err(e);
+                break;
+            }
+        }
+        unlist_applied(cads, &applied);
+        return outcome;
     }
     Ok(false)
 }

@@ -296,7 +296,7 @@ pub(crate) fn has_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
 /// Algorithm 2 of 000 §3.2: applies `doc`'s buffered write to the data store, if it has one.
 /// Returns whether it applied one.
 pub fn apply_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
-    apply_docs(cads, std::slice::from_ref(doc), Patience::Wait).map(|applied| applied > 0)
+    apply_docs(cads, std::slice::from_ref(doc), Patience::Wait, None).map(|applied| applied > 0)
 }
 
 /// What an applier does about a document whose leases another session holds.
@@ -317,7 +317,17 @@ pub(crate) enum Patience {
 /// A batch that a writer's lease conflict aborts, or that the data store rejects, is split in
 /// two and each half tried on its own, so that one contended or failing document does not hold
 /// up the others. A single contended document is tried again or skipped, as `patience` says.
-pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef], patience: Patience) -> Result<usize> {
+///
+/// The lines of applied documents leave PendingWrites after each data-store transaction, or, when
+/// `unlist_later` is given, their buffered writes' keys are added to it, for the caller to remove
+/// with [`unlist`] once it has applied more (an AR worker working through a TeleW key reads and
+/// rewrites it once, not once per batch).
+pub(crate) fn apply_docs(
+    cads: &Cads,
+    docs: &[DocRef],
+    patience: Patience,
+    mut unlist_later: Option<&mut Vec<Vec<u8>>>,
+) -> Result<usize> {
     let mut docs = docs.to_vec();
     docs.sort();
     docs.dedup();
@@ -325,7 +335,7 @@ pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef], patience: Patience) -> Re
     let mut attempts = Attempts::new(cads.config());
     loop {
         let ticket = attempts.start();
-        let failure = match apply_once(cads, &docs, ticket) {
+        let failure = match apply_once(cads, &docs, ticket, unlist_later.as_deref_mut()) {
             Ok(round) if round.converted.is_empty() => return Ok(applied + round.applied),
             Ok(round) => {
                 applied += round.applied;
@@ -345,8 +355,8 @@ pub(crate) fn apply_docs(cads: &Cads, docs: &[DocRef], patience: Patience) -> Re
         };
         if splits && docs.len() > 1 {
             let (first, second) = docs.split_at(docs.len() / 2);
-            let first = apply_docs(cads, first, patience);
-            let second = apply_docs(cads, second, patience);
+            let first = apply_docs(cads, first, patience, unlist_later.as_deref_mut());
+            let second = apply_docs(cads, second, patience, unlist_later);
             return Ok(applied + first? + second?);
         }
         match failure {
@@ -392,7 +402,12 @@ fn crashed() -> Error {
 /// when nothing went to the data store). A worker that dies anywhere in between leaves either the
 /// original or the idempotent form behind, never a half-applied one: applying an idempotent one
 /// again does no harm. One whose leases ran out before the validation applies nothing.
-fn apply_once(cads: &Cads, docs: &[DocRef], ticket: Option<u64>) -> Result<Round> {
+fn apply_once(
+    cads: &Cads,
+    docs: &[DocRef],
+    ticket: Option<u64>,
+    unlist_later: Option<&mut Vec<Vec<u8>>>,
+) -> Result<Round> {
     let client = cads.cache().expect("write-back has a cache");
     let store = cads.store().as_ref();
     let seal = cads.seal()?;
@@ -533,11 +548,9 @@ fn apply_once(cads: &Cads, docs: &[DocRef], ticket: Option<u64>) -> Result<Round
     }
     refused.discarded(cads.write_back_stats());
     if !unlist_now {
-        failpoints::before_unlist();
-        if let Err(e) = unlist(cads, &gone) {
-            // The lines stay; the next pass over the partition finds no buffered write there
-            // and removes them.
-            tracing::debug!(error = %e, "applied buffered writes left listed in PendingWrites");
+        match unlist_later {
+            Some(later) => later.extend(gone),
+            None => unlist_applied(cads, &gone),
         }
     }
     let stats = cads.write_back_stats();
@@ -586,6 +599,19 @@ fn unlisting(
         }
     }
     writes
+}
+
+/// Removes applied buffered writes from PendingWrites (Step 6 of 000 Algorithm 6); on failure the
+/// lines stay, and the next pass over the partition finds no buffered write there and removes
+/// them.
+pub(crate) fn unlist_applied(cads: &Cads, bw_keys: &[Vec<u8>]) {
+    if bw_keys.is_empty() {
+        return;
+    }
+    failpoints::before_unlist();
+    if let Err(e) = unlist(cads, bw_keys) {
+        tracing::debug!(error = %e, "applied buffered writes left listed in PendingWrites");
+    }
 }
 
 /// Removes applied buffered writes (`bw_keys`) from PendingWrites, in a session of their own: it

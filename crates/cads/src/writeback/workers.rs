@@ -81,7 +81,7 @@ pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
             )));
         }
         for batch in documents.chunks(per_transaction(cads)) {
-            if let Err(e) = apply_docs(cads, batch, Patience::Wait) {
+            if let Err(e) = apply_docs(cads, batch, Patience::Wait, None) {
                 tracing::debug!(error = %e, "drain: applying buffered writes failed; retrying");
                 last_error = Some(e);
             }
@@ -119,7 +119,7 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
                     if stop.load(Ordering::Acquire) {
                         return;
                     }
-                    match apply_docs(cads, batch, Patience::Wait) {
+                    match apply_docs(cads, batch, Patience::Wait, None) {
                         Ok(n) => pass.note(n, per_transaction(cads)),
                         // A worker that dies here is "restarted" by carrying on: what it left
                         // behind is found again through PendingWrites once its leases expire.
