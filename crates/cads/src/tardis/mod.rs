@@ -8,7 +8,7 @@
 //! - **normal**: the policy as usual;
 //! - **failed**, entered when a data-store call fails for a reason that may go away by itself
 //!   (down, timed out, refusing writes): writes are teleported, misses are refused with
-//!   [`Error::StoreUnavailable`](crate::Error::StoreUnavailable) because the data store may lack
+//!   [`Error::StoreUnavailable`] because the data store may lack
 //!   buffered writes (Table 4.2, Theorem 3);
 //! - **recovery**, entered once `recover_after` (p) probes of the data store succeed: buffered writes
 //!   are applied by the AppNode when a request touches their document (Algorithm 5) and by the AR
