@@ -52,13 +52,14 @@ use std::time::Duration;
 
 use cads_protocol::{Command, Reply};
 
+pub use cads_protocol::MarkOp;
 pub use cads_protocol::SessionId;
 pub use error::{ClientError, Result};
 pub use ids::{RangeSource, SessionIds};
 pub use info::CmiStats;
 pub use retry::{random, Backoff, RetryPolicy};
 pub use router::{ConsistentHash, Router};
-pub use session::{IqRead, Session, Write, Written};
+pub use session::{IqRead, MarkedValue, Session, Write, Written};
 pub use tls::{TlsConfig, TlsIdentity, TlsName};
 
 /// The stable hash of keys that CMIs use for fragments (FNV-1a, 64 bits): the same in every

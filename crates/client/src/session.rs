@@ -20,6 +20,9 @@ pub enum IqRead {
     Miss { marker: bool },
 }
 
+/// A key's value (`None`: not cached) and whether it carries a TARDIS marker.
+pub type MarkedValue = (Option<Vec<u8>>, bool);
+
 /// A write of [`Session::write_at`], under an exclusive lease (write-through mode).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Write {
@@ -41,6 +44,9 @@ pub enum Write {
     Incr { key: Vec<u8>, delta: i64 },
     /// LDEL.
     Delete { key: Vec<u8> },
+    /// LMARK or LUNMARK: a TARDIS marker change at commit, on a key the session already holds
+    /// a lease on (an earlier write of the same call, or an earlier read).
+    Mark { key: Vec<u8>, op: MarkOp },
 }
 
 /// What a [`Write`] did.
@@ -56,6 +62,8 @@ pub enum Written {
     Value(Option<i64>),
     /// `Delete`: whether the key had a value.
     Deleted(bool),
+    /// `Mark`: the change is staged.
+    Marked,
 }
 
 impl Write {
@@ -65,7 +73,8 @@ impl Write {
             | Write::Add { key, .. }
             | Write::Append { key, .. }
             | Write::Incr { key, .. }
-            | Write::Delete { key } => key,
+            | Write::Delete { key }
+            | Write::Mark { key, .. } => key,
         }
     }
 
@@ -94,6 +103,7 @@ impl Write {
                 delta: *delta,
             },
             Write::Delete { key } => Command::LDel { sid, key },
+            Write::Mark { key, op } => Command::LMark { sid, key, op: *op },
         }
     }
 
@@ -104,6 +114,7 @@ impl Write {
             Write::Append { .. } => Written::Length(optional_int(reply)?.map(|n| n as usize)),
             Write::Incr { .. } => Written::Value(optional_int(reply)?),
             Write::Delete { .. } => Written::Deleted(int(reply)? == 1),
+            Write::Mark { .. } => ok(reply).map(|()| Written::Marked)?,
         })
     }
 }
@@ -194,7 +205,7 @@ fn is_abort(reply: &Reply<'_>) -> bool {
 /// The multi-key commands [`Session::per_key`] sends.
 #[derive(Clone, Copy)]
 enum PerKey {
-    Get { rmw: bool },
+    Get { rmw: bool, markers: bool },
     Set { pin: bool },
     Delete,
     Append,
@@ -205,9 +216,10 @@ impl PerKey {
     /// `Append`.
     fn command<'a>(self, sid: SessionId, args: &'a [&'a [u8]]) -> Command<'a> {
         match self {
-            PerKey::Get { rmw } => Command::LMGet {
+            PerKey::Get { rmw, markers } => Command::LMGet {
                 sid,
                 rmw,
+                markers,
                 keys: args,
             },
             PerKey::Set { pin } => Command::LMSet {
@@ -552,8 +564,31 @@ impl<'c> Session<'c> {
     /// several CMIs).
     pub fn mget_at(&mut self, keys: &[(usize, &[u8])], rmw: bool) -> Result<Vec<Option<Vec<u8>>>> {
         let mut values: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
-        self.per_key(keys, None, PerKey::Get { rmw }, |i, item| {
+        let get = PerKey::Get {
+            rmw,
+            markers: false,
+        };
+        self.per_key(keys, None, get, |i, item| {
             values[i] = bulk(item)?;
+            Ok(())
+        })?;
+        Ok(values)
+    }
+
+    /// LMGETMARK: [`mget`](Self::mget) that also says which keys carry a TARDIS marker.
+    pub fn mget_marked(&mut self, keys: &[&[u8]], rmw: bool) -> Result<Vec<MarkedValue>> {
+        let placed = self.place(keys);
+        let mut values: Vec<MarkedValue> = vec![(None, false); keys.len()];
+        let get = PerKey::Get { rmw, markers: true };
+        self.per_key(&placed, None, get, |i, item| {
+            values[i] = match item {
+                Reply::Array(pair) if pair.len() == 2 => {
+                    let mut pair = pair.into_iter();
+                    let value = bulk(pair.next().expect("two items"))?;
+                    (value, int(pair.next().expect("two items"))? == 1)
+                }
+                other => return Err(unexpected(&other)),
+            };
             Ok(())
         })?;
         Ok(values)

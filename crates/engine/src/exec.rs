@@ -283,7 +283,12 @@ impl Engine {
                 self.acquire(sid, key, want, Requester::Session, now)?;
                 Ok(self.session_read(sid, key, now))
             }
-            C::LMGet { sid, rmw, keys } => self.session_mget(sid, rmw, keys, now),
+            C::LMGet {
+                sid,
+                rmw,
+                markers,
+                keys,
+            } => self.session_mget(sid, rmw, markers, keys, now),
             C::LSet {
                 sid,
                 key,
@@ -910,6 +915,7 @@ impl Engine {
         &'e mut self,
         sid: SessionId,
         rmw: bool,
+        markers: bool,
         keys: &[&[u8]],
         now: Now,
     ) -> Outcome<'e> {
@@ -937,9 +943,14 @@ impl Engine {
                 .zip(retry)
                 .map(|(key, retry)| {
                     if retry {
-                        Reply::Error(ErrorReply::retry())
+                        return Reply::Error(ErrorReply::retry());
+                    }
+                    let value =
+                        Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v));
+                    if markers {
+                        Reply::Array(vec![value, self.marker_reply(key)])
                     } else {
-                        Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v))
+                        value
                     }
                 })
                 .collect(),

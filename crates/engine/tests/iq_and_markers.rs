@@ -60,6 +60,41 @@ fn markers_are_reported_with_i_and_q_grants() {
 }
 
 #[test]
+fn session_reads_report_markers_with_lmgetmark() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET hit v");
+    cmi.run("LMGET 1 RMW hit miss");
+    cmi.ok("LMARK 1 hit");
+    cmi.ok("LMARK 1 miss");
+    assert_eq!(cmi.err("LMARK 1 plain"), ErrorKind::Err, "no lease on it");
+    cmi.ok("LCOMMIT 1");
+    let marked = |value: Reply<'static>, marker| Reply::Array(vec![value, Reply::Int(marker)]);
+    assert_eq!(
+        cmi.run("LMGETMARK 2 RO hit miss other"),
+        Reply::Array(vec![
+            marked(Reply::owned_bulk(b"v".to_vec()), 1),
+            marked(Reply::Nil, 1),
+            marked(Reply::Nil, 0),
+        ]),
+        "hits and misses report their markers; LMGET's items stay plain values"
+    );
+    assert_eq!(
+        cmi.run("LMGET 3 RO hit"),
+        Reply::Array(vec![Reply::owned_bulk(b"v".to_vec())])
+    );
+    cmi.ok("LCOMMIT 3");
+    cmi.ok("LUNMARK 2 miss");
+    assert_eq!(cmi.inspect("miss", "marker"), Reply::Int(1), "staged");
+    cmi.ok("LCOMMIT 2");
+    assert_eq!(
+        cmi.inspect("miss", "marker"),
+        Reply::Int(0),
+        "cleared by the reader's commit"
+    );
+    assert_eq!(cmi.inspect("hit", "marker"), Reply::Int(1));
+}
+
+#[test]
 fn an_expired_i_lease_ignores_the_late_fill() {
     let mut cmi = Cmi::with(EngineConfig {
         lease_ms: 50,

@@ -273,9 +273,12 @@ pub enum Command<'a> {
         key: &'a [u8],
         rmw: bool,
     },
+    /// LMGET, or LMGETMARK (`markers`): each key's reply is then `[value, marker]`, so a reader
+    /// learns of a TARDIS marker from the lease it takes anyway (000 §4.4.2.2).
     LMGet {
         sid: SessionId,
         rmw: bool,
+        markers: bool,
         keys: Args<'a>,
     },
     LSet {
@@ -616,7 +619,8 @@ impl<'a> Command<'a> {
             Fragments(_) => "fragments",
             FragmentId { .. } => "fragmentid",
             LGet { .. } => "lget",
-            LMGet { .. } => "lmget",
+            LMGet { markers: false, .. } => "lmget",
+            LMGet { markers: true, .. } => "lmgetmark",
             LSet { .. } => "lset",
             LMSet { .. } => "lmset",
             LAdd { .. } => "ladd",
@@ -846,7 +850,7 @@ impl<'a> Command<'a> {
                     out.push(w("RMW"));
                 }
             }
-            LMGet { sid, rmw, keys } => {
+            LMGet { sid, rmw, keys, .. } => {
                 out.extend([u(*sid), w(if *rmw { "RMW" } else { "RO" })]);
                 out.extend(keys.iter().map(|s| b(s)));
             }
@@ -1151,9 +1155,10 @@ fn parse_with<'a>(
                 rmw,
             }
         }
-        "lmget" => C::LMGet {
+        "lmget" | "lmgetmark" => C::LMGet {
             sid: session_id(a[1])?,
             rmw: access_flag(a[2])?,
+            markers: spec.name == "lmgetmark",
             keys: &a[3..],
         },
         "lset" | "ladd" => {
@@ -1814,6 +1819,7 @@ mod tests {
             "FRAGMENTID 3 7",
             "LGET 1 k",
             "LMGET 1 RMW a b",
+            "LMGETMARK 1 RO a b",
             "LSET 1 k v PIN",
             "LMSET 1 NOPIN a 1",
             "LADD 1 k v",

@@ -491,6 +491,14 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Reads keys in a session, under shared or exclusive leases.",
     ),
     spec(
+        "lmgetmark",
+        -4,
+        S,
+        (3, -1, 1),
+        Session,
+        "Reads keys in a session like LMGET; each key's reply is [value, marker].",
+    ),
+    spec(
         "lset",
         -4,
         W,
