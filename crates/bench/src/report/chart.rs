@@ -5,11 +5,12 @@ use std::sync::Once;
 
 use anyhow::{anyhow, Result};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{short_workload, Group, RunPoint, PERCENTILES};
+use super::{short_workload, Group, OutagePoint, RunPoint, PERCENTILES};
 
 /// DejaVu Sans cut down to Latin-1 and a few symbols (22 KB; see DejaVuSans-LICENSE.txt). PNG
 /// text is drawn with it, so charts need no fonts installed on the machine.
@@ -38,6 +39,9 @@ pub enum Chart<'g, 'r> {
     Latency(&'g Group<'r>),
     /// Write-back's pinned memory over time (and applied share, when sampled): a line per run.
     WriteBack(&'g Group<'r>),
+    /// Dirty documents and throughput over time around a data-store outage (000 Fig. 4.6): two
+    /// panels on one time axis, a line per run with a timeline, the outage shaded.
+    Outage(&'g Group<'r>),
 }
 
 /// Draws `chart` as a PNG file's bytes.
@@ -210,6 +214,7 @@ impl Chart<'_, '_> {
                 };
                 (1000, 90 + legend + 400 * panels)
             }
+            Chart::Outage(_) => (1000, 90 + LEGEND_HEIGHT + 400 * 2),
         }
     }
 
@@ -219,6 +224,7 @@ impl Chart<'_, '_> {
             Chart::Throughput(g) => draw_throughput(root, g),
             Chart::Latency(g) => draw_latency(root, g),
             Chart::WriteBack(g) => draw_write_back(root, g),
+            Chart::Outage(g) => draw_outage(root, g),
         }
     }
 }
@@ -289,6 +295,16 @@ fn draw_legend<DB: DrawingBackend>(
         x += w + SPACING;
     }
     Ok(())
+}
+
+/// Splits a legend strip off the top of `area`, draws `entries` in it, and returns the rest.
+fn with_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, RGBColor)],
+) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let (legend, rest) = area.split_vertically(LEGEND_HEIGHT);
+    draw_legend(&legend, entries)?;
+    Ok(rest)
 }
 
 fn draw_throughput<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
@@ -390,21 +406,20 @@ fn latency_grid(panels: usize) -> (u32, u32) {
 fn draw_latency<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
     let title = format!("{}: latency percentiles by policy", workload_name(g));
     let body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
-    let (legend, body) = body.split_vertically(LEGEND_HEIGHT);
-    let actions = actions(g);
-    let (rows, cols) = latency_grid(actions.len());
-    let panels = body.split_evenly((rows as usize, cols as usize));
     let policies: Vec<&str> = policies(g)
         .into_iter()
         .filter(|&p| runs_of(g, p).any(|r| !r.latency_us.is_empty()))
         .collect();
-    draw_legend(
-        &legend,
+    let body = with_legend(
+        &body,
         &policies
             .iter()
             .map(|p| (policy_label(p).to_string(), policy_color(p)))
             .collect::<Vec<_>>(),
     )?;
+    let actions = actions(g);
+    let (rows, cols) = latency_grid(actions.len());
+    let panels = body.split_evenly((rows as usize, cols as usize));
     for (action, panel) in actions.iter().zip(&panels) {
         // Per policy, the mean of each percentile over the runs that measured this action.
         let lines: Vec<(&str, [f64; 4])> = policies
@@ -496,6 +511,47 @@ where
     Ok(())
 }
 
+/// Colours for the runs of a chart over time, starting from write-back's.
+fn run_color(i: usize) -> RGBColor {
+    const PALETTE: [RGBColor; 5] = [
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(23, 190, 207),
+    ];
+    PALETTE[i % PALETTE.len()]
+}
+
+type TimeChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A panel of values over the first `end` seconds of the run, from 0 to `top`, its axes drawn.
+fn time_panel<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    end: f64,
+    top: f64,
+    y_desc: &str,
+) -> Result<TimeChart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FAMILY, PANEL_TITLE_SIZE))
+        .margin(14)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..end, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .bold_line_style(GRID)
+        .light_line_style(TRANSPARENT)
+        .x_desc("time into the run (s)")
+        .y_desc(y_desc)
+        .y_label_formatter(&|v| with_thousands(*v))
+        .label_style((FAMILY, LABEL_SIZE))
+        .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
+        .draw()?;
+    Ok(chart)
+}
+
 fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
     let runs = write_back_runs(g);
     let several_policies = runs.iter().any(|r| r.policy != runs[0].policy);
@@ -506,26 +562,15 @@ fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
             format!("run {}", r.run)
         }
     };
-    // Distinct colours for the runs, starting from write-back's.
-    let palette = [
-        policy_color("write-back"),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(23, 190, 207),
-    ];
-    let color = |i: usize| palette[i % palette.len()];
     let title = format!("{}: write-back over time", workload_name(g));
     let mut body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
     if runs.len() > 1 {
-        let (legend, rest) = body.split_vertically(LEGEND_HEIGHT);
         let entries: Vec<(String, RGBColor)> = runs
             .iter()
             .enumerate()
-            .map(|(i, r)| (name(r), color(i)))
+            .map(|(i, r)| (name(r), run_color(i)))
             .collect();
-        draw_legend(&legend, &entries)?;
-        body = rest;
+        body = with_legend(&body, &entries)?;
     }
     let end = runs
         .iter()
@@ -542,61 +587,166 @@ fn draw_write_back<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<
         .flat_map(|r| r.pinned_bytes.iter().map(|s| s.1))
         .fold(1.0, f64::max);
     let (divisor, unit) = byte_unit(max_bytes);
-    let mut chart = ChartBuilder::on(&panels[0])
-        .caption(
-            "pinned memory (buffered writes, summed over the CMIs)",
-            (FAMILY, PANEL_TITLE_SIZE),
-        )
-        .margin(14)
-        .x_label_area_size(50)
-        .y_label_area_size(90)
-        .build_cartesian_2d(0.0..end, 0.0..max_bytes / divisor * 1.1)?;
-    chart
-        .configure_mesh()
-        .bold_line_style(GRID)
-        .light_line_style(TRANSPARENT)
-        .x_desc("time into the run (s)")
-        .y_desc(format!("pinned memory ({unit})"))
-        .y_label_formatter(&|v| with_thousands(*v))
-        .label_style((FAMILY, LABEL_SIZE))
-        .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
-        .draw()?;
+    let mut chart = time_panel(
+        &panels[0],
+        "pinned memory (buffered writes, summed over the CMIs)",
+        end,
+        max_bytes / divisor * 1.1,
+        &format!("pinned memory ({unit})"),
+    )?;
     for (i, r) in runs.iter().enumerate() {
         let points = r
             .pinned_bytes
             .iter()
             .map(|&(t, b)| (t, b / divisor))
             .collect();
-        draw_samples(&mut chart, points, color(i))?;
+        draw_samples(&mut chart, points, run_color(i))?;
     }
 
     if let Some(panel) = panels.get(1) {
-        let mut chart = ChartBuilder::on(panel)
-            .caption(
-                "share of buffered writes applied to the data store",
-                (FAMILY, PANEL_TITLE_SIZE),
-            )
-            .margin(14)
-            .x_label_area_size(50)
-            .y_label_area_size(90)
-            .build_cartesian_2d(0.0..end, 0.0..105.0)?;
-        chart
-            .configure_mesh()
-            .bold_line_style(GRID)
-            .light_line_style(TRANSPARENT)
-            .x_desc("time into the run (s)")
-            .y_desc("applied (%)")
-            .y_label_formatter(&|v| with_thousands(*v))
-            .label_style((FAMILY, LABEL_SIZE))
-            .axis_desc_style((FAMILY, AXIS_TITLE_SIZE))
-            .draw()?;
+        let mut chart = time_panel(
+            panel,
+            "share of buffered writes applied to the data store",
+            end,
+            105.0,
+            "applied (%)",
+        )?;
         for (i, r) in runs.iter().enumerate() {
             let points = r
                 .applied_share
                 .iter()
                 .map(|&(t, s)| (t, s * 100.0))
                 .collect();
-            draw_samples(&mut chart, points, color(i))?;
+            draw_samples(&mut chart, points, run_color(i))?;
+        }
+    }
+    Ok(())
+}
+
+/// The runs of a group with an outage timeline.
+fn outage_runs<'r>(g: &Group<'r>) -> Vec<(&'r RunPoint, &'r OutagePoint)> {
+    g.runs
+        .iter()
+        .filter_map(|r| Some((*r, r.outage.as_ref().filter(|o| o.has_timeline())?)))
+        .collect()
+}
+
+/// Names for the outage chart's runs: the policy and the TARDIS technique (in capitals, as 000
+/// writes them), and the run's number where two runs would otherwise share a name.
+fn outage_names(runs: &[(&RunPoint, &OutagePoint)]) -> Vec<String> {
+    let base: Vec<String> = runs
+        .iter()
+        .map(|(r, o)| match &o.tardis {
+            Some(technique) => {
+                format!("{} + {}", policy_label(&r.policy), technique.to_uppercase())
+            }
+            None => policy_label(&r.policy).to_string(),
+        })
+        .collect();
+    base.iter()
+        .zip(runs)
+        .map(|(name, (r, _))| {
+            if base.iter().filter(|&other| other == name).count() > 1 {
+                format!("{name} run {}", r.run)
+            } else {
+                name.clone()
+            }
+        })
+        .collect()
+}
+
+/// The spans of the run phase in which the data store was away in at least one run: the runs of
+/// a chart share an `--outage` but their cuts begin a few milliseconds apart, and overlapping
+/// translucent shades would darken where they overlap. A store that never came back is away
+/// until `end`.
+fn outage_windows(runs: &[(&RunPoint, &OutagePoint)], end: f64) -> Vec<(f64, f64)> {
+    let mut spans: Vec<(f64, f64)> = runs
+        .iter()
+        .filter_map(|(_, o)| {
+            let at = o.at_s?;
+            Some((at, o.for_s.map_or(end, |length| at + length)))
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut merged: Vec<(f64, f64)> = Vec::new();
+    for (from, to) in spans {
+        match merged.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => merged.push((from, to)),
+        }
+    }
+    merged
+}
+
+/// The shade over the time the data store was away: neutral, so that it takes no run's colour.
+const OUTAGE_SHADE: RGBAColor = RGBAColor(0, 0, 0, 0.1);
+
+/// A panel of the outage chart.
+struct OutageQuantity {
+    caption: &'static str,
+    axis: String,
+    /// The least top of the axis: a chart whose runs had no dirty document (TARDIS off) would
+    /// otherwise get an axis of fractions of a document.
+    least: f64,
+    samples: fn(&OutagePoint) -> &[(f64, f64)],
+}
+
+fn draw_outage<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
+    let runs = outage_runs(g);
+    let title = format!("{}: data store outage over time", workload_name(g));
+    let body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
+    // The legend even for one run: its name says which TARDIS technique (or none) it shows.
+    let entries: Vec<(String, RGBColor)> = outage_names(&runs)
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| (name, run_color(i)))
+        .collect();
+    let body = with_legend(&body, &entries)?;
+    let panels = body.split_evenly((2, 1));
+    let end = runs
+        .iter()
+        .flat_map(|(_, o)| o.dirty.iter().map(|s| s.0))
+        .chain(runs.iter().filter_map(|(_, o)| Some(o.at_s? + o.for_s?)))
+        .fold(1.0, f64::max);
+    let windows = outage_windows(&runs, end);
+    let down = (FAMILY, LABEL_SIZE)
+        .into_font()
+        .into_text_style(root)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    let quantities = [
+        OutageQuantity {
+            caption: "documents with buffered writes (dirty)",
+            axis: "dirty documents".into(),
+            least: 10.0,
+            samples: |o| &o.dirty,
+        },
+        OutageQuantity {
+            caption: "throughput",
+            axis: format!("throughput ({})", throughput_unit(g.benchmark)),
+            least: 1.0,
+            samples: |o| &o.ops_per_s,
+        },
+    ];
+    for (n, (panel, q)) in panels.iter().zip(&quantities).enumerate() {
+        let first = n == 0;
+        let samples = q.samples;
+        let top = runs
+            .iter()
+            .flat_map(|(_, o)| samples(o).iter().map(|s| s.1))
+            .fold(q.least, f64::max)
+            * 1.15;
+        let mut chart = time_panel(panel, q.caption, end, top, &q.axis)?;
+        let shade = |&(from, to): &(f64, f64)| {
+            Rectangle::new([(from, 0.0), (to, top)], OUTAGE_SHADE.filled())
+        };
+        chart.draw_series(windows.iter().map(shade))?;
+        if first {
+            chart.draw_series(windows.iter().map(|&(from, to)| {
+                Text::new("data store down", ((from + to) / 2.0, top), down.clone())
+            }))?;
+        }
+        for (i, (_, o)) in runs.iter().enumerate() {
+            draw_samples(&mut chart, samples(o).to_vec(), run_color(i))?;
         }
     }
     Ok(())
@@ -616,5 +766,36 @@ mod tests {
         assert_eq!(byte_unit(100.0), (1.0, "bytes"));
         assert_eq!(latency_grid(7), (3, 3));
         assert_eq!(latency_grid(2), (1, 2));
+    }
+
+    #[test]
+    fn overlapping_outages_are_shaded_once() {
+        let run = RunPoint {
+            benchmark: "ycsb".into(),
+            workload: "A".into(),
+            policy: "write-through".into(),
+            run: 0,
+            throughput: 1.0,
+            latency_us: Default::default(),
+            pinned_bytes: Vec::new(),
+            applied_share: Vec::new(),
+            outage: None,
+        };
+        let outage = |at_s, for_s| OutagePoint {
+            at_s,
+            for_s,
+            ..OutagePoint::default()
+        };
+        let outages = [
+            outage(Some(5.25), Some(20.0)),
+            outage(Some(5.0), Some(20.0)),
+            outage(None, None),
+            outage(Some(40.0), None),
+        ];
+        let runs: Vec<_> = outages.iter().map(|o| (&run, o)).collect();
+        assert_eq!(
+            outage_windows(&runs, 60.0),
+            vec![(5.0, 25.25), (40.0, 60.0)]
+        );
     }
 }

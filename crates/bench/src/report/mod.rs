@@ -1,6 +1,7 @@
 //! Charts of run records (`cads report`, and `cads bench --out` and `cads demo` after their
-//! runs): throughput by policy, latency percentiles by policy for every action, and write-back's
-//! pinned memory (and applied share, when the records carry it) over time; each as PNG and SVG.
+//! runs): throughput by policy, latency percentiles by policy for every action, write-back's
+//! pinned memory (and applied share, when the records carry it) over time, and dirty documents
+//! and throughput over time around a data-store outage; each as PNG and SVG.
 //!
 //! The records are read as JSON, not as the benchmarks' record types, so that one reader takes
 //! the records of every benchmark (YCSB, BG, TPC-C) and of older runs: what a chart needs is
@@ -8,7 +9,8 @@
 //! p999}` and `write_back.pinned_bytes.samples` (`[[seconds, bytes], ...]`, closed by
 //! `write_back.pinned_bytes.end` at `elapsed_s`); optional `write_back.applied_share_samples`
 //! (`[[seconds, share], ...]`, share in 0..=1, closed by `write_back.applied_share`) adds a
-//! panel.
+//! panel. The outage chart takes `outage.{at_s, for_s, tardis}` and `outage.timeline`
+//! (`[{t_s, ops_per_s, dirty}, ...]`) of the runs that saw the data store go away.
 
 mod chart;
 
@@ -47,6 +49,60 @@ pub struct RunPoint {
     pub pinned_bytes: Vec<(f64, f64)>,
     /// Write-back: `(seconds into the run, share of buffered writes applied)`.
     pub applied_share: Vec<(f64, f64)>,
+    /// The data store went away during the run (`--outage`, or TARDIS saw it fail).
+    pub outage: Option<OutagePoint>,
+}
+
+/// What the outage chart uses of a record's `outage` object.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OutagePoint {
+    /// When the data store was cut off, seconds into the run phase (None: TARDIS saw it fail
+    /// without `--outage`).
+    pub at_s: Option<f64>,
+    /// How long it stayed away (None: it did not come back).
+    pub for_s: Option<f64>,
+    /// The TARDIS technique (`tar`, `dis`, `tard`, `tardis`; None: TARDIS off).
+    pub tardis: Option<String>,
+    /// `(seconds into the run phase, documents listed with buffered writes)`, a sample a second
+    /// through the run and the recovery after it.
+    pub dirty: Vec<(f64, f64)>,
+    /// `(seconds into the run phase, operations per second since the previous sample)`.
+    pub ops_per_s: Vec<(f64, f64)>,
+}
+
+impl OutagePoint {
+    /// Reads a record's `outage` object; `None` for anything else (`null` in older records).
+    fn from_json(outage: &Value) -> Option<OutagePoint> {
+        outage.as_object()?;
+        let number = |key: &str| outage.get(key).and_then(Value::as_f64);
+        let samples: Vec<(f64, f64, f64)> = outage
+            .get("timeline")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|s| {
+                        let value = |key: &str| s.get(key).and_then(Value::as_f64);
+                        Some((value("t_s")?, value("dirty")?, value("ops_per_s")?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(OutagePoint {
+            at_s: number("at_s"),
+            for_s: number("for_s"),
+            tardis: outage
+                .get("tardis")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            dirty: samples.iter().map(|&(t, d, _)| (t, d)).collect(),
+            ops_per_s: samples.iter().map(|&(t, _, r)| (t, r)).collect(),
+        })
+    }
+
+    /// Whether there is a timeline to chart.
+    pub fn has_timeline(&self) -> bool {
+        !self.dirty.is_empty()
+    }
 }
 
 impl RunPoint {
@@ -110,6 +166,7 @@ impl RunPoint {
             latency_us,
             pinned_bytes,
             applied_share,
+            outage: record.get("outage").and_then(OutagePoint::from_json),
         })
     }
 }
@@ -226,8 +283,8 @@ pub fn group(runs: &[RunPoint]) -> Vec<Group<'_>> {
 
 /// Draws every chart of `runs` into `out` (created if needed), as PNG and SVG, and returns the
 /// files written. Per benchmark and workload: `<stem>-throughput`, `<stem>-latency` (when the
-/// records have latencies) and `<stem>-write-back` (when a write-back run sampled pinned
-/// memory).
+/// records have latencies), `<stem>-write-back` (when a write-back run sampled pinned memory)
+/// and `<stem>-outage` (when a run has an outage timeline).
 pub fn draw_charts(runs: &[RunPoint], out: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut written = Vec::new();
@@ -239,6 +296,12 @@ pub fn draw_charts(runs: &[RunPoint], out: &Path) -> Result<Vec<PathBuf>> {
         }
         if g.runs.iter().any(|r| !r.pinned_bytes.is_empty()) {
             charts.push((format!("{stem}-write-back"), chart::Chart::WriteBack(&g)));
+        }
+        if g.runs
+            .iter()
+            .any(|r| r.outage.as_ref().is_some_and(OutagePoint::has_timeline))
+        {
+            charts.push((format!("{stem}-outage"), chart::Chart::Outage(&g)));
         }
         for (name, c) in charts {
             let png = out.join(format!("{name}.png"));
@@ -277,6 +340,7 @@ mod tests {
         assert_eq!(r.latency_us["READ"], [100.0, 200.0, 400.0, 900.0]);
         assert_eq!(r.pinned_bytes, vec![(0.0, 0.0), (1.0, 4096.0)]);
         assert!(r.applied_share.is_empty());
+        assert_eq!(r.outage, None);
         // The pinned memory at the end of the run closes the line.
         let mut ended = record("write-back", 0, 1.0);
         ended["elapsed_s"] = json!(1.6);
@@ -291,6 +355,23 @@ mod tests {
         ended["write_back"]["applied_share_samples"] = json!([[1.0, 0.5]]);
         let r = RunPoint::from_json(&ended).unwrap();
         assert_eq!(r.applied_share, vec![(1.0, 0.5), (1.6, 0.9)]);
+        // An outage: its window, technique and timeline; `null` (older records) is none.
+        ended["outage"] = json!({
+            "at_s": 1.0, "for_s": 0.5, "tardis": "tard", "dirty_peak": 3,
+            "timeline": [
+                {"t_s": 1.0, "ops_per_s": 900.0, "dirty": 0, "mode": "normal"},
+                {"t_s": 2.0, "ops_per_s": 300.5, "dirty": 3, "mode": "failed"},
+            ],
+        });
+        let outage = RunPoint::from_json(&ended).unwrap().outage.unwrap();
+        assert_eq!(
+            (outage.at_s, outage.for_s, outage.tardis.as_deref()),
+            (Some(1.0), Some(0.5), Some("tard"))
+        );
+        assert_eq!(outage.dirty, vec![(1.0, 0.0), (2.0, 3.0)]);
+        assert_eq!(outage.ops_per_s, vec![(1.0, 900.0), (2.0, 300.5)]);
+        ended["outage"] = Value::Null;
+        assert_eq!(RunPoint::from_json(&ended).unwrap().outage, None);
         // A summary row has no benchmark.
         assert!(RunPoint::from_json(&json!({"workload": "A", "policy": "none"})).is_none());
     }
