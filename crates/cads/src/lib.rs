@@ -66,7 +66,7 @@ pub use cads_coord::Coordinator;
 pub use cads_store as store;
 pub use error::{Error, Result};
 pub use session::Session;
-pub use tardis::{Mode, TardisConfig, TardisCounts, Technique};
+pub use tardis::{AppNodes, Mode, TardisConfig, TardisCounts, Technique};
 pub use tx::StoreTx;
 pub use writeback::{
     SqlBuffer, Statement, Workers, WriteBackConfig, WriteBackCounts, WriteBackStats,

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use cads_client::{ClientError, Write};
+use cads_client::{ClientError, MarkOp, Write};
 use cads_store::{DocOp, StoreError};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
@@ -98,16 +98,18 @@ impl<'a> Session<'a> {
     /// Write-back, before a read of `keys` queries the data store: the buffered writes its result
     /// depends on go to the data store first (000 Algorithm 1, with the mappings), or, when
     /// `may_fold` and every pending session left query result changes for the keys, those
-    /// changes are returned, to be folded into the data store's result (Algorithm 3).
+    /// changes are returned, to be folded into the data store's result (Algorithm 3). Under
+    /// TARDIS, see [`Self::before_store_read_tardis`]; `marked` is for it.
     fn before_store_read<C: CacheStore>(
         &mut self,
         cs: &C,
         query: &C::Query,
         keys: &[Vec<u8>],
         may_fold: bool,
+        marked: bool,
     ) -> Result<Option<Vec<Vec<u8>>>> {
         if self.cads.tardis().is_some() {
-            self.before_store_read_tardis(&cs.buffered_reads(query))?;
+            self.before_store_read_tardis(&cs.buffered_reads(query), marked)?;
             return Ok(None);
         }
         if self.cads.policy() != Policy::WriteBack {
@@ -151,14 +153,15 @@ impl<'a> Session<'a> {
 
     /// TARDIS, before a miss queries the data store (000 Tables 4.2-4.3): depending on the mode
     /// and the technique, the buffered writes of `docs` (the mapping) are applied first, or the
-    /// read is refused because the data store may lack them.
-    fn before_store_read_tardis(&mut self, docs: &[DocRef]) -> Result<()> {
+    /// read is refused because the data store may lack them. `marked`: a key that missed carries
+    /// a Contextual marker, or the read could not ask for markers.
+    fn before_store_read_tardis(&mut self, docs: &[DocRef], marked: bool) -> Result<()> {
         let t = self.cads.tardis().expect("checked");
         let refuse = |why: String| {
             t.note_refused_miss();
             Err(Error::StoreUnavailable { reason: why })
         };
-        match t.on_miss() {
+        match t.on_miss(marked) {
             OnMiss::Query => Ok(()),
             OnMiss::Refuse => refuse(format!(
                 "a read missed in the cache in {} mode, and {} does not apply buffered writes on \
@@ -199,16 +202,17 @@ impl<'a> Session<'a> {
     }
 
     /// Queries the data store for a read the cache cannot serve, after write-back's buffered writes
-    /// for `keys` are applied or folded in.
+    /// for `keys` are applied or folded in (TARDIS: `marked`, see `before_store_read_tardis`).
     fn query_store<C: CacheStore>(
         &mut self,
         cs: &C,
         query: &C::Query,
         keys: &[Vec<u8>],
         may_fold: bool,
+        marked: bool,
     ) -> Result<C::Output> {
         let queried = self
-            .before_store_read(cs, query, keys, may_fold)
+            .before_store_read(cs, query, keys, may_fold, marked)
             .and_then(|changes| Ok((changes, cs.query_store(query, &mut self.tx)?)));
         let (changes, mut output) = match queried {
             Ok(queried) => queried,
@@ -278,17 +282,25 @@ impl<'a> Session<'a> {
             return self.read_without_leases(cs, query);
         }
         let keys = cs.keys_read(query);
+        // Without the keys' markers, a Contextual read must assume some key is marked.
         if !self.use_cache() || keys.is_empty() || self.cads.any_missed(&keys) {
-            return self.query_store(cs, query, &keys, false);
+            return self.query_store(cs, query, &keys, false, true);
         }
         let step = self.tx.next_step();
         let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let cache = self.cache.as_mut().expect("use_cache checked it");
-        let values = match cache.mget(&key_refs, false) {
-            Ok(values) => values,
+        let read = if self.cads.tardis().is_some_and(|t| t.marks()) {
+            cache.mget_marked(&key_refs, false)
+        } else {
+            cache
+                .mget(&key_refs, false)
+                .map(|values| values.into_iter().map(|v| (v, false)).collect())
+        };
+        let (values, marked): (Vec<Option<Vec<u8>>>, Vec<bool>) = match read {
+            Ok(read) => read.into_iter().unzip(),
             Err(e) if e.is_unavailable() => {
                 self.degrade(&e);
-                return self.query_store(cs, query, &keys, false);
+                return self.query_store(cs, query, &keys, false, true);
             }
             Err(e) => return Err(e.into()),
         };
@@ -304,9 +316,19 @@ impl<'a> Session<'a> {
             .filter(|(_, v)| v.is_none())
             .map(|(k, _)| k.clone())
             .collect();
+        // A hit holds every write made to its key, buffered or not: only misses need markers.
+        let marked_missed: Vec<Vec<u8>> = keys
+            .iter()
+            .zip(values.iter().zip(&marked))
+            .filter(|(_, (v, &m))| v.is_none() && m)
+            .map(|(k, _)| k.clone())
+            .collect();
         // Pending buffered writes of every key count, not only of those that missed: the data
         // store's result also stands for the keys that hit.
-        let output = self.query_store(cs, query, &keys, true)?;
+        let output = self.query_store(cs, query, &keys, true, !marked_missed.is_empty())?;
+        if !marked_missed.is_empty() {
+            self.unmark(marked_missed)?;
+        }
         failpoints::before_fill();
         // A transaction reading from a snapshot older than our leases could have read data that a
         // writer changed and released before we asked: such a result is not cached.
@@ -334,6 +356,22 @@ impl<'a> Session<'a> {
         Ok(output)
     }
 
+    /// Contextual: `keys` missed with a marker and the buffered writes the read depends on are
+    /// in the data store now (applied, or found to be none), so their markers go when the session
+    /// commits. The session's shared leases on them keep teleporting writers, which would mark
+    /// them again, waiting until then.
+    fn unmark(&mut self, keys: Vec<Vec<u8>>) -> Result<()> {
+        match self.stage_marks(keys, MarkOp::Clear, false) {
+            Ok(_) => Ok(()),
+            // The markers stay: the next miss applies again, finding nothing to apply.
+            Err(e) if e.is_unavailable() => {
+                self.degrade(&e);
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The test-only path without leases: plain GET, and SET of what the data store returned.
     fn read_without_leases<C: CacheStore>(
         &mut self,
@@ -352,7 +390,7 @@ impl<'a> Session<'a> {
                 return Ok(output);
             }
         }
-        let output = self.query_store(cs, query, &keys, false)?;
+        let output = self.query_store(cs, query, &keys, false, true)?;
         failpoints::before_fill();
         for (key, value) in cs.entries(query, &output) {
             client.set(&key, &value).map_err(Error::from)?;
@@ -530,7 +568,8 @@ impl<'a> Session<'a> {
             }
         })?;
         let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
-        let validated = match self.stage(Some(&staging), true) {
+        let marks = t.marks();
+        let validated = match self.stage(Some(&staging), !marks) {
             Ok(validated) => validated,
             Err(ClientError::NotStored) => {
                 t.note_refused_write();
@@ -538,7 +577,9 @@ impl<'a> Session<'a> {
             }
             Err(e) => return Err(e.into()),
         };
-        if !validated {
+        if marks {
+            self.mark_written()?;
+        } else if !validated {
             self.cache.as_mut().expect("checked").validate()?;
         }
         // With the leases held, a monitor cannot be ending recovery (it needs the TeleW keys'
@@ -552,6 +593,48 @@ impl<'a> Session<'a> {
             });
         }
         Ok(())
+    }
+
+    /// Contextual: a teleported write marks the keys it wrote (under the exclusive leases that
+    /// `stage` took on every one of them), and validates in the same round trip. A key whose CMI
+    /// is down cannot be marked, and a miss there after it returns would not know to apply the
+    /// buffered write: the write is refused.
+    fn mark_written(&mut self) -> Result<()> {
+        let client = self.cads.cache().expect("a session that staged");
+        let mut keys = self.written_keys.clone();
+        keys.sort();
+        keys.dedup();
+        if let Some(cmi) = keys
+            .iter()
+            .map(|k| client.route(k))
+            .find(|&c| client.is_down(c))
+        {
+            self.cads.tardis().expect("marking").note_refused_write();
+            return Err(Error::StoreUnavailable {
+                reason: format!(
+                    "the data store is down and CMI {cmi}, which holds keys this write changes, \
+                     cannot be reached to mark them; nothing was written"
+                ),
+            });
+        }
+        self.stage_marks(keys, MarkOp::Set, true)?;
+        Ok(())
+    }
+
+    /// Stages marker changes on `keys`, which the session holds leases on.
+    fn stage_marks(
+        &mut self,
+        keys: Vec<Vec<u8>>,
+        op: MarkOp,
+        validate: bool,
+    ) -> Result<(), ClientError> {
+        let client = self.cads.cache().expect("a session with leases");
+        let marks: Vec<(usize, Write)> = keys
+            .into_iter()
+            .map(|key| (client.route(&key), Write::Mark { key, op }))
+            .collect();
+        let cache = self.cache.as_mut().expect("a session with leases");
+        cache.write_at(&marks, validate).map(|_| ())
     }
 
     /// TARDIS, once a write's exclusive leases are held: Algorithm 5 for its documents when the

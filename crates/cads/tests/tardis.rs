@@ -257,3 +257,87 @@ fn a_write_that_cannot_be_buffered_is_refused_while_the_store_is_down() {
     wait_for(&cads, Mode::Normal);
     assert_eq!(d.stored("c0"), 0);
 }
+
+/// Whether `key` carries a TARDIS marker on its CMI.
+fn marked(cads: &Cads, key: &[u8]) -> bool {
+    let client = cads.cache().unwrap();
+    let reply = client
+        .execute(client.route(key), &cads_protocol::Command::Inspect(key))
+        .unwrap();
+    // A map, sent as a flat array of names and values.
+    let cads_protocol::Reply::Array(fields) = reply else {
+        panic!("INSPECT replied {reply:?}");
+    };
+    fields
+        .chunks(2)
+        .find(|pair| pair[0] == cads_protocol::Reply::status("marker"))
+        .map(|pair| pair[1] == cads_protocol::Reply::Int(1))
+        .expect("INSPECT reports the marker")
+}
+
+/// 000 §4.4: AppNode A is in failed mode (its monitor not yet running) while AppNode B, which
+/// reaches the data store, is in normal mode. B never reads a value older than A's acknowledged
+/// writes and never writes under them (the read-write and write-write races of §4.4.1), with Recon
+/// and with Contextual; with Contextual, A's writes mark their keys and B's miss clears the
+/// marker it applied for, while a miss on an unmarked key goes straight to the data store.
+#[test]
+fn a_second_appnode_in_normal_mode_sees_every_write_buffered_by_a_failed_one() {
+    for policy in [Policy::WriteThrough, Policy::WriteAround] {
+        for appnodes in [AppNodes::Recon, AppNodes::Contextual] {
+            let what = format!("{policy:?} {appnodes:?}");
+            let d = deployment(policy);
+            let mut config = config(Technique::Tardis, 0);
+            config.tardis.as_mut().unwrap().appnodes = appnodes;
+            let a = Arc::new(d.cads(config.clone()));
+            let b = d.cads(config);
+            let docs = documents(&a, 4, 4);
+            // Started (loading what buffering needs) and stopped: A stays failed until later.
+            drop(Recovery::start(a.clone()).unwrap());
+            fail_store(&d, &a, &docs, "d3");
+            for id in ["d0", "d1"] {
+                a.run(|s| docs.update(s, id, inc(1))).unwrap();
+            }
+            d.faults.set(FaultMode::Healthy);
+            assert_eq!(a.mode(), Some(Mode::Failed), "{what}: no monitor yet");
+            let contextual = appnodes == AppNodes::Contextual;
+            assert_eq!(marked(&b, &docs.key("d0")), contextual, "{what}");
+
+            // The read-write race: B misses on d0 (evicted), whose write A buffered.
+            b.cache().unwrap().delete(&docs.key("d0")).unwrap();
+            let read = docs.read(&b, "d0").unwrap().unwrap();
+            assert_eq!(
+                read["n"],
+                json!(1),
+                "{what}: B's miss applied A's write first"
+            );
+            assert_eq!(d.store.get("docs", "d0").unwrap().unwrap()["n"], json!(1));
+            assert!(
+                !marked(&b, &docs.key("d0")),
+                "{what}: the reader cleared it"
+            );
+            assert_eq!(b.tardis_counts().unwrap().applied_on_demand, 1, "{what}");
+
+            // The write-write race: B writes d1, whose write A buffered.
+            b.run(|s| docs.update(s, "d1", inc(10))).unwrap();
+            let stored = d.store.get("docs", "d1").unwrap().unwrap();
+            assert_eq!(stored["n"], json!(11), "{what}");
+            assert_eq!(stored["log"], json!([1, 10]), "{what}: in order, once each");
+            assert_eq!(b.tardis_counts().unwrap().applied_on_demand, 2, "{what}");
+
+            // A miss on a document nobody buffered a write for applies nothing.
+            b.cache().unwrap().delete(&docs.key("d2")).unwrap();
+            assert_eq!(docs.read(&b, "d2").unwrap().unwrap()["n"], json!(0));
+            assert_eq!(b.tardis_counts().unwrap().applied_on_demand, 2, "{what}");
+
+            // A recovers; nothing was left to apply twice.
+            let recovery = Recovery::start(a.clone()).unwrap();
+            wait_for(&a, Mode::Normal);
+            drop(recovery);
+            for (id, n) in [("d0", 1), ("d1", 11), ("d2", 0), ("d3", 0)] {
+                let stored = d.store.get("docs", id).unwrap().unwrap();
+                assert_eq!(stored["n"], json!(n), "{what} {id}");
+                assert_eq!(docs.read(&b, id).unwrap().unwrap(), stored, "{what} {id}");
+            }
+        }
+    }
+}

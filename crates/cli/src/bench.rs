@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use cads::writeback::MacKey;
-use cads::{Password, Policy, TardisConfig, Technique, TlsConfig, TlsIdentity, TlsName};
+use cads::{AppNodes, Password, Policy, TardisConfig, Technique, TlsConfig, TlsIdentity, TlsName};
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
 use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions, Outage};
 use cads_bench::report::{draw_charts, RunPoint};
@@ -154,9 +154,14 @@ pub struct Common {
     /// writes are buffered in the cache and applied once it is back. tar: misses are refused and
     /// writes buffered until every buffered write is applied; dis: writes apply their documents'
     /// buffered writes first; tard: misses do; tardis: both. With --appnodes, Recon keeps the
-    /// AppNodes consistent.
+    /// AppNodes consistent unless --tardis-appnodes says otherwise.
     #[arg(long, value_name = "TECHNIQUE", value_parser = technique)]
     pub tardis: Option<Technique>,
+    /// TARDIS: how AppNodes that may see the data store in different modes stay consistent.
+    /// recon: every miss and write checks its documents for buffered writes; contextual: writes
+    /// made while the data store is down mark their keys, and only a miss on a marked key checks.
+    #[arg(long, value_name = "HOW", value_parser = appnodes_consistency, requires = "tardis")]
+    pub tardis_appnodes: Option<AppNodes>,
     /// TARDIS: Active Recovery workers per AppNode (0: buffered writes are applied only by
     /// requests that touch their documents).
     #[arg(long, value_name = "N", default_value_t = TardisConfig::default().ar_workers, requires = "tardis")]
@@ -176,6 +181,12 @@ pub struct Common {
     /// documents per second, recovery time).
     #[arg(long, value_name = "AT+FOR", value_parser = Outage::parse)]
     pub outage: Option<Outage>,
+}
+
+fn appnodes_consistency(text: &str) -> Result<AppNodes, String> {
+    AppNodes::parse(text)
+        .filter(|a| *a != AppNodes::One)
+        .ok_or_else(|| format!("unknown choice {text:?} (use recon or contextual)"))
 }
 
 fn technique(text: &str) -> Result<Technique, String> {
@@ -206,7 +217,7 @@ impl Common {
                 alpha: self.alpha,
                 telew: self.telew,
                 recover_after: self.recover_after,
-                ..TardisConfig::default()
+                appnodes: self.tardis_appnodes.unwrap_or(AppNodes::One),
             }),
             outage: self.outage,
         }

@@ -48,8 +48,9 @@ enum Commands {
     /// Exits with status 1 if a run read a stale value or lost a write.
     Demo(demo::DemoArgs),
     /// Draw charts of the run records (JSON) in a directory, as PNG and SVG: throughput by
-    /// policy, latency percentiles by policy, and write-back's pinned memory (and applied share,
-    /// when the records sample it) over time.
+    /// policy, latency percentiles by policy, write-back's pinned memory (and applied share,
+    /// when the records sample it) over time, and dirty documents and throughput around a
+    /// data-store outage.
     Report(report::ReportArgs),
 }
 

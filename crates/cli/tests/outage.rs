@@ -1,5 +1,5 @@
 //! `cads bench ycsb --outage ... --tardis ...` against PostgreSQL through the benchmark's relay,
-//! on two AppNodes (Recon): every write acknowledged while the data store was cut off is in it
+//! on two AppNodes (Recon, then Contextual): every write acknowledged while the data store was cut off is in it
 //! afterwards, nothing read is stale, and the records describe the outage. The relay cuts only the
 //! benchmark's connections: the shared server keeps serving everyone else.
 
@@ -12,7 +12,16 @@ use support::stderr;
 mod support;
 
 #[test]
-fn tardis_on_two_appnodes_takes_writes_while_postgres_is_cut_off() {
+fn tardis_on_two_appnodes_with_recon_takes_writes_while_postgres_is_cut_off() {
+    two_appnodes_through_an_outage("recon");
+}
+
+#[test]
+fn tardis_on_two_appnodes_with_contextual_takes_writes_while_postgres_is_cut_off() {
+    two_appnodes_through_an_outage("contextual");
+}
+
+fn two_appnodes_through_an_outage(appnodes: &str) {
     let Some(db) = ScratchDatabase::postgres() else {
         return;
     };
@@ -28,6 +37,7 @@ fn tardis_on_two_appnodes_takes_writes_while_postgres_is_cut_off() {
             "tardis",
         ])
         .args(["--ar-workers", "2", "--outage", "1s+1500ms"])
+        .args(["--tardis-appnodes", appnodes])
         .args(["--store", db.url(), "--json", json.to_str().unwrap()])
         .env("TERM", "dumb")
         .output()
@@ -37,12 +47,13 @@ fn tardis_on_two_appnodes_takes_writes_while_postgres_is_cut_off() {
     let records: Vec<Value> = serde_json::from_str(&text).unwrap();
     assert_eq!(records.len(), 2);
     for r in &records {
-        let what = format!("{}", r["policy"]);
+        let what = format!("{} {appnodes}", r["policy"]);
         assert_eq!(r["appnodes"], 2, "{what}");
         assert_eq!(r["stale_reads"], 0, "{what}: {}", r["stale_examples"]);
         assert_eq!(r["lost_writes"].as_u64().unwrap_or(0), 0, "{what}");
         let outage = &r["outage"];
         assert_eq!(outage["tardis"], "tardis", "{what}");
+        assert_eq!(outage["appnodes"], appnodes, "{what}");
         assert!(
             outage["at_s"].as_f64().is_some(),
             "{what}: the cut happened"

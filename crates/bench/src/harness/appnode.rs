@@ -366,11 +366,7 @@ pub(crate) fn measure<B: Benchmark>(
     let mut measured = sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
     let failed = total.tardis.is_some_and(|t| t.failures > 0);
     if let Some(timeline) = timeline.filter(|_| opts.outage.is_some() || failed) {
-        let mut record = OutageRecord {
-            tardis: opts.tardis.as_ref().map(|t| t.technique.name().to_string()),
-            failed_operations,
-            ..OutageRecord::default()
-        };
+        let mut record = OutageRecord::of_run(opts, failed_operations);
         match total.tardis {
             Some(counts) => {
                 // The AppNodes waited for their recovery before they ended.

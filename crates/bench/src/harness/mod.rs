@@ -498,11 +498,7 @@ impl<B: Benchmark> Runner<'_, B> {
         let tardis = cads.tardis_counts().zip(before.tardis);
         let failed = tardis.is_some_and(|(now, then)| now.failures > then.failures);
         if let Some(timeline) = timeline.filter(|_| opts.outage.is_some() || failed) {
-            let mut record = OutageRecord {
-                tardis: opts.tardis.as_ref().map(|t| t.technique.name().to_string()),
-                failed_operations,
-                ..OutageRecord::default()
-            };
+            let mut record = OutageRecord::of_run(opts, failed_operations);
             if recovery.is_some() {
                 let left = timeline.recover(
                     cads,

@@ -149,16 +149,21 @@ impl CommonOptions {
             .is_some_and(|url| !url.starts_with("sqlite:"))
     }
 
-    /// The framework's settings for a run: `config` with TARDIS's (Recon with several AppNodes,
-    /// which may see the data store in different modes).
+    /// The framework's settings for a run: `config` with TARDIS's.
     pub fn with_tardis(&self, mut config: cads::Config) -> cads::Config {
-        config.tardis = self.tardis.clone().map(|mut t| {
-            if self.appnodes > 1 {
+        config.tardis = self.tardis_config();
+        config
+    }
+
+    /// TARDIS's settings as the run uses them: several AppNodes, which may see the data store in
+    /// different modes, need Recon or Contextual (Recon unless chosen).
+    pub fn tardis_config(&self) -> Option<TardisConfig> {
+        self.tardis.clone().map(|mut t| {
+            if self.appnodes > 1 && t.appnodes == cads::tardis::AppNodes::One {
                 t.appnodes = cads::tardis::AppNodes::Recon;
             }
             t
-        });
-        config
+        })
     }
 }
 

@@ -11,7 +11,7 @@ use cads::{Cads, TardisCounts};
 use serde::Serialize;
 
 use super::drive::{Clock, Nanos};
-use super::options::Outage;
+use super::options::{CommonOptions, Outage};
 
 /// What a record says about an outage: the run had `--outage`, or TARDIS saw the data store fail.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -22,6 +22,8 @@ pub struct OutageRecord {
     pub for_s: Option<f64>,
     /// The TARDIS technique (None: TARDIS off).
     pub tardis: Option<String>,
+    /// How the AppNodes stay consistent (TARDIS: `one`, `recon` or `contextual`).
+    pub appnodes: Option<String>,
     /// Document writes accepted while teleporting (buffered in the cache).
     pub writes_accepted_failed_mode: u64,
     /// Writes refused while teleporting: pinned memory full, or a write that cannot be buffered.
@@ -65,6 +67,16 @@ pub struct OutageSample {
 }
 
 impl OutageRecord {
+    /// An empty record of a run with `opts` that saw `failed_operations`.
+    pub(crate) fn of_run(opts: &CommonOptions, failed_operations: u64) -> OutageRecord {
+        OutageRecord {
+            tardis: opts.tardis.as_ref().map(|t| t.technique.name().to_string()),
+            appnodes: opts.tardis_config().map(|t| t.appnodes.name().to_string()),
+            failed_operations,
+            ..OutageRecord::default()
+        }
+    }
+
     /// Adds TARDIS's counters of the run.
     pub fn count(&mut self, counts: &TardisCounts) {
         self.writes_accepted_failed_mode = counts.writes_teleported;

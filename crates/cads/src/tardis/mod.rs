@@ -100,20 +100,28 @@ pub enum AppNodes {
     /// its documents for buffered writes (another AppNode may have left some) and applies them
     /// first. Costs a round trip per miss and write.
     Recon,
+    /// Contextual leases (000 §4.4.2.2): a teleported write marks the cache keys it writes, and
+    /// a reader learns of a marker from the lease it takes anyway (`LMGETMARK`): a miss on a
+    /// marked key applies the buffered writes its result depends on and clears the marker at
+    /// commit; a miss on an unmarked key goes straight to the data store. Writes check their
+    /// documents as Recon's do, because here a document is not one cache key (see
+    /// docs/ARCHITECTURE.md, "Many AppNodes").
+    Contextual,
 }
 
 impl AppNodes {
+    pub const ALL: [AppNodes; 3] = [AppNodes::One, AppNodes::Recon, AppNodes::Contextual];
+
     pub fn name(self) -> &'static str {
         match self {
             AppNodes::One => "one",
             AppNodes::Recon => "recon",
+            AppNodes::Contextual => "contextual",
         }
     }
 
     pub fn parse(name: &str) -> Option<AppNodes> {
-        [AppNodes::One, AppNodes::Recon]
-            .into_iter()
-            .find(|a| a.name() == name)
+        AppNodes::ALL.into_iter().find(|a| a.name() == name)
     }
 }
 
@@ -355,17 +363,27 @@ impl Tardis {
     /// data store (Algorithm 5).
     pub(crate) fn applies_before_write(&self, mode: Mode) -> bool {
         match mode {
-            Mode::Normal => self.config.appnodes == AppNodes::Recon,
+            Mode::Normal => self.config.appnodes != AppNodes::One,
             Mode::Failed => false,
             Mode::Recovery => self.config.technique.applies_on_write(),
         }
     }
 
-    /// What a miss does in the current mode.
-    pub(crate) fn on_miss(&self) -> OnMiss {
+    /// Whether teleported writes mark their keys and reads ask for markers (Contextual).
+    pub(crate) fn marks(&self) -> bool {
+        self.config.appnodes == AppNodes::Contextual
+    }
+
+    /// What a miss does in the current mode; `marked`: a key that missed carries a marker, or
+    /// the read could not ask (Contextual only).
+    pub(crate) fn on_miss(&self, marked: bool) -> OnMiss {
         match self.mode() {
-            Mode::Normal if self.config.appnodes == AppNodes::Recon => OnMiss::ApplyFirst,
-            Mode::Normal => OnMiss::Query,
+            Mode::Normal => match self.config.appnodes {
+                AppNodes::One => OnMiss::Query,
+                AppNodes::Recon => OnMiss::ApplyFirst,
+                AppNodes::Contextual if marked => OnMiss::ApplyFirst,
+                AppNodes::Contextual => OnMiss::Query,
+            },
             Mode::Failed if self.config.technique.applies_on_miss() => OnMiss::QueryIfClean,
             Mode::Recovery if self.config.technique.applies_on_miss() => OnMiss::ApplyFirst,
             Mode::Failed | Mode::Recovery => OnMiss::Refuse,
