@@ -291,15 +291,48 @@ impl<E: Engine> SqlBacked<E> {
         self.pool.get(|| self.engine.connect())
     }
 
+    /// A connection on which `first` succeeded: a statement without effect if it fails (a
+    /// read, or BEGIN). A connection that sat idle may have died with its server (a restart
+    /// closes every session): `first` then runs once more on a new connection, which fails the
+    /// same way only if the server is really away, so a restart does not cost a request per
+    /// pooled connection an error.
+    fn conn_where<T>(
+        &self,
+        first: impl Fn(&mut E::Conn) -> Result<T>,
+    ) -> Result<(Pooled<'_, E::Conn>, T)> {
+        let mut conn = self.read_conn()?;
+        let r = first(&mut conn);
+        match conn.check(r) {
+            Err(StoreError::Unavailable(_)) if conn.reused() => {
+                drop(conn);
+                let mut conn = self.read_conn()?;
+                let r = first(&mut conn);
+                let value = conn.check(r)?;
+                Ok((conn, value))
+            }
+            r => r.map(|value| (conn, value)),
+        }
+    }
+
+    /// [`conn_where`](Self::conn_where) for a read that stands alone.
+    fn read<T>(&self, read: impl Fn(&mut E::Conn) -> Result<T>) -> Result<T> {
+        self.conn_where(read).map(|(_, value)| value)
+    }
+
     fn write_conn(&self) -> Result<WriteConn<'_, E::Conn>> {
-        let writer = match &self.writer {
-            Some(lock) => Some(lock.acquire(self.timeout)?),
-            None => None,
-        };
+        let writer = self.writer()?;
         Ok(WriteConn {
             conn: self.read_conn()?,
             _writer: writer,
         })
+    }
+
+    /// The single writer's turn, on a data store that has one (SQLite).
+    fn writer(&self) -> Result<Option<TimedGuard<'_>>> {
+        self.writer
+            .as_ref()
+            .map(|lock| lock.acquire(self.timeout))
+            .transpose()
     }
 
     /// Runs `body` in a transaction on a write connection: commit on Ok, rollback on Err.
@@ -362,10 +395,8 @@ impl<E: Engine> SqlBacked<E> {
 
     fn catalog_lookup(&self, name: &str) -> Result<Option<String>> {
         self.ensure_catalog()?;
-        let mut conn = self.read_conn()?;
         let sql = format!("SELECT indexed FROM {CATALOG_TABLE} WHERE name = ?");
-        let r = conn.query(&sql, &[SqlValue::Text(name.to_owned())]);
-        let rows = conn.check(r)?;
+        let rows = self.read(|conn| conn.query(&sql, &[SqlValue::Text(name.to_owned())]))?;
         rows.first().map(|r| r.get::<String>(0)).transpose()
     }
 
@@ -530,9 +561,7 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
     fn get(&self, coll: &str, id: &str) -> Result<Option<Document>> {
         let c = self.collection(coll)?;
         validate_id(id)?;
-        let mut conn = self.read_conn()?;
-        let r = conn.query(&c.get, &[SqlValue::Text(id.to_owned())]);
-        let rows = conn.check(r)?;
+        let rows = self.read(|conn| conn.query(&c.get, &[SqlValue::Text(id.to_owned())]))?;
         rows.first().map(|r| parse_doc(&r.values()[0])).transpose()
     }
 
@@ -542,19 +571,15 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
             validate_id(id)?;
         }
         let mut found: HashMap<String, Document> = HashMap::with_capacity(ids.len());
-        if !ids.is_empty() {
-            let mut conn = self.read_conn()?;
-            for chunk in ids.chunks(500) {
-                let marks = vec!["?"; chunk.len()].join(", ");
-                let sql = format!("SELECT id, doc FROM {} WHERE id IN ({marks})", c.table);
-                let params: Vec<SqlValue> = chunk
-                    .iter()
-                    .map(|id| SqlValue::Text((*id).to_owned()))
-                    .collect();
-                let r = conn.query(&sql, &params);
-                for row in conn.check(r)? {
-                    found.insert(row.get::<String>(0)?, parse_doc(&row.values()[1])?);
-                }
+        for chunk in ids.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!("SELECT id, doc FROM {} WHERE id IN ({marks})", c.table);
+            let params: Vec<SqlValue> = chunk
+                .iter()
+                .map(|id| SqlValue::Text((*id).to_owned()))
+                .collect();
+            for row in self.read(|conn| conn.query(&sql, &params))? {
+                found.insert(row.get::<String>(0)?, parse_doc(&row.values()[1])?);
             }
         }
         Ok(ids.iter().map(|id| found.get(*id).cloned()).collect())
@@ -605,9 +630,7 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut conn = self.read_conn()?;
-        let r = conn.query(&sql, &params);
-        conn.check(r)?
+        self.read(|conn| conn.query(&sql, &params))?
             .into_iter()
             .map(|row| Ok((row.get::<String>(0)?, parse_doc(&row.values()[1])?)))
             .collect()
@@ -615,9 +638,7 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
 
     fn count(&self, coll: &str) -> Result<u64> {
         let c = self.collection(coll)?;
-        let mut conn = self.read_conn()?;
-        let r = conn.query(&c.count, &[]);
-        let rows = conn.check(r)?;
+        let rows = self.read(|conn| conn.query(&c.count, &[]))?;
         rows.first()
             .ok_or_else(|| StoreError::Backend("COUNT(*) returned no row".into()))?
             .get::<u64>(0)
@@ -779,9 +800,8 @@ impl<E: Engine> SqlStore for SqlBacked<E> {
     }
 
     fn begin(&self, isolation: Isolation) -> Result<Box<dyn SqlTransaction + '_>> {
-        let WriteConn { mut conn, _writer } = self.write_conn()?;
-        let r = conn.begin(isolation);
-        conn.check(r)?;
+        let _writer = self.writer()?;
+        let (conn, ()) = self.conn_where(|conn| conn.begin(isolation))?;
         Ok(Box::new(Tx {
             conn,
             _writer,
@@ -792,9 +812,7 @@ impl<E: Engine> SqlStore for SqlBacked<E> {
     }
 
     fn begin_read(&self, isolation: Isolation) -> Result<Box<dyn SqlTransaction + '_>> {
-        let mut conn = self.read_conn()?;
-        let r = conn.begin_read(isolation);
-        conn.check(r)?;
+        let (conn, ()) = self.conn_where(|conn| conn.begin_read(isolation))?;
         Ok(Box::new(Tx {
             conn,
             _writer: None,

@@ -81,6 +81,7 @@ impl<C: ServerSide> Pool<C> {
                     pool: self,
                     conn: Some(conn),
                     broken: false,
+                    reused: true,
                 });
             }
             if state.open < self.size {
@@ -91,6 +92,7 @@ impl<C: ServerSide> Pool<C> {
                         pool: self,
                         conn: Some(conn),
                         broken: false,
+                        reused: false,
                     }),
                     Err(e) => {
                         lock(&self.state).open -= 1;
@@ -142,6 +144,8 @@ pub(crate) struct Pooled<'p, C: ServerSide> {
     pool: &'p Pool<C>,
     conn: Option<C>,
     broken: bool,
+    /// Taken from the idle list rather than connected for this checkout.
+    reused: bool,
 }
 
 impl<C: ServerSide> Pooled<'_, C> {
@@ -167,6 +171,12 @@ impl<C: ServerSide> Pooled<'_, C> {
     /// Whether the connection will be closed (lost, or in doubt after a timeout).
     pub(crate) fn is_broken(&self) -> bool {
         self.broken
+    }
+
+    /// Whether the connection sat idle in the pool before this checkout (it may have died with
+    /// its server meanwhile).
+    pub(crate) fn reused(&self) -> bool {
+        self.reused
     }
 }
 
