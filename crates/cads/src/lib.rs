@@ -299,6 +299,12 @@ impl Cads {
         self.tardis.as_ref().map(tardis::Tardis::in_mode_for)
     }
 
+    /// How long this process's last TARDIS recovery lasted, from the monitor finding the data
+    /// store back to normal mode (None: TARDIS is off, or no recovery ended yet).
+    pub fn last_recovery(&self) -> Option<Duration> {
+        self.tardis.as_ref().and_then(tardis::Tardis::last_recovery)
+    }
+
     /// TARDIS's counters in this process (None when TARDIS is off).
     pub fn tardis_counts(&self) -> Option<TardisCounts> {
         self.tardis.as_ref().map(tardis::Tardis::counts)

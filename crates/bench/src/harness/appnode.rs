@@ -35,7 +35,9 @@ use cads::{Mode, Policy, TardisCounts, Workers, WriteBackCounts};
 use serde::{Deserialize, Serialize};
 
 use super::drive::{drive, ThreadSet, TICK};
-use super::outage::{cut_off, dirty, Cut, Happened, OutageRecord, Stall, Timeline};
+use super::outage::{
+    cut_off, dirty, AppNodesRecovered, Cut, Happened, OutageRecord, Stall, Timeline,
+};
 use super::{
     drain_left, AppNode, Benchmark, Clock, Counters, Env, Limit, Measured, Nanos, NodeResult,
     PolicyRun, Reporter, RunLog, Sampler,
@@ -97,6 +99,8 @@ pub struct NodeReport<L> {
     tardis: Option<TardisCounts>,
     /// TARDIS: when it last entered normal mode, on the run's clock.
     normal_since: Option<Nanos>,
+    /// TARDIS: how long its last recovery mode lasted, in seconds.
+    last_recovery_s: Option<f64>,
 }
 
 /// [`TardisCounts`] as a list, in the order of its fields.
@@ -348,6 +352,10 @@ pub(crate) fn measure<B: Benchmark>(
                 total.round_trips += report.round_trips;
                 total.write_back = total.write_back + report.write_back;
                 total.normal_since = total.normal_since.max(report.normal_since);
+                total.last_recovery_s = match (total.last_recovery_s, report.last_recovery_s) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
                 total.tardis = match (total.tardis, report.tardis) {
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),
@@ -376,7 +384,10 @@ pub(crate) fn measure<B: Benchmark>(
                     happened,
                     done,
                     opts.drain_timeout,
-                    total.normal_since,
+                    Some(AppNodesRecovered {
+                        normal_since: total.normal_since,
+                        longest_recovery_s: total.last_recovery_s,
+                    }),
                     &mut record,
                 );
                 drain_left(&dep.cads, left, opts, &mut record)?;
@@ -527,6 +538,7 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
             }
             _ => None,
         },
+        last_recovery_s: cads.last_recovery().map(|d| d.as_secs_f64()),
     };
     let file = std::fs::File::create(&job.result)
         .with_context(|| format!("writing {}", job.result.display()))?;

@@ -155,6 +155,15 @@ fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
     }
 }
 
+/// How several AppNodes ended their recovery, each as it reported.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AppNodesRecovered {
+    /// When the last of them entered normal mode, on the run's clock.
+    pub normal_since: Option<Nanos>,
+    /// The longest of their last recovery modes, in seconds.
+    pub longest_recovery_s: Option<f64>,
+}
+
 /// The per-second timeline of a run phase.
 pub(crate) struct Timeline {
     started: Instant,
@@ -207,8 +216,10 @@ impl Timeline {
     /// TARDIS, after the run phase: samples every second until recovery ends (no document
     /// listed dirty and, with one AppNode, normal mode), stalls ([`Stall`]) or `timeout` passes;
     /// then [`finish`](Self::finish), with `recovery_s`: from the data store's return to the
-    /// moment the AppNode entered normal mode (`appnodes_normal`: when the last of several
-    /// AppNodes did, on `clock`). Returns how many documents were left dirty.
+    /// moment the AppNode entered normal mode (`appnodes`: how several AppNodes did). Without
+    /// `--outage` the harness does not know when the data store came back, and `recovery_s` is
+    /// how long the AppNode (the slowest AppNode) stayed in recovery mode. Returns how many
+    /// documents were left dirty.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn recover(
         mut self,
@@ -217,7 +228,7 @@ impl Timeline {
         happened: Happened,
         done: u64,
         timeout: Duration,
-        appnodes_normal: Option<Nanos>,
+        appnodes: Option<AppNodesRecovered>,
         record: &mut OutageRecord,
     ) -> u64 {
         let deadline = Instant::now() + timeout;
@@ -232,13 +243,21 @@ impl Timeline {
                 dirty(cads) == 0
             };
             if clean {
-                let normal_since = match (self.own_mode, cads.in_mode_for()) {
-                    (true, Some(d)) => clock.now().saturating_sub(d.as_nanos() as Nanos),
-                    _ => appnodes_normal.unwrap_or_else(|| clock.now()),
+                let appnodes = appnodes.unwrap_or_default();
+                let (normal_since, in_recovery_s) = match (self.own_mode, cads.in_mode_for()) {
+                    (true, Some(d)) => (
+                        clock.now().saturating_sub(d.as_nanos() as Nanos),
+                        cads.last_recovery().map(|d| d.as_secs_f64()),
+                    ),
+                    _ => (
+                        appnodes.normal_since.unwrap_or_else(|| clock.now()),
+                        appnodes.longest_recovery_s,
+                    ),
                 };
-                record.recovery_s = happened
-                    .back
-                    .map(|back| normal_since.saturating_sub(back) as f64 / 1e9);
+                record.recovery_s = match happened.back {
+                    Some(back) => Some(normal_since.saturating_sub(back) as f64 / 1e9),
+                    None => in_recovery_s,
+                };
                 self.sample(cads, done);
                 break 0;
             }

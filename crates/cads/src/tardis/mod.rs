@@ -195,6 +195,8 @@ pub(crate) struct Tardis {
     started: Instant,
     /// When the current mode began, in ms since `started`.
     mode_since_ms: AtomicU64,
+    /// How long the last recovery mode lasted, in ms (`u64::MAX`: none ended yet).
+    last_recovery_ms: AtomicU64,
     /// Cache keys written by sessions whose data-store commit failed with an unknown outcome:
     /// invalidated again once the data store has settled (see `monitor`).
     in_doubt: Mutex<Vec<Vec<u8>>>,
@@ -284,6 +286,7 @@ impl Tardis {
             mode: AtomicU8::new(Mode::Normal.as_u8()),
             started: Instant::now(),
             mode_since_ms: AtomicU64::new(0),
+            last_recovery_ms: AtomicU64::new(u64::MAX),
             in_doubt: Mutex::new(Vec::new()),
             stats: Stats::default(),
         }
@@ -340,10 +343,22 @@ impl Tardis {
         moved
     }
 
+    /// How long the last recovery mode lasted, from the data store's return (as the monitor's
+    /// probes found it) to normal mode.
+    pub(crate) fn last_recovery(&self) -> Option<std::time::Duration> {
+        match self.last_recovery_ms.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
+    }
+
     /// No buffered write is left: normal mode.
     pub(crate) fn recovered(&self) -> bool {
+        let took = self.in_mode_for();
         let moved = self.shift(Mode::Recovery, Mode::Normal);
         if moved {
+            self.last_recovery_ms
+                .store(took.as_millis() as u64, Ordering::Relaxed);
             self.stats.recoveries.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("every buffered write is in the data store: normal mode");
         }
