@@ -53,6 +53,8 @@ pub struct Session<'a> {
     /// TARDIS: the session's document writes are buffered in the cache (teleported) instead of
     /// going to the data store.
     teleport: bool,
+    /// TARDIS Contextual: the CMIs of the keys a teleported write marked, committed first.
+    marked_cmis: Vec<usize>,
     prepared: bool,
 }
 
@@ -91,6 +93,7 @@ impl<'a> Session<'a> {
             degraded: None,
             mode,
             teleport,
+            marked_cmis: Vec::new(),
             prepared: false,
         }
     }
@@ -617,6 +620,9 @@ impl<'a> Session<'a> {
                 ),
             });
         }
+        self.marked_cmis = keys.iter().map(|k| client.route(k)).collect();
+        self.marked_cmis.sort_unstable();
+        self.marked_cmis.dedup();
         self.stage_marks(keys, MarkOp::Set, true)?;
         Ok(())
     }
@@ -893,7 +899,9 @@ impl<'a> Session<'a> {
                 reason: e.to_string(),
             });
         }
-        match cache.commit() {
+        // The markers first: were a CMI of marked keys to fail its commit, the buffered writes
+        // must not become visible without them (a miss there would not know to apply them).
+        match cache.commit_first(&self.marked_cmis) {
             Ok(()) => {
                 let stats = self.cads.write_back_stats();
                 std::mem::take(&mut self.refused).discarded(stats);

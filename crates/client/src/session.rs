@@ -1081,30 +1081,44 @@ impl<'c> Session<'c> {
     /// LCOMMIT everywhere. A session that spans CMIs is validated on all of them first, so that it
     /// commits on all or on none (000 §5.1.3); what can still fail after validation is a lease
     /// expiring, reported as `PartialCommit`.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        self.commit_first(&[])
+    }
+
+    /// [`commit`](Self::commit), on the CMIs in `first` one round trip before the others, which
+    /// commit only if all of `first` did. TARDIS's Contextual leases use it so that a key's
+    /// marker is set before the buffered write it announces becomes visible.
+    pub fn commit_first(mut self, first: &[usize]) -> Result<()> {
         let cmis = self.cmis_with_leases();
         if cmis.len() > 1 && !self.validated {
             self.validate()?;
         }
-        let commands = cmis
-            .iter()
-            .map(|&c| (c, Command::LCommit(self.id)))
-            .collect();
-        let replies = match self.call_each(commands) {
-            Ok(r) => r,
-            Err(e) => {
-                self.abort();
-                return Err(e);
-            }
-        };
+        let (early, late): (Vec<usize>, Vec<usize>) =
+            cmis.into_iter().partition(|c| first.contains(c));
         let (mut committed, mut failed) = (Vec::new(), Vec::new());
-        for (cmi, reply) in replies {
-            if matches!(reply, Reply::Status(_)) {
-                committed.push(cmi);
-                self.held[cmi].clear();
-                self.touched[cmi] = false;
-            } else {
-                failed.push(cmi);
+        for round in [early, late] {
+            if round.is_empty() || !failed.is_empty() {
+                continue;
+            }
+            let commands = round
+                .iter()
+                .map(|&c| (c, Command::LCommit(self.id)))
+                .collect();
+            let replies = match self.call_each(commands) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.abort();
+                    return Err(e);
+                }
+            };
+            for (cmi, reply) in replies {
+                if matches!(reply, Reply::Status(_)) {
+                    committed.push(cmi);
+                    self.held[cmi].clear();
+                    self.touched[cmi] = false;
+                } else {
+                    failed.push(cmi);
+                }
             }
         }
         if failed.is_empty() {

@@ -85,6 +85,30 @@ fn an_abort_on_one_cmi_aborts_everywhere_and_nothing_lands() {
 }
 
 #[test]
+fn commit_first_commits_the_others_only_once_the_first_did() {
+    let c = cluster("write-through");
+    let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));
+    let mut s = c.client.session();
+    s.mset(&[(&a, b"1"), (&b, b"1")], false).unwrap();
+    s.commit_first(&[1]).unwrap();
+    assert_eq!(c.client.get(&a).unwrap(), Some(b"1".to_vec()));
+    assert_eq!(c.client.get(&b).unwrap(), Some(b"1".to_vec()));
+
+    let mut s = c.client.session();
+    s.mset(&[(&a, b"2"), (&b, b"2")], false).unwrap();
+    s.validate().unwrap();
+    // CMI 1 ends every session (a flush): its commit is refused, so CMI 0's never happens.
+    c.client.flush_cmi(1, true).unwrap();
+    let err = s.commit_first(&[1]).unwrap_err();
+    assert!(matches!(err, ClientError::Aborted { .. }), "{err}");
+    assert_eq!(
+        c.client.get(&a).unwrap(),
+        Some(b"1".to_vec()),
+        "nothing landed on CMI 0"
+    );
+}
+
+#[test]
 fn retry_backs_off_until_the_filler_commits() {
     let c = cluster("write-through");
     let key = key_on(&c.client, 0, "k");
