@@ -1,14 +1,20 @@
 //! cads-coord: the coordinator.
 //!
 //! It hands out disjoint ranges of session ids to clients (000 §5.1). It runs embedded in the
-//! application process for now, behind `cads_client::RangeSource`; configurations, fragment leases
-//! and range leases (Gemini, CPR) join it with those issues.
+//! application process for now, behind `cads_client::RangeSource`. Gemini's configurations
+//! ([`configuration`]: fragments, their modes and configuration ids, 004 §2-3) and the state file
+//! that lets a coordinator survive its restart ([`state_file`]) are here as the coordinator's
+//! state; the service that detects failures and publishes configurations to CMIs and clients is
+//! not built yet, nor are range leases (CPR).
 //!
 //! Every client of a process must draw from the same coordinator: two clients numbering sessions
 //! from separate counters would give two sessions the same id, and a CMI would take them for one.
 //! [`Coordinator::process`] is that shared coordinator. Until the coordinator runs as its own
 //! service, processes are kept apart by starting each process's ids in a block of 2^32 chosen at
 //! random.
+
+pub mod configuration;
+pub mod state_file;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,107 @@
+//! The coordinator's state on disk, so that it survives its own restart: the configuration and
+//! the next session id it would hand out. The file is written whole to a temporary file, synced,
+//! and renamed over the old one: a crash leaves the old state or the new, never a torn one.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::configuration::Configuration;
+
+/// What the coordinator keeps across restarts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedState {
+    pub configuration: Configuration,
+    /// The first session id not handed out yet.
+    pub next_session_id: u64,
+}
+
+/// Writes `state` to `path`, replacing what was there only once the new state is on disk.
+pub fn save(path: &Path, state: &SavedState) -> io::Result<()> {
+    let text = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".new");
+    let temporary = Path::new(&temporary);
+    let mut file = File::create(temporary)?;
+    file.write_all(&text)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(temporary, path)?;
+    // The rename itself is durable once the directory is synced.
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
+}
+
+/// Reads the state saved at `path`: None if there is no file yet; an error naming the file for
+/// one that cannot be read, parsed or trusted (a configuration this coordinator cannot reach).
+pub fn load(path: &Path) -> Result<Option<SavedState>, String> {
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    };
+    let state: SavedState = serde_json::from_slice(&text)
+        .map_err(|e| format!("{} is not a coordinator state: {e}", path.display()))?;
+    state
+        .configuration
+        .check()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("cads-coord-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("state.json")
+    }
+
+    #[test]
+    fn a_saved_state_reads_back_the_same() {
+        let path = scratch("round-trip");
+        assert_eq!(load(&path), Ok(None), "no file yet");
+        let mut configuration = Configuration::new(3, 9);
+        configuration.instance_failed(1).unwrap();
+        let state = SavedState {
+            configuration,
+            next_session_id: 1 << 20,
+        };
+        save(&path, &state).unwrap();
+        assert_eq!(load(&path), Ok(Some(state.clone())));
+        configuration = state.configuration.clone();
+        configuration.instance_recovered(1, |_| true).unwrap();
+        let newer = SavedState {
+            configuration,
+            ..state
+        };
+        save(&path, &newer).unwrap();
+        assert_eq!(load(&path), Ok(Some(newer)));
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_or_impossible_state_is_refused_with_the_file_named() {
+        let path = scratch("damaged");
+        std::fs::write(&path, b"{\"configuration\": ").unwrap();
+        let err = load(&path).unwrap_err();
+        assert!(err.contains("is not a coordinator state"), "{err}");
+        assert!(err.contains("state.json"), "{err}");
+
+        let state = SavedState {
+            configuration: Configuration::new(2, 2),
+            next_session_id: 1,
+        };
+        let text = serde_json::to_string(&state)
+            .unwrap()
+            .replace("\"instance\":1", "\"instance\":7");
+        std::fs::write(&path, text).unwrap();
+        let err = load(&path).unwrap_err();
+        assert!(err.contains("no instance 7"), "{err}");
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+}
