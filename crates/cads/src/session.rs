@@ -319,18 +319,17 @@ impl<'a> Session<'a> {
             .filter(|(_, v)| v.is_none())
             .map(|(k, _)| k.clone())
             .collect();
-        // A hit holds every write made to its key, buffered or not: only misses need markers.
-        let marked_missed: Vec<Vec<u8>> = keys
+        let marked: Vec<Vec<u8>> = keys
             .iter()
-            .zip(values.iter().zip(&marked))
-            .filter(|(_, (v, &m))| v.is_none() && m)
+            .zip(&marked)
+            .filter(|(_, &m)| m)
             .map(|(k, _)| k.clone())
             .collect();
         // Pending buffered writes of every key count, not only of those that missed: the data
-        // store's result also stands for the keys that hit.
-        let output = self.query_store(cs, query, &keys, true, !marked_missed.is_empty())?;
-        if !marked_missed.is_empty() {
-            self.unmark(marked_missed)?;
+        // store's result also stands for the keys that hit (and so do their markers).
+        let output = self.query_store(cs, query, &keys, true, !marked.is_empty())?;
+        if !marked.is_empty() {
+            self.unmark(marked)?;
         }
         failpoints::before_fill();
         // A transaction reading from a snapshot older than our leases could have read data that a
@@ -359,8 +358,8 @@ impl<'a> Session<'a> {
         Ok(output)
     }
 
-    /// Contextual: `keys` missed with a marker and the buffered writes the read depends on are
-    /// in the data store now (applied, or found to be none), so their markers go when the session
+    /// Contextual: `keys` carry markers and the buffered writes the read depends on are in the
+    /// data store now (applied, or found to be none), so their markers go when the session
     /// commits. The session's shared leases on them keep teleporting writers, which would mark
     /// them again, waiting until then.
     fn unmark(&mut self, keys: Vec<Vec<u8>>) -> Result<()> {

@@ -24,6 +24,8 @@ pub struct OutageRecord {
     pub tardis: Option<String>,
     /// How the AppNodes stay consistent (TARDIS: `one`, `recon` or `contextual`).
     pub appnodes: Option<String>,
+    /// TARDIS's AR workers per AppNode.
+    pub ar_workers: Option<usize>,
     /// Document writes accepted while teleporting (buffered in the cache).
     pub writes_accepted_failed_mode: u64,
     /// Writes refused while teleporting: pinned memory full, or a write that cannot be buffered.
@@ -72,6 +74,7 @@ impl OutageRecord {
         OutageRecord {
             tardis: opts.tardis.as_ref().map(|t| t.technique.name().to_string()),
             appnodes: opts.tardis_config().map(|t| t.appnodes.name().to_string()),
+            ar_workers: opts.tardis.as_ref().map(|t| t.ar_workers),
             failed_operations,
             ..OutageRecord::default()
         }

@@ -631,16 +631,22 @@ fn outage_runs<'r>(g: &Group<'r>) -> Vec<(&'r RunPoint, &'r OutagePoint)> {
         .collect()
 }
 
-/// Names for the outage chart's runs: the policy and the TARDIS technique (in capitals, as 000
-/// writes them), and the run's number where two runs would otherwise share a name.
+/// Names for the outage chart's runs: the policy, the TARDIS technique (in capitals, as 000
+/// writes them) and its AR workers, and the run's number where two runs would otherwise share a
+/// name.
 fn outage_names(runs: &[(&RunPoint, &OutagePoint)]) -> Vec<String> {
     let base: Vec<String> = runs
         .iter()
-        .map(|(r, o)| match &o.tardis {
-            Some(technique) => {
-                format!("{} + {}", policy_label(&r.policy), technique.to_uppercase())
+        .map(|(r, o)| match (&o.tardis, o.ar_workers) {
+            (Some(technique), workers) => {
+                let policy = policy_label(&r.policy);
+                let technique = technique.to_uppercase();
+                match workers {
+                    Some(n) => format!("{policy} + {technique}, {n} AR"),
+                    None => format!("{policy} + {technique}"),
+                }
             }
-            None => policy_label(&r.policy).to_string(),
+            (None, _) => policy_label(&r.policy).to_string(),
         })
         .collect();
     base.iter()

@@ -63,6 +63,8 @@ pub struct OutagePoint {
     pub for_s: Option<f64>,
     /// The TARDIS technique (`tar`, `dis`, `tard`, `tardis`; None: TARDIS off).
     pub tardis: Option<String>,
+    /// TARDIS's AR workers per AppNode (None in older records).
+    pub ar_workers: Option<u64>,
     /// `(seconds into the run phase, documents listed with buffered writes)`, a sample a second
     /// through the run and the recovery after it.
     pub dirty: Vec<(f64, f64)>,
@@ -94,6 +96,7 @@ impl OutagePoint {
                 .get("tardis")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            ar_workers: outage.get("ar_workers").and_then(Value::as_u64),
             dirty: samples.iter().map(|&(t, d, _)| (t, d)).collect(),
             ops_per_s: samples.iter().map(|&(t, _, r)| (t, r)).collect(),
         })
