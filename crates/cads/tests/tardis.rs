@@ -212,6 +212,13 @@ fn a_full_pinned_memory_refuses_the_write_and_keeps_what_was_buffered() {
     config.write_back.replicas = 1;
     let cads = Arc::new(d.cads(config));
     let docs = documents(&cads, 200, 0);
+    // Documents far larger than their buffered changes: the idempotent form that replaces a
+    // buffered `$inc`/`$push` before it is applied is the whole document, which must still find
+    // room once pinned memory is full of buffered writes (the CMI's pinned reserve).
+    for i in 0..200 {
+        let padded = doc(json!({"n": 0, "log": [], "pad": "p".repeat(300)}));
+        cads.store().put("docs", &format!("d{i}"), &padded).unwrap();
+    }
     let recovery = Recovery::start(cads.clone()).unwrap();
     fail_store(&d, &cads, &docs, "d0");
     let mut accepted = Vec::new();

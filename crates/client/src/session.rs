@@ -32,6 +32,9 @@ pub enum Write {
         value: Vec<u8>,
         pin: bool,
     },
+    /// LSET ... PINRESERVE: a pinned value charged to the pinned memory the CMI keeps back for
+    /// replacing a buffered write by its idempotent form just before it is applied.
+    SetPinnedFromReserve { key: Vec<u8>, value: Vec<u8> },
     /// LADD: only if the key has no value.
     Add {
         key: Vec<u8>,
@@ -70,6 +73,7 @@ impl Write {
     pub fn key(&self) -> &[u8] {
         match self {
             Write::Set { key, .. }
+            | Write::SetPinnedFromReserve { key, .. }
             | Write::Add { key, .. }
             | Write::Append { key, .. }
             | Write::Incr { key, .. }
@@ -85,6 +89,14 @@ impl Write {
                 key,
                 value,
                 pin: *pin,
+                reserve: false,
+            },
+            Write::SetPinnedFromReserve { key, value } => Command::LSet {
+                sid,
+                key,
+                value,
+                pin: true,
+                reserve: true,
             },
             Write::Add { key, value, pin } => Command::LAdd {
                 sid,
@@ -109,7 +121,9 @@ impl Write {
 
     fn outcome(&self, reply: Reply<'static>) -> Result<Written> {
         Ok(match self {
-            Write::Set { .. } => ok(reply).map(|()| Written::Stored)?,
+            Write::Set { .. } | Write::SetPinnedFromReserve { .. } => {
+                ok(reply).map(|()| Written::Stored)?
+            }
             Write::Add { .. } => Written::Added(int(reply)? == 1),
             Write::Append { .. } => Written::Length(optional_int(reply)?.map(|n| n as usize)),
             Write::Incr { .. } => Written::Value(optional_int(reply)?),
@@ -688,6 +702,7 @@ impl<'c> Session<'c> {
                 key,
                 value,
                 pin,
+                reserve: false,
             },
         )?;
         let result = ok(reply);

@@ -10,7 +10,7 @@ use cads_protocol::{
 
 use crate::lease::{EndCause, LeaseKind, Pending, Requester};
 use crate::long_double::LongDouble;
-use crate::store::{entry_charge, PutOptions, SlotId, Ttl};
+use crate::store::{entry_charge, Budget, PutOptions, SlotId, Ttl};
 use crate::{Engine, Mode, Now, Recency};
 
 type Outcome<'e> = Result<Reply<'e>, ErrorReply>;
@@ -294,7 +294,15 @@ impl Engine {
                 key,
                 value,
                 pin,
-            } => self.session_set(sid, key, value, pin, false, now),
+                reserve,
+            } => {
+                let budget = if reserve {
+                    Budget::Reserve
+                } else {
+                    Budget::Capped
+                };
+                self.session_set(sid, key, value, pin, false, budget, now)
+            }
             C::LAdd {
                 sid,
                 key,
@@ -302,12 +310,12 @@ impl Engine {
                 pin,
             } => {
                 self.require_write_through()?;
-                self.session_set(sid, key, value, pin, true, now)
+                self.session_set(sid, key, value, pin, true, Budget::Capped, now)
             }
             C::LMSet { sid, pin, pairs } => {
                 let mut replies = Vec::with_capacity(pairs.len() / 2);
                 for pair in pairs.chunks_exact(2) {
-                    match self.session_set(sid, pair[0], pair[1], pin, false, now) {
+                    match self.session_set(sid, pair[0], pair[1], pin, false, Budget::Capped, now) {
                         Ok(_) => replies.push(Reply::OK),
                         // RETRY: a ticketed session waits for this key; the pair did nothing.
                         Err(e)
@@ -957,7 +965,8 @@ impl Engine {
         ))
     }
 
-    /// LSET and LADD.
+    /// LSET and LADD; `budget`: the memory its pending version is charged to.
+    #[allow(clippy::too_many_arguments)]
     fn session_set(
         &mut self,
         sid: SessionId,
@@ -965,6 +974,7 @@ impl Engine {
         value: &[u8],
         pin: bool,
         only_if_absent: bool,
+        budget: Budget,
         now: Now,
     ) -> Outcome<'static> {
         if self.mode() == Mode::WriteAround {
@@ -1003,14 +1013,11 @@ impl Engine {
         }
         // A pinned value stays pinned through every change but LUNPIN and delete (000 §5.1.1.3).
         let pinned = pin || current.is_some_and(|(_, p)| p);
-        self.set_pending(
-            sid,
-            key,
-            Pending::Value {
-                value: value.to_vec(),
-                pinned,
-            },
-        )?;
+        let pending = Pending::Value {
+            value: value.to_vec(),
+            pinned,
+        };
+        self.set_pending_within(sid, key, pending, budget)?;
         Ok(if only_if_absent {
             Reply::Int(1)
         } else {

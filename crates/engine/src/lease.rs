@@ -20,7 +20,7 @@
 
 use cads_protocol::{ErrorKind, ErrorReply, MarkOp, SessionId};
 
-use crate::store::{entry_charge, PutOptions, Ttl};
+use crate::store::{entry_charge, Budget, PutOptions, Ttl};
 use crate::{Engine, HashMap, HashSet, Mode, Now};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -576,6 +576,17 @@ impl Engine {
         key: &[u8],
         pending: Pending,
     ) -> Result<(), ErrorReply> {
+        self.set_pending_within(sid, key, pending, Budget::Capped)
+    }
+
+    /// [`set_pending`](Self::set_pending) charged to `budget`.
+    pub(crate) fn set_pending_within(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        pending: Pending,
+        budget: Budget,
+    ) -> Result<(), ErrorReply> {
         let old = self
             .sessions
             .get_mut(&sid)
@@ -586,11 +597,24 @@ impl Engine {
         self.uncharge_pending(key, &old);
         if let Pending::Value { value, pinned } = &pending {
             let charge = entry_charge(key.len(), value.len());
-            if self.store.charge(charge, *pinned, false).is_err() {
+            // Only what the new version adds over the old one needs room (ARCHITECTURE.md,
+            // "Memory"): a version that does not grow is taken even where markers, which are
+            // never refused, have filled the pinned cap.
+            let grows = match &old {
+                Some(Pending::Value {
+                    value: old_value,
+                    pinned: old_pinned,
+                }) if old_pinned == pinned => charge > entry_charge(key.len(), old_value.len()),
+                _ => true,
+            };
+            let budget = if grows { budget } else { Budget::Forced };
+            if self.store.charge(charge, *pinned, budget).is_err() {
                 if let Some(Pending::Value { value, pinned }) = &old {
-                    let _ = self
-                        .store
-                        .charge(entry_charge(key.len(), value.len()), *pinned, true);
+                    let _ = self.store.charge(
+                        entry_charge(key.len(), value.len()),
+                        *pinned,
+                        Budget::Forced,
+                    );
                 }
                 self.put_pending(sid, key, old);
                 return Err(ErrorReply::not_stored());

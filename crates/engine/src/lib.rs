@@ -342,7 +342,7 @@ impl Engine {
             if self.markers.insert(key.into()) {
                 // Markers are few and small; they are never refused (losing one would lose the
                 // knowledge that a document has buffered writes).
-                let _ = self.store.charge(bytes, true, true);
+                let _ = self.store.charge(bytes, true, store::Budget::Forced);
                 self.store.log.global_record(&[b"MARK", key]);
             }
         } else if self.markers.remove(key) {

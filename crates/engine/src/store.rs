@@ -86,6 +86,26 @@ pub enum Ttl {
     At(u64),
 }
 
+/// The pinned memory kept back from ordinary pinned writes for [`Budget::Reserve`]: an eighth of
+/// the cap.
+pub fn pinned_reserve(max_pinned: usize) -> usize {
+    max_pinned / 8
+}
+
+/// Which limits a charge for bytes outside entries must respect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// `maxmemory` and the pinned cap short of its reserve.
+    Capped,
+    /// `maxmemory` and the whole pinned cap: for a pinned write that makes room soon after it
+    /// (`LSET ... PINRESERVE`: a buffered write replaced by its idempotent form just before it is
+    /// applied and deleted), so that a cache whose pinned memory is full can still empty it.
+    Reserve,
+    /// None: the bytes were reserved before (a pending version put back), or must not be refused
+    /// (markers).
+    Forced,
+}
+
 /// Options of a put.
 #[derive(Clone, Copy, Debug)]
 pub struct PutOptions {
@@ -236,14 +256,25 @@ impl Store {
 
     // --- memory ---
 
+    /// Whether `bytes` more pinned bytes stay within the pinned cap: short of its reserve
+    /// ([`pinned_reserve`]) unless `from_reserve`.
+    fn pinned_fits(&self, bytes: usize, from_reserve: bool) -> bool {
+        let m = &self.memory;
+        let limit = match from_reserve {
+            true => m.max_pinned,
+            false => m.max_pinned - pinned_reserve(m.max_pinned),
+        };
+        m.max_pinned == 0 || m.pinned + bytes <= limit
+    }
+
     /// Makes room for `bytes` more (pinned or not), evicting candidates in the policy's order.
     /// Refuses without evicting anything when eviction could not make enough room.
     fn reserve(&mut self, bytes: usize, pinned: bool) -> Result<(), NotStored> {
-        let m = &self.memory;
-        if pinned && m.max_pinned != 0 && m.pinned + bytes > m.max_pinned {
+        if pinned && !self.pinned_fits(bytes, false) {
             self.stats.refused += 1;
             return Err(NotStored);
         }
+        let m = &self.memory;
         if m.maxmemory == 0 || m.used + bytes <= m.maxmemory {
             return Ok(());
         }
@@ -270,9 +301,17 @@ impl Store {
     }
 
     /// Charges bytes that live outside entries (pending versions, markers).
-    pub fn charge(&mut self, bytes: usize, pinned: bool, force: bool) -> Result<(), NotStored> {
-        if !force {
-            self.reserve(bytes, pinned)?;
+    pub fn charge(&mut self, bytes: usize, pinned: bool, budget: Budget) -> Result<(), NotStored> {
+        match budget {
+            Budget::Capped => self.reserve(bytes, pinned)?,
+            Budget::Reserve => {
+                if pinned && !self.pinned_fits(bytes, true) {
+                    self.stats.refused += 1;
+                    return Err(NotStored);
+                }
+                self.reserve(bytes, false)?;
+            }
+            Budget::Forced => {}
         }
         self.memory.used += bytes;
         if pinned {
@@ -425,8 +464,7 @@ impl Store {
 
     /// Reserve for a replacement whose old entry was already taken out of the candidates.
     fn reserve_replacing(&mut self, grow: usize, grow_pinned: usize) -> Result<(), NotStored> {
-        let m = &self.memory;
-        if grow_pinned > 0 && m.max_pinned != 0 && m.pinned + grow_pinned > m.max_pinned {
+        if grow_pinned > 0 && !self.pinned_fits(grow_pinned, false) {
             self.stats.refused += 1;
             return Err(NotStored);
         }
@@ -750,12 +788,27 @@ mod tests {
     #[test]
     fn pinned_cap() {
         let each = entry_charge(2, 10);
-        let mut s = store(0, each);
+        // Room for one pinned entry short of the reserve.
+        let cap = each + each / 4;
+        let mut s = store(0, cap);
         s.put(b"p1", vec![0; 10], pinned()).unwrap();
         assert_eq!(s.put(b"p2", vec![0; 10], pinned()), Err(NotStored));
         s.put(b"u1", vec![0; 10], plain()).unwrap();
-        assert_eq!(s.charge(1, true, false), Err(NotStored));
+        assert_eq!(s.charge(each, true, Budget::Capped), Err(NotStored));
         s.check_invariants(0, 0);
+    }
+
+    #[test]
+    fn the_pinned_reserve_is_for_reserve_charges_only() {
+        let mut s = store(0, 800);
+        assert_eq!(pinned_reserve(800), 100);
+        s.charge(700, true, Budget::Capped).unwrap();
+        assert_eq!(s.charge(1, true, Budget::Capped), Err(NotStored));
+        s.charge(100, true, Budget::Reserve).unwrap();
+        assert_eq!(s.charge(1, true, Budget::Reserve), Err(NotStored));
+        s.charge(1, false, Budget::Capped).unwrap();
+        s.uncharge(100, true);
+        assert_eq!(s.memory.pinned, 700);
     }
 
     #[test]

@@ -80,7 +80,8 @@ fn full_of_pinned_answers_notstored_and_loses_nothing() {
 
 #[test]
 fn the_pinned_cap_leaves_room_for_plain_entries() {
-    let mut cmi = sized(EACH * 4, EACH * 2);
+    // Two pinned entries fit short of the cap's reserve (an eighth), a third does not.
+    let mut cmi = sized(EACH * 4, EACH * 5 / 2);
     cmi.run(&format!("LMSET 1 PIN p1 {TEN} p2 {TEN}"));
     cmi.ok("LCOMMIT 1");
     assert_eq!(
@@ -91,6 +92,33 @@ fn the_pinned_cap_leaves_room_for_plain_entries() {
     cmi.ok(&format!("SET u1 {TEN}"));
     cmi.ok(&format!("SET u2 {TEN}"));
     assert_eq!(cmi.engine.memory().pinned, EACH * 2);
+}
+
+/// A buffered write replaced by its idempotent form just before it is applied (PINRESERVE) may
+/// use the reserve, so that a cache full of buffered writes can still apply and delete them.
+#[test]
+fn the_pinned_reserve_takes_replacements_that_ordinary_pinned_writes_cannot() {
+    // A cap of eight entries keeps one back: seven fit.
+    let mut cmi = sized(EACH * 10, EACH * 8);
+    let pairs: Vec<String> = (0..7).map(|i| format!("p{i} {TEN}")).collect();
+    cmi.run(&format!("LMSET 1 PIN {}", pairs.join(" ")));
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(
+        cmi.err(&format!("LSET 2 p0 {TEN} PIN")),
+        ErrorKind::NotStored,
+        "the replacement's pending version would eat into the reserve"
+    );
+    cmi.ok("LABORT 2");
+    let other = "b".repeat(10);
+    cmi.ok(&format!("LSET 3 p0 {other} PINRESERVE"));
+    assert_eq!(
+        cmi.err(&format!("LSET 3 p1 {other} PINRESERVE")),
+        ErrorKind::NotStored,
+        "the whole cap still holds"
+    );
+    cmi.ok("LCOMMIT 3");
+    assert_eq!(cmi.cached("p0").as_deref(), Some(other.as_str()));
+    assert_eq!(cmi.engine.memory().pinned, EACH * 7);
 }
 
 #[test]

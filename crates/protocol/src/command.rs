@@ -286,6 +286,9 @@ pub enum Command<'a> {
         key: &'a [u8],
         value: &'a [u8],
         pin: bool,
+        /// `PINRESERVE`: pinned, and charged to the pinned memory kept back for replacing a
+        /// buffered write by its idempotent form before it is applied (implies `pin`).
+        reserve: bool,
     },
     LMSet {
         sid: SessionId,
@@ -858,7 +861,17 @@ impl<'a> Command<'a> {
                 sid,
                 key,
                 value,
+                reserve: true,
+                ..
+            } => {
+                out.extend([u(*sid), b(key), b(value), w("PINRESERVE")]);
+            }
+            LSet {
+                sid,
+                key,
+                value,
                 pin,
+                ..
             }
             | LAdd {
                 sid,
@@ -1165,13 +1178,16 @@ fn parse_with<'a>(
             if a.len() > 5 {
                 return Err(arity());
             }
-            let (sid, key, value, pin) = (session_id(a[1])?, a[2], a[3], optional_pin(a, 4)?);
+            let (sid, key, value) = (session_id(a[1])?, a[2], a[3]);
+            let reserve = spec.name == "lset" && a.get(4).is_some_and(|a| eq(a, "PINRESERVE"));
+            let pin = reserve || optional_pin(a, 4)?;
             if spec.name == "lset" {
                 C::LSet {
                     sid,
                     key,
                     value,
                     pin,
+                    reserve,
                 }
             } else {
                 C::LAdd {
@@ -1821,6 +1837,7 @@ mod tests {
             "LMGET 1 RMW a b",
             "LMGETMARK 1 RO a b",
             "LSET 1 k v PIN",
+            "LSET 1 k v PINRESERVE",
             "LMSET 1 NOPIN a 1",
             "LADD 1 k v",
             "LDEL 1 k",

@@ -41,7 +41,8 @@ pub struct Options {
     #[arg(long, value_name = "SIZE")]
     pub maxmemory: Option<String>,
 
-    /// Cap on pinned memory per CMI (0: no cap beyond maxmemory). [default: half of maxmemory]
+    /// Cap on pinned memory per CMI (0: no cap beyond maxmemory); its last eighth is kept for
+    /// applying buffered writes. [default: half of maxmemory]
     #[arg(long, value_name = "SIZE")]
     pub max_pinned_memory: Option<String>,
 

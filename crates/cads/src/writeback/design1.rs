@@ -483,10 +483,11 @@ fn apply_once(
         if applied.iter().any(|&(a, _, _)| a == i) {
             writes.push((cmi, Write::Delete { key: key.to_vec() }));
         } else if let Some((_, value)) = converted.iter().find(|(c, _)| *c == i) {
-            let set = Write::Set {
+            // From the pinned reserve: with pinned memory full of buffered writes, converting
+            // one is the only way to apply it and free its room.
+            let set = Write::SetPinnedFromReserve {
                 key: key.to_vec(),
                 value: value.clone(),
-                pin: true,
             };
             writes.push((cmi, set));
         }

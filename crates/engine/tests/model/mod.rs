@@ -1033,7 +1033,10 @@ impl Model {
                 0
             };
             let grow_pinned = new_bytes.saturating_sub(old_pinned);
-            if grow_pinned > 0 && pinned + grow_pinned > self.limits.max_pinned {
+            // An eighth of the cap is kept back for LSET ... PINRESERVE, which this model does
+            // not send.
+            let cap = self.limits.max_pinned - self.limits.max_pinned / 8;
+            if grow_pinned > 0 && pinned + grow_pinned > cap {
                 return Err(ErrorReply::not_stored());
             }
         }
