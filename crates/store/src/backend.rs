@@ -3,7 +3,7 @@
 //! document layout, atomic updates, scans, the catalog of collections, the transaction objects) is
 //! written once here, so that every backend behaves the same.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -80,7 +80,12 @@ struct Collection {
     catalog_entry: String,
     table: String,
     get: String,
+    /// `INSERT INTO table (columns) VALUES`, and one row's `(?, ...)`.
+    insert_head: String,
+    row: String,
     insert: String,
+    /// What turns an insert into a put: the upsert clause after the rows.
+    put_tail: String,
     put: String,
     lock: String,
     update: String,
@@ -111,26 +116,26 @@ impl Collection {
             marks.push_str(", ?");
             set_cols.push_str(&format!(", {c} = ?"));
         }
-        let insert = format!("INSERT INTO {table} ({insert_cols}) VALUES ({marks})");
-        let put = match d {
+        let insert_head = format!("INSERT INTO {table} ({insert_cols}) VALUES");
+        let row = format!("({marks})");
+        let insert = format!("{insert_head} {row}");
+        let put_tail = match d {
             Dialect::MySql => {
                 let updates: Vec<String> = std::iter::once("doc".to_owned())
                     .chain(cols.iter().cloned())
                     .map(|c| format!("{c} = VALUES({c})"))
                     .collect();
-                format!("{insert} ON DUPLICATE KEY UPDATE {}", updates.join(", "))
+                format!(" ON DUPLICATE KEY UPDATE {}", updates.join(", "))
             }
             _ => {
                 let updates: Vec<String> = std::iter::once("doc".to_owned())
                     .chain(cols.iter().cloned())
                     .map(|c| format!("{c} = excluded.{c}"))
                     .collect();
-                format!(
-                    "{insert} ON CONFLICT (id) DO UPDATE SET {}",
-                    updates.join(", ")
-                )
+                format!(" ON CONFLICT (id) DO UPDATE SET {}", updates.join(", "))
             }
         };
+        let put = format!("{insert}{put_tail}");
         let lock = match d {
             Dialect::Sqlite => format!("SELECT doc FROM {table} WHERE id = ?"),
             _ => format!("SELECT doc FROM {table} WHERE id = ? FOR UPDATE"),
@@ -139,7 +144,10 @@ impl Collection {
             catalog_entry: indexed_to_json(&fields),
             fields,
             get: format!("SELECT doc FROM {table} WHERE id = ?"),
+            insert_head,
+            row,
             insert,
+            put_tail,
             put,
             lock,
             update: format!("UPDATE {table} SET {set_cols} WHERE id = ?"),
@@ -187,6 +195,17 @@ impl Collection {
                  ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
         }
+    }
+
+    /// `n` rows of [`Self::row`] after the insert's head, then `tail`.
+    fn rows(&self, n: usize, tail: &str) -> String {
+        let rows = vec![self.row.as_str(); n].join(", ");
+        format!("{} {rows}{tail}", self.insert_head)
+    }
+
+    /// A put of `n` rows.
+    fn put_rows(&self, n: usize) -> String {
+        self.rows(n, &self.put_tail)
     }
 
     /// The row values after id and doc: the indexed columns of `doc`.
@@ -245,6 +264,148 @@ fn update_in<C: Conn>(
     params.rotate_left(1); // the id goes last, in the WHERE clause
     conn.execute(&c.update, &params)?;
     Ok(Some(doc))
+}
+
+/// Rows per multi-row statement: a few thousand parameters at most (SQLite's old limit is 999 per
+/// statement, and large statements gain nothing).
+fn rows_per_statement(params_per_row: usize) -> usize {
+    (2000 / params_per_row).clamp(1, 250)
+}
+
+/// Per table, its collection and what a batch does to it.
+type ByTable<'c, T> = BTreeMap<&'c str, (&'c Collection, Vec<T>)>;
+
+/// `writes` applied in order inside the caller's transaction, in a few statements per collection
+/// instead of one or two per write: each document's operations are folded in memory (from its
+/// current version, read and locked in one statement per collection, where its first operation
+/// is an update), and the resulting documents written back in multi-row upserts and deletes, in
+/// id order so that concurrent batches lock rows alike. The same result as applying the writes one
+/// by one. Inserts are not folded: the caller applies those one by one, where the data store
+/// itself reports a document that exists.
+fn write_folded<C: Conn>(
+    conn: &mut C,
+    d: Dialect,
+    planned: &[(Arc<Collection>, &DocWrite)],
+) -> Result<()> {
+    struct Folded<'w> {
+        collection: &'w Collection,
+        id: &'w str,
+        ops: Vec<&'w DocOp>,
+    }
+    let mut docs: Vec<Folded<'_>> = Vec::new();
+    let mut position: HashMap<(&str, &str), usize> = HashMap::new();
+    for (c, w) in planned {
+        let at = *position
+            .entry((c.table.as_str(), w.id.as_str()))
+            .or_insert_with(|| {
+                docs.push(Folded {
+                    collection: c,
+                    id: &w.id,
+                    ops: Vec::new(),
+                });
+                docs.len() - 1
+            });
+        docs[at].ops.push(&w.op);
+    }
+    // The current versions that updates apply to, locked.
+    let mut to_read: ByTable<'_, &str> = BTreeMap::new();
+    for doc in &docs {
+        if matches!(doc.ops[0], DocOp::Update(_)) {
+            let entry = to_read
+                .entry(doc.collection.table.as_str())
+                .or_insert_with(|| (doc.collection, Vec::new()));
+            entry.1.push(doc.id);
+        }
+    }
+    let mut current: HashMap<(&str, String), Document> = HashMap::new();
+    for (table, (c, mut ids)) in to_read {
+        ids.sort_unstable();
+        for chunk in ids.chunks(rows_per_statement(1)) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let lock = match d {
+                Dialect::Sqlite => "",
+                _ => " FOR UPDATE",
+            };
+            let sql = format!(
+                "SELECT id, doc FROM {} WHERE id IN ({marks}) ORDER BY id{lock}",
+                c.table
+            );
+            let params: Vec<SqlValue> = chunk
+                .iter()
+                .map(|id| SqlValue::Text(id.to_string()))
+                .collect();
+            for row in conn.query(&sql, &params)? {
+                current.insert((table, row.get::<String>(0)?), parse_doc(&row.values()[1])?);
+            }
+        }
+    }
+    // Each document's operations in order; what is left to write.
+    let mut puts: ByTable<'_, (&str, Document)> = BTreeMap::new();
+    let mut deletes: ByTable<'_, &str> = BTreeMap::new();
+    for doc in docs {
+        let table = doc.collection.table.as_str();
+        let mut state = current.remove(&(table, doc.id.to_string()));
+        let (mut changed, mut deleted) = (false, false);
+        for op in doc.ops {
+            match op {
+                DocOp::Put(new) => {
+                    state = Some(new.clone());
+                    changed = true;
+                }
+                DocOp::Delete => {
+                    state = None;
+                    deleted = true;
+                }
+                DocOp::Update(changes) => {
+                    // An update of a missing document changes nothing, as `update_in` does.
+                    if let Some(document) = state.as_mut() {
+                        changes.apply(document)?;
+                        changed = true;
+                    }
+                }
+                DocOp::Insert(_) => unreachable!("inserts are not folded"),
+            }
+        }
+        match state {
+            Some(document) if changed => {
+                let entry = puts
+                    .entry(table)
+                    .or_insert_with(|| (doc.collection, Vec::new()));
+                entry.1.push((doc.id, document));
+            }
+            None if deleted => {
+                let entry = deletes
+                    .entry(table)
+                    .or_insert_with(|| (doc.collection, Vec::new()));
+                entry.1.push(doc.id);
+            }
+            _ => {}
+        }
+    }
+    for (_, (c, mut rows)) in puts {
+        rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let per_row = 2 + c.fields.len();
+        for chunk in rows.chunks(rows_per_statement(per_row)) {
+            let mut params = Vec::with_capacity(chunk.len() * per_row);
+            for (id, document) in chunk {
+                params.extend(c.row_params(id, document)?);
+            }
+            conn.execute(&c.put_rows(chunk.len()), &params)?;
+        }
+    }
+    for (_, (c, mut ids)) in deletes {
+        ids.sort_unstable();
+        for chunk in ids.chunks(rows_per_statement(1)) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!("DELETE FROM {} WHERE id IN ({marks})", c.table);
+            let params: Vec<SqlValue> = chunk
+                .iter()
+                .map(|id| SqlValue::Text(id.to_string()))
+                .collect();
+            conn.execute(&sql, &params)?;
+        }
+    }
+    Ok(())
 }
 
 /// A data store over a SQL backend: the documents and SQL faces for every [`Engine`].
@@ -657,7 +818,14 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
             validate_id(&w.id)?;
             planned.push((self.collection(&w.collection)?, w));
         }
+        let foldable = planned
+            .iter()
+            .all(|(_, w)| !matches!(w.op, DocOp::Insert(_)));
         self.in_transaction(|conn| {
+            if foldable {
+                write_folded(conn, E::DIALECT, &planned)?;
+                return fence();
+            }
             for (c, w) in &planned {
                 let id = SqlValue::Text(w.id.clone());
                 match &w.op {
@@ -690,22 +858,10 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
             return Ok(());
         }
         let per_row = 2 + c.fields.len();
-        let chunk_rows = (2000 / per_row).clamp(1, 250);
-        let one = format!("({})", vec!["?"; per_row].join(", "));
-        let head = c
-            .insert
-            .split(" VALUES ")
-            .next()
-            .expect("INSERT has VALUES")
-            .to_owned();
         self.in_transaction(|conn| {
-            for chunk in rows.chunks(chunk_rows) {
-                let sql = format!(
-                    "{head} VALUES {}",
-                    vec![one.as_str(); chunk.len()].join(", ")
-                );
+            for chunk in rows.chunks(rows_per_statement(per_row)) {
                 let params: Vec<SqlValue> = chunk.iter().flat_map(|r| r.iter().cloned()).collect();
-                conn.execute(&sql, &params)?;
+                conn.execute(&c.rows(chunk.len(), ""), &params)?;
             }
             Ok(())
         })

@@ -197,6 +197,7 @@ conformance!(
     get_many_in_order,
     insert_many_bulk,
     write_batch_is_all_or_nothing,
+    write_batch_matches_one_write_at_a_time,
     scan_by_id,
     scan_by_indexed_field,
     indexed_field_kinds_are_checked,
@@ -644,6 +645,74 @@ fn write_batch_is_all_or_nothing(cx: &Ctx) {
         Err(StoreError::Conflict("an empty batch is fenced too".into()))
     });
     assert!(r.is_err());
+}
+
+/// A batch of puts, deletes and updates (which the SQL stores fold into a few statements per
+/// collection) leaves the documents and the indexed column as applying its writes one at a time
+/// does: several writes to one document in order, updates of documents that are missing or that
+/// an earlier write of the batch deleted or created.
+fn write_batch_matches_one_write_at_a_time(cx: &Ctx) {
+    use cads_store::{DocOp, DocWrite};
+    let batched = cx.coll("foldbatch", &[IndexedField::int("n")]);
+    let single = cx.coll("foldsingle", &[IndexedField::int("n")]);
+    let ids = ["d0", "d1", "d2", "d3", "d4", "d5"];
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for round in 0..12 {
+        for c in [&batched, &single] {
+            for id in &ids[..4] {
+                cx.store
+                    .put(c, id, &doc(json!({"n": 1, "log": [round]})))
+                    .unwrap();
+            }
+        }
+        let mut ops = Vec::new();
+        for _ in 0..1 + rng.below(12) {
+            let id = *rng.pick(&ids);
+            let op = match rng.below(4) {
+                0 => DocOp::Put(doc(json!({"n": rng.below(5), "log": []}))),
+                1 => DocOp::Delete,
+                _ => DocOp::Update(changes(
+                    json!({"$inc": {"n": rng.below(3)}, "$push": {"log": rng.below(9)}}),
+                )),
+            };
+            ops.push((id, op));
+        }
+        let writes: Vec<DocWrite> = ops
+            .iter()
+            .map(|(id, op)| DocWrite {
+                collection: batched.clone(),
+                id: id.to_string(),
+                op: op.clone(),
+            })
+            .collect();
+        cx.store.write_batch(&writes).unwrap();
+        for (id, op) in &ops {
+            match op {
+                DocOp::Put(d) => cx.store.put(&single, id, d).unwrap(),
+                DocOp::Delete => {
+                    cx.store.delete(&single, id).unwrap();
+                }
+                DocOp::Update(ch) => {
+                    cx.store.update(&single, id, ch).unwrap();
+                }
+                DocOp::Insert(_) => unreachable!(),
+            }
+        }
+        let all = |c: &str| cx.store.scan(c, None, Unbounded, Unbounded, 100).unwrap();
+        assert_eq!(all(&batched), all(&single), "round {round}: {ops:?}");
+        let by_n = |c: &str| {
+            ids_of(
+                &cx.store
+                    .scan(c, Some("n"), Unbounded, Unbounded, 100)
+                    .unwrap(),
+            )
+        };
+        assert_eq!(by_n(&batched), by_n(&single), "round {round}: the index");
+    }
+}
+
+fn ids_of(rows: &[(String, Document)]) -> Vec<String> {
+    rows.iter().map(|(id, _)| id.clone()).collect()
 }
 
 fn get_many_in_order(cx: &Ctx) {
