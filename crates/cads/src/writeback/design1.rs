@@ -713,12 +713,14 @@ pub(crate) fn pending_in(cads: &Cads, partitions: &[usize]) -> Result<Listed> {
         .zip(partitions)
     {
         let mut docs: Vec<DocRef> = Vec::new();
+        // A partition lists thousands of documents during a long outage, on every replica.
+        let mut seen: HashSet<DocRef> = HashSet::new();
         let mut refused = false;
         for list in copies.into_iter().flatten() {
             let (payloads, some_refused) = open_lines(seal, key, &list);
             refused |= some_refused;
             for doc in payloads.into_iter().filter_map(doc_of) {
-                if !docs.contains(&doc) {
+                if seen.insert(doc.clone()) {
                     docs.push(doc);
                 }
             }
