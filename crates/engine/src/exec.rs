@@ -433,6 +433,27 @@ impl Engine {
                 stored.map_err(|_| ErrorReply::not_stored())?;
                 Ok(Reply::Int(1))
             }
+            C::ISet { sid, key } => {
+                // A pinned value is a buffered write, which a repair must not drop.
+                if self.store.peek(key, now.wall_ms).is_some_and(|e| e.pinned) {
+                    return Err(ErrorReply::err(
+                        "the key is pinned (a buffered write): ISET would drop it",
+                    ));
+                }
+                self.acquire(sid, key, LeaseKind::Shared, Requester::Iq, now)?;
+                self.store.remove(key);
+                Ok(self.marker_reply(key))
+            }
+            C::IDelete { sid, key } => {
+                let held = self.live_session(sid).is_ok()
+                    && self.holds(sid, key) == Some(LeaseKind::Shared);
+                if !held {
+                    return Ok(Reply::Int(0));
+                }
+                self.drop_pending(sid, key);
+                self.commit_key(sid, key);
+                Ok(Reply::Int(1))
+            }
             C::QaReg { sid, key } => {
                 self.acquire(sid, key, LeaseKind::Exclusive, Requester::Iq, now)?;
                 if self.mode() == Mode::WriteAround {

@@ -1,5 +1,5 @@
-//! IQ leases as a one-key session, markers reported with every I and Q grant (000 §4.4.2.2), and
-//! configuration ids (004 §3.2.4).
+//! IQ leases as a one-key session, markers reported with every I and Q grant (000 §4.4.2.2),
+//! Gemini's ISET and IDELETE (004 Algorithms 1 and 3), and configuration ids (004 §3.2.4).
 
 mod common;
 
@@ -92,6 +92,50 @@ fn session_reads_report_markers_with_lmgetmark() {
         "cleared by the reader's commit"
     );
     assert_eq!(cmi.inspect("hit", "marker"), Reply::Int(1));
+}
+
+/// 004 Algorithm 3: a dirty key is deleted with the I lease taken (ISET), then overwritten from the
+/// secondary (IQSET) or left missing (IDELETE); a writer's Q lease in between voids the fill.
+#[test]
+fn iset_deletes_under_an_i_lease_and_idelete_releases_it() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k stale");
+    assert_eq!(cmi.int("ISET 1 k"), 0, "granted; no marker");
+    assert_eq!(cmi.cached("k"), None, "deleted at once");
+    assert_eq!(
+        cmi.err("IQGET 2 k"),
+        ErrorKind::Retry,
+        "one filler at a time"
+    );
+    cmi.ok("LABORT 2");
+    assert_eq!(cmi.int("IQSET 1 k fresh"), 1);
+    assert_eq!(cmi.cached("k").as_deref(), Some("fresh"));
+    assert_eq!(
+        cmi.engine.session_counts(),
+        (0, 0),
+        "the fill ended the session"
+    );
+
+    assert_eq!(cmi.int("ISET 3 k"), 0);
+    assert_eq!(cmi.int("IDELETE 3 k"), 1, "released without a value");
+    assert_eq!(cmi.cached("k"), None);
+    assert_eq!(cmi.int("IDELETE 3 k"), 0, "nothing left to release");
+    assert_eq!(cmi.int("IQGET 4 k"), 0, "the lease is free again");
+    cmi.ok("LABORT 4");
+
+    // A writer between ISET and IQSET: the fill is refused, the writer's value stays.
+    assert_eq!(cmi.int("ISET 5 k"), 0);
+    assert_eq!(cmi.int("QAREG 6 k"), 0);
+    cmi.ok("SAR 6 k written");
+    assert_eq!(cmi.int("IQSET 5 k old"), 0);
+    assert_eq!(cmi.cached("k").as_deref(), Some("written"));
+
+    // A buffered write is never dropped by a repair.
+    cmi.run("LMGET 7 RMW p");
+    cmi.ok("LSET 7 p buffered PIN");
+    cmi.ok("LCOMMIT 7");
+    assert_eq!(cmi.err("ISET 8 p"), ErrorKind::Err);
+    assert_eq!(cmi.cached("p").as_deref(), Some("buffered"));
 }
 
 #[test]

@@ -358,6 +358,16 @@ pub enum Command<'a> {
         key: &'a [u8],
         value: &'a [u8],
     },
+    /// ISET (004 Algorithms 1 and 3): deletes a key and grants the I lease to fill it.
+    ISet {
+        sid: SessionId,
+        key: &'a [u8],
+    },
+    /// IDELETE (004 Algorithm 3): releases the I lease on a key without filling it.
+    IDelete {
+        sid: SessionId,
+        key: &'a [u8],
+    },
     QaReg {
         sid: SessionId,
         key: &'a [u8],
@@ -649,6 +659,8 @@ impl<'a> Command<'a> {
             LPriority { .. } => "lpriority",
             LAbort(_) => "labort",
             IqGet { .. } => "iqget",
+            ISet { .. } => "iset",
+            IDelete { .. } => "idelete",
             IqSet { .. } => "iqset",
             QaReg { .. } => "qareg",
             QaRead { .. } => "qaread",
@@ -892,6 +904,8 @@ impl<'a> Command<'a> {
             | LUnpin { sid, key }
             | LMark { sid, key, .. }
             | IqGet { sid, key }
+            | ISet { sid, key }
+            | IDelete { sid, key }
             | QaReg { sid, key }
             | QaRead { sid, key } => out.extend([u(*sid), b(key)]),
             LMDel { sid, keys: items } | LMAppend { sid, pairs: items } => {
@@ -1267,6 +1281,14 @@ fn parse_with<'a>(
         },
         "labort" => C::LAbort(session_id(a[1])?),
         "iqget" => C::IqGet {
+            sid: session_id(a[1])?,
+            key: a[2],
+        },
+        "iset" => C::ISet {
+            sid: session_id(a[1])?,
+            key: a[2],
+        },
+        "idelete" => C::IDelete {
             sid: session_id(a[1])?,
             key: a[2],
         },
@@ -1836,6 +1858,8 @@ mod tests {
             "LGET 1 k",
             "LMGET 1 RMW a b",
             "LMGETMARK 1 RO a b",
+            "ISET 1 k",
+            "IDELETE 1 k",
             "LSET 1 k v PIN",
             "LSET 1 k v PINRESERVE",
             "LMSET 1 NOPIN a 1",

@@ -651,6 +651,22 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Fills a key under its I lease and releases the lease.",
     ),
     spec(
+        "iset",
+        3,
+        W,
+        SK,
+        Iq,
+        "Deletes a key and grants the I lease to fill it (Gemini's repair of a dirty key).",
+    ),
+    spec(
+        "idelete",
+        3,
+        S,
+        SK,
+        Iq,
+        "Releases the I lease on a key without filling it.",
+    ),
+    spec(
         "qareg",
         3,
         S,
