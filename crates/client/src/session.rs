@@ -1019,6 +1019,24 @@ impl<'c> Session<'c> {
         self.map(stored)
     }
 
+    /// ISET (Gemini, 004 Algorithms 1 and 3): deletes the key's value and takes its I lease, to
+    /// be filled with [`iq_set`](Self::iq_set) or released with [`idelete`](Self::idelete).
+    /// Returns the key's marker.
+    pub fn iset(&mut self, key: &[u8]) -> Result<bool> {
+        let reply = self.keyed(key, &Command::ISet { sid: self.id, key })?;
+        let marker = int(reply).map(|m| m == 1);
+        self.leased(key, marker)
+    }
+
+    /// IDELETE: releases the I lease on `key` without filling it. Returns whether it was held.
+    pub fn idelete(&mut self, key: &[u8]) -> Result<bool> {
+        let cmi = self.cmi_of(key);
+        let reply = self.call(cmi, &Command::IDelete { sid: self.id, key });
+        self.release(key);
+        let released = int(reply?).map(|n| n == 1);
+        self.map(released)
+    }
+
     /// QAREG: the Q lease. Returns the key's marker.
     pub fn qareg(&mut self, key: &[u8]) -> Result<bool> {
         let reply = self.keyed(key, &Command::QaReg { sid: self.id, key })?;

@@ -160,6 +160,29 @@ fn iq_reads_fill_once() {
     assert_eq!(c.client.get(&key).unwrap(), None);
 }
 
+/// Gemini's repair of a dirty key (004 Algorithm 3): delete under the I lease, then overwrite
+/// from the secondary, or release.
+#[test]
+fn iset_then_iq_set_or_idelete_repairs_a_key() {
+    let c = cluster("write-through");
+    c.client.set(b"dirty", b"stale").unwrap();
+    let mut s = c.client.session();
+    assert!(!s.iset(b"dirty").unwrap(), "no marker");
+    assert_eq!(c.client.get(b"dirty").unwrap(), None);
+    assert!(s.iq_set(b"dirty", b"fresh").unwrap());
+    assert_eq!(c.client.get(b"dirty").unwrap(), Some(b"fresh".to_vec()));
+
+    let mut s = c.client.session();
+    s.iset(b"dirty").unwrap();
+    assert!(s.idelete(b"dirty").unwrap());
+    assert_eq!(c.client.get(b"dirty").unwrap(), None);
+    let mut next = c.client.session();
+    assert!(
+        matches!(next.iq_get(b"dirty").unwrap(), IqRead::Miss { .. }),
+        "free again"
+    );
+}
+
 #[test]
 fn dropping_a_session_aborts_it() {
     let c = cluster("write-through");
