@@ -202,9 +202,11 @@ impl Store {
             .expect("slot in the table holds an entry")
     }
 
-    /// Whether the entry is current for its fragment (004 §3.2.4).
+    /// Whether the entry is current for its fragment (004 §3.2.4). A pinned entry always is: it is
+    /// the only copy of what it holds (a buffered write, a dirty list), which discarding a
+    /// fragment's cached values must not lose.
     fn current(&self, entry: &Entry) -> bool {
-        self.config.is_current(&entry.key, entry.config_id)
+        entry.pinned || self.config.is_current(&entry.key, entry.config_id)
     }
 
     /// The live entry for `key`, without side effects: an expired or discarded entry reads as absent.

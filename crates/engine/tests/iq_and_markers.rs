@@ -202,6 +202,22 @@ fn entries_older_than_their_fragment_read_as_misses() {
         "ERR configuration id must not decrease"
     );
     assert_eq!(cmi.err_text("FRAGMENTID 4 1"), "ERR fragment out of range");
+
+    // A pinned entry (a buffered write) is never discarded with its fragment.
+    let pinned = (0..)
+        .map(|i| format!("p{i}"))
+        .find(|k| cads_protocol::fragment::fragment_of(k.as_bytes(), 4) == fa)
+        .unwrap();
+    cmi.run(&format!("LMGET 2 RMW {pinned}"));
+    cmi.ok(&format!("LSET 2 {pinned} buffered PIN"));
+    cmi.ok("LCOMMIT 2");
+    cmi.ok(&format!("FRAGMENTID {fa} 200"));
+    assert_eq!(cmi.cached("a"), None, "the cached value goes");
+    assert_eq!(
+        cmi.cached(&pinned).as_deref(),
+        Some("buffered"),
+        "the buffered write stays"
+    );
     assert_eq!(cmi.int("CONFIGID"), 101);
     assert_eq!(cmi.int("FRAGMENTS"), 4);
 }
