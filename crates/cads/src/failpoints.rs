@@ -12,6 +12,7 @@
 //! | point | where | what a configured action does |
 //! | --- | --- | --- |
 //! | [`FILL`] | between a miss's data-store query and its cache fill | a callback or `pause`/`sleep` holds the reader in the window of the read-write race (001 §3.3) |
+//! | [`CACHE_COMMIT`] | between a session's data-store commit and its cache commit | a callback can make a CMI drop the session (`FLUSHALL UNPINNED`), so that its commit reaches some CMIs only |
 //! | [`LEASES_OFF`] | every session | `return` makes sessions use the cache without leases: the broken baseline of the race tests |
 //! | [`UNLIST`] | in a Design 1 applier, after its data-store commit and before it removes the applied documents from PendingWrites (TeleW): Step 6 of 000 Algorithm 6 | a callback writes to a document there, the race Step 6 must survive |
 //! | [`APPLY_STEPS`] | inside a write-back applier (000 Algorithms 2 and 4) | `return` makes the applier die there (it abandons its cache session without releasing anything; its leases expire); a callback may stall it, or call [`die`] to make it die conditionally |
@@ -22,6 +23,10 @@ pub const FILL: &str = "cads::fill";
 /// Design 1: the buffered writes are applied and deleted; their PendingWrites lines are not yet
 /// removed.
 pub const UNLIST: &str = "cads::apply::unlist";
+
+/// A session's data-store transaction committed (under TARDIS's failed mode, one without
+/// writes); its cache session is not committed yet.
+pub const CACHE_COMMIT: &str = "cads::cache-commit";
 
 /// Sessions run without leases.
 pub const LEASES_OFF: &str = "cads::leases-off";
@@ -91,6 +96,13 @@ pub(crate) fn leases_off() -> bool {
 pub(crate) fn before_fill() {
     #[cfg(feature = "failpoints")]
     fail::fail_point!(FILL);
+}
+
+/// Between a session's data-store commit and its cache commit.
+#[inline(always)]
+pub(crate) fn before_cache_commit() {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(CACHE_COMMIT);
 }
 
 /// After an applier's commit, before it removes the applied documents' lines.

@@ -47,7 +47,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use attempts::Attempts;
-use cads_client::Backoff;
+use cads_client::{Backoff, Write};
 use cads_store::{DataStore, Isolation};
 use missed::{Missed, MissedWrites};
 
@@ -477,30 +477,52 @@ impl Cads {
         let Some(client) = &self.cache else {
             return;
         };
-        let mut keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        if keys.is_empty() {
+        if self.invalidate_with(keys, &[]).is_ok() {
             return;
-        }
-        let mut backoff = Backoff::new(&self.config.retry);
-        loop {
-            let mut session = client.session();
-            let deleted = session
-                .mdelete(&keys)
-                .and_then(|()| session.validate())
-                .and_then(|()| session.commit());
-            match deleted {
-                Ok(()) => return,
-                // Aborted by another session's lease: again, within the retry budget.
-                Err(e) if !e.is_unavailable() && backoff.wait() => {}
-                Err(_) => break,
-            }
         }
         tracing::warn!("could not invalidate the keys of a lost cache commit; reading them from the data store");
         self.invalidations_failed.fetch_add(1, Ordering::Relaxed);
         for key in keys {
             self.missed_cmi(client.route(key), Missed::Values);
+        }
+    }
+
+    /// Deletes `keys` under exclusive leases and makes `writes` (which may need those leases, as
+    /// markers do) in one cache session, running it again while other sessions' leases abort it,
+    /// within `Config::retry`'s budget.
+    pub(crate) fn invalidate_with(
+        &self,
+        keys: &[Vec<u8>],
+        writes: &[(usize, Write)],
+    ) -> Result<(), ClientError> {
+        let Some(client) = &self.cache else {
+            return Ok(());
+        };
+        let mut keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() && writes.is_empty() {
+            return Ok(());
+        }
+        let mut backoff = Backoff::new(&self.config.retry);
+        loop {
+            let mut session = client.session();
+            let deleted = match keys.is_empty() {
+                true => Ok(()),
+                false => session.mdelete(&keys),
+            };
+            let done = deleted
+                .and_then(|()| match writes.is_empty() {
+                    true => session.validate(),
+                    false => session.write_at(writes, true).map(drop),
+                })
+                .and_then(|()| session.commit());
+            match done {
+                Ok(()) => return Ok(()),
+                // Aborted by another session's lease: again, within the retry budget.
+                Err(e) if !e.is_unavailable() && backoff.wait() => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 

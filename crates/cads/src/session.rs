@@ -55,6 +55,8 @@ pub struct Session<'a> {
     teleport: bool,
     /// TARDIS Contextual: the CMIs of the keys a teleported write marked, committed first.
     marked_cmis: Vec<usize>,
+    /// The session gave up its data-store transaction: it can only be aborted and run again.
+    must_rerun: bool,
     prepared: bool,
 }
 
@@ -94,6 +96,7 @@ impl<'a> Session<'a> {
             mode,
             teleport,
             marked_cmis: Vec::new(),
+            must_rerun: false,
             prepared: false,
         }
     }
@@ -156,13 +159,19 @@ impl<'a> Session<'a> {
 
     /// TARDIS, before a miss queries the data store (000 Tables 4.2-4.3): depending on the mode
     /// and the technique, the buffered writes of `docs` (the mapping) are applied first, or the
-    /// read is refused because the data store may lack them. `marked`: a key that missed carries
-    /// a Contextual marker, or the read could not ask for markers.
+    /// read is refused because the data store may lack them. `marked`: a key read carries a
+    /// Contextual marker (a hit included), or the read could not ask for markers.
     fn before_store_read_tardis(&mut self, docs: &[DocRef], marked: bool) -> Result<()> {
         let t = self.cads.tardis().expect("checked");
         let refuse = |why: String| {
             t.note_refused_miss();
             Err(Error::StoreUnavailable { reason: why })
+        };
+        let unchecked = |e: &ClientError| {
+            format!(
+                "the data store must answer this read, and whether it lacks buffered writes the \
+                 read depends on cannot be checked: {e}"
+            )
         };
         match t.on_miss(marked) {
             OnMiss::Query => Ok(()),
@@ -172,21 +181,37 @@ impl<'a> Session<'a> {
                 t.mode().name(),
                 t.config.technique.name().to_uppercase()
             )),
-            OnMiss::QueryIfClean => match tardis::any_dirty(self.cads, docs)? {
-                true => refuse(
+            OnMiss::QueryIfClean => match tardis::any_dirty(self.cads, docs) {
+                Ok(true) => refuse(
                     "a read missed in the cache while the data store is down and lacks buffered \
                      writes it depends on"
                         .into(),
                 ),
-                false => Ok(()),
+                Ok(false) => Ok(()),
+                Err(Error::Cache(e)) if e.is_unavailable() => refuse(unchecked(&e)),
+                Err(e) => Err(e),
             },
+            OnMiss::ApplyFirst if self.tx.write_snapshot_fixed() => {
+                match tardis::any_dirty(self.cads, docs) {
+                    Ok(true) => Err(self.rerun_after_applying(docs, Vec::new())),
+                    Ok(false) => Ok(()),
+                    Err(Error::Cache(e)) if e.is_unavailable() => refuse(unchecked(&e)),
+                    Err(e) => Err(e),
+                }
+            }
             OnMiss::ApplyFirst => match tardis::apply_dirty(self.cads, docs) {
-                Ok(0) => Ok(()),
+                // Another AppNode may have applied them after this session's read snapshot was
+                // taken (a write snapshot is dealt with above, and for markers in `read`).
+                Ok(0) => {
+                    self.tx.renew_read_snapshot();
+                    Ok(())
+                }
                 Ok(_) => self.refresh_reads(),
                 Err(Error::Store(e)) if tardis::is_failure(&e) => refuse(format!(
-                    "a read missed in the cache and the buffered writes it depends on cannot be \
-                     applied: {e}"
+                    "the data store must answer this read and the buffered writes it depends on \
+                     cannot be applied: {e}"
                 )),
+                Err(Error::Cache(e)) if e.is_unavailable() => refuse(unchecked(&e)),
                 Err(e) => Err(e),
             },
         }
@@ -325,6 +350,9 @@ impl<'a> Session<'a> {
             .filter(|(_, &m)| m)
             .map(|(k, _)| k.clone())
             .collect();
+        if !marked.is_empty() && self.tx.write_snapshot_fixed() {
+            return Err(self.rerun_after_applying(&cs.buffered_reads(query), marked));
+        }
         // Pending buffered writes of every key count, not only of those that missed: the data
         // store's result also stands for the keys that hit (and so do their markers).
         let output = self.query_store(cs, query, &keys, true, !marked.is_empty())?;
@@ -371,6 +399,44 @@ impl<'a> Session<'a> {
                 Ok(())
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// For a read whose data-store answer depends on buffered writes of `docs`, in a session
+    /// whose write transaction reads from a snapshot fixed earlier, which cannot see them once
+    /// applied (Contextual: marked `keys`, whose buffered writes another AppNode may have applied
+    /// after that snapshot; or buffered writes found pending). The session is aborted (on SQLite
+    /// its transaction holds the write lock an applier needs, and its leases on the keys that
+    /// missed keep other sessions' reads of them waiting), the buffered writes are applied and
+    /// the markers cleared in sessions of their own, and the session is to run again: its next
+    /// run reads from a snapshot taken after that, and finds no marker to send it here again.
+    fn rerun_after_applying(&mut self, docs: &[DocRef], keys: Vec<Vec<u8>>) -> Error {
+        self.abort_in_place();
+        self.must_rerun = true;
+        let applied = match tardis::apply_dirty(self.cads, docs) {
+            Err(Error::Store(e)) if tardis::is_failure(&e) => {
+                let t = self.cads.tardis().expect("marking");
+                t.note_refused_miss();
+                return Error::StoreUnavailable {
+                    reason: format!(
+                        "the data store must answer this read and the buffered writes it depends \
+                         on cannot be applied: {e}"
+                    ),
+                };
+            }
+            other => other,
+        };
+        let unmarked = match keys.is_empty() {
+            true => Ok(()),
+            false => tardis::unmark(self.cads, &keys),
+        };
+        if let Err(e) = applied.and(unmarked) {
+            return e;
+        }
+        Error::Aborted {
+            reason: "its data-store snapshot is older than buffered writes applied for a read \
+                     (written while the data store was down)"
+                .into(),
         }
     }
 
@@ -495,6 +561,13 @@ impl<'a> Session<'a> {
     /// then validates on every CMI the session touched. After this the session can only fail by
     /// its data-store commit.
     pub fn pre_commit(&mut self) -> Result<()> {
+        if self.must_rerun {
+            return Err(Error::Aborted {
+                reason: "its data-store transaction was rolled back to let buffered writes it \
+                         read be applied"
+                    .into(),
+            });
+        }
         if self.prepared {
             return Ok(());
         }
@@ -611,11 +684,14 @@ impl<'a> Session<'a> {
             .map(|k| client.route(k))
             .find(|&c| client.is_down(c))
         {
-            self.cads.tardis().expect("marking").note_refused_write();
+            let t = self.cads.tardis().expect("marking");
+            t.note_refused_write();
             return Err(Error::StoreUnavailable {
                 reason: format!(
-                    "the data store is down and CMI {cmi}, which holds keys this write changes, \
-                     cannot be reached to mark them; nothing was written"
+                    "the AppNode buffers writes in the cache ({} mode), and CMI {cmi}, which \
+                     holds keys this write changes, cannot be reached to mark them; nothing was \
+                     written",
+                    t.mode().name()
                 ),
             });
         }
@@ -898,6 +974,7 @@ impl<'a> Session<'a> {
                 reason: e.to_string(),
             });
         }
+        failpoints::before_cache_commit();
         // The markers first: were a CMI of marked keys to fail its commit, the buffered writes
         // must not become visible without them (a miss there would not know to apply them).
         match cache.commit_first(&self.marked_cmis) {
@@ -917,8 +994,21 @@ impl<'a> Session<'a> {
                 Ok(())
             }
             // Buffered writes are acknowledged by this commit: if it failed, they are not (those
-            // that reached some replicas may still be applied, as after a timeout).
-            Err(e) if !self.buffered.is_empty() || !self.sql_writes.is_empty() => Err(e.into()),
+            // that reached some replicas may still be applied, as after a timeout). A teleported
+            // write that some CMIs may have taken is settled (see `tardis::LostTeleport`): misses
+            // do not always look for buffered writes the way write-back's do. One that no CMI
+            // took (`Aborted`) left nothing, and may run again.
+            Err(e) if !self.buffered.is_empty() || !self.sql_writes.is_empty() => {
+                let taken_by_none = matches!(e, ClientError::Aborted { .. });
+                if let (Some(t), true, false) = (self.cads.tardis(), self.teleport, taken_by_none) {
+                    let mut docs = std::mem::take(&mut self.written_docs);
+                    docs.sort();
+                    docs.dedup();
+                    let keys = std::mem::take(&mut self.written_keys);
+                    t.lost_teleport(self.cads, tardis::LostTeleport { docs, keys });
+                }
+                Err(e.into())
+            }
             // The data store has committed: that is the truth. A CMI that did not take the
             // commit dropped the session's changes when its leases expired, deleting the keys it
             // held exclusively; a reader may have refilled them from the data store as it was

@@ -88,6 +88,23 @@ impl<'s> StoreTx<'s> {
         true
     }
 
+    /// Ends the read-only transaction if it reads from a snapshot fixed before now, so that the
+    /// next read sees what is committed now.
+    pub(crate) fn renew_read_snapshot(&mut self) {
+        if self.sql.is_none() && self.read_snapshot.is_some() {
+            if let Some(tx) = self.read.take() {
+                let _ = tx.rollback();
+            }
+            self.read_snapshot = None;
+        }
+    }
+
+    /// Whether the session's write transaction reads from a snapshot fixed when it began, which
+    /// cannot be moved forward.
+    pub(crate) fn write_snapshot_fixed(&self) -> bool {
+        self.sql.is_some() && self.sql_snapshot.is_some()
+    }
+
     /// Whether the transaction reads from one snapshot for its whole life (SQLite always;
     /// the others above READ COMMITTED).
     fn fixes_snapshot(&self) -> bool {

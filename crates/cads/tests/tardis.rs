@@ -12,7 +12,7 @@ use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
 use cads_store::{Changes, Document, FaultMode};
-use common::Deployment;
+use common::{marked, Deployment};
 use serde_json::json;
 
 fn doc(v: serde_json::Value) -> Document {
@@ -210,13 +210,18 @@ fn a_full_pinned_memory_refuses_the_write_and_keeps_what_was_buffered() {
     });
     let mut config = config(Technique::Tardis, 1);
     config.write_back.replicas = 1;
+    // One TeleW key and batches as large as it: the AR worker converts every listed document in
+    // one batch, which the reserve cannot hold all at once.
+    let tardis = config.tardis.as_mut().unwrap();
+    (tardis.telew, tardis.alpha) = (1, 256);
     let cads = Arc::new(d.cads(config));
     let docs = documents(&cads, 200, 0);
     // Documents far larger than their buffered changes: the idempotent form that replaces a
     // buffered `$inc`/`$push` before it is applied is the whole document, which must still find
-    // room once pinned memory is full of buffered writes (the CMI's pinned reserve).
+    // room once pinned memory is full of buffered writes (the CMI's pinned reserve, 1 KiB here:
+    // a few such forms fit in it at once, not a whole batch of them).
     for i in 0..200 {
-        let padded = doc(json!({"n": 0, "log": [], "pad": "p".repeat(300)}));
+        let padded = doc(json!({"n": 0, "log": [], "pad": "p".repeat(700)}));
         cads.store().put("docs", &format!("d{i}"), &padded).unwrap();
     }
     let recovery = Recovery::start(cads.clone()).unwrap();
@@ -263,23 +268,6 @@ fn a_write_that_cannot_be_buffered_is_refused_while_the_store_is_down() {
     d.faults.set(FaultMode::Healthy);
     wait_for(&cads, Mode::Normal);
     assert_eq!(d.stored("c0"), 0);
-}
-
-/// Whether `key` carries a TARDIS marker on its CMI.
-fn marked(cads: &Cads, key: &[u8]) -> bool {
-    let client = cads.cache().unwrap();
-    let reply = client
-        .execute(client.route(key), &cads_protocol::Command::Inspect(key))
-        .unwrap();
-    // A map, sent as a flat array of names and values.
-    let cads_protocol::Reply::Array(fields) = reply else {
-        panic!("INSPECT replied {reply:?}");
-    };
-    fields
-        .chunks(2)
-        .find(|pair| pair[0] == cads_protocol::Reply::status("marker"))
-        .map(|pair| pair[1] == cads_protocol::Reply::Int(1))
-        .expect("INSPECT reports the marker")
 }
 
 /// 000 §4.4: AppNode A is in failed mode (its monitor not yet running) while AppNode B, which

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
-use cads::{Cads, Config, Mode, Policy, TardisConfig, Technique};
+use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
 use cads_store::{Changes, FaultMode};
-use cads_testkit::failpoints::{DyingWorkers, Scenario, UNLIST};
-use common::{doc, Deployment};
+use cads_testkit::failpoints::{DyingWorkers, Scenario, CACHE_COMMIT, UNLIST};
+use common::{doc, marked, Deployment};
 use serde_json::json;
 
 fn config(technique: Technique, ar_workers: usize) -> Config {
@@ -136,4 +136,96 @@ fn non_idempotent_changes_land_exactly_once_despite_dying_ar_workers() {
     assert_eq!(entries.len(), all, "no $push applied twice");
     assert_eq!(all, 2 * threads * each, "no change lost");
     assert!(dying.deaths() > 0, "appliers did die");
+}
+
+/// A teleported write whose cache commit reaches one CMI and not the other (Contextual commits
+/// the CMIs of marked keys first, and both hold one): the CMI that took it shows its buffered
+/// writes, while the other dropped the session with its markers and new values. Unsettled, a
+/// miss there at another AppNode would find no marker, fill the value the data store had before
+/// the buffered writes are applied, and keep it after. The writing AppNode settles it (its keys
+/// deleted and marked again), so that the other AppNode's miss applies the buffered writes first;
+/// and that AppNode, reading a marked key in a transaction whose snapshot is fixed (SQLite's),
+/// runs the session again after applying them rather than reading from a snapshot that may lack
+/// them. Once every buffered write is applied, cache and data store agree.
+#[test]
+fn a_teleported_write_committed_on_some_cmis_only_leaves_no_stale_fill() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteThrough, 2, |o| {
+        o.mode = Some("write-through".into())
+    });
+    let mut config = config(Technique::Tardis, 0);
+    config.tardis.as_mut().unwrap().appnodes = AppNodes::Contextual;
+    let a = Arc::new(d.cads(config.clone()));
+    let b = d.cads(config);
+    let client = a.cache().unwrap();
+    let docs = Collection::create(&a, "docs").unwrap();
+    // Two documents whose keys live on different CMIs.
+    let first = "x0".to_string();
+    let second = (1..)
+        .map(|i| format!("x{i}"))
+        .find(|id| client.route(&docs.key(id)) != client.route(&docs.key(&first)))
+        .unwrap();
+    for id in [&first, &second] {
+        d.store
+            .put("docs", id, &doc(json!({"n": 0, "log": []})))
+            .unwrap();
+        docs.read(&b, id).unwrap().unwrap();
+    }
+    // Started (loading what buffering needs) and stopped: A stays failed until later.
+    drop(Recovery::start(a.clone()).unwrap());
+    d.faults.set(FaultMode::FailAll);
+    a.run(|s| docs.update(s, &first, push("lost"))).unwrap_err();
+    assert_eq!(a.mode(), Some(Mode::Failed));
+
+    let dropped_at = client.route(&docs.key(&second));
+    let flushed = Arc::new(AtomicBool::new(false));
+    {
+        let (a, flushed) = (a.clone(), flushed.clone());
+        scenario.on(CACHE_COMMIT, move || {
+            if !flushed.swap(true, Ordering::SeqCst) {
+                let flush = cads_protocol::Command::FlushAll { unpinned: true };
+                a.cache().unwrap().execute(dropped_at, &flush).unwrap();
+            }
+        });
+    }
+    let err = a
+        .run(|s| {
+            docs.update(s, &first, push("both"))?;
+            docs.update(s, &second, push("both"))
+        })
+        .unwrap_err();
+    assert!(flushed.load(Ordering::SeqCst));
+    assert!(matches!(err, Error::Cache(_)), "a partial commit: {err}");
+    scenario.clear(CACHE_COMMIT);
+    d.faults.set(FaultMode::Healthy);
+    for id in [&first, &second] {
+        assert!(marked(&b, &docs.key(id)), "{id}: marked again");
+    }
+
+    // B misses on the key whose CMI dropped the session: it applies A's buffered writes first.
+    let read = docs.read(&b, &second).unwrap().unwrap();
+    assert_eq!(read["log"], json!(["both"]));
+    assert!(!marked(&b, &docs.key(&second)));
+    // B reads the other marked key after beginning its SQL transaction.
+    let mut runs = 0;
+    let read = b
+        .run(|s| {
+            runs += 1;
+            s.tx().sql()?;
+            docs.get(s, &first)
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(read["log"], json!(["both"]));
+    assert_eq!(runs, 2, "the first run gave up its snapshot");
+    assert!(!marked(&b, &docs.key(&first)));
+
+    let recovery = Recovery::start(a.clone()).unwrap();
+    wait_for(&a, Mode::Normal);
+    drop(recovery);
+    for id in [&first, &second] {
+        let stored = d.store.get("docs", id).unwrap().unwrap();
+        assert_eq!(stored["log"], json!(["both"]), "{id}: applied once");
+        assert_eq!(docs.read(&b, id).unwrap().unwrap(), stored, "{id}");
+    }
 }

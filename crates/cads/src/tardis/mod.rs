@@ -35,10 +35,12 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use cads_client::{MarkOp, Write};
 use cads_store::StoreError;
 
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
+use crate::missed::Missed;
 use crate::writeback::design1::{self, Patience};
 use crate::Cads;
 
@@ -200,7 +202,21 @@ pub(crate) struct Tardis {
     /// Cache keys written by sessions whose data-store commit failed with an unknown outcome:
     /// invalidated again once the data store has settled (see `monitor`).
     in_doubt: Mutex<Vec<Vec<u8>>>,
+    /// Teleported writes whose cache commit failed, not yet settled (see [`LostTeleport`]).
+    lost: Mutex<Vec<LostTeleport>>,
     stats: Stats,
+}
+
+/// A teleported write whose cache commit failed after some CMIs may have taken it: its buffered
+/// writes may be visible there without their TeleW lines (on a CMI that did not take it) and
+/// without the markers of keys on such a CMI (Contextual), and the new values it cached may never
+/// reach the data store if its buffered writes were lost with the CMIs that did not take it. It
+/// is settled by deleting its keys (marking them, under Contextual) and listing its documents
+/// again, in one cache session; until that succeeds the AppNode keeps it and does not return to
+/// normal mode.
+pub(crate) struct LostTeleport {
+    pub(crate) docs: Vec<DocRef>,
+    pub(crate) keys: Vec<Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -288,6 +304,7 @@ impl Tardis {
             mode_since_ms: AtomicU64::new(0),
             last_recovery_ms: AtomicU64::new(u64::MAX),
             in_doubt: Mutex::new(Vec::new()),
+            lost: Mutex::new(Vec::new()),
             stats: Stats::default(),
         }
     }
@@ -429,6 +446,72 @@ impl Tardis {
         std::mem::take(&mut *self.in_doubt.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// A teleported write's cache commit failed: it is settled now if the cache lets it, else
+    /// by the monitor later.
+    pub(crate) fn lost_teleport(&self, cads: &Cads, lost: LostTeleport) {
+        self.lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(lost);
+        if !self.settle_lost(cads) {
+            tracing::warn!(
+                "a teleported write's cache commit failed and its keys cannot be invalidated yet; \
+                 recovery will not end before they are"
+            );
+        }
+    }
+
+    /// Settles the teleported writes whose cache commit failed. Returns whether none is left.
+    pub(crate) fn settle_lost(&self, cads: &Cads) -> bool {
+        let lost = std::mem::take(&mut *self.lost.lock().unwrap_or_else(|p| p.into_inner()));
+        if lost.is_empty() {
+            return true;
+        }
+        let mut left = Vec::new();
+        for write in lost {
+            if let Err(e) = self.settle(cads, &write) {
+                tracing::debug!(error = %e, "cannot settle a teleported write whose cache commit failed yet");
+                left.push(write);
+            }
+        }
+        let settled = left.is_empty();
+        self.lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(left);
+        settled
+    }
+
+    /// Keys on a CMI that is down are left to the record of missed writes (this AppNode reads
+    /// them from the data store until the CMI is flushed), as `Cads::invalidate` leaves them.
+    fn settle(&self, cads: &Cads, lost: &LostTeleport) -> Result<()> {
+        let client = cads.cache().expect("TARDIS has a cache");
+        let keys: Vec<Vec<u8>> = lost
+            .keys
+            .iter()
+            .filter(|key| {
+                let cmi = client.route(key);
+                let down = client.is_down(cmi);
+                if down {
+                    cads.missed_cmi(cmi, Missed::Values);
+                }
+                !down
+            })
+            .cloned()
+            .collect();
+        let mut writes = design1::listing(cads, &lost.docs)?;
+        if self.marks() {
+            writes.extend(keys.iter().map(|key| {
+                let mark = Write::Mark {
+                    key: key.clone(),
+                    op: MarkOp::Set,
+                };
+                (client.route(key), mark)
+            }));
+        }
+        cads.invalidate_with(&keys, &writes).map_err(Error::from)
+    }
+
     pub(crate) fn note_refused_miss(&self) {
         self.stats.misses_refused.fetch_add(1, Ordering::Relaxed);
     }
@@ -524,4 +607,28 @@ pub(crate) fn any_dirty(cads: &Cads, docs: &[DocRef]) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// Contextual: clears the markers of `keys`, whose documents' buffered writes are in the data
+/// store, in a session of its own (shared leases suffice to clear a marker; a teleported write
+/// marking one again holds its exclusive lease, and aborts this).
+pub(crate) fn unmark(cads: &Cads, keys: &[Vec<u8>]) -> Result<()> {
+    let client = cads.cache().expect("TARDIS has a cache");
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let clears: Vec<(usize, Write)> = keys
+        .iter()
+        .map(|key| {
+            let clear = Write::Mark {
+                key: key.clone(),
+                op: MarkOp::Clear,
+            };
+            (client.route(key), clear)
+        })
+        .collect();
+    let mut session = client.session();
+    session
+        .mget(&refs, false)
+        .and_then(|_| session.write_at(&clears, true))
+        .and_then(|_| session.commit())
+        .map_err(Error::from)
 }

@@ -88,7 +88,11 @@ fn monitor(cads: &Cads, stop: &AtomicBool) {
     let mut backoff = PROBE_FIRST;
     let mut probes = 0;
     while !stop.load(Ordering::Acquire) {
+        // Recovery does not end while a teleported write whose cache commit failed may have
+        // left a buffered write without its line or its markers.
+        let settled = tardis.settle_lost(cads);
         match tardis.mode() {
+            Mode::Recovery if !settled => nap(stop, IDLE),
             Mode::Normal => {
                 probes = 0;
                 nap(stop, IDLE);

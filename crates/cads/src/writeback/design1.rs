@@ -265,6 +265,18 @@ fn registration(cads: &Cads, seal: &Seal, key: &[u8]) -> Vec<(usize, Write)> {
         .collect()
 }
 
+/// The writes listing `docs` in their PendingWrites partitions again, whether or not they have
+/// a buffered write (a line without one is dropped by the next worker that reads it): for a
+/// session whose commit some CMIs took and others did not, which may have left a buffered write
+/// visible without its line.
+pub(crate) fn listing(cads: &Cads, docs: &[DocRef]) -> Result<Vec<(usize, Write)>> {
+    let seal = cads.seal()?;
+    Ok(docs
+        .iter()
+        .flat_map(|doc| registration(cads, seal, &bw_key(doc)))
+        .collect())
+}
+
 /// Whether `doc` has a buffered write on any of its replicas (one round trip, no lease).
 pub(crate) fn has_buffered(cads: &Cads, doc: &DocRef) -> Result<bool> {
     let client = cads.cache().expect("write-back has a cache");
@@ -351,6 +363,8 @@ pub(crate) fn apply_docs(
         let splits = match &failure {
             Error::Aborted { .. } => true,
             Error::Store(e) => !e.is_transient(),
+            // The conversions of a batch share the CMIs' pinned reserve: fewer may fit.
+            Error::Cache(ClientError::NotStored) => true,
             _ => false,
         };
         if splits && docs.len() > 1 {
@@ -363,6 +377,15 @@ pub(crate) fn apply_docs(
             Error::Aborted { .. } if patience == Patience::Skip => return Ok(applied),
             e @ Error::Aborted { .. } if !attempts.again() => return Err(attempts.gave_up(e)),
             Error::Aborted { .. } => {}
+            Error::Cache(ClientError::NotStored) => {
+                return Err(Error::App(format!(
+                    "the buffered write of {}/{} cannot be turned into its idempotent form to be \
+                     applied: the form does not fit in what is left of the CMIs' pinned reserve \
+                     (the last eighth of max-pinned-memory, kept for this); it is tried again \
+                     later, and a larger max-pinned-memory lets it through",
+                    docs[0].collection, docs[0].id
+                )))
+            }
             e => return Err(e),
         }
     }

@@ -206,3 +206,20 @@ pub fn documents_config(buffering: Buffering) -> Config {
         ..Config::default()
     }
 }
+
+/// Whether `key` carries a TARDIS marker on its CMI.
+pub fn marked(cads: &Cads, key: &[u8]) -> bool {
+    let client = cads.cache().unwrap();
+    let reply = client
+        .execute(client.route(key), &cads_protocol::Command::Inspect(key))
+        .unwrap();
+    // A map, sent as a flat array of names and values.
+    let cads_protocol::Reply::Array(fields) = reply else {
+        panic!("INSPECT replied {reply:?}");
+    };
+    fields
+        .chunks(2)
+        .find(|pair| pair[0] == cads_protocol::Reply::status("marker"))
+        .map(|pair| pair[1] == cads_protocol::Reply::Int(1))
+        .expect("INSPECT reports the marker")
+}
