@@ -40,6 +40,12 @@ impl Relay {
                 let Ok(server) = TcpStream::connect(target) else {
                     continue;
                 };
+                // Without it, a message the relay forwards in two writes waits for the first
+                // one's delayed acknowledgement (Nagle's algorithm): some 40 ms that the
+                // client and server, which set it themselves, would never see.
+                if client.set_nodelay(true).is_err() || server.set_nodelay(true).is_err() {
+                    continue;
+                }
                 let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
                     continue;
                 };
