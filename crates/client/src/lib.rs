@@ -368,6 +368,22 @@ impl Client {
             .collect()
     }
 
+    /// The length of each key's value on its chosen CMI (0 when it has none), in one round trip
+    /// as [`Client::get_at`].
+    pub fn strlen_at(&self, places: &[(usize, &[u8])]) -> Vec<Result<usize>> {
+        let commands: Vec<(usize, Command<'_>)> = places
+            .iter()
+            .map(|&(cmi, key)| (cmi, Command::StrLen(key)))
+            .collect();
+        self.execute_many(&commands)
+            .into_iter()
+            .map(|reply| match reply? {
+                Reply::Int(n) => Ok(n.max(0) as usize),
+                other => Err(session::unexpected(&other)),
+            })
+            .collect()
+    }
+
     /// Starts a session with a fresh id.
     pub fn session(&self) -> Session<'_> {
         Session::new(self, self.ids.next())

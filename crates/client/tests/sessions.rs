@@ -37,6 +37,30 @@ fn key_on(client: &Client, cmi: usize, tag: &str) -> Vec<u8> {
 }
 
 #[test]
+fn exists_and_strlen_at_answer_per_place_in_one_round_trip() {
+    let c = cluster("write-through");
+    let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));
+    c.client.set(&a, b"four").unwrap();
+    let places: Vec<(usize, &[u8])> = vec![(0, &a), (1, &b), (1, &a)];
+    let before = c.client.round_trips();
+    let lengths: Vec<usize> = c
+        .client
+        .strlen_at(&places)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(lengths, vec![4, 0, 0], "a is on CMI 0 only");
+    let exists: Vec<bool> = c
+        .client
+        .exists_at(&places)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(exists, vec![true, false, false]);
+    assert_eq!(c.client.round_trips() - before, 2);
+}
+
+#[test]
 fn a_session_spanning_two_cmis_commits_on_both() {
     let c = cluster("write-through");
     let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));

@@ -32,6 +32,9 @@ const PROBE_LONGEST: Duration = Duration::from_secs(1);
 const IDLE: Duration = Duration::from_millis(20);
 /// Listed documents the monitor checks for a buffered write per attempt to end recovery.
 const CHECKED_PER_ATTEMPT: usize = 4096;
+/// With AR workers running, the TeleW keys' total size above which the monitor does not try to
+/// end recovery: about `CHECKED_PER_ATTEMPT` lines of a typical document key and its tag.
+const LONG_LISTS: usize = CHECKED_PER_ATTEMPT * 64;
 
 impl Recovery {
     /// Starts the monitor and `ar_workers` AR workers for `cads`, which must have TARDIS on
@@ -123,6 +126,7 @@ fn monitor(cads: &Cads, stop: &AtomicBool) {
                     nap(stop, wait.min(PROBE_LONGEST));
                 }
                 Ok(Ending::Contended) => nap(stop, IDLE + rng.below(4) as u32 * IDLE),
+                Ok(Ending::LeftToWorkers) => nap(stop, 5 * IDLE),
                 Err(e) => {
                     tracing::debug!(error = %e, "TARDIS: checking for the end of recovery failed");
                     nap(stop, IDLE);
@@ -165,6 +169,10 @@ enum Ending {
     Pending(usize),
     /// A TeleW key was leased by another session.
     Contended,
+    /// The TeleW keys list many documents, which the AR workers are working through (and
+    /// unlisting): not worth reading, checking and rewriting now, under leases that would hold
+    /// the workers up.
+    LeftToWorkers,
 }
 
 /// 000 §4.3.5: under exclusive leases on all omega TeleW keys, drops the lines of documents
@@ -176,6 +184,11 @@ fn end_recovery(cads: &Cads, tardis: &Tardis) -> Result<Ending> {
     let client = cads.cache().expect("TARDIS has a cache");
     let seal = cads.seal()?;
     let keys: Vec<Vec<u8>> = (0..tardis.config.telew.max(1)).map(pw_key).collect();
+    // (A CMI that cannot say leaves it to the full check below, which reads every replica.)
+    let long = listed_bytes(client, &keys).is_ok_and(|bytes| bytes > LONG_LISTS);
+    if tardis.config.ar_workers > 0 && long {
+        return Ok(Ending::LeftToWorkers);
+    }
     let places = placed(cads, client, &keys);
     let mut session = client.session();
     let lists = match session.mget_at(&places, true) {
@@ -240,6 +253,20 @@ fn end_recovery(cads: &Cads, tardis: &Tardis) -> Result<Ending> {
     } else {
         Ending::Pending(lines)
     })
+}
+
+/// The size of the TeleW `keys` on their first replicas: one round trip, no lease, nothing
+/// opened.
+fn listed_bytes(client: &cads_client::Client, keys: &[Vec<u8>]) -> Result<usize> {
+    let places: Vec<(usize, &[u8])> = keys
+        .iter()
+        .map(|key| (client.route(key), key.as_slice()))
+        .collect();
+    let mut total = 0;
+    for length in client.strlen_at(&places) {
+        total += length?;
+    }
+    Ok(total)
 }
 
 /// An AR worker: Algorithm 6 in recovery mode, idle otherwise.

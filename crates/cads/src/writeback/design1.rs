@@ -7,7 +7,7 @@ use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_store::{DocOp, DocWrite, StoreError};
 
 use super::mac::Seal;
-use super::replicated::{filter_list, open_lines, placed, read_many, replicas, sealed_line};
+use super::replicated::{filter_list, lines, placed, read_many, replicas, sealed_line};
 use super::{buffer, Buffering, Refused};
 use crate::attempts::Attempts;
 use crate::cache_store::DocRef;
@@ -736,15 +736,19 @@ pub(crate) fn pending_in(cads: &Cads, partitions: &[usize]) -> Result<Listed> {
         .zip(partitions)
     {
         let mut docs: Vec<DocRef> = Vec::new();
-        // A partition lists thousands of documents during a long outage, on every replica.
-        let mut seen: HashSet<DocRef> = HashSet::new();
+        // A partition lists thousands of documents during a long outage, on every replica, and
+        // a document's line is the same bytes on each: each is opened once.
+        let copies: Vec<Vec<u8>> = copies.into_iter().flatten().collect();
+        let mut seen: HashSet<&[u8]> = HashSet::new();
         let mut refused = false;
-        for list in copies.into_iter().flatten() {
-            let (payloads, some_refused) = open_lines(seal, key, &list);
-            refused |= some_refused;
-            for doc in payloads.into_iter().filter_map(doc_of) {
-                if seen.insert(doc.clone()) {
-                    docs.push(doc);
+        for list in &copies {
+            for line in lines(list) {
+                if !seen.insert(line) {
+                    continue;
+                }
+                match seal.open(key, line) {
+                    Some(payload) => docs.extend(doc_of(payload)),
+                    None => refused = true,
                 }
             }
         }
