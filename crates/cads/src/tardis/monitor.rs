@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cads_client::Write;
@@ -27,7 +27,7 @@ pub struct Recovery {
 
 /// First and longest wait between failed probes (exponential back-off, 000 §4.3.2).
 const PROBE_FIRST: Duration = Duration::from_millis(10);
-const PROBE_LONGEST: Duration = Duration::from_secs(1);
+const PROBE_LONGEST: Duration = Duration::from_millis(250);
 /// How often the threads look at the mode when there is nothing for them to do.
 const IDLE: Duration = Duration::from_millis(20);
 /// Listed documents the monitor checks for a buffered write per attempt to end recovery.
@@ -59,10 +59,11 @@ impl Recovery {
         let mut threads = Background::new();
         let c = cads.clone();
         threads.spawn("cads-tardis-monitor".into(), move |stop| monitor(&c, stop));
+        let claims = Arc::new(Claims::new(tardis.config.telew.max(1)));
         for index in 0..workers {
-            let c = cads.clone();
+            let (c, claims) = (cads.clone(), claims.clone());
             threads.spawn(format!("cads-ar-{index}"), move |stop| {
-                ar_worker(&c, stop, index as u64)
+                ar_worker(&c, &claims, stop, index as u64)
             });
         }
         Ok(Recovery { threads })
@@ -270,7 +271,7 @@ fn listed_bytes(client: &cads_client::Client, keys: &[Vec<u8>]) -> Result<usize>
 }
 
 /// An AR worker: Algorithm 6 in recovery mode, idle otherwise.
-fn ar_worker(cads: &Cads, stop: &AtomicBool, index: u64) {
+fn ar_worker(cads: &Cads, claims: &Claims, stop: &AtomicBool, index: u64) {
     let tardis = cads.tardis().expect("started with TARDIS");
     let mut rng = Rng::new(index);
     while !stop.load(Ordering::Acquire) {
@@ -278,7 +279,7 @@ fn ar_worker(cads: &Cads, stop: &AtomicBool, index: u64) {
             nap(stop, IDLE);
             continue;
         }
-        match ar_pass(cads, tardis, &mut rng, stop) {
+        match ar_pass(cads, tardis, claims, &mut rng, stop) {
             Ok(true) => {}
             Ok(false) => nap(stop, IDLE),
             Err(e) => {
@@ -289,18 +290,48 @@ fn ar_worker(cads: &Cads, stop: &AtomicBool, index: u64) {
     }
 }
 
+/// The TeleW keys that this AppNode's AR workers are working through. Two workers on one key
+/// take the same documents in different orders and keep running into each other's leases
+/// (every conflict splits a batch and costs its round trips again), so a worker picks a key no
+/// other has while there is one with documents listed.
+struct Claims(Mutex<Vec<bool>>);
+
+impl Claims {
+    fn new(omega: usize) -> Claims {
+        Claims(Mutex::new(vec![false; omega]))
+    }
+
+    fn claimed(&self, telew: usize) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())[telew]
+    }
+
+    fn set(&self, telew: usize, claimed: bool) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())[telew] = claimed;
+    }
+}
+
 /// Iterations of Algorithm 6 over one TeleW key: a random one (the next ones when it lists
-/// nothing), its documents in random order, alpha at a time, each batch applied in one
-/// data-store transaction (a document another session holds is skipped); then the applied ones
-/// leave the TeleW key together, keeping any that a write gave a new buffered write meanwhile
-/// (Step 6). The paper reads the TeleW key again for every alpha documents; reading and rewriting
-/// a list of thousands of sealed lines per batch of alpha cost more than the batches themselves
-/// (docs/ARCHITECTURE.md, "TARDIS"). Returns whether it found documents listed.
-fn ar_pass(cads: &Cads, tardis: &Tardis, rng: &mut Rng, stop: &AtomicBool) -> Result<bool> {
+/// nothing, or another worker of this AppNode has it: see [`Claims`]; a key another worker has
+/// when no other lists anything), its documents in random order, alpha at a time, each batch
+/// applied in one data-store transaction (a document another session holds is skipped); then
+/// the applied ones leave the TeleW key together, keeping any that a write gave a new buffered
+/// write meanwhile (Step 6). The paper reads the TeleW key again for every alpha documents;
+/// reading and rewriting a list of thousands of sealed lines per batch of alpha cost more than
+/// the batches themselves (docs/ARCHITECTURE.md, "TARDIS"). Returns whether it found documents
+/// listed.
+fn ar_pass(
+    cads: &Cads,
+    tardis: &Tardis,
+    claims: &Claims,
+    rng: &mut Rng,
+    stop: &AtomicBool,
+) -> Result<bool> {
     let omega = tardis.config.telew.max(1);
     let first = rng.below(omega);
-    for step in 0..omega {
-        let telew = (first + step) % omega;
+    let order = (0..omega).map(|step| (first + step) % omega);
+    let unclaimed = order.clone().filter(|&k| !claims.claimed(k));
+    let claimed: Vec<usize> = order.filter(|&k| claims.claimed(k)).collect();
+    for telew in unclaimed.chain(claimed) {
         let listed = pending_in(cads, &[telew])?;
         if !listed.refused.is_empty() {
             purge(cads, &listed.refused)?;
@@ -313,6 +344,7 @@ fn ar_pass(cads: &Cads, tardis: &Tardis, rng: &mut Rng, stop: &AtomicBool) -> Re
             let j = i + rng.below(docs.len() - i);
             docs.swap(i, j);
         }
+        claims.set(telew, true);
         let mut applied = Vec::new();
         let mut outcome = Ok(true);
         for batch in docs.chunks(tardis.config.alpha.max(1)) {
@@ -325,6 +357,7 @@ fn ar_pass(cads: &Cads, tardis: &Tardis, rng: &mut Rng, stop: &AtomicBool) -> Re
             }
         }
         unlist_applied(cads, &applied);
+        claims.set(telew, false);
         return outcome;
     }
     Ok(false)
