@@ -306,6 +306,7 @@ impl<'a> Session<'a> {
     /// key query the data store once, and a writer's exclusive lease voids a fill computed from
     /// data it is about to change (001 §3.3).
     pub fn read<C: CacheStore>(&mut self, cs: &C, query: &C::Query) -> Result<C::Output> {
+        self.check_not_given_up()?;
         if !self.cads.leases() && self.cache.is_some() {
             return self.read_without_leases(cs, query);
         }
@@ -413,30 +414,23 @@ impl<'a> Session<'a> {
     fn rerun_after_applying(&mut self, docs: &[DocRef], keys: Vec<Vec<u8>>) -> Error {
         self.abort_in_place();
         self.must_rerun = true;
-        let applied = match tardis::apply_dirty(self.cads, docs) {
+        match tardis::apply_then_unmark(self.cads, docs, &keys) {
             Err(Error::Store(e)) if tardis::is_failure(&e) => {
-                let t = self.cads.tardis().expect("marking");
+                let t = self.cads.tardis().expect("TARDIS");
                 t.note_refused_miss();
-                return Error::StoreUnavailable {
+                Error::StoreUnavailable {
                     reason: format!(
                         "the data store must answer this read and the buffered writes it depends \
                          on cannot be applied: {e}"
                     ),
-                };
+                }
             }
-            other => other,
-        };
-        let unmarked = match keys.is_empty() {
-            true => Ok(()),
-            false => tardis::unmark(self.cads, &keys),
-        };
-        if let Err(e) = applied.and(unmarked) {
-            return e;
-        }
-        Error::Aborted {
-            reason: "its data-store snapshot is older than buffered writes applied for a read \
-                     (written while the data store was down)"
-                .into(),
+            Err(e) => e,
+            Ok(()) => Error::Aborted {
+                reason: "its data-store snapshot is older than buffered writes applied for a \
+                         read (written while the data store was down)"
+                    .into(),
+            },
         }
     }
 
@@ -469,6 +463,7 @@ impl<'a> Session<'a> {
     /// `writeStatement` (Algorithm 10): runs the write in the data-store transaction and records
     /// what it does to the cache, applied at pre-commit.
     pub fn write<C: CacheStore>(&mut self, cs: &C, write: &C::Write) -> Result<()> {
+        self.check_not_given_up()?;
         let ops = match self.cads.policy() {
             Policy::WriteBack => cs.buffer(write),
             _ if self.cads.tardis().is_some() => cs.buffer(write),
@@ -557,17 +552,23 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// A session that gave up its transaction (`rerun_after_applying`) only aborts.
+    fn check_not_given_up(&self) -> Result<()> {
+        match self.must_rerun {
+            true => Err(Error::Aborted {
+                reason: "its data-store transaction was rolled back to let buffered writes it \
+                         read be applied"
+                    .into(),
+            }),
+            false => Ok(()),
+        }
+    }
+
     /// `preCommitSession` (Algorithm 11): takes the exclusive leases and stages the cache changes,
     /// then validates on every CMI the session touched. After this the session can only fail by
     /// its data-store commit.
     pub fn pre_commit(&mut self) -> Result<()> {
-        if self.must_rerun {
-            return Err(Error::Aborted {
-                reason: "its data-store transaction was rolled back to let buffered writes it \
-                         read be applied"
-                    .into(),
-            });
-        }
+        self.check_not_given_up()?;
         if self.prepared {
             return Ok(());
         }
@@ -975,6 +976,10 @@ impl<'a> Session<'a> {
             });
         }
         failpoints::before_cache_commit();
+        let _committing = match (self.cads.tardis(), self.teleport) {
+            (Some(t), true) => Some(t.teleport_committing()),
+            _ => None,
+        };
         // The markers first: were a CMI of marked keys to fail its commit, the buffered writes
         // must not become visible without them (a miss there would not know to apply them).
         match cache.commit_first(&self.marked_cmis) {

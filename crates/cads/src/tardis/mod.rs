@@ -40,7 +40,6 @@ use cads_store::StoreError;
 
 use crate::cache_store::DocRef;
 use crate::error::{Error, Result};
-use crate::missed::Missed;
 use crate::writeback::design1::{self, Patience};
 use crate::Cads;
 
@@ -202,8 +201,13 @@ pub(crate) struct Tardis {
     /// Cache keys written by sessions whose data-store commit failed with an unknown outcome:
     /// invalidated again once the data store has settled (see `monitor`).
     in_doubt: Mutex<Vec<Vec<u8>>>,
-    /// Teleported writes whose cache commit failed, not yet settled (see [`LostTeleport`]).
-    lost: Mutex<Vec<LostTeleport>>,
+    /// Teleported writes whose cache commit failed, not yet settled (see [`LostTeleport`]),
+    /// each with a number of its own.
+    lost: Mutex<Vec<(u64, LostTeleport)>>,
+    lost_numbers: AtomicU64,
+    /// Teleported writes between the start of their cache commit and knowing how it went: one
+    /// that fails released its leases (the TeleW key's among them) before it is recorded lost.
+    committing: AtomicU64,
     stats: Stats,
 }
 
@@ -214,6 +218,7 @@ pub(crate) struct Tardis {
 /// is settled by deleting its keys (marking them, under Contextual) and listing its documents
 /// again, in one cache session; until that succeeds the AppNode keeps it and does not return to
 /// normal mode.
+#[derive(Clone)]
 pub(crate) struct LostTeleport {
     pub(crate) docs: Vec<DocRef>,
     pub(crate) keys: Vec<Vec<u8>>,
@@ -305,6 +310,8 @@ impl Tardis {
             last_recovery_ms: AtomicU64::new(u64::MAX),
             in_doubt: Mutex::new(Vec::new()),
             lost: Mutex::new(Vec::new()),
+            lost_numbers: AtomicU64::new(0),
+            committing: AtomicU64::new(0),
             stats: Stats::default(),
         }
     }
@@ -446,13 +453,33 @@ impl Tardis {
         std::mem::take(&mut *self.in_doubt.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// A teleported write starts its cache commit; the guard ends it, once a failed commit is
+    /// recorded with [`lost_teleport`](Self::lost_teleport).
+    pub(crate) fn teleport_committing(&self) -> Committing<'_> {
+        self.committing.fetch_add(1, Ordering::SeqCst);
+        Committing(self)
+    }
+
+    /// Whether no teleported write is committing or lost: recovery may end. Checked under the
+    /// leases of every TeleW key, which a committing write that registers a buffered write holds
+    /// until its commit is over.
+    pub(crate) fn teleports_settled(&self) -> bool {
+        self.committing.load(Ordering::SeqCst) == 0
+            && self
+                .lost
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    }
+
     /// A teleported write's cache commit failed: it is settled now if the cache lets it, else
     /// by the monitor later.
     pub(crate) fn lost_teleport(&self, cads: &Cads, lost: LostTeleport) {
+        let number = self.lost_numbers.fetch_add(1, Ordering::Relaxed);
         self.lost
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(lost);
+            .push((number, lost));
         if !self.settle_lost(cads) {
             tracing::warn!(
                 "a teleported write's cache commit failed and its keys cannot be invalidated yet; \
@@ -462,43 +489,32 @@ impl Tardis {
     }
 
     /// Settles the teleported writes whose cache commit failed. Returns whether none is left.
+    /// Each stays listed while it is being settled, so that the monitor does not end recovery
+    /// meanwhile (two threads settling one write do it twice, which is harmless).
     pub(crate) fn settle_lost(&self, cads: &Cads) -> bool {
-        let lost = std::mem::take(&mut *self.lost.lock().unwrap_or_else(|p| p.into_inner()));
-        if lost.is_empty() {
+        let pending = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if pending.is_empty() {
             return true;
         }
-        let mut left = Vec::new();
-        for write in lost {
-            if let Err(e) = self.settle(cads, &write) {
-                tracing::debug!(error = %e, "cannot settle a teleported write whose cache commit failed yet");
-                left.push(write);
+        let mut settled = Vec::new();
+        for (number, write) in &pending {
+            match self.settle(cads, write) {
+                Ok(()) => settled.push(*number),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot settle a teleported write whose cache commit failed yet")
+                }
             }
         }
-        let settled = left.is_empty();
-        self.lost
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(left);
-        settled
+        let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        lost.retain(|(number, _)| !settled.contains(number));
+        lost.is_empty()
     }
 
-    /// Keys on a CMI that is down are left to the record of missed writes (this AppNode reads
-    /// them from the data store until the CMI is flushed), as `Cads::invalidate` leaves them.
+    /// A CMI that is down keeps the write unsettled until it is back: its keys must be deleted
+    /// and marked there (it may return with their old values, or empty and without markers).
     fn settle(&self, cads: &Cads, lost: &LostTeleport) -> Result<()> {
         let client = cads.cache().expect("TARDIS has a cache");
-        let keys: Vec<Vec<u8>> = lost
-            .keys
-            .iter()
-            .filter(|key| {
-                let cmi = client.route(key);
-                let down = client.is_down(cmi);
-                if down {
-                    cads.missed_cmi(cmi, Missed::Values);
-                }
-                !down
-            })
-            .cloned()
-            .collect();
+        let keys = &lost.keys;
         let mut writes = design1::listing(cads, &lost.docs)?;
         if self.marks() {
             writes.extend(keys.iter().map(|key| {
@@ -509,7 +525,7 @@ impl Tardis {
                 (client.route(key), mark)
             }));
         }
-        cads.invalidate_with(&keys, &writes).map_err(Error::from)
+        cads.invalidate_with(keys, &writes).map_err(Error::from)
     }
 
     pub(crate) fn note_refused_miss(&self) {
@@ -538,6 +554,15 @@ impl Tardis {
             applied_on_demand: get(&s.applied_on_demand),
             applied_by_workers: get(&s.applied_by_workers),
         }
+    }
+}
+
+/// A teleported write's cache commit in progress ([`Tardis::teleport_committing`]).
+pub(crate) struct Committing<'t>(&'t Tardis);
+
+impl Drop for Committing<'_> {
+    fn drop(&mut self) {
+        self.0.committing.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -609,10 +634,14 @@ pub(crate) fn any_dirty(cads: &Cads, docs: &[DocRef]) -> Result<bool> {
     Ok(false)
 }
 
-/// Contextual: clears the markers of `keys`, whose documents' buffered writes are in the data
-/// store, in a session of its own (shared leases suffice to clear a marker; a teleported write
-/// marking one again holds its exclusive lease, and aborts this).
-pub(crate) fn unmark(cads: &Cads, keys: &[Vec<u8>]) -> Result<()> {
+/// Applies the buffered writes of `docs` and clears the markers of `keys` (Contextual), in a
+/// session of its own that holds shared leases on `keys` from before the apply to the clearing: a
+/// teleported write that marks one of them again needs its exclusive lease, so it either marked
+/// it before (and its buffered write is applied now) or marks it after the clearing.
+pub(crate) fn apply_then_unmark(cads: &Cads, docs: &[DocRef], keys: &[Vec<u8>]) -> Result<()> {
+    if keys.is_empty() {
+        return apply_dirty(cads, docs).map(drop);
+    }
     let client = cads.cache().expect("TARDIS has a cache");
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let clears: Vec<(usize, Write)> = keys
@@ -626,9 +655,11 @@ pub(crate) fn unmark(cads: &Cads, keys: &[Vec<u8>]) -> Result<()> {
         })
         .collect();
     let mut session = client.session();
-    session
-        .mget(&refs, false)
-        .and_then(|_| session.write_at(&clears, true))
-        .and_then(|_| session.commit())
-        .map_err(Error::from)
+    session.mget(&refs, false)?;
+    if let Err(e) = apply_dirty(cads, docs) {
+        session.abort();
+        return Err(e);
+    }
+    session.write_at(&clears, true)?;
+    session.commit().map_err(Error::from)
 }

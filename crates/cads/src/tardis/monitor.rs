@@ -231,6 +231,11 @@ fn end_recovery(cads: &Cads, tardis: &Tardis) -> Result<Ending> {
         .filter(|k| !dirty.contains(k))
         .collect();
     let all_clean = clean.len() == listed.len();
+    // A teleported write whose commit failed may have left a buffered write without its line.
+    if all_clean && !tardis.teleports_settled() {
+        session.abort();
+        return Ok(Ending::Pending(lines));
+    }
     if all_clean && !tardis.recovered() {
         // Failed again meanwhile: the lines stay for the next recovery.
         session.abort();
