@@ -3,9 +3,11 @@
 //! It hands out disjoint ranges of session ids to clients (000 §5.1). It runs embedded in the
 //! application process for now, behind `cads_client::RangeSource`. Gemini's configurations
 //! ([`configuration`]: fragments, their modes and configuration ids, 004 §2-3), instance leases
-//! ([`liveness`]), publishing a configuration's ids to a CMI ([`publish`]) and the state file that
-//! lets a coordinator survive its restart ([`state_file`]) are here; the service that runs them,
-//! and the configuration entry clients fetch, are not built yet, nor are range leases (CPR).
+//! ([`liveness`]), publishing a configuration's ids to a CMI ([`publish`]), the state file that
+//! lets a coordinator survive its restart ([`state_file`]) and the service that runs them over
+//! real instances, making the dirty lists of new secondaries and storing the configuration entry
+//! clients are to fetch ([`service`]) are here; clients that follow configurations, the
+//! `cads coord` process and range leases (CPR) are not built yet.
 //!
 //! Every client of a process must draw from the same coordinator: two clients numbering sessions
 //! from separate counters would give two sessions the same id, and a CMI would take them for one.
@@ -16,6 +18,7 @@
 pub mod configuration;
 pub mod liveness;
 pub mod publish;
+pub mod service;
 pub mod state_file;
 
 use std::ops::Range;

@@ -44,6 +44,14 @@ impl Liveness {
         })
     }
 
+    /// Takes `instance` as failed without waiting for its lease (a restarted coordinator's
+    /// saved configuration says it is down): it returns when it renews.
+    pub fn mark_failed(&mut self, instance: InstanceId) {
+        if let Some(failed) = self.failed.get_mut(instance) {
+            *failed = true;
+        }
+    }
+
     /// The instances whose lease ran out by `now_ms` and that were not reported yet: each is
     /// reported once, until it renews again.
     pub fn expired(&mut self, now_ms: u64) -> Vec<InstanceId> {

@@ -1,0 +1,152 @@
+//! The coordinator's service against real CMIs (004 §2.1, §3.1-3.2): an instance that stops
+//! answering (the relay in front of it is cut) is taken as failed once its lease has run out,
+//! never before; its fragments move to secondaries, each with a fresh dirty list, and every
+//! instance that is up learns the new ids and the configuration entry. A coordinator restarted
+//! from its state file goes on from the same configuration. When the instance answers again, a
+//! fragment whose dirty list survived enters recovery and one whose list was lost is discarded.
+//! Time is handed to the service, so no assertion depends on the machine's speed.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cads_client::{Client, ClientConfig, RangeSource};
+use cads_coord::configuration::{Configuration, Mode};
+use cads_coord::service::{
+    dirty_list_key, Change, Service, ServiceOptions, CONFIGURATION_KEY, DIRTY_LIST_START,
+};
+use cads_protocol::Reply;
+use cads_store::Relay;
+use cads_testkit::resp::RespConn;
+use cads_testkit::{Cmis, ScratchDir};
+
+fn ranges() -> Arc<dyn RangeSource> {
+    let next = Arc::new(AtomicU64::new(1));
+    Arc::new(move || -> Range<u64> {
+        let start = next.fetch_add(1000, Ordering::Relaxed);
+        start..start + 1000
+    })
+}
+
+fn call(addr: SocketAddr, args: &[&str]) -> Reply<'static> {
+    RespConn::connect(addr.port()).call(args)
+}
+
+fn get(addr: SocketAddr, key: &[u8]) -> Option<Vec<u8>> {
+    match call(addr, &["GET", std::str::from_utf8(key).unwrap()]) {
+        Reply::Bulk(b) => Some(b.into_owned()),
+        Reply::Nil => None,
+        other => panic!("GET: {other:?}"),
+    }
+}
+
+/// The configuration id the instance stamps new entries with.
+fn config_id(addr: SocketAddr) -> i64 {
+    match call(addr, &["CONFIGID"]) {
+        Reply::Int(id) => id,
+        other => panic!("CONFIGID: {other:?}"),
+    }
+}
+
+/// The configuration entry the instance holds.
+fn stored_configuration(addr: SocketAddr) -> Configuration {
+    let text = get(addr, CONFIGURATION_KEY).expect("the configuration entry");
+    serde_json::from_slice(&text).unwrap()
+}
+
+const LEASE: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
+    // Write-through lease mode: the dirty lists and the configuration entry are pinned.
+    let cmis = Cmis::start(3, "write-through");
+    let relay = Relay::new(cmis.addrs()[1]);
+    let addrs = vec![cmis.addrs()[0], relay.addr(), cmis.addrs()[2]];
+    let dir = ScratchDir::new("coord");
+    let options = ServiceOptions {
+        fragments: 6,
+        lease: LEASE,
+        probe_every: Duration::from_millis(100),
+        state_file: Some(dir.path().join("coord.json")),
+    };
+    let client = || Client::new(ClientConfig::new(addrs.clone()), ranges());
+    let mut service = Service::start(client(), options.clone(), 0).unwrap();
+    let first = service.configuration().clone();
+    assert_eq!(first.id(), 1);
+    for &addr in cmis.addrs() {
+        assert_eq!(stored_configuration(addr), first);
+        assert_eq!(config_id(addr), 1);
+    }
+    assert_eq!(service.step(1_000).unwrap(), vec![]);
+
+    // Instance 1 falls silent; its lease, renewed at 1 s, runs until 11 s.
+    relay.set_cut(true);
+    assert_eq!(
+        service.step(10_999).unwrap(),
+        vec![],
+        "its lease still runs"
+    );
+    assert_eq!(service.step(11_000).unwrap(), vec![Change::Failed(1)]);
+    let failed = service.configuration().clone();
+    assert_eq!(failed.id(), 2);
+    let away: Vec<u32> = (0..6)
+        .filter(|&j| first.fragments()[j as usize].primary.instance == 1)
+        .collect();
+    assert_eq!(away.len(), 2);
+    for &j in &away {
+        let f = failed.fragments()[j as usize];
+        assert_eq!(f.mode, Mode::Transient, "fragment {j}");
+        let secondary = f.secondary.expect("another instance is up").instance;
+        assert_ne!(secondary, 1);
+        let list = get(addrs[secondary], &dirty_list_key(j)).expect("a dirty list");
+        assert_eq!(
+            list, DIRTY_LIST_START,
+            "fragment {j}: made empty, with its start"
+        );
+    }
+    for i in [0, 2] {
+        assert_eq!(config_id(addrs[i]), 2, "instance {i} was told");
+        assert_eq!(stored_configuration(addrs[i]), failed);
+    }
+    assert_eq!(
+        config_id(cmis.addrs()[1]),
+        1,
+        "the silent instance was not reachable"
+    );
+
+    // The coordinator restarts from its state file.
+    drop(service);
+    let mut service = Service::start(client(), options.clone(), 20_000).unwrap();
+    assert_eq!(service.configuration(), &failed);
+
+    // One fragment's dirty list is lost on its secondary (evicted, say); the instance returns.
+    let (kept, lost) = (away[0], away[1]);
+    let lost_at = failed.fragments()[lost as usize]
+        .secondary
+        .unwrap()
+        .instance;
+    let key = String::from_utf8(dirty_list_key(lost)).unwrap();
+    assert_eq!(call(addrs[lost_at], &["DEL", &key]), Reply::Int(1));
+    relay.set_cut(false);
+    assert_eq!(service.step(21_000).unwrap(), vec![Change::Returned(1)]);
+    let back = service.configuration().clone();
+    assert_eq!(back.id(), 3);
+    let f = back.fragments()[kept as usize];
+    assert_eq!(f.mode, Mode::Recovery, "its dirty list survived");
+    assert_eq!(f.primary.instance, 1);
+    assert_eq!(f.primary.id, 1, "what the primary holds of it stays valid");
+    let f = back.fragments()[lost as usize];
+    assert_eq!(f.mode, Mode::Normal, "discarded");
+    assert_eq!(f.primary.instance, 1);
+    assert_eq!(f.primary.id, 3, "what the primary held of it is obsolete");
+    for &addr in cmis.addrs() {
+        assert_eq!(config_id(addr), 3);
+        assert_eq!(stored_configuration(addr), back);
+    }
+    match call(cmis.addrs()[1], &["FRAGMENTID", &lost.to_string()]) {
+        Reply::Int(id) => assert_eq!(id, 3, "the returning instance discards the fragment"),
+        other => panic!("FRAGMENTID: {other:?}"),
+    }
+}

@@ -1,0 +1,320 @@
+//! The coordinator at work (004 §2.1): it probes every instance, takes one that has not answered
+//! for a lease as failed and one that answers again as back, turns that into configuration
+//! changes ([`Configuration`]), and makes each change durable and known, in this order:
+//!
+//! 1. saved to the state file, so that a restarted coordinator never hands out an id twice or
+//!    forgets a change it published;
+//! 2. each fragment given a new secondary gets its dirty list there, a pinned entry that starts
+//!    with [`DIRTY_LIST_START`], before any client can learn of the secondary: a list without its
+//!    start was lost (evicted, or its instance restarted), and the primary cannot be trusted;
+//! 3. the ids published to every instance that is up (`CONFIGID`, `FRAGMENTID`: see
+//!    [`publish`]), and only then
+//! 4. the configuration stored on it as a pinned cache entry ([`CONFIGURATION_KEY`]), which is how
+//!    clients learn of it.
+//!
+//! An instance that cannot be reached while it is published to is published to again at the
+//! next step. The service has no clock of its own: [`Service::step`] is given the time, so that
+//! tests can move it; [`Service::run`] gives it a monotonic clock's.
+//!
+//! The dirty lists and the configuration entry are pinned, which a CMI takes from a session only
+//! in write-through lease mode (`cads server --mode write-through`): in write-around mode the
+//! stores are refused and retried at every step, and the configuration is not made known.
+//!
+//! Not built yet (issue 14): clients that fetch the configuration and route by it, the writes
+//! that append to dirty lists, recovery workers (which report [`Configuration::fragment_recovered`]),
+//! a way to store the pinned entries on write-around CMIs, session-id ranges served to other
+//! processes, the `cads coord` command, and etcd.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cads_client::{Client, ClientError, Write};
+use cads_protocol::Command;
+
+use crate::configuration::{ConfigError, Configuration, InstanceId, InstanceState, Mode, Replica};
+use crate::liveness::{Liveness, Renewal};
+use crate::publish::publish;
+use crate::state_file::{self, SavedState};
+
+/// The cache entry holding the current configuration (JSON), on every instance that is up.
+pub const CONFIGURATION_KEY: &[u8] = b"gemini:configuration";
+
+/// The first line of every dirty list: a list that lacks it was lost and rebuilt by appends.
+pub const DIRTY_LIST_START: &[u8] = b"gemini:dirty-list-start\n";
+
+/// The key of a fragment's dirty list on its secondary.
+pub fn dirty_list_key(fragment: u32) -> Vec<u8> {
+    format!("gemini:dirty:{fragment}").into_bytes()
+}
+
+/// How the service runs.
+#[derive(Clone, Debug)]
+pub struct ServiceOptions {
+    /// Fragments of a new configuration (a saved one keeps its own).
+    pub fragments: u32,
+    /// An instance that has not answered a probe for this long has failed.
+    pub lease: Duration,
+    /// Time between probes ([`Service::run`]).
+    pub probe_every: Duration,
+    /// Where the state survives a restart; None keeps it in memory only.
+    pub state_file: Option<PathBuf>,
+}
+
+/// What a step saw happen to an instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Failed(InstanceId),
+    Returned(InstanceId),
+}
+
+/// Why the service cannot go on.
+#[derive(Debug)]
+pub enum ServiceError {
+    /// The state file cannot be read, or does not describe these instances.
+    State(String),
+    /// The state file cannot be written: the change is not published until it can be.
+    Save(std::io::Error),
+    Config(ConfigError),
+}
+
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServiceError::State(why) => write!(f, "coordinator state: {why}"),
+            ServiceError::Save(e) => write!(f, "cannot save the coordinator's state: {e}"),
+            ServiceError::Config(e) => write!(f, "configuration: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
+impl From<ConfigError> for ServiceError {
+    fn from(e: ConfigError) -> Self {
+        ServiceError::Config(e)
+    }
+}
+
+/// The coordinator over the instances of `client` (instance `i` is the client's CMI `i`).
+pub struct Service {
+    client: Client,
+    options: ServiceOptions,
+    configuration: Configuration,
+    liveness: Liveness,
+    next_session_id: u64,
+    /// The configuration id saved to the state file.
+    saved: u64,
+    /// Per instance, the configuration id it was last told (0: it must be told again).
+    published: Vec<u64>,
+    /// Per fragment, the secondary its dirty list was made on.
+    lists_made: Vec<Option<Replica>>,
+}
+
+impl Service {
+    /// A coordinator starting at `now_ms` with the state saved in `options.state_file`, or a new
+    /// configuration. A saved configuration's secondaries are taken to have their dirty lists
+    /// (made before it was saved); a list missing when its primary returns is a lost one.
+    pub fn start(
+        client: Client,
+        options: ServiceOptions,
+        now_ms: u64,
+    ) -> Result<Service, ServiceError> {
+        let instances = client.cmis();
+        let saved = match &options.state_file {
+            Some(path) => state_file::load(path).map_err(ServiceError::State)?,
+            None => None,
+        };
+        let (configuration, next_session_id) = match saved {
+            Some(state) if state.configuration.instances().len() != instances => {
+                return Err(ServiceError::State(format!(
+                    "the saved configuration has {} instances, and {instances} were given",
+                    state.configuration.instances().len()
+                )))
+            }
+            Some(state) => (state.configuration, state.next_session_id),
+            None => (Configuration::new(instances, options.fragments.max(1)), 1),
+        };
+        let lists_made = configuration
+            .fragments()
+            .iter()
+            .map(|f| f.secondary)
+            .collect();
+        let mut liveness =
+            Liveness::new(instances, options.lease.as_millis().max(1) as u64, now_ms);
+        for (i, state) in configuration.instances().iter().enumerate() {
+            if *state == InstanceState::Down {
+                liveness.mark_failed(i);
+            }
+        }
+        let mut service = Service {
+            liveness,
+            client,
+            options,
+            configuration,
+            next_session_id,
+            saved: 0,
+            published: vec![0; instances],
+            lists_made,
+        };
+        service.make_known()?;
+        Ok(service)
+    }
+
+    pub fn configuration(&self) -> &Configuration {
+        &self.configuration
+    }
+
+    /// Probes every instance at `now_ms`, applies what changed, and makes the configuration
+    /// known. Returns the changes seen.
+    pub fn step(&mut self, now_ms: u64) -> Result<Vec<Change>, ServiceError> {
+        let probes: Vec<(usize, Command<'_>)> = (0..self.client.cmis())
+            .map(|i| (i, Command::Ping(None)))
+            .collect();
+        let mut changes = Vec::new();
+        for (i, answer) in self.client.execute_many(&probes).into_iter().enumerate() {
+            if answer.is_ok() && self.liveness.renew(i, now_ms) == Some(Renewal::Returned) {
+                changes.push(Change::Returned(i));
+            }
+        }
+        changes.extend(
+            self.liveness
+                .expired(now_ms)
+                .into_iter()
+                .map(Change::Failed),
+        );
+        for &change in &changes {
+            self.apply(change)?;
+        }
+        self.make_known()?;
+        Ok(changes)
+    }
+
+    /// Steps every `probe_every` until `stop` is set, logging each change and error.
+    pub fn run(mut self, stop: &AtomicBool) {
+        let started = Instant::now();
+        while !stop.load(Ordering::Acquire) {
+            let now_ms = started.elapsed().as_millis() as u64;
+            match self.step(now_ms) {
+                Ok(changes) => {
+                    for change in changes {
+                        eprintln!(
+                            "cads coord: {change:?}; configuration {}",
+                            self.configuration.id()
+                        );
+                    }
+                }
+                Err(e) => eprintln!("cads coord: {e}"),
+            }
+            std::thread::sleep(self.options.probe_every);
+        }
+    }
+
+    fn apply(&mut self, change: Change) -> Result<(), ServiceError> {
+        match change {
+            Change::Failed(instance) => {
+                self.configuration.instance_failed(instance)?;
+                self.published[instance] = 0;
+            }
+            Change::Returned(instance) => {
+                let client = &self.client;
+                let configuration = &self.configuration;
+                // Asked of each fragment's secondary before the configuration changes.
+                let has_list: Vec<bool> = (0..configuration.fragments().len() as u32)
+                    .map(|j| match configuration.fragments()[j as usize].secondary {
+                        Some(s)
+                            if configuration.fragments()[j as usize].primary.instance
+                                == instance =>
+                        {
+                            has_dirty_list(client, s.instance, j)
+                        }
+                        _ => false,
+                    })
+                    .collect();
+                self.configuration
+                    .instance_recovered(instance, |j| has_list[j as usize])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Saves, makes the new secondaries' dirty lists, and publishes to every instance that is up
+    /// and was not told this configuration yet (see the module's order).
+    fn make_known(&mut self) -> Result<(), ServiceError> {
+        let id = self.configuration.id();
+        if self.saved < id {
+            if let Some(path) = &self.options.state_file {
+                let state = SavedState {
+                    configuration: self.configuration.clone(),
+                    next_session_id: self.next_session_id,
+                };
+                state_file::save(path, &state).map_err(ServiceError::Save)?;
+            }
+            self.saved = id;
+        }
+        for (j, f) in self.configuration.fragments().iter().enumerate() {
+            let Some(secondary) = f.secondary else {
+                continue;
+            };
+            if f.mode != Mode::Transient || self.lists_made[j] == Some(secondary) {
+                continue;
+            }
+            // Not reachable: the next probe reports it failed, and the fragment moves on.
+            if start_dirty_list(&self.client, secondary.instance, j as u32).is_ok() {
+                self.lists_made[j] = Some(secondary);
+            }
+        }
+        let text = serde_json::to_vec(&self.configuration).expect("a configuration serializes");
+        for i in 0..self.published.len() {
+            if self.published[i] >= id || !self.liveness.is_alive(i) {
+                continue;
+            }
+            let told = publish(&self.client, &self.configuration, i)
+                .and_then(|()| store_pinned(&self.client, i, CONFIGURATION_KEY, &text));
+            if told.is_ok() {
+                self.published[i] = id;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `instance` holds `fragment`'s dirty list, whole from its start.
+fn has_dirty_list(client: &Client, instance: InstanceId, fragment: u32) -> bool {
+    let key = dirty_list_key(fragment);
+    match client.get_at(&[(instance, key.as_slice())]).pop() {
+        Some(Ok(Some(list))) => list.starts_with(DIRTY_LIST_START),
+        _ => false,
+    }
+}
+
+/// A new, empty dirty list for `fragment` on `instance` (replacing any left from before).
+fn start_dirty_list(
+    client: &Client,
+    instance: InstanceId,
+    fragment: u32,
+) -> Result<(), ClientError> {
+    store_pinned(
+        client,
+        instance,
+        &dirty_list_key(fragment),
+        DIRTY_LIST_START,
+    )
+}
+
+/// Stores `value` under `key` on `instance`, pinned, in a session of its own.
+fn store_pinned(
+    client: &Client,
+    instance: InstanceId,
+    key: &[u8],
+    value: &[u8],
+) -> Result<(), ClientError> {
+    let mut session = client.session();
+    let set = Write::Set {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        pin: true,
+    };
+    session.write_at(&[(instance, set)], true)?;
+    session.commit()
+}
