@@ -60,7 +60,8 @@ fn two_appnodes_through_an_outage(appnodes: &str) {
         );
         assert_eq!(
             outage["writes_refused"], 0,
-            "{what}: pinned memory is ample"
+            "{what}: pinned memory is ample; {outage}; errors: {}",
+            r["errors"]
         );
         assert!(
             outage["recovery_s"].as_f64().is_some(),
