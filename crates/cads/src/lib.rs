@@ -336,6 +336,13 @@ impl Cads {
 
     /// Write-back's MACs under `WriteBackConfig::mac_key`; the stored key is read from the data
     /// store (created there if missing) on first use.
+    /// Whether this process has the key that seals buffered writes ([`writeback::MacKey`]), which it loads
+    /// the first time it needs it (TARDIS's recovery threads load it when they start, and again
+    /// until they succeed): without it, no write can be buffered while the data store is down.
+    pub fn mac_key_loaded(&self) -> bool {
+        self.seal.get().is_some()
+    }
+
     pub(crate) fn seal(&self) -> Result<&writeback::Seal> {
         if let Some(seal) = self.seal.get() {
             return Ok(seal);

@@ -270,6 +270,32 @@ fn a_write_that_cannot_be_buffered_is_refused_while_the_store_is_down() {
     assert_eq!(d.stored("c0"), 0);
 }
 
+/// The key that seals buffered writes is loaded when the recovery threads start; when the data
+/// store fails just then, the monitor loads it once the data store answers, so that writes can be
+/// buffered in the next outage.
+#[test]
+fn the_key_of_buffered_writes_is_loaded_once_the_store_answers() {
+    let d = deployment(Policy::WriteThrough);
+    let cads = Arc::new(d.cads(config(Technique::Tardis, 1)));
+    let docs = documents(&cads, 1, 1);
+    d.faults.set(FaultMode::FailAll);
+    let recovery = Recovery::start(cads.clone()).unwrap();
+    assert!(!cads.mac_key_loaded());
+    d.faults.set(FaultMode::Healthy);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cads.mac_key_loaded() {
+        assert!(Instant::now() < deadline, "the key was never loaded");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fail_store(&d, &cads, &docs, "d0");
+    cads.run(|s| docs.update(s, "d0", inc(1))).unwrap();
+    assert_eq!(cads.tardis_counts().unwrap().writes_teleported, 1);
+    d.faults.set(FaultMode::Healthy);
+    wait_for(&cads, Mode::Normal);
+    drop(recovery);
+    assert_eq!(d.store.get("docs", "d0").unwrap().unwrap()["n"], json!(1));
+}
+
 /// 000 §4.4: AppNode A is in failed mode (its monitor not yet running) while AppNode B, which
 /// reaches the data store, is in normal mode. B never reads a value older than A's acknowledged
 /// writes and never writes under them (the read-write and write-write races of §4.4.1), with Recon

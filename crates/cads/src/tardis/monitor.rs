@@ -99,6 +99,13 @@ fn monitor(cads: &Cads, stop: &AtomicBool) {
             Mode::Recovery if !settled => nap(stop, IDLE),
             Mode::Normal => {
                 probes = 0;
+                // Loaded at start unless the data store failed then: until it is loaded, writes
+                // cannot be buffered when the data store goes away.
+                if !cads.mac_key_loaded() {
+                    if let Err(e) = cads.seal() {
+                        tracing::debug!(error = %e, "the key of buffered writes is not loaded yet");
+                    }
+                }
                 nap(stop, IDLE);
             }
             Mode::Failed => match probe(cads, tardis, &mut rng) {
