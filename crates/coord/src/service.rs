@@ -198,13 +198,14 @@ impl Service {
             match self.step(now_ms) {
                 Ok(changes) => {
                     for change in changes {
-                        eprintln!(
-                            "cads coord: {change:?}; configuration {}",
-                            self.configuration.id()
+                        tracing::warn!(
+                            ?change,
+                            configuration = self.configuration.id(),
+                            "instance changed state"
                         );
                     }
                 }
-                Err(e) => eprintln!("cads coord: {e}"),
+                Err(e) => tracing::error!(error = %e, "coordinator step failed"),
             }
             std::thread::sleep(self.options.probe_every);
         }
