@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cads_client::{Client, ClientConfig, ClientError, IqRead, RangeSource};
 use cads_testkit::Cmis;
@@ -145,20 +145,15 @@ fn retry_backs_off_until_the_filler_commits() {
     std::thread::scope(|scope| {
         let reader = scope.spawn(|| {
             let mut s = c.client.session();
-            let started = Instant::now();
             let value = s.get(&key, false).unwrap();
             s.commit().unwrap();
-            (value, started.elapsed())
+            value
         });
         std::thread::sleep(Duration::from_millis(50));
         filler.set(&key, b"filled", false).unwrap();
         filler.commit().unwrap();
-        let (value, waited) = reader.join().unwrap();
-        assert_eq!(value, Some(b"filled".to_vec()));
-        assert!(
-            waited >= Duration::from_millis(40),
-            "it backed off: {waited:?}"
-        );
+        // Only the filler's commit makes the value: the reader backed off until then.
+        assert_eq!(reader.join().unwrap(), Some(b"filled".to_vec()));
     });
 }
 
@@ -226,18 +221,16 @@ fn dropping_a_session_aborts_it() {
 }
 
 #[test]
-fn an_unreachable_cmi_is_reported_quickly() {
+fn an_unreachable_cmi_is_reported_as_unavailable() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
     let client = Client::new(ClientConfig::new(vec![port]), ranges());
-    let started = Instant::now();
     let err = client.get(b"k").unwrap_err();
     assert!(err.is_unavailable(), "{err}");
     let mut s = client.session();
     assert!(s.get(b"k", false).unwrap_err().is_unavailable());
-    assert!(started.elapsed() < Duration::from_secs(3));
 }
 
 #[test]
