@@ -282,9 +282,8 @@ fn the_key_of_buffered_writes_is_loaded_once_the_store_answers() {
     let recovery = Recovery::start(cads.clone()).unwrap();
     assert!(!cads.mac_key_loaded());
     d.faults.set(FaultMode::Healthy);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The monitor loads it; without that, this waits for good (and the test never passes).
     while !cads.mac_key_loaded() {
-        assert!(Instant::now() < deadline, "the key was never loaded");
         std::thread::sleep(Duration::from_millis(10));
     }
     fail_store(&d, &cads, &docs, "d0");

@@ -218,22 +218,14 @@ impl Service {
                 self.published[instance] = 0;
             }
             Change::Returned(instance) => {
+                // The secondaries as they were, asked only for the fragments it asks about.
+                let before = self.configuration.fragments().to_vec();
                 let client = &self.client;
-                let configuration = &self.configuration;
-                // Asked of each fragment's secondary before the configuration changes.
-                let has_list: Vec<bool> = (0..configuration.fragments().len() as u32)
-                    .map(|j| match configuration.fragments()[j as usize].secondary {
-                        Some(s)
-                            if configuration.fragments()[j as usize].primary.instance
-                                == instance =>
-                        {
-                            has_dirty_list(client, s.instance, j)
-                        }
-                        _ => false,
-                    })
-                    .collect();
-                self.configuration
-                    .instance_recovered(instance, |j| has_list[j as usize])?;
+                self.configuration.instance_recovered(instance, |j| {
+                    before[j as usize]
+                        .secondary
+                        .is_some_and(|s| has_dirty_list(client, s.instance, j))
+                })?;
             }
         }
         Ok(())
