@@ -45,6 +45,14 @@ fn get(addr: SocketAddr, key: &str) -> Option<String> {
     }
 }
 
+/// The test plays the coordinator: a lease that does not run out.
+fn grant_lease(addr: SocketAddr) {
+    assert_eq!(
+        conn(addr).call(&["INSTANCELEASE", &i64::MAX.to_string()]),
+        cads_protocol::Reply::OK
+    );
+}
+
 fn set(addr: SocketAddr, key: &str, value: &str) {
     assert_eq!(
         conn(addr).call(&["SET", key, value]),
@@ -59,8 +67,9 @@ fn a_recovering_primary_keeps_only_the_fragments_it_can_prove_fresh() {
     let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
     // Two instances, four fragments: 0 and 2 on instance 0, 1 and 3 on instance 1.
     let mut config = Configuration::new(2, FRAGMENTS);
-    for i in 0..2 {
+    for (i, &addr) in addrs.iter().enumerate() {
         publish(&client, &config, i).unwrap();
+        grant_lease(addr);
     }
     let (kept, lost) = (key_in(0, "kept"), key_in(2, "lost"));
     set(addrs[0], &kept, "v0");

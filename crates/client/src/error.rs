@@ -43,6 +43,18 @@ pub enum ClientError {
     /// key that does not go with its certificate, a malformed server name).
     #[error("TLS settings: {0}")]
     TlsConfig(String),
+    /// Gemini: a CMI knows configuration `latest`, newer than the one the session routes by
+    /// ([`Session::set_configuration`](crate::Session::set_configuration)). Fetch the configuration
+    /// and run the session again by its routes.
+    #[error(
+        "the cache's configuration changed (now {latest}): fetch it and run the session again"
+    )]
+    StaleConfiguration { latest: u64 },
+    /// Gemini: the CMI serves no key, its lease from the coordinator having run out (or not
+    /// granted since it started): the coordinator is moving its fragments, or has not taken it
+    /// back yet. Fetch the configuration.
+    #[error("the CMI holds no lease from the coordinator and serves no key")]
+    Fenced,
     /// Any other error reply (bad arguments, NOTAVAILABLE, LEASED, ...).
     #[error("{0}")]
     Server(ErrorReply),
@@ -74,6 +86,10 @@ impl ClientError {
                 refused: *refused,
             },
             ClientError::NotStored => ClientError::NotStored,
+            ClientError::StaleConfiguration { latest } => {
+                ClientError::StaleConfiguration { latest: *latest }
+            }
+            ClientError::Fenced => ClientError::Fenced,
             ClientError::Protocol(text) => ClientError::Protocol(text.clone()),
             ClientError::Io { cmi, source } => ClientError::Io {
                 cmi: *cmi,

@@ -140,6 +140,11 @@ pub(crate) fn error_from(e: ErrorReply) -> ClientError {
             reason: aborted_because(&e),
         },
         ErrorKind::NotStored => ClientError::NotStored,
+        ErrorKind::Fenced => ClientError::Fenced,
+        ErrorKind::StaleConfig => match e.latest_config() {
+            Some(latest) => ClientError::StaleConfiguration { latest },
+            None => ClientError::Server(e),
+        },
         _ => ClientError::Server(e),
     }
 }
@@ -270,9 +275,12 @@ pub struct Session<'c> {
     finished: bool,
     /// Set by [`Session::on`]: every key goes to this CMI instead of its routed one.
     target: Option<usize>,
-    /// The ticket given with [`Session::set_ticket`], and the CMIs told it.
+    /// The ticket given with [`Session::set_ticket`].
     ticket: Option<u64>,
-    ticketed: Vec<bool>,
+    /// The configuration given with [`Session::set_configuration`].
+    configuration: Option<u64>,
+    /// The CMIs told the ticket and the configuration.
+    introduced: Vec<bool>,
 }
 
 impl<'c> Session<'c> {
@@ -288,7 +296,8 @@ impl<'c> Session<'c> {
             finished: false,
             target: None,
             ticket: None,
-            ticketed: vec![false; n],
+            configuration: None,
+            introduced: vec![false; n],
         }
     }
 
@@ -304,6 +313,14 @@ impl<'c> Session<'c> {
         self.ticket = Some(ticket);
     }
 
+    /// Names the Gemini configuration the session routes its keys by (`LCONFIG`). A CMI that
+    /// knows a newer one refuses the session's commands from then on
+    /// ([`ClientError::StaleConfiguration`]): fetch the configuration and run the session again.
+    /// Each CMI is told with the session's first command there, in the same round trip.
+    pub fn set_configuration(&mut self, id: u64) {
+        self.configuration = Some(id);
+    }
+
     /// How this session backs off on RETRY: with a ticket, RETRY means it waits for a key and
     /// polls more often.
     fn backoff<'p>(&self, policy: &'p RetryPolicy) -> Backoff<'p> {
@@ -314,9 +331,16 @@ impl<'c> Session<'c> {
         backoff
     }
 
-    /// Whether CMI `cmi` still has to be told the session's ticket.
-    fn owes_ticket(&self, cmi: usize) -> bool {
-        self.ticket.is_some() && !self.ticketed[cmi]
+    /// What CMI `cmi` must be told before the session's first command there: its ticket and its
+    /// configuration.
+    fn introduction(&self, cmi: usize) -> Vec<Command<'static>> {
+        if self.introduced[cmi] {
+            return Vec::new();
+        }
+        let sid = self.id;
+        let ticket = self.ticket.map(|ticket| Command::LPriority { sid, ticket });
+        let config = self.configuration.map(|id| Command::LConfig { sid, id });
+        ticket.into_iter().chain(config).collect()
     }
 
     /// Runs `work` with every key of this session sent to CMI `cmi`, whatever the router says:
@@ -361,7 +385,7 @@ impl<'c> Session<'c> {
     }
 
     fn call(&mut self, cmi: usize, cmd: &Command<'_>) -> Result<Reply<'static>> {
-        if self.owes_ticket(cmi) {
+        if !self.introduction(cmi).is_empty() {
             let mut replies = self.pipeline(vec![(cmi, vec![cmd.clone()])])?;
             let (_, mut list) = replies.pop().expect("one CMI asked");
             return Ok(list.pop().expect("one reply per command"));
@@ -386,8 +410,9 @@ impl<'c> Session<'c> {
 
     /// Sends a list of commands to each CMI, pipelined, every list written before any reply is
     /// read: one round trip however many commands and CMIs. Returns each CMI's replies in order.
-    /// A CMI not yet told the session's ticket gets `LPRIORITY` first, its reply left out: if it
-    /// is an error, the commands after it get one too.
+    /// A CMI not yet told the session's ticket and configuration gets `LPRIORITY` and `LCONFIG`
+    /// first, their replies left out: if one is an error, the commands after it get one too (the
+    /// session is aborted, or routes by a stale configuration).
     fn pipeline(
         &mut self,
         mut cmds: Vec<(usize, Vec<Command<'_>>)>,
@@ -395,19 +420,12 @@ impl<'c> Session<'c> {
         if !cmds.is_empty() {
             self.client.count_round_trip();
         }
-        let mut told = vec![false; cmds.len()];
+        let mut told = vec![0; cmds.len()];
         for ((cmi, list), told) in cmds.iter_mut().zip(&mut told) {
-            if let (Some(ticket), false) = (self.ticket, self.ticketed[*cmi]) {
-                list.insert(
-                    0,
-                    Command::LPriority {
-                        sid: self.id,
-                        ticket,
-                    },
-                );
-                self.ticketed[*cmi] = true;
-                *told = true;
-            }
+            let introduction = self.introduction(*cmi);
+            *told = introduction.len();
+            list.splice(0..0, introduction);
+            self.introduced[*cmi] = true;
         }
         for (cmi, list) in &cmds {
             self.touched[*cmi] = true;
@@ -443,9 +461,7 @@ impl<'c> Session<'c> {
             replies.push((*cmi, got));
         }
         for ((_, got), told) in replies.iter_mut().zip(told) {
-            if told {
-                got.remove(0);
-            }
+            got.drain(..told);
         }
         Ok(replies)
     }

@@ -341,3 +341,42 @@ fn a_batch_pipelines_each_cmis_commands_on_one_connection() {
         assert!(connected <= 2, "CMI {cmi}: {connected} connections");
     }
 }
+
+/// Gemini: a session names the configuration it routes by; a CMI that knows a newer one refuses
+/// it, naming the newer id, from its next command on (and a new session's first command).
+#[test]
+fn a_session_routed_by_an_older_configuration_is_refused_with_the_newer_id() {
+    use cads_protocol::{Command, Reply};
+    let c = cluster("write-around");
+    for cmi in 0..2 {
+        for cmd in [
+            Command::ConfigId(Some(5)),
+            Command::Fragments(Some(4)),
+            Command::InstanceLease(Some(i64::MAX as u64)),
+        ] {
+            assert_eq!(c.client.execute(cmi, &cmd).unwrap(), Reply::OK);
+        }
+    }
+    let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));
+    let mut s = c.client.session();
+    s.set_configuration(5);
+    assert_eq!(s.mget(&[&a, &b], false).unwrap(), vec![None, None]);
+    c.client.execute(1, &Command::ConfigId(Some(6))).unwrap();
+    assert!(matches!(
+        s.get(&b, false),
+        Err(ClientError::StaleConfiguration { latest: 6 })
+    ));
+    drop(s);
+
+    let mut s = c.client.session();
+    s.set_configuration(5);
+    assert_eq!(s.get(&a, false).unwrap(), None, "CMI 0 knows no newer one");
+    assert!(matches!(
+        s.get(&b, false),
+        Err(ClientError::StaleConfiguration { latest: 6 })
+    ));
+    drop(s);
+    let mut s = c.client.session();
+    s.set_configuration(6);
+    assert_eq!(s.mget(&[&a, &b], false).unwrap(), vec![None, None]);
+}

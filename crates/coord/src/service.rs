@@ -1,6 +1,6 @@
-//! The coordinator at work (004 §2.1): it probes every instance, takes one that has not answered
-//! for a lease as failed and one that answers again as back, turns that into configuration
-//! changes ([`Configuration`]), and makes each change durable and known, in this order:
+//! The coordinator at work (004 §2.1): it probes every instance, takes one whose lease has run
+//! out as failed and one that answers again as back, turns that into configuration changes
+//! ([`Configuration`]), and makes each change durable and known, in this order:
 //!
 //! 1. saved to the state file, so that a restarted coordinator never hands out an id twice or
 //!    forgets a change it published;
@@ -8,29 +8,31 @@
 //!    with [`DIRTY_LIST_START`], before any client can learn of the secondary: a list without its
 //!    start was lost (evicted, or its instance restarted), and the primary cannot be trusted;
 //! 3. the ids published to every instance that is up (`CONFIGID`, `FRAGMENTID`: see
-//!    [`publish`]), and only then
-//! 4. the configuration stored on it as a pinned cache entry ([`CONFIGURATION_KEY`]), which is how
-//!    clients learn of it.
+//!    [`publish`]), and only once every instance that may still serve knows them,
+//! 4. the configuration stored on each as a pinned cache entry ([`CONFIGURATION_KEY`]), which is
+//!    how clients learn of it.
 //!
-//! An instance that cannot be reached while it is published to is published to again at the
-//! next step. The service has no clock of its own: [`Service::step`] is given the time, so that
-//! tests can move it; [`Service::run`] gives it a monotonic clock's.
+//! Each probe also keeps the instances' leases (Gemini's fences, in the engine's `fencing`): it
+//! grants a lease from the clock reading of the previous probe to every instance that knows the
+//! current configuration, and reads the clock again. An instance that misses a publication gets
+//! no lease, stops serving when its lease runs out, and is taken for failed when this
+//! coordinator's lease on it does, later. An instance that cannot be reached while it is
+//! published to is published to again at the next step. The service has no clock of its own:
+//! [`Service::step`] is given the time, so that tests can move it; [`Service::run`] gives it a
+//! monotonic clock's.
 //!
-//! The dirty lists and the configuration entry are pinned, which a CMI takes from a session only
-//! in write-through lease mode (`cads server --mode write-through`): in write-around mode the
-//! stores are refused and retried at every step, and the configuration is not made known.
+//! The pinned entries are stored with `PINSET`, which CMIs of either lease mode take.
 //!
 //! Not built yet (issue 14): clients that fetch the configuration and route by it, the writes
 //! that append to dirty lists, recovery workers (which report [`Configuration::fragment_recovered`]),
-//! a way to store the pinned entries on write-around CMIs, session-id ranges served to other
-//! processes, the `cads coord` command, and etcd.
+//! session-id ranges served to other processes, the `cads coord` command, and etcd.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cads_client::{Client, ClientError, Write};
-use cads_protocol::Command;
+use cads_client::{Client, ClientError};
+use cads_protocol::{Command, Reply};
 
 use crate::configuration::{ConfigError, Configuration, InstanceId, InstanceState, Mode, Replica};
 use crate::liveness::{Liveness, Renewal};
@@ -107,6 +109,10 @@ pub struct Service {
     saved: u64,
     /// Per instance, the configuration id it was last told (0: it must be told again).
     published: Vec<u64>,
+    /// Per instance, the id of the configuration entry stored on it.
+    entry_stored: Vec<u64>,
+    /// Per instance, its monotonic clock as the last probe read it, for the next grant.
+    clock_read: Vec<Option<u64>>,
     /// Per fragment, the secondary its dirty list was made on.
     lists_made: Vec<Option<Replica>>,
 }
@@ -155,6 +161,8 @@ impl Service {
             next_session_id,
             saved: 0,
             published: vec![0; instances],
+            entry_stored: vec![0; instances],
+            clock_read: vec![None; instances],
             lists_made,
         };
         service.make_known()?;
@@ -167,14 +175,39 @@ impl Service {
 
     /// Probes every instance at `now_ms`, applies what changed, and makes the configuration
     /// known. Returns the changes seen.
+    ///
+    /// A probe renews the instance's lease from the clock reading the previous probe brought back,
+    /// and reads the clock again for the next one: a reading taken before this step began, so the
+    /// lease it grants ends, on any clock, no later than `now_ms` plus its length, where this
+    /// coordinator's lease on the instance ends (see `fencing` in the engine). Only an instance
+    /// that knows the current configuration is granted one.
     pub fn step(&mut self, now_ms: u64) -> Result<Vec<Change>, ServiceError> {
-        let probes: Vec<(usize, Command<'_>)> = (0..self.client.cmis())
-            .map(|i| (i, Command::Ping(None)))
-            .collect();
+        let mut probes: Vec<(usize, Command<'_>)> = Vec::new();
+        for i in 0..self.client.cmis() {
+            let grantable = self.liveness.is_alive(i)
+                && self.published[i] == self.configuration.id()
+                && self.configuration.instances()[i] == InstanceState::Up;
+            if let (Some(clock), true) = (self.clock_read[i].take(), grantable) {
+                self.liveness.renew(i, now_ms);
+                let until = clock.saturating_add(self.grant_ms());
+                probes.push((i, Command::InstanceLease(Some(until))));
+            }
+            probes.push((i, Command::InstanceLease(None)));
+        }
+        let answers = self.client.execute_many(&probes);
         let mut changes = Vec::new();
-        for (i, answer) in self.client.execute_many(&probes).into_iter().enumerate() {
-            if answer.is_ok() && self.liveness.renew(i, now_ms) == Some(Renewal::Returned) {
-                changes.push(Change::Returned(i));
+        for ((i, probe), answer) in probes.iter().zip(answers) {
+            let Command::InstanceLease(None) = probe else {
+                continue;
+            };
+            let Some(clock) = clock_of(answer) else {
+                continue;
+            };
+            self.clock_read[*i] = Some(clock);
+            if !self.liveness.is_alive(*i)
+                && self.liveness.renew(*i, now_ms) == Some(Renewal::Returned)
+            {
+                changes.push(Change::Returned(*i));
             }
         }
         changes.extend(
@@ -188,6 +221,13 @@ impl Service {
         }
         self.make_known()?;
         Ok(changes)
+    }
+
+    /// How long a granted lease lasts on the instance's clock: this coordinator's lease on it,
+    /// less a tenth for clocks that run at slightly different rates.
+    fn grant_ms(&self) -> u64 {
+        let lease = self.options.lease.as_millis() as u64;
+        lease - lease / 10
     }
 
     /// Steps every `probe_every` until `stop` is set, logging each change and error.
@@ -231,8 +271,9 @@ impl Service {
         Ok(())
     }
 
-    /// Saves, makes the new secondaries' dirty lists, and publishes to every instance that is up
-    /// and was not told this configuration yet (see the module's order).
+    /// Saves, makes the new secondaries' dirty lists, publishes the ids to every instance that is
+    /// up and was not told them yet, and once every instance that may still serve knows them,
+    /// stores the configuration entry (see the module's order).
     fn make_known(&mut self) -> Result<(), ServiceError> {
         let id = self.configuration.id();
         if self.saved < id {
@@ -257,18 +298,47 @@ impl Service {
                 self.lists_made[j] = Some(secondary);
             }
         }
-        let text = serde_json::to_vec(&self.configuration).expect("a configuration serializes");
-        for i in 0..self.published.len() {
-            if self.published[i] >= id || !self.liveness.is_alive(i) {
-                continue;
-            }
-            let told = publish(&self.client, &self.configuration, i)
-                .and_then(|()| store_pinned(&self.client, i, CONFIGURATION_KEY, &text));
-            if told.is_ok() {
+        let alive: Vec<InstanceId> = (0..self.published.len())
+            .filter(|&i| self.liveness.is_alive(i))
+            .collect();
+        for &i in &alive {
+            if self.published[i] < id && publish(&self.client, &self.configuration, i).is_ok() {
                 self.published[i] = id;
             }
         }
+        // A client that learned the id from the entry could otherwise meet an instance serving
+        // by an older one (an unpublished instance is granted no lease, so it stops in time).
+        let lists_ready = self
+            .configuration
+            .fragments()
+            .iter()
+            .zip(&self.lists_made)
+            .all(|(f, made)| {
+                f.mode != Mode::Transient || f.secondary.is_none() || *made == f.secondary
+            });
+        if !lists_ready || alive.iter().any(|&i| self.published[i] < id) {
+            return Ok(());
+        }
+        let text = serde_json::to_vec(&self.configuration).expect("a configuration serializes");
+        for &i in &alive {
+            if self.entry_stored[i] < id
+                && pin_set(&self.client, i, CONFIGURATION_KEY, &text).is_ok()
+            {
+                self.entry_stored[i] = id;
+            }
+        }
         Ok(())
+    }
+}
+
+/// The clock an `INSTANCELEASE` probe read, if the instance answered.
+fn clock_of(answer: Result<Reply<'static>, ClientError>) -> Option<u64> {
+    match answer.ok()? {
+        Reply::Array(fields) => match fields.first() {
+            Some(Reply::Int(clock)) => u64::try_from(*clock).ok(),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -287,7 +357,7 @@ fn start_dirty_list(
     instance: InstanceId,
     fragment: u32,
 ) -> Result<(), ClientError> {
-    store_pinned(
+    pin_set(
         client,
         instance,
         &dirty_list_key(fragment),
@@ -295,19 +365,16 @@ fn start_dirty_list(
     )
 }
 
-/// Stores `value` under `key` on `instance`, pinned, in a session of its own.
-fn store_pinned(
+/// Stores `value` under `key` on `instance`, pinned (`PINSET`, which every lease mode takes).
+fn pin_set(
     client: &Client,
     instance: InstanceId,
     key: &[u8],
     value: &[u8],
 ) -> Result<(), ClientError> {
-    let mut session = client.session();
-    let set = Write::Set {
-        key: key.to_vec(),
-        value: value.to_vec(),
-        pin: true,
-    };
-    session.write_at(&[(instance, set)], true)?;
-    session.commit()
+    match client.execute(instance, &Command::PinSet { key, value })? {
+        Reply::Status(_) => Ok(()),
+        Reply::Error(e) => Err(ClientError::Server(e)),
+        other => Err(ClientError::Protocol(format!("PINSET answered {other:?}"))),
+    }
 }

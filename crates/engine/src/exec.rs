@@ -86,6 +86,9 @@ impl Engine {
         self.stats.commands += 1;
         self.recency = recency;
         self.expire_sessions(now);
+        if let Some(refusal) = self.fence_refusal(cmd, now) {
+            return Reply::Error(refusal);
+        }
         self.dispatch(cmd, now).unwrap_or_else(Reply::Error)
     }
 
@@ -269,6 +272,21 @@ impl Engine {
                     .ok_or_else(|| ErrorReply::err("fragment out of range"))?;
                 Ok(Reply::Int(id as i64))
             }
+            C::InstanceLease(until) => Ok(self.instance_lease(until, now)),
+            C::PinSet { key, value } => {
+                self.refuse_leased([key])?;
+                self.store
+                    .put(
+                        key,
+                        value.to_vec(),
+                        PutOptions {
+                            pinned: true,
+                            ..unpinned(Ttl::At(0))
+                        },
+                    )
+                    .map_err(|_| ErrorReply::not_stored())?;
+                Ok(Reply::OK)
+            }
 
             // --- sessions ---
             C::LGet { sid, key, rmw } => {
@@ -393,6 +411,7 @@ impl Engine {
             }
             C::LValidate(sid) => self.validate_session(sid, now).map(|_| Reply::OK),
             C::LPriority { sid, ticket } => self.set_ticket(sid, ticket, now).map(|_| Reply::OK),
+            C::LConfig { sid, id } => self.set_session_config(sid, id, now).map(|_| Reply::OK),
             C::LCommit(sid) => self.commit_session(sid).map(|_| Reply::OK),
             C::LAbort(sid) => {
                 self.end_session(sid, EndCause::ClientAbort, now);

@@ -253,7 +253,10 @@ fn decode_op(b: &mut Bytes<'_>, now: u64) -> Op {
             cmd(vec![name.to_vec(), b.key()])
         }
         15 => cmd(vec![b"PERSIST".to_vec(), b.key()]),
-        16 => cmd(vec![b"INSPECT".to_vec(), b.key()]),
+        16 => match b.flag() {
+            true => cmd(vec![b"INSPECT".to_vec(), b.key()]),
+            false => cmd(vec![b"PINSET".to_vec(), b.key(), b.value()]),
+        },
         17 => {
             let mut a = vec![b"CONFIGID".to_vec()];
             if b.flag() {
@@ -278,7 +281,12 @@ fn decode_op(b: &mut Bytes<'_>, now: u64) -> Op {
             }
             cmd(a)
         }
-        20 => cmd(args(&[b"DBSIZE"])),
+        20 => match b.byte() % 4 {
+            0 => cmd(args(&[b"INSTANCELEASE"])),
+            1 => cmd(args(&[b"INSTANCELEASE", b"0"])),
+            2 => cmd(args(&[b"INSTANCELEASE", b"9223372036854775807"])),
+            _ => cmd(args(&[b"DBSIZE"])),
+        },
         21 => match b.byte() % 3 {
             0 => cmd(args(&[b"FLUSHALL"])),
             1 => cmd(args(&[b"FLUSHALL", b"UNPINNED"])),

@@ -101,6 +101,8 @@ pub struct Session {
     pub ticket: Option<u64>,
     /// Keys it has reserved while waiting for them.
     pub reserved: HashSet<Box<[u8]>>,
+    /// The configuration it routes by (`LCONFIG`, Gemini): see `fencing`.
+    pub config: Option<u64>,
 }
 
 impl Session {
@@ -185,7 +187,7 @@ impl Engine {
     }
 
     /// Refuses (and counts) a request that would grow the sessions' state by `bytes` past its cap.
-    fn session_room(&mut self, bytes: usize) -> Result<(), ErrorReply> {
+    pub(crate) fn session_room(&mut self, bytes: usize) -> Result<(), ErrorReply> {
         let max = self.config().max_session_memory;
         if bytes > 0 && max != 0 && self.session_bytes + bytes > max {
             self.stats.sessions_refused += 1;
@@ -212,7 +214,7 @@ impl Engine {
         Ok(())
     }
 
-    fn open_session_with(&mut self, sid: SessionId, ticket: Option<u64>, now: Now) {
+    pub(crate) fn open_session_with(&mut self, sid: SessionId, ticket: Option<u64>, now: Now) {
         let ends_by = now.mono_ms.saturating_add(self.config().max_session_ms);
         let lease_end = now.mono_ms.saturating_add(self.lease_ms());
         let session = Session {
@@ -223,6 +225,7 @@ impl Engine {
             holds: HashMap::default(),
             ticket,
             reserved: HashSet::default(),
+            config: None,
         };
         self.put_session(sid, session);
     }

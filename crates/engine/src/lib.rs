@@ -13,6 +13,8 @@
 //!   contended keys.
 //! - [`exec`]: the command entry, from typed commands to replies.
 //! - [`config_ids`]: Gemini configuration ids (004 §3.2.4).
+//! - [`fencing`]: Gemini's fences: the instance lease from the coordinator, sessions'
+//!   configurations.
 //! - [`persist`]: the append-only log's records, replay and incremental rewrite.
 //! - [`long_double`]: Redis's `long double` numbers (x87 extended precision), for INCRBYFLOAT.
 
@@ -20,6 +22,7 @@ pub mod config_ids;
 pub mod contention;
 pub mod eviction;
 pub mod exec;
+pub mod fencing;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod lease;
@@ -197,6 +200,8 @@ pub struct Engine {
     pub(crate) stats: Stats,
     /// Whether the command being run counts its reads as uses (set by `execute_with`).
     pub(crate) recency: Recency,
+    /// When the lease from Gemini's coordinator ends, on the monotonic clock (`fencing`).
+    pub(crate) instance_lease_until: u64,
 }
 
 /// Bytes charged per marker beyond its key.
@@ -222,6 +227,7 @@ impl Engine {
             markers: HashSet::default(),
             stats: Stats::default(),
             recency: Recency::Touch,
+            instance_lease_until: 0,
         }
     }
 

@@ -174,6 +174,8 @@ fn entries_older_than_their_fragment_read_as_misses() {
     let mut cmi = Cmi::wt();
     cmi.ok("CONFIGID 100");
     cmi.ok("FRAGMENTS 4");
+    // A CMI of a Gemini configuration serves keys under a lease from the coordinator.
+    cmi.ok("INSTANCELEASE 999999999999");
     cmi.ok("SET a 1");
     cmi.ok("SET b 1");
     assert_eq!(cmi.inspect("a", "config-id"), Reply::Int(100));

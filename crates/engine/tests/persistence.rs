@@ -48,6 +48,7 @@ fn workload(c: &mut Cmi) {
     c.ok("CONFIGID 7");
     c.ok("FRAGMENTS 2");
     c.ok("FRAGMENTID 1 3");
+    c.ok("INSTANCELEASE 999999999999");
     c.ok("SET plain v");
     c.ok("SET ttl v EX 100");
     c.int("APPEND plain 123");
@@ -74,6 +75,12 @@ fn replay_restores_entries_pins_markers_and_ids() {
     let mut log = Vec::new();
     c.engine.drain_log(&mut log);
     let mut back = restart(&log, c.now);
+    assert_eq!(
+        back.err("GET plain"),
+        ErrorKind::Fenced,
+        "a restarted CMI of a Gemini configuration waits for the coordinator's lease"
+    );
+    back.ok("INSTANCELEASE 999999999999");
     assert_same(state(&mut back, KEYS), state(&mut c, KEYS));
     assert_eq!(back.inspect("pinned", "pinned"), Reply::Int(1));
     assert_eq!(back.inspect("marked", "marker"), Reply::Int(1));

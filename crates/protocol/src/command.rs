@@ -266,6 +266,16 @@ pub enum Command<'a> {
         fragment: u32,
         id: Option<u64>,
     },
+    /// INSTANCELEASE: reads the CMI's monotonic clock and the end of its lease from the
+    /// coordinator, or (`until`, on that clock) sets the end. A CMI of a Gemini configuration
+    /// serves keys only while the lease runs.
+    InstanceLease(Option<u64>),
+    /// PINSET: stores a pinned value outside of any session, whatever the lease mode (the
+    /// coordinator's entries: Gemini's configuration and dirty lists).
+    PinSet {
+        key: &'a [u8],
+        value: &'a [u8],
+    },
 
     // --- sessions with S/X leases (000 §5.1.1) ---
     LGet {
@@ -345,6 +355,12 @@ pub enum Command<'a> {
     LPriority {
         sid: SessionId,
         ticket: u64,
+    },
+    /// LCONFIG: the configuration id the session routes its keys by (Gemini); the CMI refuses
+    /// the session's commands once it knows a newer one.
+    LConfig {
+        sid: SessionId,
+        id: u64,
     },
     LAbort(SessionId),
 
@@ -573,6 +589,40 @@ impl<'a> Command<'a> {
         parse_with(spec, args)
     }
 
+    /// The session a session or IQ command belongs to.
+    pub fn session_id(&self) -> Option<SessionId> {
+        use Command::*;
+        match self {
+            LGet { sid, .. }
+            | LMGet { sid, .. }
+            | LSet { sid, .. }
+            | LMSet { sid, .. }
+            | LAdd { sid, .. }
+            | LDel { sid, .. }
+            | LMDel { sid, .. }
+            | LAppend { sid, .. }
+            | LMAppend { sid, .. }
+            | LPrepend { sid, .. }
+            | LIncr { sid, .. }
+            | LUnpin { sid, .. }
+            | LMark { sid, .. }
+            | LValidate(sid)
+            | LCommit(sid)
+            | LPriority { sid, .. }
+            | LConfig { sid, .. }
+            | LAbort(sid)
+            | IqGet { sid, .. }
+            | IqSet { sid, .. }
+            | ISet { sid, .. }
+            | IDelete { sid, .. }
+            | QaReg { sid, .. }
+            | QaRead { sid, .. }
+            | Sar { sid, .. }
+            | Dar { sid, .. } => Some(*sid),
+            _ => None,
+        }
+    }
+
     /// The command's table row.
     pub fn spec(&self) -> &'static CommandSpec {
         spec::lookup(self.name().as_bytes()).expect("every command has a table row")
@@ -631,6 +681,8 @@ impl<'a> Command<'a> {
             ConfigId(_) => "configid",
             Fragments(_) => "fragments",
             FragmentId { .. } => "fragmentid",
+            InstanceLease(_) => "instancelease",
+            PinSet { .. } => "pinset",
             LGet { .. } => "lget",
             LMGet { markers: false, .. } => "lmget",
             LMGet { markers: true, .. } => "lmgetmark",
@@ -657,6 +709,7 @@ impl<'a> Command<'a> {
             LValidate(_) => "lvalidate",
             LCommit(_) => "lcommit",
             LPriority { .. } => "lpriority",
+            LConfig { .. } => "lconfig",
             LAbort(_) => "labort",
             IqGet { .. } => "iqget",
             ISet { .. } => "iset",
@@ -859,6 +912,8 @@ impl<'a> Command<'a> {
                 out.push(u(*fragment as u64));
                 out.extend(id.map(u));
             }
+            InstanceLease(until) => out.extend(until.map(u)),
+            PinSet { key, value } => out.extend([b(key), b(value)]),
             LGet { sid, key, rmw } => {
                 out.extend([u(*sid), b(key)]);
                 if *rmw {
@@ -918,6 +973,7 @@ impl<'a> Command<'a> {
             LIncr { sid, key, delta } => out.extend([u(*sid), b(key), u(delta.unsigned_abs())]),
             LValidate(sid) | LCommit(sid) | LAbort(sid) => out.push(u(*sid)),
             LPriority { sid, ticket } => out.extend([u(*sid), u(*ticket)]),
+            LConfig { sid, id } => out.extend([u(*sid), u(*id)]),
             IqSet { sid, key, value } => out.extend([u(*sid), b(key), b(value)]),
             Sar {
                 sid,
@@ -1170,6 +1226,17 @@ fn parse_with<'a>(
             },
             _ => return Err(arity()),
         },
+        "instancelease" => match a.len() {
+            1 => C::InstanceLease(None),
+            2 => C::InstanceLease(Some(
+                parse_u64(a[1]).ok_or_else(|| ErrorReply::err("invalid lease end"))?,
+            )),
+            _ => return Err(arity()),
+        },
+        "pinset" => C::PinSet {
+            key: a[1],
+            value: a[2],
+        },
         "lget" => {
             let rmw = match a.len() {
                 3 => false,
@@ -1278,6 +1345,10 @@ fn parse_with<'a>(
         "lpriority" => C::LPriority {
             sid: session_id(a[1])?,
             ticket: session_id(a[2]).map_err(|_| ErrorReply::err("invalid ticket"))?,
+        },
+        "lconfig" => C::LConfig {
+            sid: session_id(a[1])?,
+            id: parse_u64(a[2]).ok_or_else(|| ErrorReply::err("invalid configuration id"))?,
         },
         "labort" => C::LAbort(session_id(a[1])?),
         "iqget" => C::IqGet {
@@ -1855,6 +1926,9 @@ mod tests {
             "CONFIGID 9",
             "FRAGMENTS 16",
             "FRAGMENTID 3 7",
+            "INSTANCELEASE",
+            "INSTANCELEASE 1500",
+            "PINSET k v",
             "LGET 1 k",
             "LMGET 1 RMW a b",
             "LMGETMARK 1 RO a b",
@@ -1876,6 +1950,7 @@ mod tests {
             "LUNMARK 1 k",
             "LVALIDATE 1",
             "LPRIORITY 1 1732480000000000",
+            "LCONFIG 1 7",
             "LCOMMIT 1",
             "LABORT 1",
             "IQGET 1 k",

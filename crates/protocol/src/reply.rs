@@ -27,6 +27,12 @@ pub enum ErrorKind {
     WrongPass,
     /// HELLO asked for a protocol version the server does not speak.
     NoProto,
+    /// Gemini: the CMI's lease from the coordinator has run out (or was not granted since it
+    /// started), so it serves no key; ask the coordinator's configuration where to go.
+    Fenced,
+    /// Gemini: the session routes by an older configuration than the CMI knows; the message
+    /// starts with the newer id. Fetch the configuration and run the session again.
+    StaleConfig,
     /// Any other first word, kept as received.
     Other(Box<str>),
 }
@@ -43,6 +49,8 @@ impl ErrorKind {
             ErrorKind::NoAuth => "NOAUTH",
             ErrorKind::WrongPass => "WRONGPASS",
             ErrorKind::NoProto => "NOPROTO",
+            ErrorKind::Fenced => "FENCED",
+            ErrorKind::StaleConfig => "STALECONFIG",
             ErrorKind::Other(s) => s,
         }
     }
@@ -58,6 +66,8 @@ impl ErrorKind {
             "NOAUTH" => ErrorKind::NoAuth,
             "WRONGPASS" => ErrorKind::WrongPass,
             "NOPROTO" => ErrorKind::NoProto,
+            "FENCED" => ErrorKind::Fenced,
+            "STALECONFIG" => ErrorKind::StaleConfig,
             other => ErrorKind::Other(other.into()),
         }
     }
@@ -158,6 +168,29 @@ impl ErrorReply {
 
     pub fn leased() -> Self {
         Self::new(ErrorKind::Leased, "key is leased by a session")
+    }
+
+    pub fn fenced() -> Self {
+        Self::new(
+            ErrorKind::Fenced,
+            "this instance holds no lease from the coordinator, so it serves no key",
+        )
+    }
+
+    /// The refusal of a session routed by configuration `session`, older than `latest`.
+    pub fn stale_config(latest: u64, session: u64) -> Self {
+        Self::new(
+            ErrorKind::StaleConfig,
+            format!("{latest} is the latest configuration; the session routes by {session}"),
+        )
+    }
+
+    /// The newer configuration id a STALECONFIG reply names.
+    pub fn latest_config(&self) -> Option<u64> {
+        if self.kind != ErrorKind::StaleConfig {
+            return None;
+        }
+        self.message.split(' ').next()?.parse().ok()
     }
 }
 

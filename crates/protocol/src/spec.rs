@@ -475,6 +475,22 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Reads or sets a fragment's configuration id.",
     ),
     spec(
+        "instancelease",
+        -1,
+        S,
+        NONE,
+        Meta,
+        "Reads the CMI's clock and coordinator lease, or sets when the lease ends.",
+    ),
+    spec(
+        "pinset",
+        3,
+        W,
+        K1,
+        Meta,
+        "Stores a pinned value outside of sessions (the coordinator's entries).",
+    ),
+    spec(
         "lget",
         -3,
         S,
@@ -625,6 +641,14 @@ pub static COMMANDS: &[CommandSpec] = &[
         NONE,
         Session,
         "Gives a session that lost a lease conflict before its ticket: older sessions wait.",
+    ),
+    spec(
+        "lconfig",
+        3,
+        S,
+        NONE,
+        Session,
+        "Names the configuration a session routes by; refused once the CMI knows a newer one.",
     ),
     spec(
         "labort",

@@ -147,7 +147,7 @@ impl Cmi {
             C::Commands(sub) => command_info(sub),
             C::Config(sub) => self.config_command(sub),
             C::Client(sub) => self.client_command(client, sub),
-            C::Info(sections) => Reply::Bulk(self.info(sections).into_bytes().into()),
+            C::Info(sections) => Reply::Bulk(self.info(sections, now).into_bytes().into()),
             C::BgRewriteAof => self.bgrewriteaof(),
             _ => {
                 if let Some(refusal) = self.refuse_write(cmd) {
@@ -494,7 +494,7 @@ impl Cmi {
     }
 
     /// The INFO text: Redis's layout (`# Section` headers, `field:value` lines).
-    pub fn info(&self, sections: &[&[u8]]) -> String {
+    pub fn info(&self, sections: &[&[u8]], now: Now) -> String {
         let wanted: Vec<String> = sections
             .iter()
             .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
@@ -653,6 +653,14 @@ impl Cmi {
                 ("markers", e.marker_count().to_string()),
                 ("configuration_id", e.configuration_id().to_string()),
                 ("fragments", e.fragments().to_string()),
+                // Gemini: keys are served only under the coordinator's lease (ms left; 0: fenced).
+                ("fenced", (e.fenced(now) as u8).to_string()),
+                (
+                    "instance_lease_left_ms",
+                    e.instance_lease_until()
+                        .saturating_sub(now.mono_ms)
+                        .to_string(),
+                ),
             ],
         );
         section(
