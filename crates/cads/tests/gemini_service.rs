@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use cads_client::{Client, ClientConfig, RangeSource};
 use cads_coord::configuration::{Configuration, Mode};
-use cads_coord::service::{
-    dirty_list_key, Change, Service, ServiceOptions, CONFIGURATION_KEY, DIRTY_LIST_START,
-};
+use cads_coord::dirty_list;
+use cads_coord::repair::Repair;
+use cads_coord::service::{Change, Service, ServiceOptions, CONFIGURATION_KEY};
 use cads_protocol::Reply;
 use cads_store::Relay;
 use cads_testkit::resp::RespConn;
@@ -73,6 +73,7 @@ fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
         lease: LEASE,
         probe_every: Duration::from_millis(100),
         state_file: Some(dir.path().join("coord.json")),
+        repair: Repair::Invalidate,
     };
     let client = || Client::new(ClientConfig::new(addrs.clone()), ranges());
     let mut service = Service::start(client(), options.clone(), 0).unwrap();
@@ -114,9 +115,10 @@ fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
         assert_eq!(f.mode, Mode::Transient, "fragment {j}");
         let secondary = f.secondary.expect("another instance is up").instance;
         assert_ne!(secondary, 1);
-        let list = get(addrs[secondary], &dirty_list_key(j)).expect("a dirty list");
+        let list = get(addrs[secondary], &dirty_list::key(j)).expect("a dirty list");
         assert_eq!(
-            list, DIRTY_LIST_START,
+            list,
+            dirty_list::START,
             "fragment {j}: made empty, with its start"
         );
     }
@@ -141,7 +143,7 @@ fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
         .secondary
         .unwrap()
         .instance;
-    let key = String::from_utf8(dirty_list_key(lost)).unwrap();
+    let key = String::from_utf8(dirty_list::key(lost)).unwrap();
     assert_eq!(call(addrs[lost_at], &["DEL", &key]), Reply::Int(1));
     relay.set_cut(false);
     assert_eq!(service.step(81_000).unwrap(), vec![Change::Returned(1)]);
@@ -158,11 +160,30 @@ fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
     for &addr in cmis.addrs() {
         assert_eq!(config_id(addr), 3);
     }
-    // The returned instance is granted a lease at the next probe, now that it knows the ids.
-    assert_eq!(service.step(81_500).unwrap(), vec![]);
+    // The returned instance is granted a lease at the next probe, now that it knows the ids,
+    // and a recovery worker finds the kept fragment's dirty list empty: back to normal.
+    assert_eq!(
+        service.step(81_500).unwrap(),
+        vec![Change::FragmentRecovered(kept)]
+    );
+    let normal = service.configuration().clone();
+    assert_eq!(normal.id(), 4);
+    assert_eq!(normal.fragments()[kept as usize].mode, Mode::Normal);
+    assert_eq!(normal.fragments()[kept as usize].primary.id, 1);
     for &addr in cmis.addrs() {
-        assert_eq!(stored_configuration(addr), back);
+        assert_eq!(stored_configuration(addr), normal);
     }
+    assert_eq!(
+        get(
+            addrs[failed.fragments()[kept as usize]
+                .secondary
+                .unwrap()
+                .instance],
+            &dirty_list::key(kept)
+        ),
+        None,
+        "the used dirty list is deleted"
+    );
     match call(cmis.addrs()[1], &["FRAGMENTID", &lost.to_string()]) {
         Reply::Int(id) => assert_eq!(id, 3, "the returning instance discards the fragment"),
         other => panic!("FRAGMENTID: {other:?}"),
@@ -183,6 +204,7 @@ fn an_instance_cut_off_from_the_coordinator_stops_serving_before_its_fragments_m
         lease: Duration::from_millis(1_000),
         probe_every: Duration::from_millis(50),
         state_file: None,
+        repair: Repair::Invalidate,
     };
     let client = Client::new(ClientConfig::new(addrs), ranges());
     let service = Service::start(client, options, 0).unwrap();
@@ -208,4 +230,51 @@ fn an_instance_cut_off_from_the_coordinator_stops_serving_before_its_fragments_m
     );
     stop.store(true, Ordering::Release);
     running.join().unwrap();
+}
+
+/// Recovery workers (004 Algorithm 3): each dirty key is deleted on the recovering primary
+/// (Gemini-I) or overwritten with the secondary's value (Gemini-O, deleted when the secondary has
+/// none); keys not on the list keep their values; a key a client is filling is left for the
+/// next pass; a list without its start is lost.
+#[test]
+fn recovery_workers_repair_the_dirty_keys_and_nothing_else() {
+    use cads_coord::repair::{repair_fragment, Pass};
+    for how in [Repair::Invalidate, Repair::Overwrite] {
+        let cmis = Cmis::start(2, "write-around");
+        let (primary, secondary) = (cmis.addrs()[0], cmis.addrs()[1]);
+        let client = Client::new(ClientConfig::new(cmis.addrs().to_vec()), ranges());
+        for key in ["copied", "gone", "clean", "filling"] {
+            call(primary, &["SET", key, "old"]);
+        }
+        call(secondary, &["SET", "copied", "new"]);
+        let mut list = dirty_list::START.to_vec();
+        for key in ["copied", "gone", "filling"] {
+            list.extend(dirty_list::line(key.as_bytes()));
+        }
+        let list_key = String::from_utf8(dirty_list::key(3)).unwrap();
+        let list = String::from_utf8(list).unwrap();
+        assert_eq!(call(secondary, &["PINSET", &list_key, &list]), Reply::OK);
+        // A client is repairing "filling" itself (Algorithm 1): it holds the I lease.
+        let mut filler = RespConn::connect(primary.port());
+        assert_eq!(filler.call(&["ISET", "999999", "filling"]), Reply::Int(0));
+
+        let pass = repair_fragment(&client, 3, 0, 1, how).unwrap();
+        assert_eq!(pass, Pass::Partly { repaired: 2, left: 1 }, "{how:?}");
+        let expected = match how {
+            Repair::Invalidate => None,
+            Repair::Overwrite => Some(b"new".to_vec()),
+        };
+        assert_eq!(get(primary, b"copied"), expected, "{how:?}");
+        assert_eq!(get(primary, b"gone"), None, "{how:?}: the secondary had none");
+        assert_eq!(get(primary, b"clean"), Some(b"old".to_vec()), "{how:?}: not dirty");
+
+        assert_eq!(filler.call(&["IQSET", "999999", "filling", "fresh"]), Reply::Int(1));
+        let pass = repair_fragment(&client, 3, 0, 1, how).unwrap();
+        assert_eq!(pass, Pass::Done { repaired: 3 }, "{how:?}");
+        assert_eq!(get(primary, b"filling"), None, "{how:?}: repaired again, harmlessly");
+
+        assert_eq!(call(secondary, &["DEL", &list_key]), Reply::Int(1));
+        call(secondary, &["APPEND", &list_key, "1 k\n"]);
+        assert_eq!(repair_fragment(&client, 3, 0, 1, how).unwrap(), Pass::ListLost);
+    }
 }

@@ -384,6 +384,24 @@ impl Client {
             .collect()
     }
 
+    /// Plain APPENDs of bytes to keys on chosen CMIs, in one round trip as [`Client::get_at`]:
+    /// each answer is the value's new length or its own error. An append keeps the entry's pin
+    /// (Gemini's dirty lists).
+    pub fn append_at(&self, places: &[(usize, &[u8], &[u8])]) -> Vec<Result<usize>> {
+        let commands: Vec<(usize, Command<'_>)> = places
+            .iter()
+            .map(|&(cmi, key, value)| (cmi, Command::Append { key, value }))
+            .collect();
+        self.execute_many(&commands)
+            .into_iter()
+            .map(|reply| match reply? {
+                Reply::Int(n) => Ok(n.max(0) as usize),
+                Reply::Error(e) => Err(session::error_from(e)),
+                other => Err(session::unexpected(&other)),
+            })
+            .collect()
+    }
+
     /// Starts a session with a fresh id.
     pub fn session(&self) -> Session<'_> {
         Session::new(self, self.ids.next())

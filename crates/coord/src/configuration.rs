@@ -311,6 +311,25 @@ impl Configuration {
         Ok(())
     }
 
+    /// The fragment's dirty list was lost during recovery (its secondary restarted, or the list
+    /// was damaged): the dirty keys not repaired yet cannot be known, so the primary's copy is
+    /// discarded (its id rises to the new configuration's) and the fragment returns to normal.
+    pub fn recovery_list_lost(&mut self, fragment: u32) -> Result<(), ConfigError> {
+        let next = self.id + 1;
+        let f = self.fragment_mut(fragment)?;
+        if f.mode != Mode::Recovery {
+            return Err(ConfigError::NotApplicable(format!(
+                "fragment {fragment} is in {} mode, not recovery",
+                f.mode.name()
+            )));
+        }
+        f.mode = Mode::Normal;
+        f.primary.id = next;
+        f.secondary = None;
+        self.id = next;
+        Ok(())
+    }
+
     /// The secondary lost the fragment's dirty list while the primary was away (004 §3.1): the
     /// secondary becomes the primary, and the old primary's copy is discarded (it no longer hosts
     /// the fragment).

@@ -16,8 +16,10 @@
 //! random.
 
 pub mod configuration;
+pub mod dirty_list;
 pub mod liveness;
 pub mod publish;
+pub mod repair;
 pub mod service;
 pub mod state_file;
 

@@ -5,7 +5,7 @@
 //! 1. saved to the state file, so that a restarted coordinator never hands out an id twice or
 //!    forgets a change it published;
 //! 2. each fragment given a new secondary gets its dirty list there, a pinned entry that starts
-//!    with [`DIRTY_LIST_START`], before any client can learn of the secondary: a list without its
+//!    with [`dirty_list::START`], before any client can learn of the secondary: a list without its
 //!    start was lost (evicted, or its instance restarted), and the primary cannot be trusted;
 //! 3. the ids published to every instance that is up (`CONFIGID`, `FRAGMENTID`: see
 //!    [`publish`]), and only once every instance that may still serve knows them,
@@ -35,20 +35,14 @@ use cads_client::{Client, ClientError};
 use cads_protocol::{Command, Reply};
 
 use crate::configuration::{ConfigError, Configuration, InstanceId, InstanceState, Mode, Replica};
+use crate::dirty_list;
 use crate::liveness::{Liveness, Renewal};
 use crate::publish::publish;
+use crate::repair::{repair_fragment, Pass, Repair};
 use crate::state_file::{self, SavedState};
 
 /// The cache entry holding the current configuration (JSON), on every instance that is up.
 pub const CONFIGURATION_KEY: &[u8] = b"gemini:configuration";
-
-/// The first line of every dirty list: a list that lacks it was lost and rebuilt by appends.
-pub const DIRTY_LIST_START: &[u8] = b"gemini:dirty-list-start\n";
-
-/// The key of a fragment's dirty list on its secondary.
-pub fn dirty_list_key(fragment: u32) -> Vec<u8> {
-    format!("gemini:dirty:{fragment}").into_bytes()
-}
 
 /// How the service runs.
 #[derive(Clone, Debug)]
@@ -61,6 +55,8 @@ pub struct ServiceOptions {
     pub probe_every: Duration,
     /// Where the state survives a restart; None keeps it in memory only.
     pub state_file: Option<PathBuf>,
+    /// What the recovery workers do with a dirty key (Gemini-I or Gemini-O).
+    pub repair: Repair,
 }
 
 /// What a step saw happen to an instance.
@@ -68,6 +64,10 @@ pub struct ServiceOptions {
 pub enum Change {
     Failed(InstanceId),
     Returned(InstanceId),
+    /// Every dirty key of the fragment was repaired: it is back to normal mode.
+    FragmentRecovered(u32),
+    /// The fragment's dirty list was lost during recovery: its primary's copy was discarded.
+    FragmentDiscarded(u32),
 }
 
 /// Why the service cannot go on.
@@ -210,6 +210,7 @@ impl Service {
                 changes.push(Change::Returned(*i));
             }
         }
+        self.repair_fragments(&mut changes)?;
         changes.extend(
             self.liveness
                 .expired(now_ms)
@@ -221,6 +222,43 @@ impl Service {
         }
         self.make_known()?;
         Ok(changes)
+    }
+
+    /// A recovery worker's pass over each fragment in recovery (004 Algorithm 3), once every
+    /// instance that may serve knows the configuration that put it there: a fragment whose dirty
+    /// keys are all repaired returns to normal, one whose list is lost is discarded. A pass that
+    /// cannot reach an instance is tried again at the next step.
+    fn repair_fragments(&mut self, changes: &mut Vec<Change>) -> Result<(), ServiceError> {
+        let id = self.configuration.id();
+        let known = (0..self.entry_stored.len())
+            .all(|i| !self.liveness.is_alive(i) || self.entry_stored[i] >= id);
+        if !known {
+            return Ok(());
+        }
+        let recovering: Vec<(u32, InstanceId, InstanceId)> = (0..)
+            .zip(self.configuration.fragments())
+            .filter(|(_, f)| f.mode == Mode::Recovery)
+            .filter_map(|(j, f)| Some((j, f.primary.instance, f.secondary?.instance)))
+            .collect();
+        for (j, primary, secondary) in recovering {
+            match repair_fragment(&self.client, j, primary, secondary, self.options.repair) {
+                Ok(Pass::Done { repaired }) => {
+                    tracing::info!(fragment = j, repaired, "fragment recovered");
+                    self.configuration.fragment_recovered(j)?;
+                    changes.push(Change::FragmentRecovered(j));
+                }
+                Ok(Pass::Partly { repaired, left }) => {
+                    tracing::debug!(fragment = j, repaired, left, "dirty keys still leased");
+                }
+                Ok(Pass::ListLost) => {
+                    tracing::warn!(fragment = j, "dirty list lost in recovery; discarding");
+                    self.configuration.recovery_list_lost(j)?;
+                    changes.push(Change::FragmentDiscarded(j));
+                }
+                Err(e) => tracing::warn!(fragment = j, error = %e, "recovery pass failed"),
+            }
+        }
+        Ok(())
     }
 
     /// How long a granted lease lasts on the instance's clock: this coordinator's lease on it,
@@ -253,6 +291,8 @@ impl Service {
 
     fn apply(&mut self, change: Change) -> Result<(), ServiceError> {
         match change {
+            // Applied by the pass that saw them.
+            Change::FragmentRecovered(_) | Change::FragmentDiscarded(_) => {}
             Change::Failed(instance) => {
                 self.configuration.instance_failed(instance)?;
                 self.published[instance] = 0;
@@ -327,6 +367,20 @@ impl Service {
                 self.entry_stored[i] = id;
             }
         }
+        // Lists of fragments that left transient and recovery mode: no client reads them now.
+        for (j, f) in self.configuration.fragments().iter().enumerate() {
+            let Some(made_on) = self.lists_made[j] else {
+                continue;
+            };
+            if f.secondary.is_none() && self.liveness.is_alive(made_on.instance) {
+                let key = dirty_list::key(j as u32);
+                let keys = [key.as_slice()];
+                let deleted = self.client.execute(made_on.instance, &Command::Del(&keys));
+                if matches!(deleted, Ok(Reply::Int(_))) {
+                    self.lists_made[j] = None;
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -344,9 +398,9 @@ fn clock_of(answer: Result<Reply<'static>, ClientError>) -> Option<u64> {
 
 /// Whether `instance` holds `fragment`'s dirty list, whole from its start.
 fn has_dirty_list(client: &Client, instance: InstanceId, fragment: u32) -> bool {
-    let key = dirty_list_key(fragment);
+    let key = dirty_list::key(fragment);
     match client.get_at(&[(instance, key.as_slice())]).pop() {
-        Some(Ok(Some(list))) => list.starts_with(DIRTY_LIST_START),
+        Some(Ok(Some(list))) => list.starts_with(dirty_list::START),
         _ => false,
     }
 }
@@ -360,8 +414,8 @@ fn start_dirty_list(
     pin_set(
         client,
         instance,
-        &dirty_list_key(fragment),
-        DIRTY_LIST_START,
+        &dirty_list::key(fragment),
+        dirty_list::START,
     )
 }
 
