@@ -49,6 +49,10 @@ impl From<ClientError> for Error {
     fn from(e: ClientError) -> Self {
         match e {
             ClientError::Aborted { reason } => Error::Aborted { reason },
+            // Gemini: run again by the newer configuration.
+            ClientError::StaleConfiguration { .. } | ClientError::Fenced => Error::Aborted {
+                reason: e.to_string(),
+            },
             other => Error::Cache(other),
         }
     }

@@ -35,6 +35,7 @@ mod cache_store;
 pub mod documents;
 mod error;
 pub mod failpoints;
+pub mod gemini;
 mod missed;
 mod session;
 pub mod tardis;
@@ -65,6 +66,7 @@ pub use cads_coord::Coordinator;
 /// transactions, fault injection.
 pub use cads_store as store;
 pub use error::{Error, Result};
+pub use gemini::GeminiRouter;
 pub use session::Session;
 pub use tardis::{AppNodes, Mode, TardisConfig, TardisCounts, Technique};
 pub use tx::StoreTx;
@@ -147,6 +149,10 @@ pub struct Config {
     /// write-through lease mode ([`Config::cmi_mode`]) and [`tardis::Recovery`] running. Ignored
     /// by the other policies (write-back tolerates an outage by design).
     pub tardis: Option<TardisConfig>,
+    /// Gemini (004): keys are routed by the configuration the coordinator (`cads_coord`'s service)
+    /// stores on the CMIs, which survives an instance's failure and recovery without stale reads
+    /// ([`gemini`]). Write-around only, with the client [`Cads::connect`] builds.
+    pub gemini: bool,
 }
 
 impl Config {
@@ -181,6 +187,7 @@ impl Default for Config {
             retry: RetryPolicy::default(),
             write_back: WriteBackConfig::default(),
             tardis: None,
+            gemini: false,
         }
     }
 }
@@ -205,6 +212,8 @@ pub struct Cads {
     seal: OnceLock<writeback::Seal>,
     /// TARDIS's mode and counters, when it is on.
     tardis: Option<tardis::Tardis>,
+    /// Gemini's routes, when it is on (the client routes by the same router).
+    gemini: Option<Arc<GeminiRouter>>,
 }
 
 /// What [`Cads::read`]'s plain GET found.
@@ -221,11 +230,26 @@ const HEAL_EVERY: Duration = Duration::from_millis(500);
 
 impl Cads {
     /// The framework over a data store and, unless the policy is `DataStoreOnly`, a cache client.
+    /// Gemini ([`Config::gemini`]) needs the client [`Cads::connect`] builds, and panics here.
     pub fn new(
         store: Arc<dyn DataStore>,
         cache: Option<Client>,
         policy: Policy,
         config: Config,
+    ) -> Cads {
+        assert!(
+            !config.gemini || policy == Policy::DataStoreOnly,
+            "Gemini routes keys with the client Cads::connect builds"
+        );
+        Cads::with_router(store, cache, policy, config, None)
+    }
+
+    fn with_router(
+        store: Arc<dyn DataStore>,
+        cache: Option<Client>,
+        policy: Policy,
+        config: Config,
+        gemini: Option<Arc<GeminiRouter>>,
     ) -> Cads {
         let cache = if policy == Policy::DataStoreOnly {
             None
@@ -239,6 +263,10 @@ impl Cads {
             }
             _ => None,
         };
+        let gemini = gemini.filter(|_| cache.is_some());
+        if let (Some(router), Some(client)) = (&gemini, &cache) {
+            router.refresh(client);
+        }
         Cads {
             store,
             cache,
@@ -252,6 +280,7 @@ impl Cads {
             applied_sessions_ready: AtomicBool::new(false),
             seal: OnceLock::new(),
             tardis,
+            gemini,
         }
     }
 
@@ -264,13 +293,26 @@ impl Cads {
         policy: Policy,
         config: Config,
     ) -> Cads {
+        let gemini = (config.gemini && policy != Policy::DataStoreOnly).then(|| {
+            assert!(
+                policy == Policy::WriteAround && config.tardis.is_none(),
+                "Gemini is built for write-around without TARDIS, not {}",
+                policy.name()
+            );
+            Arc::new(GeminiRouter::new(cmis.len()))
+        });
         let client = (policy != Policy::DataStoreOnly).then(|| {
             let mut client_config = ClientConfig::new(cmis.to_vec());
             client_config.password = config.cache_password.as_ref().map(|p| p.0.clone());
             client_config.tls = config.cache_tls.clone();
-            Client::new(client_config, Coordinator::process())
+            match &gemini {
+                Some(router) => {
+                    Client::with_router(client_config, router.clone(), Coordinator::process())
+                }
+                None => Client::new(client_config, Coordinator::process()),
+            }
         });
-        Cads::new(store, client, policy, config)
+        Cads::with_router(store, client, policy, config, gemini)
     }
 
     pub fn store(&self) -> &Arc<dyn DataStore> {
@@ -312,6 +354,11 @@ impl Cads {
 
     pub(crate) fn tardis(&self) -> Option<&tardis::Tardis> {
         self.tardis.as_ref()
+    }
+
+    /// Gemini's router, when Gemini is on.
+    pub fn gemini(&self) -> Option<&GeminiRouter> {
+        self.gemini.as_deref()
     }
 
     /// Documents listed as having buffered writes (TARDIS's TeleW keys, write-back's
@@ -451,7 +498,8 @@ impl Cads {
         let Some(client) = &self.cache else {
             return SingleRead::SessionPath;
         };
-        if self.policy == Policy::DataStoreOnly || !self.leases() {
+        // Gemini: a plain GET names no configuration, and dirty keys need repairing first.
+        if self.policy == Policy::DataStoreOnly || !self.leases() || self.gemini.is_some() {
             return SingleRead::SessionPath;
         }
         let keys = cs.keys_read(query);
@@ -484,6 +532,12 @@ impl Cads {
         let Some(client) = &self.cache else {
             return;
         };
+        if let Some(router) = &self.gemini {
+            if !router.invalidate(client, keys, &self.config) {
+                self.invalidations_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         if self.invalidate_with(keys, &[]).is_ok() {
             return;
         }

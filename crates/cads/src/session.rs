@@ -3,6 +3,7 @@
 //! Algorithms 8-11).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use cads_client::{ClientError, MarkOp, Write};
 use cads_store::{DocOp, StoreError};
@@ -10,6 +11,7 @@ use cads_store::{DocOp, StoreError};
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::error::{Error, Result};
 use crate::failpoints;
+use crate::gemini::{self, Routes};
 use crate::missed::Missed;
 use crate::tardis::{self, Mode, OnMiss};
 use crate::tx::StoreTx;
@@ -58,18 +60,27 @@ pub struct Session<'a> {
     /// The session gave up its data-store transaction: it can only be aborted and run again.
     must_rerun: bool,
     prepared: bool,
+    /// Gemini: the configuration the session routes by, when Gemini is on.
+    routes: Option<Arc<Routes>>,
+    /// Gemini, recovery mode: deletes of written keys on their fragments' secondaries, staged
+    /// with the session's own.
+    secondary_deletes: Vec<(usize, Vec<u8>)>,
 }
 
 impl<'a> Session<'a> {
     /// A session of `cads`; `ticket`: the work's ticket, for a session that runs it again after
     /// a conflict ([`cads_client::Session::set_ticket`]).
     pub(crate) fn new(cads: &'a Cads, write_through: bool, ticket: Option<u64>) -> Session<'a> {
+        let routes = cads.gemini().map(|g| g.routes());
         let cache = match cads.policy() {
             Policy::DataStoreOnly => None,
             _ => cads.cache().map(|c| {
                 let mut session = c.session();
                 if let Some(ticket) = ticket {
                     session.set_ticket(ticket);
+                }
+                if let Some(id) = routes.as_ref().map(|r| r.id()).filter(|&id| id > 0) {
+                    session.set_configuration(id);
                 }
                 session
             }),
@@ -98,6 +109,29 @@ impl<'a> Session<'a> {
             marked_cmis: Vec::new(),
             must_rerun: false,
             prepared: false,
+            routes,
+            secondary_deletes: Vec::new(),
+        }
+    }
+
+    /// Gemini: a cache error that may mean the configuration changed (a refusal by a newer
+    /// configuration or by a fence, an instance that cannot be reached) makes the process fetch
+    /// it, so that the session's next run routes by it; such an error is a retryable abort.
+    /// Other errors, and every error without Gemini, convert as usual.
+    fn cache_error(&self, e: ClientError) -> Error {
+        let (Some(router), Some(client)) = (self.cads.gemini(), self.cads.cache()) else {
+            return e.into();
+        };
+        let reconfigured = matches!(
+            e,
+            ClientError::StaleConfiguration { .. } | ClientError::Fenced
+        );
+        if !reconfigured && !e.is_unavailable() {
+            return e.into();
+        }
+        router.refresh(client);
+        Error::Aborted {
+            reason: format!("{e}; running again by the newest configuration"),
         }
     }
 
@@ -315,6 +349,16 @@ impl<'a> Session<'a> {
         if !self.use_cache() || keys.is_empty() || self.cads.any_missed(&keys) {
             return self.query_store(cs, query, &keys, false, true);
         }
+        // Gemini: keys of a fragment no instance can serve now are read around the cache, and
+        // dirty keys of a recovering primary are repaired first (004 Algorithm 1).
+        let repair = match self.routes.as_ref().map(|r| r.read_plan(&keys)) {
+            Some(None) => return self.query_store(cs, query, &keys, false, true),
+            Some(Some(repair)) => repair,
+            None => Vec::new(),
+        };
+        if !repair.is_empty() {
+            self.repair_dirty(&repair)?;
+        }
         let step = self.tx.next_step();
         let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let cache = self.cache.as_mut().expect("use_cache checked it");
@@ -328,10 +372,13 @@ impl<'a> Session<'a> {
         let (values, marked): (Vec<Option<Vec<u8>>>, Vec<bool>) = match read {
             Ok(read) => read.into_iter().unzip(),
             Err(e) if e.is_unavailable() => {
+                if self.routes.is_some() {
+                    return Err(self.cache_error(e));
+                }
                 self.degrade(&e);
                 return self.query_store(cs, query, &keys, false, true);
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(self.cache_error(e)),
         };
         if values.iter().all(Option::is_some) {
             let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
@@ -380,11 +427,26 @@ impl<'a> Session<'a> {
                 Ok(()) => {}
                 // No room to cache the result: the read still succeeds.
                 Err(ClientError::NotStored) => {}
-                Err(e) if e.is_unavailable() => self.degrade(&e),
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_unavailable() && self.routes.is_none() => self.degrade(&e),
+                Err(e) => return Err(self.cache_error(e)),
             }
         }
         Ok(output)
+    }
+
+    /// Gemini, recovery mode (004 Algorithm 1): each dirty key is deleted on its recovering
+    /// primary under an I lease this session then fills it with, as for a miss; from then on
+    /// this process reads it as any other key.
+    fn repair_dirty(&mut self, keys: &[Vec<u8>]) -> Result<()> {
+        let routes = self.routes.clone().expect("Gemini");
+        for key in keys {
+            let cache = self.cache.as_mut().expect("use_cache checked it");
+            if let Err(e) = cache.iset(key) {
+                return Err(self.cache_error(e));
+            }
+            routes.repaired(key);
+        }
+        Ok(())
     }
 
     /// Contextual: `keys` carry markers and the buffered writes the read depends on are in the
@@ -603,6 +665,11 @@ impl<'a> Session<'a> {
                 }));
             }
         }
+        if let Some(routes) = self.routes.clone() {
+            if self.cache.is_some() && !self.read_only() {
+                return self.pre_commit_gemini(&routes);
+            }
+        }
         if self.cache.is_none() || self.degraded.is_some() {
             self.note_missed_writes();
             return Ok(());
@@ -626,6 +693,41 @@ impl<'a> Session<'a> {
             Err(e) => return Err(e.into()),
         }
         self.apply_before_write()
+    }
+
+    /// Gemini (write-around): the session's deletes where its keys route, and on the
+    /// secondaries of recovering fragments, staged under Q leases and validated; then the keys
+    /// of fragments in transient mode appended to their dirty lists, all before the data-store
+    /// commit (004 §3.1, Algorithm 2). A key no instance can take, an instance that cannot be
+    /// reached, or a newer configuration ends the session for a run by the newest configuration
+    /// (a retryable abort): a write is never acknowledged that the instances of its keys might
+    /// not know of, which is why Gemini needs no record of missed writes.
+    fn pre_commit_gemini(&mut self, routes: &Routes) -> Result<()> {
+        let client = self.cads.cache().expect("a cache");
+        if let Some((cmi, cause)) = self.degraded.clone() {
+            return Err(self.cache_error(ClientError::Unavailable {
+                cmi,
+                reason: cause,
+                refused: false,
+            }));
+        }
+        let plan = match routes.write_plan(&self.deletes) {
+            Ok(plan) => plan,
+            Err(reason) => {
+                if let Some(router) = self.cads.gemini() {
+                    router.refresh(client);
+                }
+                return Err(Error::Aborted { reason });
+            }
+        };
+        self.secondary_deletes = plan.secondary_deletes;
+        if let Err(e) = self.stage(None, true) {
+            return Err(self.cache_error(e));
+        }
+        if let Err(e) = gemini::append_to_dirty_lists(client, &plan.appends) {
+            return Err(self.cache_error(e));
+        }
+        Ok(())
     }
 
     /// TARDIS: a session that teleports its writes stages them as write-back does, the cached
@@ -845,7 +947,9 @@ impl<'a> Session<'a> {
                 None => per_key.push((key, vec![change])),
             }
         }
-        per_key.retain(|(key, _)| self.reachable(key));
+        if self.routes.is_none() {
+            per_key.retain(|(key, _)| self.reachable(key));
+        }
         // Keys in order, so that sessions writing the same keys list them alike.
         per_key.sort_by(|a, b| a.0.cmp(&b.0));
         per_key.dedup_by(|a, b| a.0 == b.0);
@@ -915,6 +1019,11 @@ impl<'a> Session<'a> {
                 None => (cmi, Write::Delete { key }),
             });
         }
+        writes.extend(
+            std::mem::take(&mut self.secondary_deletes)
+                .into_iter()
+                .map(|(cmi, key)| (cmi, Write::Delete { key })),
+        );
         let own = writes.len();
         if let Some(staging) = staging {
             let buffered_reads = &values[values.len() - staging.reads().len()..];

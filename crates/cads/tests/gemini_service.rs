@@ -259,22 +259,47 @@ fn recovery_workers_repair_the_dirty_keys_and_nothing_else() {
         assert_eq!(filler.call(&["ISET", "999999", "filling"]), Reply::Int(0));
 
         let pass = repair_fragment(&client, 3, 0, 1, how).unwrap();
-        assert_eq!(pass, Pass::Partly { repaired: 2, left: 1 }, "{how:?}");
+        assert_eq!(
+            pass,
+            Pass::Partly {
+                repaired: 2,
+                left: 1
+            },
+            "{how:?}"
+        );
         let expected = match how {
             Repair::Invalidate => None,
             Repair::Overwrite => Some(b"new".to_vec()),
         };
         assert_eq!(get(primary, b"copied"), expected, "{how:?}");
-        assert_eq!(get(primary, b"gone"), None, "{how:?}: the secondary had none");
-        assert_eq!(get(primary, b"clean"), Some(b"old".to_vec()), "{how:?}: not dirty");
+        assert_eq!(
+            get(primary, b"gone"),
+            None,
+            "{how:?}: the secondary had none"
+        );
+        assert_eq!(
+            get(primary, b"clean"),
+            Some(b"old".to_vec()),
+            "{how:?}: not dirty"
+        );
 
-        assert_eq!(filler.call(&["IQSET", "999999", "filling", "fresh"]), Reply::Int(1));
+        assert_eq!(
+            filler.call(&["IQSET", "999999", "filling", "fresh"]),
+            Reply::Int(1)
+        );
         let pass = repair_fragment(&client, 3, 0, 1, how).unwrap();
         assert_eq!(pass, Pass::Done { repaired: 3 }, "{how:?}");
-        assert_eq!(get(primary, b"filling"), None, "{how:?}: repaired again, harmlessly");
+        assert_eq!(
+            get(primary, b"filling"),
+            None,
+            "{how:?}: repaired again, harmlessly"
+        );
 
         assert_eq!(call(secondary, &["DEL", &list_key]), Reply::Int(1));
         call(secondary, &["APPEND", &list_key, "1 k\n"]);
-        assert_eq!(repair_fragment(&client, 3, 0, 1, how).unwrap(), Pass::ListLost);
+        assert_eq!(
+            repair_fragment(&client, 3, 0, 1, how).unwrap(),
+            Pass::ListLost
+        );
     }
 }

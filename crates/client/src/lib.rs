@@ -65,6 +65,8 @@ pub use tls::{TlsConfig, TlsIdentity, TlsName};
 /// The stable hash of keys that CMIs use for fragments (FNV-1a, 64 bits): the same in every
 /// process and version, for anything several processes must place alike.
 pub use cads_protocol::fragment::fnv1a64 as stable_hash;
+/// The fragment of a key when the key space is split into `count` (Gemini), as the CMIs compute it.
+pub use cads_protocol::fragment::fragment_of;
 
 use pool::Pool;
 

@@ -4,10 +4,11 @@
 //! application process for now, behind `cads_client::RangeSource`. Gemini's configurations
 //! ([`configuration`]: fragments, their modes and configuration ids, 004 §2-3), instance leases
 //! ([`liveness`]), publishing a configuration's ids to a CMI ([`publish`]), the state file that
-//! lets a coordinator survive its restart ([`state_file`]) and the service that runs them over
-//! real instances, making the dirty lists of new secondaries and storing the configuration entry
-//! clients are to fetch ([`service`]) are here; clients that follow configurations, the
-//! `cads coord` process and range leases (CPR) are not built yet.
+//! lets a coordinator survive its restart ([`state_file`]), dirty lists ([`dirty_list`]), the
+//! recovery workers ([`repair`]) and the service that runs them over real instances, granting
+//! their leases, making the dirty lists of new secondaries and storing the configuration entry
+//! clients fetch ([`service`]) are here (the clients' side is `cads::gemini`); the `cads coord`
+//! process and range leases (CPR) are not built yet.
 //!
 //! Every client of a process must draw from the same coordinator: two clients numbering sessions
 //! from separate counters would give two sessions the same id, and a CMI would take them for one.

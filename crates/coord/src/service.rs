@@ -23,9 +23,11 @@
 //!
 //! The pinned entries are stored with `PINSET`, which CMIs of either lease mode take.
 //!
-//! Not built yet (issue 14): clients that fetch the configuration and route by it, the writes
-//! that append to dirty lists, recovery workers (which report [`Configuration::fragment_recovered`]),
-//! session-id ranges served to other processes, the `cads coord` command, and etcd.
+//! After the probes, a recovery worker's pass runs over each fragment in recovery
+//! ([`crate::repair`]); a fragment whose dirty keys are all repaired returns to normal mode.
+//!
+//! Not built yet (issue 14): session-id ranges served to other processes, the `cads coord`
+//! command, and etcd.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

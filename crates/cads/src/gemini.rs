@@ -1,0 +1,323 @@
+//! Gemini on the AppNode (004 §2.2, §3.1-3.2): keys routed by the coordinator's configuration,
+//! the dirty lists kept while a fragment's primary is away, and the repair of dirty keys when it
+//! is back (Algorithms 1 and 2). The coordinator's side is `cads_coord` (its service and
+//! recovery workers); the CMIs' fences (`fencing` in the engine) make a change of configuration
+//! safe: a session routed by a replaced configuration is refused (STALECONFIG) and runs again
+//! after [`GeminiRouter::refresh`].
+//!
+//! Per fragment mode, for a key of the fragment:
+//!
+//! - **normal**: reads and writes go to the primary, as without Gemini;
+//! - **transient**: they go to the secondary, and a write appends the key to the fragment's
+//!   dirty list there before its data-store commit;
+//! - **transient without a secondary** (no instance was up to host one): reads go to the data
+//!   store, and writes wait (a retryable abort) until the coordinator places the fragment;
+//! - **recovery**: reads and writes go to the primary; a read of a key still on the dirty list
+//!   deletes it there under an I lease (`ISET`) and fills it as a miss (Algorithm 1), and a write
+//!   deletes the key on the secondary too (which Algorithm 2 does only with working-set transfer:
+//!   here always, so that a Gemini-O worker never copies a value older than the latest write).
+//!   A fragment whose dirty list cannot be read is read from the data store until the
+//!   configuration changes.
+//!
+//! Gemini is for write-around (004's assumption), the only policy this module supports.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use cads_client::{Backoff, Client, ClientError, Router, Write};
+use cads_coord::configuration::{Configuration, Route};
+use cads_coord::dirty_list;
+use cads_coord::service::CONFIGURATION_KEY;
+
+use crate::Config;
+
+/// The dirty keys of a fragment in recovery that this process has not repaired yet, or None when
+/// its list could not be read.
+type DirtyKeys = Option<Mutex<HashSet<Vec<u8>>>>;
+
+/// A configuration and what this process knows of its fragments in recovery.
+pub(crate) struct Routes {
+    configuration: Option<Configuration>,
+    dirty: HashMap<u32, DirtyKeys>,
+}
+
+/// What a write does besides deleting its keys where they route.
+#[derive(Debug, Default)]
+pub(crate) struct WritePlan {
+    /// Transient mode: per secondary, the dirty list and the lines to append to it.
+    pub appends: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    /// Recovery mode: keys to delete on their fragment's secondary too.
+    pub secondary_deletes: Vec<(usize, Vec<u8>)>,
+}
+
+impl Routes {
+    fn empty() -> Routes {
+        Routes {
+            configuration: None,
+            dirty: HashMap::new(),
+        }
+    }
+
+    /// The configuration's id; 0 before any was fetched.
+    pub(crate) fn id(&self) -> u64 {
+        self.configuration.as_ref().map_or(0, Configuration::id)
+    }
+
+    fn route_of(&self, key: &[u8]) -> Option<(u32, Route)> {
+        let c = self.configuration.as_ref()?;
+        let fragment = cads_client::fragment_of(key, c.fragments().len() as u32);
+        Some((fragment, c.route(fragment).ok()?))
+    }
+
+    /// How a read of `keys` may use the cache: None when it may not (a key's fragment has no
+    /// instance, its dirty list could not be read, or no configuration is known yet), else the
+    /// keys to repair before reading them (Algorithm 1).
+    pub(crate) fn read_plan(&self, keys: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+        let mut repair = Vec::new();
+        for key in keys {
+            match self.route_of(key)? {
+                (_, Route::Nowhere) => return None,
+                (j, Route::Recovering { .. }) => {
+                    let dirty = self.dirty.get(&j)?.as_ref()?;
+                    if dirty.lock().expect("dirty keys").contains(key) {
+                        repair.push(key.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(repair)
+    }
+
+    /// `key` was deleted on its recovering primary under an I lease: this process need not
+    /// repair it again.
+    pub(crate) fn repaired(&self, key: &[u8]) {
+        let Some((j, Route::Recovering { .. })) = self.route_of(key) else {
+            return;
+        };
+        if let Some(Some(dirty)) = self.dirty.get(&j) {
+            dirty.lock().expect("dirty keys").remove(key);
+        }
+    }
+
+    /// What a write of `keys` adds to their deletes; an error says why it must wait.
+    pub(crate) fn write_plan(&self, keys: &[Vec<u8>]) -> Result<WritePlan, String> {
+        let mut plan = WritePlan::default();
+        for key in keys {
+            match self.route_of(key) {
+                None => return Err("no Gemini configuration is known yet".into()),
+                Some((j, Route::Nowhere)) => {
+                    return Err(format!(
+                        "fragment {j} has no instance until the coordinator places it"
+                    ))
+                }
+                Some((j, Route::Secondary(s))) => {
+                    let list = dirty_list::key(j);
+                    let line = dirty_list::line(key);
+                    match plan
+                        .appends
+                        .iter_mut()
+                        .find(|(c, l, _)| *c == s && *l == list)
+                    {
+                        Some((_, _, lines)) => lines.extend(line),
+                        None => plan.appends.push((s, list, line)),
+                    }
+                }
+                Some((_, Route::Recovering { secondary, .. })) => {
+                    plan.secondary_deletes.push((secondary, key.clone()));
+                }
+                Some((_, Route::Primary(_))) => {}
+            }
+        }
+        Ok(plan)
+    }
+}
+
+/// Appends written keys to the dirty lists of their fragments' secondaries (transient mode), in
+/// one round trip. A list that an append finds missing is created without its start, which the
+/// coordinator then takes for lost.
+pub(crate) fn append_to_dirty_lists(
+    client: &Client,
+    appends: &[(usize, Vec<u8>, Vec<u8>)],
+) -> Result<(), cads_client::ClientError> {
+    let places: Vec<(usize, &[u8], &[u8])> = appends
+        .iter()
+        .map(|(cmi, list, lines)| (*cmi, list.as_slice(), lines.as_slice()))
+        .collect();
+    client
+        .append_at(&places)
+        .into_iter()
+        .try_for_each(|r| r.map(drop))
+}
+
+/// Routes keys by the Gemini configuration the coordinator stores on the CMIs, and fetches a
+/// newer one when told to. The client ([`Client::with_router`]) asks it for every key.
+pub struct GeminiRouter {
+    cmis: usize,
+    routes: RwLock<Arc<Routes>>,
+    /// Held while a refresh runs, so that concurrent sessions fetch once.
+    refreshing: Mutex<()>,
+}
+
+impl std::fmt::Debug for GeminiRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GeminiRouter(configuration {})", self.routes().id())
+    }
+}
+
+impl GeminiRouter {
+    /// A router over `cmis` instances that knows no configuration yet.
+    pub fn new(cmis: usize) -> GeminiRouter {
+        GeminiRouter {
+            cmis,
+            routes: RwLock::new(Arc::new(Routes::empty())),
+            refreshing: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn routes(&self) -> Arc<Routes> {
+        self.routes.read().expect("routes").clone()
+    }
+
+    /// The id of the configuration keys are routed by (0: none yet).
+    pub fn configuration_id(&self) -> u64 {
+        self.routes().id()
+    }
+
+    /// Fetches the newest configuration the instances hold (and, for its fragments in recovery,
+    /// their dirty lists) and routes by it if it is newer. Returns whether it changed. Fenced or
+    /// unreachable instances are skipped; a configuration that does not fit the client (another
+    /// number of instances) is ignored with a warning.
+    pub fn refresh(&self, client: &Client) -> bool {
+        let _one_at_a_time = self.refreshing.lock().expect("refresh lock");
+        let current = self.routes().id();
+        let places: Vec<(usize, &[u8])> = (0..self.cmis).map(|i| (i, CONFIGURATION_KEY)).collect();
+        let newest = client
+            .get_at(&places)
+            .into_iter()
+            .filter_map(|entry| serde_json::from_slice::<Configuration>(&entry.ok()??).ok())
+            .max_by_key(Configuration::id);
+        let Some(configuration) = newest.filter(|c| c.id() > current) else {
+            return false;
+        };
+        if configuration.instances().len() != self.cmis || configuration.check().is_err() {
+            tracing::warn!(
+                id = configuration.id(),
+                "ignoring a Gemini configuration that does not fit this client's instances"
+            );
+            return false;
+        }
+        let recovering: Vec<(u32, usize)> = (0..)
+            .zip(configuration.fragments())
+            .filter_map(|(j, f)| match configuration.route(j) {
+                Ok(Route::Recovering { .. }) => Some((j, f.secondary?.instance)),
+                _ => None,
+            })
+            .collect();
+        let keys: Vec<Vec<u8>> = recovering
+            .iter()
+            .map(|&(j, _)| dirty_list::key(j))
+            .collect();
+        let places: Vec<(usize, &[u8])> = recovering
+            .iter()
+            .zip(&keys)
+            .map(|(&(_, s), key)| (s, key.as_slice()))
+            .collect();
+        let lists = client.get_at(&places);
+        let dirty = recovering
+            .iter()
+            .zip(lists)
+            .map(|(&(j, _), list)| {
+                let keys = list
+                    .ok()
+                    .flatten()
+                    .and_then(|list| dirty_list::parse(&list).ok())
+                    .map(|keys| Mutex::new(keys.into_iter().collect()));
+                if keys.is_none() {
+                    tracing::warn!(
+                        fragment = j,
+                        "dirty list unreadable; reading the fragment from the data store"
+                    );
+                }
+                (j, keys)
+            })
+            .collect();
+        tracing::info!(
+            from = current,
+            to = configuration.id(),
+            "routing by a new Gemini configuration"
+        );
+        *self.routes.write().expect("routes") = Arc::new(Routes {
+            configuration: Some(configuration),
+            dirty,
+        });
+        true
+    }
+
+    /// Deletes `keys` where the newest configuration routes them, as a write would (on the
+    /// secondary in transient mode, listed dirty there; on the primary and the secondary in
+    /// recovery), in a session of its own under Q leases: for a write whose data-store commit
+    /// succeeded and whose cache commit did not. Runs again by each newer configuration until it
+    /// succeeds or `config.give_up_after` has passed (a fragment's instance that fails is taken
+    /// out of the configuration within the coordinator's lease); returns whether it succeeded.
+    pub(crate) fn invalidate(&self, client: &Client, keys: &[Vec<u8>], config: &Config) -> bool {
+        let started = Instant::now();
+        let mut backoff = Backoff::new(&config.retry);
+        loop {
+            let routes = self.routes();
+            let attempt = routes
+                .write_plan(keys)
+                .map_err(|reason| ClientError::Aborted { reason })
+                .and_then(|plan| {
+                    let mut session = client.session();
+                    session.set_configuration(routes.id());
+                    let mut deletes: Vec<(usize, Write)> = keys
+                        .iter()
+                        .map(|key| (client.route(key), Write::Delete { key: key.clone() }))
+                        .collect();
+                    deletes.extend(
+                        plan.secondary_deletes
+                            .into_iter()
+                            .map(|(cmi, key)| (cmi, Write::Delete { key })),
+                    );
+                    session.write_at(&deletes, true)?;
+                    append_to_dirty_lists(client, &plan.appends)?;
+                    session.commit()
+                });
+            match attempt {
+                Ok(()) => return true,
+                Err(e) if started.elapsed() >= config.give_up_after => {
+                    tracing::error!(error = %e, "could not invalidate the keys of a lost cache commit");
+                    return false;
+                }
+                Err(_) => {
+                    self.refresh(client);
+                    backoff.pause();
+                }
+            }
+        }
+    }
+}
+
+impl Router for GeminiRouter {
+    /// The instance a key's reads and writes go to. A key whose fragment has no instance routes
+    /// to its (failed) primary; the framework does not send it to the cache (see the module).
+    fn route(&self, key: &[u8]) -> usize {
+        let routes = self.routes.read().expect("routes");
+        match routes.route_of(key) {
+            Some((_, Route::Primary(i) | Route::Secondary(i))) => i,
+            Some((_, Route::Recovering { primary, .. })) => primary,
+            Some((j, Route::Nowhere)) => routes
+                .configuration
+                .as_ref()
+                .and_then(|c| c.fragment(j).ok())
+                .map_or(0, |f| f.primary.instance),
+            None => 0,
+        }
+    }
+
+    fn cmis(&self) -> usize {
+        self.cmis
+    }
+}

@@ -1,0 +1,319 @@
+//! Gemini end to end (004): three write-around CMIs, the coordinator's service on real clocks,
+//! and two AppNodes. One instance is cut off from everyone while AppNode A keeps writing (its
+//! fragments wait, then move to secondaries that list the written keys), then comes back with
+//! its old content: the dirty keys are repaired as they are read and by the recovery workers,
+//! the clean ones are served from the old content at once. Every read is checked against the
+//! values written, including those of AppNode B, which sat idle through the failure with the
+//! configuration of before it. Nothing waits for a fixed time: the test waits for the
+//! coordinator to act, and the checks hold however late that is.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cads::{Cads, Config, Policy};
+use cads_client::{Client, ClientConfig, RangeSource};
+use cads_coord::configuration::Mode;
+use cads_coord::repair::Repair;
+use cads_coord::service::{Service, ServiceOptions};
+use cads_protocol::{ErrorKind, Reply};
+use cads_store::Relay;
+use cads_testkit::resp::RespConn;
+use common::{Counters, Deployment};
+
+fn ranges() -> Arc<dyn RangeSource> {
+    let next = Arc::new(AtomicU64::new(1 << 40));
+    Arc::new(move || -> Range<u64> {
+        let start = next.fetch_add(1000, Ordering::Relaxed);
+        start..start + 1000
+    })
+}
+
+fn call(addr: SocketAddr, args: &[&str]) -> Reply<'static> {
+    RespConn::connect(addr.port()).call(args)
+}
+
+fn config_id(addr: SocketAddr) -> i64 {
+    match call(addr, &["CONFIGID"]) {
+        Reply::Int(id) => id,
+        other => panic!("CONFIGID: {other:?}"),
+    }
+}
+
+fn serves(addr: SocketAddr) -> bool {
+    !matches!(call(addr, &["GET", "probe"]), Reply::Error(ref e) if e.kind == ErrorKind::Fenced)
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let mut waited = 0;
+    while !done() {
+        std::thread::sleep(Duration::from_millis(20));
+        waited += 1;
+        if waited % 500 == 0 {
+            eprintln!("still waiting until {what}");
+        }
+    }
+}
+
+/// The counters' values as written, checked by every read.
+struct Model {
+    names: Vec<String>,
+    values: Vec<i64>,
+}
+
+impl Model {
+    fn increment(&mut self, cads: &Cads, i: usize) {
+        let name = self.names[i].clone();
+        cads.run(|s| s.write(&Counters, &name)).unwrap();
+        self.values[i] += 1;
+    }
+
+    fn check_all(&self, cads: &Cads, who: &str) {
+        for (name, &expected) in self.names.iter().zip(&self.values) {
+            let read = cads.read(&Counters, name).unwrap();
+            assert_eq!(read, expected, "{who} read {name} stale");
+        }
+    }
+}
+
+#[test]
+fn an_instance_back_with_its_content_serves_no_stale_value() {
+    let d = Deployment::start_with(Policy::WriteAround, 3, |_| {});
+    let relay = Relay::new(d.cmis.addrs()[2]);
+    // Everyone reaches instance 2 through the relay: cutting it is a failure for all.
+    let addrs = vec![d.cmis.addrs()[0], d.cmis.addrs()[1], relay.addr()];
+    let options = ServiceOptions {
+        fragments: 12,
+        lease: Duration::from_millis(1_000),
+        probe_every: Duration::from_millis(50),
+        state_file: None,
+        repair: Repair::Invalidate,
+    };
+    let service = Service::start(
+        Client::new(ClientConfig::new(addrs.clone()), ranges()),
+        options,
+        0,
+    )
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = {
+        let stop = stop.clone();
+        std::thread::spawn(move || service.run(&stop))
+    };
+    wait_until("every instance serves", || {
+        d.cmis.addrs().iter().all(|&a| serves(a))
+    });
+
+    let config = Config {
+        gemini: true,
+        ..Config::default()
+    };
+    let a = Cads::connect(d.store.clone(), &addrs, Policy::WriteAround, config.clone());
+    let b = Cads::connect(d.store.clone(), &addrs, Policy::WriteAround, config);
+    let names = d.counters(60);
+    let mut model = Model {
+        values: vec![0; names.len()],
+        names,
+    };
+    for i in 0..model.names.len() {
+        model.increment(&a, i);
+    }
+    model.check_all(&a, "A");
+    model.check_all(&b, "B");
+    let before = a.gemini().unwrap().configuration_id();
+    assert!(before > 0);
+    let hits_before = hits(d.cmis.addrs()[2]);
+    assert!(hits_before > 0, "instance 2 holds some counters");
+
+    // Instance 2 is cut off. Writes to its fragments wait until the coordinator moves them.
+    relay.set_cut(true);
+    for round in 0..3 {
+        for i in (round..model.names.len()).step_by(2) {
+            model.increment(&a, i);
+        }
+        model.check_all(&a, "A (transient)");
+    }
+    let transient = config_id(d.cmis.addrs()[0]);
+    assert!(
+        transient > before as i64,
+        "the coordinator moved instance 2's fragments"
+    );
+
+    // Instance 2 comes back with all it held, some of it overwritten meanwhile.
+    relay.set_cut(false);
+    wait_until("instance 2 serves again", || serves(d.cmis.addrs()[2]));
+    // B routes by the configuration of before the failure; the fences send it to the new one.
+    model.check_all(&b, "B (back)");
+    model.check_all(&a, "A (back)");
+    for i in (0..model.names.len()).step_by(3) {
+        model.increment(&a, i);
+    }
+    model.check_all(&b, "B (recovery)");
+    model.check_all(&a, "A (recovery)");
+    assert!(
+        hits(d.cmis.addrs()[2]) > hits_before,
+        "the returned instance serves what it kept"
+    );
+
+    // The workers finish the dirty lists: every fragment is back to normal.
+    wait_until("every fragment is normal", || {
+        a.gemini().unwrap().refresh(a.cache().unwrap());
+        stored_modes(&a).iter().all(|&m| m == Mode::Normal)
+    });
+    model.check_all(&a, "A (normal)");
+    model.check_all(&b, "B (normal)");
+    for (i, name) in model.names.iter().enumerate() {
+        assert_eq!(d.stored(name), model.values[i], "{name} in the data store");
+    }
+    stop.store(true, Ordering::Release);
+    coordinator.join().unwrap();
+}
+
+/// Cache hits an instance has served.
+fn hits(addr: SocketAddr) -> u64 {
+    let Reply::Bulk(info) = call(addr, &["INFO", "stats"]) else {
+        panic!("INFO");
+    };
+    let text = String::from_utf8(info.into_owned()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("keyspace_hits:"))
+        .expect("keyspace_hits")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The fragments' modes in the configuration entry instance 0 holds.
+fn stored_modes(cads: &Cads) -> Vec<Mode> {
+    let client = cads.cache().unwrap();
+    let entry = client
+        .get_from(0, cads_coord::service::CONFIGURATION_KEY)
+        .unwrap()
+        .unwrap();
+    let c: cads_coord::configuration::Configuration = serde_json::from_slice(&entry).unwrap();
+    c.fragments().iter().map(|f| f.mode).collect()
+}
+
+/// The AppNode's side of each mode, with the test as the coordinator (so that no recovery
+/// worker repairs a key before the AppNode meets it): transient writes list their keys on the
+/// secondary; in recovery a dirty key is repaired on the primary as it is read (004 Algorithm 1)
+/// while a clean one is served from what the primary kept, and a write deletes on the primary and
+/// on the secondary (Algorithm 2).
+#[test]
+fn each_mode_routes_and_repairs_as_gemini_says() {
+    use cads_coord::configuration::Configuration;
+    use cads_coord::dirty_list;
+    use cads_coord::publish::publish;
+    use cads_coord::service::CONFIGURATION_KEY;
+
+    const FRAGMENTS: u32 = 8;
+    let d = Deployment::start_with(Policy::WriteAround, 2, |_| {});
+    let addrs = d.cmis.addrs().to_vec();
+    let admin = Client::new(ClientConfig::new(addrs.clone()), ranges());
+    let make_known = |c: &Configuration, instances: &[usize]| {
+        for &i in instances {
+            publish(&admin, c, i).unwrap();
+            assert_eq!(
+                call(addrs[i], &["INSTANCELEASE", &i64::MAX.to_string()]),
+                Reply::OK
+            );
+        }
+        let entry = String::from_utf8(serde_json::to_vec(c).unwrap()).unwrap();
+        let key = std::str::from_utf8(CONFIGURATION_KEY).unwrap();
+        for &i in instances {
+            assert_eq!(call(addrs[i], &["PINSET", key, &entry]), Reply::OK);
+        }
+    };
+    let mut c = Configuration::new(2, FRAGMENTS);
+    make_known(&c, &[0, 1]);
+
+    let a = Cads::connect(
+        d.store.clone(),
+        &addrs,
+        Policy::WriteAround,
+        Config {
+            gemini: true,
+            ..Config::default()
+        },
+    );
+    assert_eq!(a.gemini().unwrap().configuration_id(), 1);
+    let names = d.counters(40);
+    let key_of = |name: &str| common::counter_key(name);
+    let fragment = |name: &str| cads_client::fragment_of(&key_of(name), FRAGMENTS);
+    let on_1: Vec<&String> = names
+        .iter()
+        .filter(|n| c.fragments()[fragment(n) as usize].primary.instance == 1)
+        .collect();
+    let (dirty, clean) = (on_1[0].clone(), on_1[1].clone());
+    for name in [&dirty, &clean] {
+        a.run(|s| s.write(&Counters, name)).unwrap();
+        assert_eq!(a.read(&Counters, name).unwrap(), 1, "cached on instance 1");
+    }
+
+    // Instance 1 fails: its lease is withdrawn, its fragments move to instance 0.
+    assert_eq!(call(addrs[1], &["INSTANCELEASE", "0"]), Reply::OK);
+    c.instance_failed(1).unwrap();
+    for j in 0..FRAGMENTS {
+        if c.fragments()[j as usize].secondary.is_some() {
+            let list = String::from_utf8(dirty_list::key(j)).unwrap();
+            let start = std::str::from_utf8(dirty_list::START).unwrap();
+            assert_eq!(call(addrs[0], &["PINSET", &list, start]), Reply::OK);
+        }
+    }
+    make_known(&c, &[0]);
+    // A routes by the old configuration until instance 1's fence sends it to the new one.
+    a.run(|s| s.write(&Counters, &dirty)).unwrap();
+    assert_eq!(a.gemini().unwrap().configuration_id(), 2);
+    assert_eq!(a.read(&Counters, &dirty).unwrap(), 2);
+    assert_eq!(
+        a.read(&Counters, &clean).unwrap(),
+        1,
+        "filled on the secondary"
+    );
+    let list_key = dirty_list::key(fragment(&dirty));
+    let list = admin.get_from(0, &list_key).unwrap().unwrap();
+    assert!(
+        dirty_list::parse(&list).unwrap().contains(&key_of(&dirty)),
+        "the transient write listed its key"
+    );
+
+    // Instance 1 returns with what it held: the dirty counter at 1 (stale), the clean one at 1.
+    c.instance_recovered(1, |_| true).unwrap();
+    make_known(&c, &[0, 1]);
+    assert_eq!(
+        admin.get_from(1, &key_of(&dirty)).unwrap(),
+        Some(b"1".to_vec()),
+        "the primary came back with the overwritten value"
+    );
+    let hits_before = hits(addrs[1]);
+    assert_eq!(
+        a.read(&Counters, &dirty).unwrap(),
+        2,
+        "repaired as it is read"
+    );
+    assert_eq!(a.read(&Counters, &clean).unwrap(), 1);
+    assert_eq!(a.gemini().unwrap().configuration_id(), 3);
+    assert!(
+        hits(addrs[1]) > hits_before,
+        "the clean counter came from what instance 1 kept"
+    );
+    assert_eq!(
+        admin.get_from(1, &key_of(&dirty)).unwrap(),
+        Some(b"2".to_vec()),
+        "refilled on the primary"
+    );
+
+    // A write in recovery deletes the key on both replicas.
+    assert_eq!(
+        admin.get_from(0, &key_of(&clean)).unwrap(),
+        Some(b"1".to_vec())
+    );
+    a.run(|s| s.write(&Counters, &clean)).unwrap();
+    assert_eq!(admin.get_from(0, &key_of(&clean)).unwrap(), None);
+    assert_eq!(admin.get_from(1, &key_of(&clean)).unwrap(), None);
+    assert_eq!(a.read(&Counters, &clean).unwrap(), 2);
+}
