@@ -298,23 +298,18 @@ impl Configuration {
     /// Every dirty key of the fragment is repaired on its primary (004 Algorithm 3): it returns
     /// to normal mode. The primary's id stays, so what it holds stays valid.
     pub fn fragment_recovered(&mut self, fragment: u32) -> Result<(), ConfigError> {
-        let f = self.fragment_mut(fragment)?;
-        if f.mode != Mode::Recovery {
-            return Err(ConfigError::NotApplicable(format!(
-                "fragment {fragment} is in {} mode, not recovery",
-                f.mode.name()
-            )));
-        }
-        f.mode = Mode::Normal;
-        f.secondary = None;
-        self.id += 1;
-        Ok(())
+        self.end_recovery(fragment, false)
     }
 
     /// The fragment's dirty list was lost during recovery (its secondary restarted, or the list
     /// was damaged): the dirty keys not repaired yet cannot be known, so the primary's copy is
     /// discarded (its id rises to the new configuration's) and the fragment returns to normal.
     pub fn recovery_list_lost(&mut self, fragment: u32) -> Result<(), ConfigError> {
+        self.end_recovery(fragment, true)
+    }
+
+    /// A fragment in recovery returns to normal mode, its primary's copy kept or discarded.
+    fn end_recovery(&mut self, fragment: u32, discard: bool) -> Result<(), ConfigError> {
         let next = self.id + 1;
         let f = self.fragment_mut(fragment)?;
         if f.mode != Mode::Recovery {
@@ -324,8 +319,10 @@ impl Configuration {
             )));
         }
         f.mode = Mode::Normal;
-        f.primary.id = next;
         f.secondary = None;
+        if discard {
+            f.primary.id = next;
+        }
         self.id = next;
         Ok(())
     }
@@ -649,6 +646,20 @@ mod tests {
         assert_eq!(c, before);
     }
 
+    #[test]
+    fn a_list_lost_in_recovery_discards_the_primary() {
+        let mut c = Configuration::new(2, 2);
+        c.instance_failed(1).unwrap();
+        c.instance_recovered(1, |_| true).unwrap();
+        assert_eq!(c.fragments()[1].mode, Mode::Recovery);
+        assert!(c.recovery_list_lost(0).is_err(), "fragment 0 is not in recovery");
+        c.recovery_list_lost(1).unwrap();
+        let f = c.fragments()[1];
+        assert_eq!((f.mode, f.secondary), (Mode::Normal, None));
+        assert_eq!(f.primary.id, c.id(), "what the primary held of it is obsolete");
+        assert_eq!(c.publication(1).fragment_ids, vec![(1, c.id())]);
+    }
+
     /// Whatever happens, ids rise, every fragment is somewhere or its primary is down, and a
     /// fragment's replicas are on two instances.
     #[test]
@@ -666,10 +677,11 @@ mod tests {
                 let before = c.id();
                 let i = next(4);
                 let j = next(16) as u32;
-                let changed = match next(4) {
+                let changed = match next(5) {
                     0 => c.instance_failed(i).is_ok(),
                     1 => c.instance_recovered(i, |_| next(2) == 0).is_ok(),
                     2 => c.fragment_recovered(j).is_ok(),
+                    3 => c.recovery_list_lost(j).is_ok(),
                     _ => c.dirty_list_lost(j).is_ok(),
                 };
                 assert_eq!(c.id() > before, changed);
