@@ -1,10 +1,11 @@
 //! `cads`: one command for the cads tools. `cads server` starts CMIs with the same flags as
-//! `cads-server`; `cads bench` runs a benchmark against any policy, data store and cache;
+//! `cads-server`; `cads coord` runs Gemini's coordinator over them; `cads bench` runs a benchmark against any policy, data store and cache;
 //! `cads demo` shows what each policy buys on this machine with nothing installed; `cads report`
 //! draws charts of run records.
 
 mod bench;
 mod cmis;
+mod coord;
 mod demo;
 mod latency;
 mod progress;
@@ -38,6 +39,11 @@ enum Commands {
         #[command(flatten)]
         options: Options,
     },
+    /// Gemini's coordinator (004) over running CMIs: detects failed instances by leases, moves
+    /// their fragments to others with dirty lists, repairs them when they return, and stores
+    /// every configuration on the instances for clients (`cads::Config::gemini`). `cads coord
+    /// status` prints the configuration. Stops on SIGINT or SIGTERM.
+    Coord(coord::CoordArgs),
     /// Run a benchmark (YCSB, BG or TPC-C) under each policy: progress on standard error, a
     /// summary table on standard output. Exits with status 1 if a run read a stale value, lost
     /// a write or broke a consistency condition.
@@ -62,6 +68,7 @@ fn run(command: Commands) -> Result<bool> {
             Server::start(config)?.run_until_signal()?;
             Ok(true)
         }
+        Commands::Coord(args) => coord::run(&args),
         Commands::Bench(args) => bench::run(&args),
         Commands::Demo(args) => demo::run(&args),
         Commands::Report(args) => report::run(&args).map(|()| true),

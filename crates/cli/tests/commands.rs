@@ -448,3 +448,60 @@ fn stale_reads_make_the_command_fail() {
         "{log}"
     );
 }
+
+/// `cads coord` over running CMIs: `cads coord status` shows its configuration once it has
+/// stored one; it stops cleanly on SIGTERM; and one restarted without a state file starts a
+/// configuration above every id the instances know (a lower one would never be taken).
+#[test]
+fn coord_runs_over_cmis_and_status_shows_its_configuration() {
+    let cmis = cads_testkit::Cmis::start(2, "write-around");
+    let list = cmis
+        .addrs()
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let status = |expected: &str| loop {
+        let out = cads(&["coord", "status", "--cmis", &list]);
+        let text = stdout(&out);
+        if out.status.success() && text.contains(expected) {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let fails = cads(&["coord", "status", "--cmis", &list]);
+    assert!(!fails.status.success());
+    assert!(
+        stderr(&fails).contains("no instance holds a configuration"),
+        "{}",
+        stderr(&fails)
+    );
+
+    for (run, expected) in [(1, "configuration 1\n"), (2, "configuration 2\n")] {
+        let mut coord = Command::new(env!("CARGO_BIN_EXE_cads"))
+            .args([
+                "coord",
+                "--cmis",
+                &list,
+                "--fragments",
+                "4",
+                "--log-level",
+                "warn",
+            ])
+            .spawn()
+            .expect("start cads coord");
+        let text = status(expected);
+        assert!(
+            text.contains("0 of 4 fragments not in normal mode"),
+            "run {run}: {text}"
+        );
+        let pid = coord.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let exit = coord.wait().unwrap();
+        assert!(exit.success(), "run {run}: cads coord exited with {exit}");
+    }
+}

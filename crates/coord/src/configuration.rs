@@ -150,17 +150,24 @@ impl Configuration {
     /// The first configuration (id 1): `fragments` spread round-robin over `instances`, all up
     /// and normal, every replica's id 1.
     pub fn new(instances: usize, fragments: u32) -> Configuration {
+        Configuration::starting_at(instances, fragments, 1)
+    }
+
+    /// [`Configuration::new`] with id `id` for the configuration and every replica: for a
+    /// coordinator that starts without its saved state over instances that knew ids below `id`,
+    /// whose entries then all read as obsolete (nothing vouches for them).
+    pub fn starting_at(instances: usize, fragments: u32, id: u64) -> Configuration {
         assert!(instances > 0, "a configuration has an instance");
         assert!(fragments > 0, "a configuration has a fragment");
         Configuration {
-            id: 1,
+            id,
             instances: vec![InstanceState::Up; instances],
             fragments: (0..fragments as usize)
                 .map(|j| Fragment {
                     mode: Mode::Normal,
                     primary: Replica {
                         instance: j % instances,
-                        id: 1,
+                        id,
                     },
                     secondary: None,
                 })
@@ -652,11 +659,18 @@ mod tests {
         c.instance_failed(1).unwrap();
         c.instance_recovered(1, |_| true).unwrap();
         assert_eq!(c.fragments()[1].mode, Mode::Recovery);
-        assert!(c.recovery_list_lost(0).is_err(), "fragment 0 is not in recovery");
+        assert!(
+            c.recovery_list_lost(0).is_err(),
+            "fragment 0 is not in recovery"
+        );
         c.recovery_list_lost(1).unwrap();
         let f = c.fragments()[1];
         assert_eq!((f.mode, f.secondary), (Mode::Normal, None));
-        assert_eq!(f.primary.id, c.id(), "what the primary held of it is obsolete");
+        assert_eq!(
+            f.primary.id,
+            c.id(),
+            "what the primary held of it is obsolete"
+        );
         assert_eq!(c.publication(1).fragment_ids, vec![(1, c.id())]);
     }
 

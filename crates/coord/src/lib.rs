@@ -7,8 +7,8 @@
 //! lets a coordinator survive its restart ([`state_file`]), dirty lists ([`dirty_list`]), the
 //! recovery workers ([`repair`]) and the service that runs them over real instances, granting
 //! their leases, making the dirty lists of new secondaries and storing the configuration entry
-//! clients fetch ([`service`]) are here (the clients' side is `cads::gemini`); the `cads coord`
-//! process and range leases (CPR) are not built yet.
+//! clients fetch ([`service`]) are here (the clients' side is `cads::gemini`, the process is
+//! `cads coord`); range leases (CPR) are not built yet.
 //!
 //! Every client of a process must draw from the same coordinator: two clients numbering sessions
 //! from separate counters would give two sessions the same id, and a CMI would take them for one.

@@ -26,8 +26,8 @@
 //! After the probes, a recovery worker's pass runs over each fragment in recovery
 //! ([`crate::repair`]); a fragment whose dirty keys are all repaired returns to normal mode.
 //!
-//! Not built yet (issue 14): session-id ranges served to other processes, the `cads coord`
-//! command, and etcd.
+//! `cads coord` runs it as a process. Not built yet (issue 14): session-id ranges served to
+//! other processes, and etcd for a standby coordinator.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -141,7 +141,17 @@ impl Service {
                 )))
             }
             Some(state) => (state.configuration, state.next_session_id),
-            None => (Configuration::new(instances, options.fragments.max(1)), 1),
+            // Without its state, the coordinator cannot tell what the instances' entries are
+            // worth: a new configuration above every id they know makes them all obsolete (an
+            // id below theirs would be refused, and no instance would ever be granted a lease).
+            None => {
+                let known = highest_configuration_id(&client);
+                let fragments = options.fragments.max(1);
+                (
+                    Configuration::starting_at(instances, fragments, known + 1),
+                    1,
+                )
+            }
         };
         let lists_made = configuration
             .fragments()
@@ -385,6 +395,22 @@ impl Service {
         }
         Ok(())
     }
+}
+
+/// The highest configuration id any reachable instance knows (0 if none knows one).
+fn highest_configuration_id(client: &Client) -> u64 {
+    let asks: Vec<(usize, Command<'_>)> = (0..client.cmis())
+        .map(|i| (i, Command::ConfigId(None)))
+        .collect();
+    client
+        .execute_many(&asks)
+        .into_iter()
+        .filter_map(|reply| match reply {
+            Ok(Reply::Int(id)) => u64::try_from(id).ok(),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The clock an `INSTANCELEASE` probe read, if the instance answered.

@@ -182,6 +182,13 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Ordering::Release);
 }
 
+/// Installs handlers for SIGTERM and SIGINT and returns the flag they set: for a process that
+/// runs something else until it is told to stop (`cads coord`).
+pub fn stop_on_signal() -> &'static AtomicBool {
+    install_signal_handlers();
+    &SIGNALLED
+}
+
 fn install_signal_handlers() {
     for signal in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: `on_signal` is an `extern "C"` function that only performs an atomic store, which

@@ -1,0 +1,207 @@
+//! `cads coord`: Gemini's coordinator (004 §2.1) as a process of its own, over CMIs already
+//! running; `cads coord status` prints the configuration the CMIs hold.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use cads::{Client, ClientConfig, Coordinator};
+use cads_bench::parse_duration;
+use cads_coord::configuration::{Configuration, InstanceState, Mode};
+use cads_coord::repair::Repair;
+use cads_coord::service::{Service, ServiceOptions, CONFIGURATION_KEY};
+use clap::{Args, Subcommand};
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct CoordArgs {
+    #[command(subcommand)]
+    action: Option<Action>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Action {
+    /// Print the newest configuration the CMIs hold: its id, the instances' states, and each
+    /// fragment's mode and replicas.
+    Status(Instances),
+}
+
+#[derive(Args, Debug)]
+struct Instances {
+    /// The CMIs, in the order the configuration numbers them: `host:port,host:port,...`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', required = true)]
+    cmis: Vec<SocketAddr>,
+    /// The CMIs' password (their --requirepass).
+    #[arg(long, value_name = "PASSWORD", env = "CADS_CACHE_PASSWORD")]
+    cache_password: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    instances: Option<Instances>,
+    /// Fragments the key space is split into (a saved state keeps its own).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    fragments: u32,
+    /// An instance that has not answered for this long is taken for failed; it stops serving
+    /// keys a tenth of it earlier (its lease from the coordinator, on its own clock).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    lease: Duration,
+    /// Time between probes of the instances.
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_duration)]
+    probe_every: Duration,
+    /// Where the configuration survives a restart of the coordinator (written atomically at
+    /// every change). Without it, a restarted coordinator starts a new configuration.
+    #[arg(long, value_name = "PATH")]
+    state_file: Option<PathBuf>,
+    /// What recovery workers do with a dirty key of a returning instance: delete it
+    /// (Gemini-I) or overwrite it with the secondary's value (Gemini-O).
+    #[arg(long, value_name = "invalidate|overwrite", default_value = "invalidate", value_parser = repair)]
+    repair: Repair,
+    /// Log level (error, warn, info, debug) or a tracing filter.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+fn repair(text: &str) -> Result<Repair> {
+    match text {
+        "invalidate" | "gemini-i" => Ok(Repair::Invalidate),
+        "overwrite" | "gemini-o" => Ok(Repair::Overwrite),
+        other => bail!("unknown repair {other:?} (use invalidate or overwrite)"),
+    }
+}
+
+fn client(instances: &Instances) -> Client {
+    let mut config = ClientConfig::new(instances.cmis.clone());
+    config.password = instances.cache_password.clone();
+    Client::new(config, Coordinator::process())
+}
+
+pub fn run(args: &CoordArgs) -> Result<bool> {
+    match &args.action {
+        Some(Action::Status(instances)) => status(instances).map(|()| true),
+        None => coordinate(&args.run).map(|()| true),
+    }
+}
+
+fn coordinate(args: &RunArgs) -> Result<()> {
+    let Some(instances) = &args.instances else {
+        bail!("--cmis is required: the CMIs to coordinate, in a fixed order");
+    };
+    if args.probe_every >= args.lease / 2 {
+        bail!(
+            "--probe-every ({:?}) must be under half of --lease ({:?}), or live instances lose \
+             their lease between probes",
+            args.probe_every,
+            args.lease
+        );
+    }
+    cads_server::init_logging(&args.log_level);
+    let options = ServiceOptions {
+        fragments: args.fragments,
+        lease: args.lease,
+        probe_every: args.probe_every,
+        state_file: args.state_file.clone(),
+        repair: args.repair,
+    };
+    let service =
+        Service::start(client(instances), options, 0).context("starting the coordinator")?;
+    tracing::info!(
+        configuration = service.configuration().id(),
+        instances = instances.cmis.len(),
+        fragments = service.configuration().fragments().len(),
+        "coordinating"
+    );
+    service.run(cads_server::server::stop_on_signal());
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn status(instances: &Instances) -> Result<()> {
+    let client = client(instances);
+    let places: Vec<(usize, &[u8])> = (0..client.cmis()).map(|i| (i, CONFIGURATION_KEY)).collect();
+    let mut newest: Option<Configuration> = None;
+    for (i, entry) in client.get_at(&places).into_iter().enumerate() {
+        match entry {
+            Ok(Some(text)) => match serde_json::from_slice::<Configuration>(&text) {
+                Ok(c) if newest.as_ref().is_none_or(|n| c.id() > n.id()) => newest = Some(c),
+                Ok(_) => {}
+                Err(e) => eprintln!("instance {i}: unreadable configuration entry: {e}"),
+            },
+            Ok(None) => eprintln!("instance {i}: no configuration entry"),
+            Err(e) => eprintln!("instance {i}: {e}"),
+        }
+    }
+    let Some(c) = newest else {
+        bail!("no instance holds a configuration: is `cads coord` running over these CMIs?");
+    };
+    print!("{}", describe(&c, &instances.cmis));
+    Ok(())
+}
+
+/// The configuration as `cads coord status` prints it.
+fn describe(c: &Configuration, addrs: &[SocketAddr]) -> String {
+    let mut out = format!(
+        "configuration {}\n\ninstance  address                state\n",
+        c.id()
+    );
+    for (i, state) in c.instances().iter().enumerate() {
+        let addr = addrs.get(i).map_or("?".to_string(), |a| a.to_string());
+        let state = match state {
+            InstanceState::Up => "up",
+            InstanceState::Down => "down",
+        };
+        out += &format!("{i:>8}  {addr:<21}  {state}\n");
+    }
+    out += "\nfragment  mode       primary (id)  secondary (id)\n";
+    for (j, f) in c.fragments().iter().enumerate() {
+        let secondary = f
+            .secondary
+            .map_or("-".to_string(), |s| format!("{} ({})", s.instance, s.id));
+        let primary = format!("{} ({})", f.primary.instance, f.primary.id);
+        out += &format!("{j:>8}  {:<9}  {primary:<12}  {secondary}\n", f.mode.name());
+    }
+    let away = c
+        .fragments()
+        .iter()
+        .filter(|f| f.mode != Mode::Normal)
+        .count();
+    out += &format!(
+        "\n{away} of {} fragments not in normal mode\n",
+        c.fragments().len()
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_modes_and_replicas() {
+        let mut c = Configuration::new(2, 2);
+        c.instance_failed(1).unwrap();
+        let addrs: Vec<SocketAddr> = vec!["127.0.0.1:7379".parse().unwrap()];
+        let text = describe(&c, &addrs);
+        assert!(text.starts_with("configuration 2\n"), "{text}");
+        assert!(
+            text.contains("       0  127.0.0.1:7379         up\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("       1  ?                      down\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("       1  transient  1 (1)         0 (2)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 of 2 fragments not in normal mode"),
+            "{text}"
+        );
+    }
+}
