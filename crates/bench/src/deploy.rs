@@ -16,6 +16,7 @@ use cads::store::{
 use cads::writeback::MacKey;
 use cads::{Cads, Client, Config, Password, Policy, TlsConfig};
 
+use crate::gemini::{GeminiDeployment, GeminiOptions};
 use crate::harness::{Contention, CONTENDED_KEYS_KEPT};
 use serde_json::Value;
 
@@ -310,12 +311,15 @@ pub struct Deployment {
     /// Counts every call the data store receives (benchmark threads and workers).
     pub faults: Faults,
     cmis: Option<Box<dyn RunningCmis>>,
+    /// Gemini's coordinator and the relays in front of the CMIs (`--recovery`).
+    gemini: Option<GeminiDeployment>,
 }
 
 impl Deployment {
     /// Wraps `store`, starts (with `launcher`) or reaches the CMIs (none for `DataStoreOnly`)
     /// and builds the framework; external CMIs are checked to run in the policy's lease mode and
     /// emptied.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         policy: Policy,
         store: Arc<dyn DataStore>,
@@ -324,6 +328,7 @@ impl Deployment {
         cmi: &CmiSettings,
         launcher: &dyn Launcher,
         config: Config,
+        gemini: Option<&GeminiOptions>,
     ) -> Result<Deployment> {
         let mode = config.cmi_mode(policy);
         let (cmis, addrs) = match (policy, cache) {
@@ -341,9 +346,20 @@ impl Deployment {
             }
             (_, CacheSpec::External(addrs)) => (None, addrs.clone()),
         };
-        let config = cmi.framework_config(config);
+        let mut config = cmi.framework_config(config);
+        let gemini = match gemini {
+            Some(g) if policy == Policy::WriteAround => Some(GeminiDeployment::start(
+                &addrs,
+                g,
+                cmi.password.as_ref().map(|p| p.0.clone()),
+            )?),
+            _ => None,
+        };
+        config.gemini = gemini.is_some();
+        let addrs = gemini.as_ref().map_or(addrs, GeminiDeployment::addrs);
         let mut dep = Deployment::attach(policy, store, collection, &addrs, config);
         dep.cmis = cmis;
+        dep.gemini = gemini;
         if let (CacheSpec::External(addrs), true) = (cache, policy != Policy::DataStoreOnly) {
             let stats = dep
                 .cads
@@ -382,6 +398,7 @@ impl Deployment {
             cads: Arc::new(Cads::connect(misses, addrs, policy, config)),
             faults,
             cmis: None,
+            gemini: None,
         }
     }
 
@@ -431,8 +448,14 @@ impl Deployment {
         Some(sum)
     }
 
-    /// Stops embedded CMIs (also done on drop).
+    /// Gemini's coordinator and relays, when the run has `--recovery`.
+    pub fn gemini(&self) -> Option<&GeminiDeployment> {
+        self.gemini.as_ref()
+    }
+
+    /// Stops embedded CMIs (also done on drop), after Gemini's coordinator.
     pub fn stop(mut self) -> Result<()> {
+        self.gemini = None;
         match self.cmis.take() {
             Some(cmis) => cmis.stop().context("an embedded CMI stopped with an error"),
             None => Ok(()),
@@ -442,6 +465,7 @@ impl Deployment {
 
 impl Drop for Deployment {
     fn drop(&mut self) {
+        self.gemini = None;
         if let Some(cmis) = self.cmis.take() {
             if let Err(e) = cmis.stop() {
                 eprintln!("warning: an embedded CMI stopped with an error: {e:#}");

@@ -94,6 +94,7 @@ impl Site<'_> {
             &CmiSettings::default(),
             self.launcher,
             Config::default(),
+            None,
         )
     }
 }

@@ -47,6 +47,7 @@
 pub mod bg;
 pub mod cpu;
 pub mod deploy;
+pub mod gemini;
 pub mod generator;
 pub mod harness;
 pub mod latency;

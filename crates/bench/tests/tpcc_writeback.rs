@@ -57,6 +57,7 @@ impl Setup {
             &CmiSettings::default(),
             &InProcess,
             Config::default(),
+            None,
         )
         .expect("start the CMIs");
         let db = Db::new(tables, Scale::HUNDREDTH);

@@ -26,11 +26,16 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use cads_client::{Backoff, Client, ClientError, Router, Write};
-use cads_coord::configuration::{Configuration, Route};
+use cads_coord::configuration::Route;
 use cads_coord::dirty_list;
 use cads_coord::service::CONFIGURATION_KEY;
 
 use crate::Config;
+
+/// The coordinator's side, for a process that runs it (a benchmark, a test): see `cads_coord`.
+pub use cads_coord::configuration::{Configuration, Mode as FragmentMode};
+pub use cads_coord::repair::Repair;
+pub use cads_coord::service::{Change, Service, ServiceOptions};
 
 /// The dirty keys of a fragment in recovery that this process has not repaired yet, or None when
 /// its list could not be read.
@@ -136,19 +141,31 @@ impl Routes {
 
 /// Appends written keys to the dirty lists of their fragments' secondaries (transient mode), in
 /// one round trip. A list that an append finds missing is created without its start, which the
-/// coordinator then takes for lost.
+/// coordinator then takes for lost. A list with no room left (NOTSTORED) is deleted, which
+/// declares it lost the same way: the write goes on, and the primary's copy of the fragment will
+/// be discarded instead of repaired.
 pub(crate) fn append_to_dirty_lists(
     client: &Client,
     appends: &[(usize, Vec<u8>, Vec<u8>)],
-) -> Result<(), cads_client::ClientError> {
+) -> Result<(), ClientError> {
     let places: Vec<(usize, &[u8], &[u8])> = appends
         .iter()
         .map(|(cmi, list, lines)| (*cmi, list.as_slice(), lines.as_slice()))
         .collect();
-    client
-        .append_at(&places)
-        .into_iter()
-        .try_for_each(|r| r.map(drop))
+    for (&(cmi, list, _), appended) in places.iter().zip(client.append_at(&places)) {
+        match appended {
+            Ok(_) => {}
+            Err(ClientError::NotStored) => {
+                tracing::warn!(
+                    cmi,
+                    "a dirty list is full; deleting it, so its primary is discarded"
+                );
+                client.delete_from(cmi, list)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Routes keys by the Gemini configuration the coordinator stores on the CMIs, and fetches a
@@ -190,7 +207,11 @@ impl GeminiRouter {
     /// unreachable instances are skipped; a configuration that does not fit the client (another
     /// number of instances) is ignored with a warning.
     pub fn refresh(&self, client: &Client) -> bool {
-        let _one_at_a_time = self.refreshing.lock().expect("refresh lock");
+        // One refresh at a time; a session that finds one running goes on (its next run routes
+        // by what that one fetches) instead of queueing behind it.
+        let Ok(_one_at_a_time) = self.refreshing.try_lock() else {
+            return false;
+        };
         let current = self.routes().id();
         let places: Vec<(usize, &[u8])> = (0..self.cmis).map(|i| (i, CONFIGURATION_KEY)).collect();
         let newest = client
@@ -259,10 +280,11 @@ impl GeminiRouter {
     /// secondary in transient mode, listed dirty there; on the primary and the secondary in
     /// recovery), in a session of its own under Q leases: for a write whose data-store commit
     /// succeeded and whose cache commit did not. Runs again by each newer configuration until it
-    /// succeeds or `config.give_up_after` has passed (a fragment's instance that fails is taken
-    /// out of the configuration within the coordinator's lease); returns whether it succeeded.
-    pub(crate) fn invalidate(&self, client: &Client, keys: &[Vec<u8>], config: &Config) -> bool {
-        let started = Instant::now();
+    /// succeeds, however long that takes (a fragment's failed instance is taken out of the
+    /// configuration within the coordinator's lease): the write is not acknowledged before, as
+    /// a reader could otherwise meet a value it replaced. Warns every `config.give_up_after`.
+    pub(crate) fn invalidate(&self, client: &Client, keys: &[Vec<u8>], config: &Config) {
+        let mut warned = Instant::now();
         let mut backoff = Backoff::new(&config.retry);
         loop {
             let routes = self.routes();
@@ -286,12 +308,15 @@ impl GeminiRouter {
                     session.commit()
                 });
             match attempt {
-                Ok(()) => return true,
-                Err(e) if started.elapsed() >= config.give_up_after => {
-                    tracing::error!(error = %e, "could not invalidate the keys of a lost cache commit");
-                    return false;
-                }
-                Err(_) => {
+                Ok(()) => return,
+                Err(e) => {
+                    if warned.elapsed() >= config.give_up_after {
+                        tracing::warn!(
+                            error = %e,
+                            "still invalidating the keys of a write whose cache commit failed"
+                        );
+                        warned = Instant::now();
+                    }
                     self.refresh(client);
                     backoff.pause();
                 }

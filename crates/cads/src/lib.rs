@@ -533,9 +533,7 @@ impl Cads {
             return;
         };
         if let Some(router) = &self.gemini {
-            if !router.invalidate(client, keys, &self.config) {
-                self.invalidations_failed.fetch_add(1, Ordering::Relaxed);
-            }
+            router.invalidate(client, keys, &self.config);
             return;
         }
         if self.invalidate_with(keys, &[]).is_ok() {

@@ -268,8 +268,8 @@ fn recovery_workers_repair_the_dirty_keys_and_nothing_else() {
             "{how:?}"
         );
         let expected = match how {
-            Repair::Invalidate => None,
             Repair::Overwrite => Some(b"new".to_vec()),
+            _ => None,
         };
         assert_eq!(get(primary, b"copied"), expected, "{how:?}");
         assert_eq!(

@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
+use cads::gemini::Repair;
 use cads::writeback::MacKey;
 use cads::{AppNodes, Password, Policy, TardisConfig, Technique, TlsConfig, TlsIdentity, TlsName};
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
+use cads_bench::gemini::{CmiFailure, GeminiOptions};
 use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions, Outage};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
@@ -181,6 +183,39 @@ pub struct Common {
     /// documents per second, recovery time).
     #[arg(long, value_name = "AT+FOR", value_parser = Outage::parse)]
     pub outage: Option<Outage>,
+    /// Gemini (004), write-around only: a coordinator over the embedded CMIs routes keys by
+    /// fragments and moves a failed CMI's fragments to the others. What becomes of a CMI that
+    /// comes back with its content: gemini-i (its dirty keys deleted), gemini-o (overwritten
+    /// with the secondary's values), volatile (all discarded) or stale (kept unrepaired: a
+    /// baseline that reads stale values, which the validator counts).
+    #[arg(long, value_name = "VARIANT", value_parser = recovery)]
+    pub recovery: Option<Repair>,
+    /// Gemini: fragments the key space is split into.
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "recovery")]
+    pub fragments: u32,
+    /// Gemini: how many CMIs fail during the run phase (the first ones), cut off from everyone
+    /// and back with their content. The record gains their hit ratio over time and the time to
+    /// restore it.
+    #[arg(long, value_name = "K", requires_all = ["recovery", "fail_at", "fail_for"])]
+    pub fail_cmis: Option<usize>,
+    /// Gemini: when the CMIs fail, from the start of the run phase.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "fail_cmis")]
+    pub fail_at: Option<Duration>,
+    /// Gemini: how long they stay away.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "fail_cmis")]
+    pub fail_for: Option<Duration>,
+}
+
+fn recovery(text: &str) -> Result<Repair, String> {
+    match text {
+        "gemini-i" => Ok(Repair::Invalidate),
+        "gemini-o" => Ok(Repair::Overwrite),
+        "volatile" => Ok(Repair::Discard),
+        "stale" => Ok(Repair::Keep),
+        other => Err(format!(
+            "unknown recovery {other:?} (use gemini-i, gemini-o, volatile or stale)"
+        )),
+    }
 }
 
 fn appnodes_consistency(text: &str) -> Result<AppNodes, String> {
@@ -220,6 +255,14 @@ impl Common {
                 appnodes: self.tardis_appnodes.unwrap_or(AppNodes::One),
             }),
             outage: self.outage,
+            gemini: self.recovery.map(|recovery| GeminiOptions {
+                recovery,
+                fragments: self.fragments,
+                fail: self
+                    .fail_cmis
+                    .zip(self.fail_at.zip(self.fail_for))
+                    .map(|(cmis, (at, length))| CmiFailure { cmis, at, length }),
+            }),
         }
     }
 

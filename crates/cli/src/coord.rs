@@ -57,9 +57,10 @@ struct RunArgs {
     /// every change). Without it, a restarted coordinator starts a new configuration.
     #[arg(long, value_name = "PATH")]
     state_file: Option<PathBuf>,
-    /// What recovery workers do with a dirty key of a returning instance: delete it
-    /// (Gemini-I) or overwrite it with the secondary's value (Gemini-O).
-    #[arg(long, value_name = "invalidate|overwrite", default_value = "invalidate", value_parser = repair)]
+    /// What becomes of a returning instance's content: its dirty keys deleted (Gemini-I) or
+    /// overwritten with the secondary's values (Gemini-O), or all of it discarded (as a volatile
+    /// cache would come back).
+    #[arg(long, value_name = "invalidate|overwrite|discard", default_value = "invalidate", value_parser = repair)]
     repair: Repair,
     /// Log level (error, warn, info, debug) or a tracing filter.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
@@ -70,7 +71,8 @@ fn repair(text: &str) -> Result<Repair> {
     match text {
         "invalidate" | "gemini-i" => Ok(Repair::Invalidate),
         "overwrite" | "gemini-o" => Ok(Repair::Overwrite),
-        other => bail!("unknown repair {other:?} (use invalidate or overwrite)"),
+        "discard" | "volatile" => Ok(Repair::Discard),
+        other => bail!("unknown repair {other:?} (use invalidate, overwrite or discard)"),
     }
 }
 

@@ -31,6 +31,8 @@ pub struct CmiStats {
     pub keyspace_misses: u64,
     /// Entries evicted to make room.
     pub evicted_keys: u64,
+    /// Entries discarded as obsolete by their fragment's configuration id (Gemini).
+    pub discarded_keys: u64,
     /// Commands run since the CMI started.
     pub total_commands_processed: u64,
     /// Leases granted.
@@ -86,6 +88,7 @@ impl CmiStats {
             keyspace_hits: number("keyspace_hits"),
             keyspace_misses: number("keyspace_misses"),
             evicted_keys: number("evicted_keys"),
+            discarded_keys: number("discarded_keys"),
             total_commands_processed: number("total_commands_processed"),
             leases_granted: number("leases_granted"),
             leases_voided: number("leases_voided"),

@@ -321,6 +321,16 @@ impl Client {
         }
     }
 
+    /// Plain DEL of one key on CMI `cmi`, whichever CMI owns it.
+    pub fn delete_from(&self, cmi: usize, key: &[u8]) -> Result<bool> {
+        let keys = [key];
+        match self.execute(cmi, &Command::Del(&keys))? {
+            Reply::Int(n) => Ok(n > 0),
+            Reply::Error(e) => Err(session::error_from(e)),
+            other => Err(session::unexpected(&other)),
+        }
+    }
+
     /// FLUSHALL on every CMI.
     pub fn flush_all(&self) -> Result<()> {
         (0..self.cmis()).try_for_each(|cmi| self.flush_cmi(cmi, false))

@@ -411,8 +411,8 @@ impl<'c> Session<'c> {
     /// Sends a list of commands to each CMI, pipelined, every list written before any reply is
     /// read: one round trip however many commands and CMIs. Returns each CMI's replies in order.
     /// A CMI not yet told the session's ticket and configuration gets `LPRIORITY` and `LCONFIG`
-    /// first, their replies left out: if one is an error, the commands after it get one too (the
-    /// session is aborted, or routes by a stale configuration).
+    /// first, their replies left out; if one is an error (the session is aborted, or routes by
+    /// another configuration than the CMI's), it is every command's reply there.
     fn pipeline(
         &mut self,
         mut cmds: Vec<(usize, Vec<Command<'_>>)>,
@@ -461,7 +461,16 @@ impl<'c> Session<'c> {
             replies.push((*cmi, got));
         }
         for ((_, got), told) in replies.iter_mut().zip(told) {
+            // A refused introduction ended the session there: its reason is the answer to every
+            // command after it (which the CMI answered ABORT).
+            let refused = got[..told].iter().find_map(|r| match r {
+                Reply::Error(e) => Some(e.clone()),
+                _ => None,
+            });
             got.drain(..told);
+            if let Some(e) = refused {
+                got.iter_mut().for_each(|r| *r = Reply::Error(e.clone()));
+            }
         }
         Ok(replies)
     }

@@ -343,7 +343,8 @@ fn a_batch_pipelines_each_cmis_commands_on_one_connection() {
 }
 
 /// Gemini: a session names the configuration it routes by; a CMI that knows a newer one refuses
-/// it, naming the newer id, from its next command on (and a new session's first command).
+/// it, naming the newer id, from its next command on (and a new session's first command); one
+/// that knows an older one was not told and is fenced.
 #[test]
 fn a_session_routed_by_an_older_configuration_is_refused_with_the_newer_id() {
     use cads_protocol::{Command, Reply};
@@ -352,7 +353,10 @@ fn a_session_routed_by_an_older_configuration_is_refused_with_the_newer_id() {
         for cmd in [
             Command::ConfigId(Some(5)),
             Command::Fragments(Some(4)),
-            Command::InstanceLease(Some(i64::MAX as u64)),
+            Command::InstanceLease {
+                until: Some(i64::MAX as u64),
+                boot: None,
+            },
         ] {
             assert_eq!(c.client.execute(cmi, &cmd).unwrap(), Reply::OK);
         }
@@ -376,6 +380,14 @@ fn a_session_routed_by_an_older_configuration_is_refused_with_the_newer_id() {
         Err(ClientError::StaleConfiguration { latest: 6 })
     ));
     drop(s);
+    let mut s = c.client.session();
+    s.set_configuration(6);
+    assert!(
+        matches!(s.get(&a, false), Err(ClientError::Fenced)),
+        "CMI 0 was not told of configuration 6"
+    );
+    drop(s);
+    c.client.execute(0, &Command::ConfigId(Some(6))).unwrap();
     let mut s = c.client.session();
     s.set_configuration(6);
     assert_eq!(s.mget(&[&a, &b], false).unwrap(), vec![None, None]);

@@ -40,11 +40,15 @@ use crate::configuration::{ConfigError, Configuration, InstanceId, InstanceState
 use crate::dirty_list;
 use crate::liveness::{Liveness, Renewal};
 use crate::publish::publish;
-use crate::repair::{repair_fragment, Pass, Repair};
+use crate::repair::{Pass, Repair, RepairJob};
 use crate::state_file::{self, SavedState};
 
 /// The cache entry holding the current configuration (JSON), on every instance that is up.
 pub const CONFIGURATION_KEY: &[u8] = b"gemini:configuration";
+
+/// Dirty keys a step repairs, shared by the fragments in recovery (at least 64 each): a step must
+/// end in time for the next probe, which renews the instances' leases.
+pub const REPAIR_KEYS_PER_STEP: usize = 2048;
 
 /// How the service runs.
 #[derive(Clone, Debug)]
@@ -114,7 +118,11 @@ pub struct Service {
     /// Per instance, the id of the configuration entry stored on it.
     entry_stored: Vec<u64>,
     /// Per instance, its monotonic clock as the last probe read it, for the next grant.
-    clock_read: Vec<Option<u64>>,
+    clock_read: Vec<Option<ClockRead>>,
+    /// Per instance, the incarnation last seen: a new one has restarted.
+    boots: Vec<Option<u64>>,
+    /// The recovery workers' progress, per fragment in recovery.
+    repairs: Vec<RepairJob>,
     /// Per fragment, the secondary its dirty list was made on.
     lists_made: Vec<Option<Replica>>,
 }
@@ -175,6 +183,8 @@ impl Service {
             published: vec![0; instances],
             entry_stored: vec![0; instances],
             clock_read: vec![None; instances],
+            boots: vec![None; instances],
+            repairs: Vec::new(),
             lists_made,
         };
         service.make_known()?;
@@ -199,23 +209,38 @@ impl Service {
             let grantable = self.liveness.is_alive(i)
                 && self.published[i] == self.configuration.id()
                 && self.configuration.instances()[i] == InstanceState::Up;
-            if let (Some(clock), true) = (self.clock_read[i].take(), grantable) {
+            if let (Some(read), true) = (self.clock_read[i].take(), grantable) {
                 self.liveness.renew(i, now_ms);
-                let until = clock.saturating_add(self.grant_ms());
-                probes.push((i, Command::InstanceLease(Some(until))));
+                let until = Some(read.clock.saturating_add(self.grant_ms()));
+                let boot = Some(read.boot);
+                probes.push((i, Command::InstanceLease { until, boot }));
             }
-            probes.push((i, Command::InstanceLease(None)));
+            probes.push((
+                i,
+                Command::InstanceLease {
+                    until: None,
+                    boot: None,
+                },
+            ));
         }
         let answers = self.client.execute_many(&probes);
         let mut changes = Vec::new();
         for ((i, probe), answer) in probes.iter().zip(answers) {
-            let Command::InstanceLease(None) = probe else {
+            let Command::InstanceLease { until: None, .. } = probe else {
                 continue;
             };
-            let Some(clock) = clock_of(answer) else {
+            let Some(read) = clock_of(answer) else {
                 continue;
             };
-            self.clock_read[*i] = Some(clock);
+            if self.boots[*i].is_some_and(|boot| boot != read.boot) {
+                // Restarted without missing a lease: what it was told may be gone (a volatile
+                // instance comes back without fragments), so it is told again before it serves.
+                tracing::warn!(instance = *i, "instance restarted; publishing to it again");
+                self.published[*i] = 0;
+                self.entry_stored[*i] = 0;
+            }
+            self.boots[*i] = Some(read.boot);
+            self.clock_read[*i] = Some(read);
             if !self.liveness.is_alive(*i)
                 && self.liveness.renew(*i, now_ms) == Some(Renewal::Returned)
             {
@@ -252,15 +277,32 @@ impl Service {
             .filter(|(_, f)| f.mode == Mode::Recovery)
             .filter_map(|(j, f)| Some((j, f.primary.instance, f.secondary?.instance)))
             .collect();
+        // Jobs of fragments that left recovery, or whose replicas changed, are over.
+        let mut jobs = std::mem::take(&mut self.repairs);
+        jobs.retain(|job| recovering.contains(&job.target()));
+        let share = (REPAIR_KEYS_PER_STEP / recovering.len().max(1)).max(64);
         for (j, primary, secondary) in recovering {
-            match repair_fragment(&self.client, j, primary, secondary, self.options.repair) {
+            let job = match jobs.iter().position(|job| job.target().0 == j) {
+                Some(at) => Ok(Some(jobs.swap_remove(at))),
+                None => RepairJob::start(&self.client, j, primary, secondary),
+            };
+            let pass = job.and_then(|job| match job {
+                Some(mut job) => {
+                    let pass = job.step(&self.client, self.options.repair, share);
+                    self.repairs.push(job);
+                    pass
+                }
+                None => Ok(Pass::ListLost),
+            });
+            match pass {
                 Ok(Pass::Done { repaired }) => {
                     tracing::info!(fragment = j, repaired, "fragment recovered");
+                    self.repairs.retain(|job| job.target().0 != j);
                     self.configuration.fragment_recovered(j)?;
                     changes.push(Change::FragmentRecovered(j));
                 }
                 Ok(Pass::Partly { repaired, left }) => {
-                    tracing::debug!(fragment = j, repaired, left, "dirty keys still leased");
+                    tracing::debug!(fragment = j, repaired, left, "dirty keys left");
                 }
                 Ok(Pass::ListLost) => {
                     tracing::warn!(fragment = j, "dirty list lost in recovery; discarding");
@@ -312,12 +354,23 @@ impl Service {
             Change::Returned(instance) => {
                 // The secondaries as they were, asked only for the fragments it asks about.
                 let before = self.configuration.fragments().to_vec();
-                let client = &self.client;
+                let (client, repair) = (&self.client, self.options.repair);
                 self.configuration.instance_recovered(instance, |j| {
-                    before[j as usize]
-                        .secondary
-                        .is_some_and(|s| has_dirty_list(client, s.instance, j))
+                    repair != Repair::Discard
+                        && before[j as usize]
+                            .secondary
+                            .is_some_and(|s| has_dirty_list(client, s.instance, j))
                 })?;
+                if repair == Repair::Keep {
+                    let recovering: Vec<u32> = (0..)
+                        .zip(self.configuration.fragments())
+                        .filter(|(_, f)| f.mode == Mode::Recovery)
+                        .map(|(j, _)| j)
+                        .collect();
+                    for j in recovering {
+                        self.configuration.fragment_recovered(j)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -413,11 +466,21 @@ fn highest_configuration_id(client: &Client) -> u64 {
         .unwrap_or(0)
 }
 
+/// What an `INSTANCELEASE` probe read: the instance's monotonic clock and incarnation.
+#[derive(Clone, Copy, Debug)]
+struct ClockRead {
+    clock: u64,
+    boot: u64,
+}
+
 /// The clock an `INSTANCELEASE` probe read, if the instance answered.
-fn clock_of(answer: Result<Reply<'static>, ClientError>) -> Option<u64> {
+fn clock_of(answer: Result<Reply<'static>, ClientError>) -> Option<ClockRead> {
     match answer.ok()? {
-        Reply::Array(fields) => match fields.first() {
-            Some(Reply::Int(clock)) => u64::try_from(*clock).ok(),
+        Reply::Array(fields) => match fields.as_slice() {
+            [Reply::Int(clock), _, Reply::Int(boot)] => Some(ClockRead {
+                clock: u64::try_from(*clock).ok()?,
+                boot: u64::try_from(*boot).ok()?,
+            }),
             _ => None,
         },
         _ => None,

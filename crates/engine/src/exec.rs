@@ -272,7 +272,7 @@ impl Engine {
                     .ok_or_else(|| ErrorReply::err("fragment out of range"))?;
                 Ok(Reply::Int(id as i64))
             }
-            C::InstanceLease(until) => Ok(self.instance_lease(until, now)),
+            C::InstanceLease { until, boot } => self.instance_lease(until, boot, now),
             C::PinSet { key, value } => {
                 self.refuse_leased([key])?;
                 self.store

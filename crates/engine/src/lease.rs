@@ -140,6 +140,9 @@ pub enum EndCause {
     Expired,
     /// FLUSHALL.
     Flushed,
+    /// Refused by one of Gemini's fences (`fencing`): as on expiry, the keys it held exclusively
+    /// go, since its data-store write may have happened and its commit will not come here.
+    Fenced,
 }
 
 enum Decision {
@@ -480,7 +483,10 @@ impl Engine {
         let Some(mut session) = self.take_session(sid) else {
             return;
         };
-        let drop_exclusive = matches!(cause, EndCause::Wounded | EndCause::Expired);
+        let drop_exclusive = matches!(
+            cause,
+            EndCause::Wounded | EndCause::Expired | EndCause::Fenced
+        );
         let was_live = session.state != SessionState::Aborted;
         let validated = session.validated();
         for (key, hold) in std::mem::take(&mut session.holds) {

@@ -202,6 +202,8 @@ pub struct Engine {
     pub(crate) recency: Recency,
     /// When the lease from Gemini's coordinator ends, on the monotonic clock (`fencing`).
     pub(crate) instance_lease_until: u64,
+    /// This process's incarnation of the CMI, named by the coordinator's grants (`fencing`).
+    pub(crate) boot_id: u64,
 }
 
 /// Bytes charged per marker beyond its key.
@@ -228,6 +230,7 @@ impl Engine {
             stats: Stats::default(),
             recency: Recency::Touch,
             instance_lease_until: 0,
+            boot_id: 0,
         }
     }
 

@@ -28,7 +28,7 @@ fn gemini_cmi() -> Cmi {
 fn lease(cmi: &mut Cmi) -> (i64, i64) {
     match cmi.run("INSTANCELEASE") {
         Reply::Array(a) => match a.as_slice() {
-            [Reply::Int(now), Reply::Int(until)] => (*now, *until),
+            [Reply::Int(now), Reply::Int(until), Reply::Int(_boot)] => (*now, *until),
             other => panic!("INSTANCELEASE: {other:?}"),
         },
         other => panic!("INSTANCELEASE: {other:?}"),
@@ -95,12 +95,14 @@ fn sessions_of_an_older_configuration_are_refused() {
     assert_eq!(
         cmi.err("LGET 4 a"),
         ErrorKind::StaleConfig,
-        "the commands pipelined after a refused LCONFIG are refused too"
+        "a refused LCONFIG ends the session: the commands pipelined after it are refused too"
     );
     cmi.ok("LABORT 4");
+    cmi.ok("SET held old");
     cmi.ok("LCONFIG 1 5");
     cmi.run("LGET 1 a");
     cmi.ok("LSET 1 a 1");
+    cmi.ok("LSET 1 held new");
     // A session that names no configuration is not checked.
     cmi.run("LGET 2 b");
 
@@ -123,22 +125,69 @@ fn sessions_of_an_older_configuration_are_refused() {
         None,
         "what the session staged never landed"
     );
+    assert_eq!(
+        cmi.cached("held"),
+        None,
+        "a key it held exclusively goes, as on expiry: its data-store write may have happened"
+    );
     assert_eq!(cmi.err("LCONFIG 3 5"), ErrorKind::StaleConfig);
-    cmi.ok("LCONFIG 3 6");
-    cmi.run("LGET 3 a");
-    cmi.ok("LSET 3 a 2");
-    cmi.ok("LCOMMIT 3");
+    assert_eq!(
+        cmi.err("LCONFIG 3 6"),
+        ErrorKind::Abort,
+        "a refused session is over"
+    );
+    cmi.ok("LCONFIG 7 6");
+    cmi.run("LGET 7 a");
+    cmi.ok("LSET 7 a 2");
+    cmi.ok("LCOMMIT 7");
     assert_eq!(cmi.cached("a").as_deref(), Some("2"));
     cmi.ok("LSET 2 b 1");
     cmi.ok("LCOMMIT 2");
 }
 
+/// The coordinator tells every instance that may serve a configuration before any client can
+/// learn it: a CMI that knows an older one was not told (it restarted, or was cut off).
 #[test]
-fn a_newer_configuration_than_the_cmi_knows_is_accepted() {
-    // The client fetched a configuration the coordinator is still publishing.
+fn a_session_of_a_newer_configuration_than_the_cmi_knows_is_fenced() {
     let mut cmi = gemini_cmi();
     cmi.ok("INSTANCELEASE 999999999999");
-    cmi.ok("LCONFIG 1 9");
-    assert_eq!(cmi.int("IQGET 1 k"), 0);
-    assert_eq!(cmi.int("IQSET 1 k v"), 1);
+    assert_eq!(cmi.err("LCONFIG 1 9"), ErrorKind::Fenced);
+    assert_eq!(cmi.err("IQGET 1 k"), ErrorKind::Fenced);
+    // A volatile CMI that restarted has no fragments and no ids at all.
+    let mut restarted = Cmi::wt();
+    assert_eq!(restarted.err("LCONFIG 2 5"), ErrorKind::Fenced);
+    assert_eq!(restarted.err("LGET 2 k"), ErrorKind::Abort);
+}
+
+#[test]
+fn a_grant_for_another_incarnation_is_refused() {
+    let mut cmi = gemini_cmi();
+    cmi.engine.set_boot_id(42);
+    let Reply::Array(read) = cmi.run("INSTANCELEASE") else {
+        panic!("INSTANCELEASE");
+    };
+    assert_eq!(read[2], Reply::Int(42));
+    let end = cmi.now + 1_000;
+    assert_eq!(cmi.err(&format!("INSTANCELEASE {end} 41")), ErrorKind::Err);
+    assert_eq!(cmi.err("GET k"), ErrorKind::Fenced);
+    cmi.ok(&format!("INSTANCELEASE {end} 42"));
+    assert_eq!(cmi.value_or_nil("GET k"), None);
+}
+
+#[test]
+fn a_session_refused_by_the_lease_fence_loses_its_exclusive_keys() {
+    let mut cmi = gemini_cmi();
+    let end = cmi.now + 1_000;
+    cmi.ok(&format!("INSTANCELEASE {end}"));
+    cmi.ok("SET k old");
+    assert_eq!(cmi.int("QAREG 1 k"), 0);
+    cmi.advance(1_000);
+    assert_eq!(cmi.err("DAR 1 k"), ErrorKind::Fenced);
+    let end = cmi.now + 1_000;
+    cmi.ok(&format!("INSTANCELEASE {end}"));
+    assert_eq!(
+        cmi.value_or_nil("GET k"),
+        None,
+        "the writer's commit never came: the value it replaced is gone when the CMI serves again"
+    );
 }

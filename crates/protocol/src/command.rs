@@ -266,10 +266,13 @@ pub enum Command<'a> {
         fragment: u32,
         id: Option<u64>,
     },
-    /// INSTANCELEASE: reads the CMI's monotonic clock and the end of its lease from the
-    /// coordinator, or (`until`, on that clock) sets the end. A CMI of a Gemini configuration
-    /// serves keys only while the lease runs.
-    InstanceLease(Option<u64>),
+    /// INSTANCELEASE: reads the CMI's monotonic clock, the end of its lease from the coordinator
+    /// and its incarnation, or (`until`, on that clock) sets the end, for the incarnation `boot`
+    /// if named. A CMI of a Gemini configuration serves keys only while the lease runs.
+    InstanceLease {
+        until: Option<u64>,
+        boot: Option<u64>,
+    },
     /// PINSET: stores a pinned value outside of any session, whatever the lease mode (the
     /// coordinator's entries: Gemini's configuration and dirty lists).
     PinSet {
@@ -681,7 +684,7 @@ impl<'a> Command<'a> {
             ConfigId(_) => "configid",
             Fragments(_) => "fragments",
             FragmentId { .. } => "fragmentid",
-            InstanceLease(_) => "instancelease",
+            InstanceLease { .. } => "instancelease",
             PinSet { .. } => "pinset",
             LGet { .. } => "lget",
             LMGet { markers: false, .. } => "lmget",
@@ -912,7 +915,7 @@ impl<'a> Command<'a> {
                 out.push(u(*fragment as u64));
                 out.extend(id.map(u));
             }
-            InstanceLease(until) => out.extend(until.map(u)),
+            InstanceLease { until, boot } => out.extend(until.iter().chain(boot).map(|n| u(*n))),
             PinSet { key, value } => out.extend([b(key), b(value)]),
             LGet { sid, key, rmw } => {
                 out.extend([u(*sid), b(key)]);
@@ -1226,13 +1229,18 @@ fn parse_with<'a>(
             },
             _ => return Err(arity()),
         },
-        "instancelease" => match a.len() {
-            1 => C::InstanceLease(None),
-            2 => C::InstanceLease(Some(
-                parse_u64(a[1]).ok_or_else(|| ErrorReply::err("invalid lease end"))?,
-            )),
-            _ => return Err(arity()),
-        },
+        "instancelease" => {
+            let number = |arg: &[u8], what: &str| {
+                parse_u64(arg).ok_or_else(|| ErrorReply::err(format!("invalid {what}")))
+            };
+            match a.len() {
+                1..=3 => C::InstanceLease {
+                    until: a.get(1).map(|n| number(n, "lease end")).transpose()?,
+                    boot: a.get(2).map(|n| number(n, "incarnation")).transpose()?,
+                },
+                _ => return Err(arity()),
+            }
+        }
         "pinset" => C::PinSet {
             key: a[1],
             value: a[2],
@@ -1928,6 +1936,7 @@ mod tests {
             "FRAGMENTID 3 7",
             "INSTANCELEASE",
             "INSTANCELEASE 1500",
+            "INSTANCELEASE 1500 77",
             "PINSET k v",
             "LGET 1 k",
             "LMGET 1 RMW a b",

@@ -185,6 +185,18 @@ impl ErrorReply {
         )
     }
 
+    /// The refusal of a session routed by configuration `session`, newer than the `latest` this
+    /// CMI was told.
+    pub fn behind_config(latest: u64, session: u64) -> Self {
+        Self::new(
+            ErrorKind::Fenced,
+            format!(
+                "this instance knows configuration {latest}, older than the session's {session}: \
+                 the coordinator has not told it the newer one (it restarted, or was not reached)"
+            ),
+        )
+    }
+
     /// The newer configuration id a STALECONFIG reply names.
     pub fn latest_config(&self) -> Option<u64> {
         if self.kind != ErrorKind::StaleConfig {

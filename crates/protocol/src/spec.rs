@@ -480,7 +480,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         S,
         NONE,
         Meta,
-        "Reads the CMI's clock and coordinator lease, or sets when the lease ends.",
+        "Reads the CMI's clock, coordinator lease and incarnation, or sets when the lease ends.",
     ),
     spec(
         "pinset",

@@ -125,6 +125,14 @@ impl Cmi {
         now: Now,
     ) -> Flow {
         use Command as C;
+        // Gemini's fence must judge the lease by the time the command runs: the loop's time is
+        // from before it read the request, and a process stopped in between (SIGSTOP, a long
+        // pause) would serve a request sent after its lease ran out.
+        let now = if self.engine.fragments() > 0 {
+            crate::event_loop::clock_now()
+        } else {
+            now
+        };
         let reply = match cmd {
             C::Ping(None) => Reply::status("PONG"),
             C::Ping(Some(message)) | C::Echo(message) => Reply::bulk(message),

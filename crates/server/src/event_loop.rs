@@ -96,10 +96,11 @@
 //! # Time
 //!
 //! The handler is given a [`Now`]: the wall clock (ms since the Unix epoch, for key expiry and what
-//! the log persists) and a monotonic clock (ms since the loop started, for leases and sessions),
-//! both read once per loop iteration (Redis likewise caches the time per iteration). Ticks and idle
-//! timeouts run on the monotonic clock too, so a step of the wall clock moves nothing but key
-//! expiry.
+//! the log persists) and a monotonic clock (ms since the process's first loop started, for leases
+//! and sessions), both read once per loop iteration (Redis likewise caches the time per
+//! iteration). Ticks and idle timeouts run on the monotonic clock too, so a step of the wall clock
+//! moves nothing but key expiry. A handler that needs the time a command runs at, not the time
+//! its iteration began, reads [`clock_now`], on the same clocks.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -116,6 +117,24 @@ use crate::tls::{Received, TlsConn, TlsFailure, PLAINTEXT_REFUSAL};
 
 /// The two clocks a handler is given (see "Time" above).
 pub use cads_engine::Now;
+
+/// Where every loop's monotonic clock starts.
+static CLOCK_ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn clock_at(mono: Instant) -> Now {
+    let origin = *CLOCK_ORIGIN.get_or_init(Instant::now);
+    Now {
+        wall_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        mono_ms: mono.saturating_duration_since(origin).as_millis() as u64,
+    }
+}
+
+/// Both clocks now, as the loops read them: never behind what a loop handed its handler.
+pub fn clock_now() -> Now {
+    clock_at(Instant::now())
+}
 
 /// Identifies a connection for the lifetime of the loop; never reused.
 pub type ConnId = u64;
@@ -528,11 +547,9 @@ struct Runtime<'a, H: Handler> {
     spare_fd: Option<std::fs::File>,
     /// Accepting failed for want of file descriptors, and none has succeeded since.
     out_of_fds: bool,
-    started: Instant,
     /// Monotonic time of this iteration.
     mono: Instant,
-    /// Both clocks in ms as the handler gets them: the wall clock since the epoch, the monotonic
-    /// one since `started`.
+    /// Both clocks in ms as the handler gets them (see [`clock_now`]).
     now: Now,
     /// `now.mono_ms`, for the loop's own timers.
     mono_ms: u64,
@@ -556,7 +573,6 @@ impl<'a, H: Handler> Runtime<'a, H> {
             listener_paused: false,
             spare_fd: spare_fd(),
             out_of_fds: false,
-            started: now,
             mono: now,
             now: Now::at(0),
             mono_ms: 0,
@@ -567,13 +583,8 @@ impl<'a, H: Handler> Runtime<'a, H> {
 
     fn refresh_clock(&mut self) {
         self.mono = Instant::now();
-        self.mono_ms = self.mono.duration_since(self.started).as_millis() as u64;
-        self.now = Now {
-            wall_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            mono_ms: self.mono_ms,
-        };
+        self.now = clock_at(self.mono);
+        self.mono_ms = self.now.mono_ms;
     }
 
     fn serve(&mut self, stop: &AtomicBool) -> io::Result<()> {

@@ -52,6 +52,7 @@ impl Server {
         let mut cmis = Vec::with_capacity(config.cmis);
         for (i, listener) in listeners.into_iter().enumerate() {
             let mut engine = Engine::new(config.engine());
+            engine.set_boot_id(boot_id(i));
             let aof = if config.appendonly {
                 let settings = AofSettings {
                     fsync: config.appendfsync,
@@ -148,6 +149,16 @@ impl Server {
         self.stop();
         self.join()
     }
+}
+
+/// A number for this start of CMI `cmi` that no earlier start used: the wall clock in
+/// nanoseconds and the process id (Gemini's coordinator names the incarnation its lease is for).
+fn boot_id(cmi: usize) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // Below i64::MAX, as RESP integers are signed.
+    (nanos ^ (u64::from(std::process::id()) << 40) ^ cmi as u64) >> 1
 }
 
 /// Connections that may wait to be accepted, as Redis's `tcp-backlog` (std's `bind` asks for 128,

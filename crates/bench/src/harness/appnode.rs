@@ -437,14 +437,11 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
     let store = cads::store::open(&job.store_url, &bench.store_options())
         .context("cannot open the data store")?;
     let opts = bench.options();
-    let dep = Deployment::attach(
-        policy,
-        store,
-        bench.miss_collection(),
-        &job.cmis,
-        opts.cmi
-            .framework_config(opts.with_tardis(bench.framework_config())),
-    );
+    let mut config = opts
+        .cmi
+        .framework_config(opts.with_tardis(bench.framework_config()));
+    config.gemini = opts.gemini.is_some() && policy == cads::Policy::WriteAround;
+    let dep = Deployment::attach(policy, store, bench.miss_collection(), &job.cmis, config);
     let quiet = |_| {};
     let run = PolicyRun {
         policy,

@@ -53,6 +53,7 @@ pub use record::{
 
 use crate::cpu::{CpuRecord, CpuSample};
 use crate::deploy::{check_one_lease_mode, redact, relayed, store_url, Deployment, Launcher};
+use crate::gemini::{self, GeminiRecord};
 use drive::{drive, ThreadSet};
 use outage::{cut_off, Cut, Happened, Timeline};
 
@@ -250,6 +251,8 @@ pub struct Measured<L> {
     pub applied_share_samples: Vec<(f64, f64)>,
     /// What the run did about a data store that went away (`--outage`, or TARDIS saw it fail).
     pub outage: Option<OutageRecord>,
+    /// The CMIs' failure and recovery under Gemini (`--fail-cmis`).
+    pub gemini: Option<GeminiRecord>,
 }
 
 /// What a benchmark's validation of a run found.
@@ -329,6 +332,7 @@ pub fn run<B: Benchmark>(
                 &opts.cmi,
                 launcher,
                 config.clone(),
+                opts.gemini.as_ref(),
             )?;
             records.push(run_policy(
                 bench,
@@ -468,10 +472,18 @@ impl<B: Benchmark> Runner<'_, B> {
         sampler.timeline = tracked.then(|| Timeline::new(started, true));
         let stop = AtomicBool::new(false);
         let cut = self.cut();
-        let (node, happened) = std::thread::scope(|scope| {
+        let failure = opts
+            .gemini
+            .as_ref()
+            .and_then(|g| Some((g.recovery, g.fail?)));
+        let (node, happened, failed_cmis) = std::thread::scope(|scope| {
             let cutter = opts.outage.map(|o| {
                 let (cut, stop) = (&cut, &stop);
                 scope.spawn(move || cut_off(cut, o, started, env.clock, stop))
+            });
+            let failer = dep.gemini().zip(failure).map(|(g, (recovery, fail))| {
+                let stop = &stop;
+                scope.spawn(move || gemini::fail_and_watch(g, recovery, fail, started, stop))
             });
             let node = drive(bench, self.loaded, &env, &set, limit, |done| {
                 let wb = write_back.then(|| cads.write_back_stats().snapshot().since(&before.wb));
@@ -481,7 +493,9 @@ impl<B: Benchmark> Runner<'_, B> {
             let happened = cutter.map_or(Happened::default(), |c| {
                 c.join().expect("the outage thread does not panic")
             });
-            (node, happened)
+            let failed_cmis =
+                failer.map(|f| f.join().expect("the CMI failure thread does not panic"));
+            (node, happened, failed_cmis)
         });
         let timeline = sampler.timeline.take();
         let after = Counters::take(dep);
@@ -491,6 +505,7 @@ impl<B: Benchmark> Runner<'_, B> {
         let mut measured =
             sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
         measured.calls = dep.faults.counts();
+        measured.gemini = failed_cmis;
         if let Some(workers) = workers {
             measured.pinned.close(cads.pinned_bytes());
             workers.stop();
@@ -625,6 +640,7 @@ impl<B: Benchmark> Runner<'_, B> {
             warm_s: None,
             write_back,
             outage: measured.outage,
+            gemini: measured.gemini,
             detail: verified.detail,
             config: RunConfig {
                 threads: measured.threads,
@@ -807,6 +823,7 @@ impl<'a> Sampler<'a> {
             pinned: self.pinned,
             applied_share_samples: self.applied_share,
             outage: None,
+            gemini: None,
         }
     }
 }

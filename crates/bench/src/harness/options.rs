@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use cads::{Policy, TardisConfig};
 
 use crate::deploy::{CacheSpec, CmiSettings};
+use crate::gemini::GeminiOptions;
 
 /// Where a benchmark runs, how much of it, and what it writes. Each benchmark's options hold one
 /// (`common`), with the benchmark's own defaults.
@@ -44,6 +45,9 @@ pub struct CommonOptions {
     pub tardis: Option<TardisConfig>,
     /// `--outage AT+FOR`: the data store unreachable during part of the run phase.
     pub outage: Option<Outage>,
+    /// `--recovery` and `--fail-cmis`: Gemini's coordinator over the CMIs, and some of them
+    /// failing during the run phase (004).
+    pub gemini: Option<GeminiOptions>,
 }
 
 /// `--outage AT+FOR`: from `at` into the run phase, for `length`, the data store cannot be
@@ -94,6 +98,7 @@ impl Default for CommonOptions {
             appnodes: 1,
             tardis: None,
             outage: None,
+            gemini: None,
         }
     }
 }
@@ -133,6 +138,9 @@ impl CommonOptions {
                 );
             }
         }
+        if let Some(g) = &self.gemini {
+            self.check_gemini(g)?;
+        }
         if self.outage.is_some() && self.appnodes > 1 && !self.networked_store() {
             bail!(
                 "--outage with --appnodes needs a networked data store (postgres:// or \
@@ -153,6 +161,37 @@ impl CommonOptions {
     pub fn with_tardis(&self, mut config: cads::Config) -> cads::Config {
         config.tardis = self.tardis_config();
         config
+    }
+
+    fn check_gemini(&self, g: &GeminiOptions) -> Result<()> {
+        if let Some(p) = self.policies.iter().find(|p| **p != Policy::WriteAround) {
+            bail!(
+                "--recovery is for write-around, as Gemini (004) assumes: drop {} from --policy",
+                p.name()
+            );
+        }
+        if self.tardis.is_some() {
+            bail!("--recovery and --tardis do not go together");
+        }
+        let CacheSpec::Embedded { cmis } = self.cache else {
+            bail!(
+                "--recovery needs embedded CMIs (--cache embedded:N), which each run starts fresh"
+            );
+        };
+        if g.fragments == 0 {
+            bail!("--fragments must be positive");
+        }
+        if let Some(fail) = g.fail {
+            if fail.cmis == 0 || fail.cmis >= cmis {
+                bail!(
+                    "--fail-cmis must lie in 1..{cmis}: some CMI must stay up to take the failed                      ones' fragments"
+                );
+            }
+            if self.appnodes > 1 {
+                bail!("--fail-cmis with --appnodes is not built yet: use one AppNode");
+            }
+        }
+        Ok(())
     }
 
     /// TARDIS's settings as the run uses them: several AppNodes, which may see the data store in

@@ -284,6 +284,10 @@ pub struct Record<D, C> {
     /// the data store fail.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outage: Option<super::OutageRecord>,
+    /// CMIs failing and recovering under Gemini (`--fail-cmis`): their hit ratio over time and
+    /// the time to restore it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gemini: Option<crate::gemini::GeminiRecord>,
     /// The benchmark's own fields.
     #[serde(flatten)]
     pub detail: D,
