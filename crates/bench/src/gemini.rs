@@ -25,7 +25,7 @@ pub const LEASE: Duration = Duration::from_millis(1_000);
 /// Time between the coordinator's probes.
 pub const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// Time between samples of the failed instances' hit ratio.
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// The share of its hit ratio before the failure a returned instance must reach to count as
 /// restored.
 pub const RESTORED_SHARE: f64 = 0.95;
@@ -308,7 +308,7 @@ mod tests {
                 sample(2.0, Some(1.0)),
                 sample(3.0, None),
                 sample(4.5, Some(0.5)),
-                sample(5.0, Some(0.86)),
+                sample(5.0, Some(0.85)),
                 sample(5.5, Some(0.9)),
             ],
         };

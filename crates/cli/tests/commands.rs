@@ -505,3 +505,57 @@ fn coord_runs_over_cmis_and_status_shows_its_configuration() {
         assert!(exit.success(), "run {run}: cads coord exited with {exit}");
     }
 }
+
+/// `--recovery` with a CMI failing mid-run (004 §5): StaleCache, which keeps the returning CMI's
+/// content unrepaired, reads values overwritten while it was away, and the validator catches
+/// them (the positive control); Gemini-I, the same run otherwise, reads none. Both records carry
+/// the failed CMI's hit ratio over time.
+#[test]
+fn gemini_reads_nothing_stale_where_a_stale_cache_does() {
+    let dir = ScratchDir::new("gemini-bench");
+    let run = |recovery: &str| {
+        let json = dir.path().join(format!("{recovery}.json"));
+        let out = cads(&[
+            "bench",
+            "ycsb",
+            "--policy",
+            "write-around",
+            "--workload",
+            "A",
+            "--records",
+            "500",
+            "--threads",
+            "4",
+            "--duration",
+            "6s",
+            "--cache",
+            "embedded:3",
+            "--recovery",
+            recovery,
+            "--fragments",
+            "12",
+            "--fail-cmis",
+            "1",
+            "--fail-at",
+            "1s",
+            "--fail-for",
+            "2s",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let records: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (out, records[0].clone())
+    };
+    let (out, record) = run("stale");
+    assert_failed_on_stale_reads(&out, "ycsb A write-around #0");
+    assert!(record["stale_reads"].as_u64().unwrap() > 0);
+    assert_eq!(record["gemini"]["recovery"], "stale");
+
+    let (out, record) = run("gemini-i");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(record["stale_reads"], 0);
+    let gemini = &record["gemini"];
+    assert_eq!(gemini["failed_cmis"], 1);
+    assert!(gemini["back_s"].as_f64().unwrap() > gemini["fail_at_s"].as_f64().unwrap());
+    assert!(!gemini["timeline"].as_array().unwrap().is_empty());
+}
