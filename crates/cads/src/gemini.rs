@@ -11,7 +11,9 @@
 //! - **transient**: they go to the secondary, and a write appends the key to the fragment's
 //!   dirty list there before its data-store commit;
 //! - **transient without a secondary** (no instance was up to host one): reads go to the data
-//!   store, and writes wait (a retryable abort) until the coordinator places the fragment;
+//!   store, and writes wait (a retryable abort) until the coordinator places the fragment; the
+//!   same while an instance cannot be reached or is fenced, before the coordinator has moved its
+//!   fragments;
 //! - **recovery**: reads and writes go to the primary; a read of a key still on the dirty list
 //!   deletes it there under an I lease (`ISET`) and fills it as a miss (Algorithm 1), and a write
 //!   deletes the key on the secondary too (which Algorithm 2 does only with working-set transfer:

@@ -119,20 +119,34 @@ impl<'a> Session<'a> {
     /// it, so that the session's next run routes by it; such an error is a retryable abort.
     /// Other errors, and every error without Gemini, convert as usual.
     fn cache_error(&self, e: ClientError) -> Error {
-        let (Some(router), Some(client)) = (self.cads.gemini(), self.cads.cache()) else {
+        if !self.refresh_after(&e) {
             return e.into();
+        }
+        Error::Aborted {
+            reason: format!("{e}; running again by the newest configuration"),
+        }
+    }
+
+    /// Gemini: fetches the configuration after `e` if it may mean it changed; whether it did.
+    fn refresh_after(&self, e: &ClientError) -> bool {
+        let (Some(router), Some(client)) = (self.cads.gemini(), self.cads.cache()) else {
+            return false;
         };
         let reconfigured = matches!(
             e,
             ClientError::StaleConfiguration { .. } | ClientError::Fenced
         );
         if !reconfigured && !e.is_unavailable() {
-            return e.into();
+            return false;
         }
         router.refresh(client);
-        Error::Aborted {
-            reason: format!("{e}; running again by the newest configuration"),
-        }
+        true
+    }
+
+    /// A cache error a read survives by going to the data store: the cache cannot be reached,
+    /// or (Gemini) the instance serves no key until the coordinator moves its fragments.
+    fn read_goes_around(e: &ClientError) -> bool {
+        e.is_unavailable() || matches!(e, ClientError::Fenced)
     }
 
     /// Write-back, before a read of `keys` queries the data store: the buffered writes its result
@@ -371,10 +385,9 @@ impl<'a> Session<'a> {
         };
         let (values, marked): (Vec<Option<Vec<u8>>>, Vec<bool>) = match read {
             Ok(read) => read.into_iter().unzip(),
-            Err(e) if e.is_unavailable() => {
-                if self.routes.is_some() {
-                    return Err(self.cache_error(e));
-                }
+            // Reads go to the data store (004 §2.2); a write of the session will wait.
+            Err(e) if Self::read_goes_around(&e) => {
+                self.refresh_after(&e);
                 self.degrade(&e);
                 return self.query_store(cs, query, &keys, false, true);
             }
@@ -427,7 +440,10 @@ impl<'a> Session<'a> {
                 Ok(()) => {}
                 // No room to cache the result: the read still succeeds.
                 Err(ClientError::NotStored) => {}
-                Err(e) if e.is_unavailable() && self.routes.is_none() => self.degrade(&e),
+                Err(e) if Self::read_goes_around(&e) => {
+                    self.refresh_after(&e);
+                    self.degrade(&e);
+                }
                 Err(e) => return Err(self.cache_error(e)),
             }
         }

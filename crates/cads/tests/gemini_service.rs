@@ -145,8 +145,20 @@ fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
         .instance;
     let key = String::from_utf8(dirty_list::key(lost)).unwrap();
     assert_eq!(call(addrs[lost_at], &["DEL", &key]), Reply::Int(1));
+    // A list instance 1 kept from an earlier stint as a secondary goes when it returns.
+    let old_list = String::from_utf8(dirty_list::key(kept)).unwrap();
+    let start = std::str::from_utf8(dirty_list::START).unwrap();
+    assert_eq!(
+        call(cmis.addrs()[1], &["PINSET", &old_list, start]),
+        Reply::OK
+    );
     relay.set_cut(false);
     assert_eq!(service.step(81_000).unwrap(), vec![Change::Returned(1)]);
+    assert_eq!(
+        call(cmis.addrs()[1], &["INSPECT", &old_list]).field("exists"),
+        Some(&Reply::Int(0)),
+        "the returned instance's old dirty list is deleted"
+    );
     let back = service.configuration().clone();
     assert_eq!(back.id(), 3);
     let f = back.fragments()[kept as usize];

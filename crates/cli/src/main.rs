@@ -55,8 +55,8 @@ enum Commands {
     Demo(demo::DemoArgs),
     /// Draw charts of the run records (JSON) in a directory, as PNG and SVG: throughput by
     /// policy, latency percentiles by policy, write-back's pinned memory (and applied share,
-    /// when the records sample it) over time, and dirty documents and throughput around a
-    /// data-store outage.
+    /// when the records sample it) over time, dirty documents and throughput around a
+    /// data-store outage, and the hit ratio of cache instances that failed (Gemini).
     Report(report::ReportArgs),
 }
 

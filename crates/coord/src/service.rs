@@ -371,9 +371,27 @@ impl Service {
                         self.configuration.fragment_recovered(j)?;
                     }
                 }
+                self.delete_old_lists(instance);
             }
         }
         Ok(())
+    }
+
+    /// Deletes the dirty lists a returning instance kept from before it failed (it was a
+    /// secondary then): pinned, they would stay for good, and no client reads them now.
+    fn delete_old_lists(&self, instance: InstanceId) {
+        let keys: Vec<Vec<u8>> = (0..)
+            .zip(self.configuration.fragments())
+            .filter(|(_, f)| f.secondary.is_none_or(|s| s.instance != instance))
+            .map(|(j, _)| dirty_list::key(j))
+            .collect();
+        let deletes: Vec<[&[u8]; 1]> = keys.iter().map(|k| [k.as_slice()]).collect();
+        let commands: Vec<(usize, Command<'_>)> = deletes
+            .iter()
+            .map(|key| (instance, Command::Del(key)))
+            .collect();
+        // Best effort: a list left behind costs memory, not consistency.
+        let _ = self.client.execute_many(&commands);
     }
 
     /// Saves, makes the new secondaries' dirty lists, publishes the ids to every instance that is

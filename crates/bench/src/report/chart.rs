@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::{short_workload, Group, OutagePoint, RunPoint, PERCENTILES};
+use super::{short_workload, Group, OutagePoint, RecoveryPoint, RunPoint, PERCENTILES};
 
 /// DejaVu Sans cut down to Latin-1 and a few symbols (22 KB; see DejaVuSans-LICENSE.txt). PNG
 /// text is drawn with it, so charts need no fonts installed on the machine.
@@ -42,6 +42,9 @@ pub enum Chart<'g, 'r> {
     /// Dirty documents and throughput over time around a data-store outage (000 Fig. 4.6): two
     /// panels on one time axis, a line per run with a timeline, the outage shaded.
     Outage(&'g Group<'r>),
+    /// The failed CMIs' hit ratio over time (004 Fig. 6): a line per run, named by its Gemini
+    /// variant, the failure shaded.
+    Recovery(&'g Group<'r>),
 }
 
 /// Draws `chart` as a PNG file's bytes.
@@ -215,6 +218,7 @@ impl Chart<'_, '_> {
                 (1000, 90 + legend + 400 * panels)
             }
             Chart::Outage(_) => (1000, 90 + LEGEND_HEIGHT + 400 * 2),
+            Chart::Recovery(_) => (1000, 90 + LEGEND_HEIGHT + 420),
         }
     }
 
@@ -225,6 +229,7 @@ impl Chart<'_, '_> {
             Chart::Latency(g) => draw_latency(root, g),
             Chart::WriteBack(g) => draw_write_back(root, g),
             Chart::Outage(g) => draw_outage(root, g),
+            Chart::Recovery(g) => draw_recovery(root, g),
         }
     }
 }
@@ -758,6 +763,84 @@ fn draw_outage<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>)
     Ok(())
 }
 
+/// The runs of a group whose CMIs failed, with their hit-ratio timelines.
+fn recovery_runs<'r>(g: &Group<'r>) -> Vec<(&'r RunPoint, &'r RecoveryPoint)> {
+    g.runs
+        .iter()
+        .filter_map(|r| Some((*r, r.recovery.as_ref().filter(|p| !p.hit_ratio.is_empty())?)))
+        .collect()
+}
+
+fn draw_recovery<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &Group<'_>) -> Drawn<DB> {
+    let runs = recovery_runs(g);
+    let title = format!("{}: failed cache instances' hit ratio", workload_name(g));
+    let body = root.titled(&title, (FAMILY, TITLE_SIZE))?;
+    let name = |r: &RunPoint, p: &RecoveryPoint| {
+        let repeated = runs
+            .iter()
+            .filter(|(_, q)| q.recovery == p.recovery)
+            .count()
+            > 1;
+        match repeated {
+            true => format!("{} run {}", p.recovery, r.run),
+            false => p.recovery.clone(),
+        }
+    };
+    let entries: Vec<(String, RGBColor)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (r, p))| (name(r, p), run_color(i)))
+        .collect();
+    let body = with_legend(&body, &entries)?;
+    let end = runs
+        .iter()
+        .flat_map(|(_, p)| p.hit_ratio.iter().map(|s| s.0))
+        .fold(1.0, f64::max);
+    let mut windows: Vec<(f64, f64)> = runs
+        .iter()
+        .filter_map(|(_, p)| Some((p.fail_at_s?, p.back_s.unwrap_or(end))))
+        .collect();
+    windows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    windows.dedup_by(|b, a| {
+        let overlaps = b.0 <= a.1;
+        if overlaps {
+            a.1 = a.1.max(b.1);
+        }
+        overlaps
+    });
+    let mut chart = time_panel(&body, "hits over reads", end, 100.0, "hit ratio (%)")?;
+    chart.draw_series(
+        windows
+            .iter()
+            .map(|&(from, to)| Rectangle::new([(from, 0.0), (to, 100.0)], OUTAGE_SHADE.filled())),
+    )?;
+    let away = (FAMILY, LABEL_SIZE)
+        .into_font()
+        .into_text_style(root)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    chart.draw_series(
+        windows
+            .iter()
+            .map(|&(from, to)| Text::new("failed", ((from + to) / 2.0, 100.0), away.clone())),
+    )?;
+    for (i, (_, p)) in runs.iter().enumerate() {
+        // No line across the time the instances served nothing: a segment per stretch of samples.
+        let mut segments: Vec<Vec<(f64, f64)>> = Vec::new();
+        for &(t, h) in &p.hit_ratio {
+            match segments.last_mut() {
+                Some(segment) if segment.last().is_some_and(|&(last, _)| t - last <= 1.0) => {
+                    segment.push((t, 100.0 * h))
+                }
+                _ => segments.push(vec![(t, 100.0 * h)]),
+            }
+        }
+        for segment in segments {
+            draw_samples(&mut chart, segment, run_color(i))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -786,6 +869,7 @@ mod tests {
             pinned_bytes: Vec::new(),
             applied_share: Vec::new(),
             outage: None,
+            recovery: None,
         };
         let outage = |at_s, for_s| OutagePoint {
             at_s,

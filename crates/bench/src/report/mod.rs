@@ -10,7 +10,9 @@
 //! `write_back.pinned_bytes.end` at `elapsed_s`); optional `write_back.applied_share_samples`
 //! (`[[seconds, share], ...]`, share in 0..=1, closed by `write_back.applied_share`) adds a
 //! panel. The outage chart takes `outage.{at_s, for_s, tardis}` and `outage.timeline`
-//! (`[{t_s, ops_per_s, dirty}, ...]`) of the runs that saw the data store go away.
+//! (`[{t_s, ops_per_s, dirty}, ...]`) of the runs that saw the data store go away; the recovery
+//! chart (004 Fig. 6) takes `gemini.{recovery, fail_at_s, back_s}` and `gemini.timeline`
+//! (`[{t_s, hit_ratio}, ...]`) of the runs whose CMIs failed.
 
 mod chart;
 
@@ -51,6 +53,39 @@ pub struct RunPoint {
     pub applied_share: Vec<(f64, f64)>,
     /// The data store went away during the run (`--outage`, or TARDIS saw it fail).
     pub outage: Option<OutagePoint>,
+    /// CMIs failed and came back during the run (`--fail-cmis`).
+    pub recovery: Option<RecoveryPoint>,
+}
+
+/// What the recovery chart uses of a record's `gemini` object.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecoveryPoint {
+    /// The variant (`gemini-i`, `gemini-o`, `volatile`, `stale`).
+    pub recovery: String,
+    /// When the CMIs were cut off and let back, seconds into the run phase.
+    pub fail_at_s: Option<f64>,
+    /// When they were let back.
+    pub back_s: Option<f64>,
+    /// `(seconds into the run phase, the failed CMIs' hit ratio)`, where they served reads.
+    pub hit_ratio: Vec<(f64, f64)>,
+}
+
+impl RecoveryPoint {
+    fn from_json(gemini: &Value) -> Option<RecoveryPoint> {
+        let number = |key: &str| gemini.get(key).and_then(Value::as_f64);
+        let hit_ratio = gemini
+            .get("timeline")?
+            .as_array()?
+            .iter()
+            .filter_map(|s| Some((s.get("t_s")?.as_f64()?, s.get("hit_ratio")?.as_f64()?)))
+            .collect();
+        Some(RecoveryPoint {
+            recovery: gemini.get("recovery")?.as_str()?.to_string(),
+            fail_at_s: number("fail_at_s"),
+            back_s: number("back_s"),
+            hit_ratio,
+        })
+    }
 }
 
 /// What the outage chart uses of a record's `outage` object.
@@ -170,6 +205,7 @@ impl RunPoint {
             pinned_bytes,
             applied_share,
             outage: record.get("outage").and_then(OutagePoint::from_json),
+            recovery: record.get("gemini").and_then(RecoveryPoint::from_json),
         })
     }
 }
@@ -287,7 +323,8 @@ pub fn group(runs: &[RunPoint]) -> Vec<Group<'_>> {
 /// Draws every chart of `runs` into `out` (created if needed), as PNG and SVG, and returns the
 /// files written. Per benchmark and workload: `<stem>-throughput`, `<stem>-latency` (when the
 /// records have latencies), `<stem>-write-back` (when a write-back run sampled pinned memory)
-/// and `<stem>-outage` (when a run has an outage timeline).
+/// `<stem>-outage` (when a run has an outage timeline) and `<stem>-recovery` (when CMIs failed
+/// in a run).
 pub fn draw_charts(runs: &[RunPoint], out: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut written = Vec::new();
@@ -305,6 +342,12 @@ pub fn draw_charts(runs: &[RunPoint], out: &Path) -> Result<Vec<PathBuf>> {
             .any(|r| r.outage.as_ref().is_some_and(OutagePoint::has_timeline))
         {
             charts.push((format!("{stem}-outage"), chart::Chart::Outage(&g)));
+        }
+        if g.runs
+            .iter()
+            .any(|r| r.recovery.as_ref().is_some_and(|p| !p.hit_ratio.is_empty()))
+        {
+            charts.push((format!("{stem}-recovery"), chart::Chart::Recovery(&g)));
         }
         for (name, c) in charts {
             let png = out.join(format!("{name}.png"));
@@ -375,6 +418,18 @@ mod tests {
         assert_eq!(outage.ops_per_s, vec![(1.0, 900.0), (2.0, 300.5)]);
         ended["outage"] = Value::Null;
         assert_eq!(RunPoint::from_json(&ended).unwrap().outage, None);
+        // CMIs that failed: the variant, the window and the samples with reads.
+        ended["gemini"] = json!({
+            "recovery": "gemini-o", "fail_at_s": 10.0, "back_s": 20.0,
+            "timeline": [{"t_s": 9.75, "hit_ratio": 0.9}, {"t_s": 10.25, "hit_ratio": null}],
+        });
+        let recovery = RunPoint::from_json(&ended).unwrap().recovery.unwrap();
+        assert_eq!(recovery.recovery, "gemini-o");
+        assert_eq!(
+            (recovery.fail_at_s, recovery.back_s),
+            (Some(10.0), Some(20.0))
+        );
+        assert_eq!(recovery.hit_ratio, vec![(9.75, 0.9)]);
         // A summary row has no benchmark.
         assert!(RunPoint::from_json(&json!({"workload": "A", "policy": "none"})).is_none());
     }
