@@ -24,6 +24,7 @@
 //! Gemini is for write-around (004's assumption), the only policy this module supports.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -177,7 +178,15 @@ pub struct GeminiRouter {
     routes: RwLock<Arc<Routes>>,
     /// Held while a refresh runs, so that concurrent sessions fetch once.
     refreshing: Mutex<()>,
+    /// When the last refresh began, in ms since `started` (see [`GeminiRouter::refresh_soon`]).
+    last_refresh_ms: AtomicU64,
+    started: Instant,
 }
+
+/// How often an instance that cannot be reached (or is fenced) makes the process fetch the
+/// configuration: every read of it does during a failure, and the coordinator changes it at
+/// most once per lease.
+const REFRESH_AT_MOST_EVERY_MS: u64 = 50;
 
 impl std::fmt::Debug for GeminiRouter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -192,6 +201,8 @@ impl GeminiRouter {
             cmis,
             routes: RwLock::new(Arc::new(Routes::empty())),
             refreshing: Mutex::new(()),
+            last_refresh_ms: AtomicU64::new(0),
+            started: Instant::now(),
         }
     }
 
@@ -214,6 +225,8 @@ impl GeminiRouter {
         let Ok(_one_at_a_time) = self.refreshing.try_lock() else {
             return false;
         };
+        self.last_refresh_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
         let current = self.routes().id();
         let places: Vec<(usize, &[u8])> = (0..self.cmis).map(|i| (i, CONFIGURATION_KEY)).collect();
         let newest = client
@@ -276,6 +289,14 @@ impl GeminiRouter {
             dirty,
         });
         true
+    }
+
+    /// [`GeminiRouter::refresh`], unless one began in the last few milliseconds: for what only
+    /// suggests the configuration may have changed (an instance unreachable or fenced).
+    pub(crate) fn refresh_soon(&self, client: &Client) -> bool {
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.last_refresh_ms.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= REFRESH_AT_MOST_EVERY_MS && self.refresh(client)
     }
 
     /// Deletes `keys` where the newest configuration routes them, as a write would (on the

@@ -132,14 +132,19 @@ impl<'a> Session<'a> {
         let (Some(router), Some(client)) = (self.cads.gemini(), self.cads.cache()) else {
             return false;
         };
-        let reconfigured = matches!(
-            e,
-            ClientError::StaleConfiguration { .. } | ClientError::Fenced
-        );
-        if !reconfigured && !e.is_unavailable() {
-            return false;
+        match e {
+            // The CMI named a newer configuration: fetch it now.
+            ClientError::StaleConfiguration { .. } => {
+                router.refresh(client);
+            }
+            ClientError::Fenced => {
+                router.refresh_soon(client);
+            }
+            e if e.is_unavailable() => {
+                router.refresh_soon(client);
+            }
+            _ => return false,
         }
-        router.refresh(client);
         true
     }
 

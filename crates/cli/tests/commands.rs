@@ -527,7 +527,7 @@ fn gemini_reads_nothing_stale_where_a_stale_cache_does() {
             "--threads",
             "4",
             "--duration",
-            "6s",
+            "9s",
             "--cache",
             "embedded:3",
             "--recovery",
@@ -538,8 +538,10 @@ fn gemini_reads_nothing_stale_where_a_stale_cache_does() {
             "1",
             "--fail-at",
             "1s",
+            // Long enough after the coordinator's 1 s lease for writes to reach the secondaries
+            // however slowly the machine runs (the stale run needs some to read stale values).
             "--fail-for",
-            "2s",
+            "4s",
             "--json",
             json.to_str().unwrap(),
         ]);

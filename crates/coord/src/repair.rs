@@ -118,14 +118,16 @@ impl RepairJob {
         (self.fragment, self.primary, self.secondary)
     }
 
-    /// Repairs up to `budget` more keys. Done once every key is repaired; Partly while keys are
-    /// left (in this round, or held by clients and tried again in the next).
+    /// Repairs up to `budget` more keys; returns how it stands and how many keys it tried. Done
+    /// once every key is repaired; Partly while keys are left (in this round, or held by clients
+    /// and tried again in the next).
     pub fn step(
         &mut self,
         client: &Client,
         how: Repair,
         budget: usize,
-    ) -> Result<Pass, ClientError> {
+    ) -> Result<(Pass, usize), ClientError> {
+        let start = self.next;
         let end = self.keys.len().min(self.next.saturating_add(budget.max(1)));
         for batch in self.keys[self.next..end].chunks(BATCH) {
             let (done, busy) = repair_batch(client, batch, self.primary, self.secondary, how)?;
@@ -133,19 +135,18 @@ impl RepairJob {
             self.busy.extend(busy);
             self.next += batch.len();
         }
+        let tried = end - start;
         if self.next == self.keys.len() {
             if self.busy.is_empty() {
-                return Ok(Pass::Done {
-                    repaired: self.repaired,
-                });
+                let repaired = self.repaired;
+                return Ok((Pass::Done { repaired }, tried));
             }
             self.keys = std::mem::take(&mut self.busy);
             self.next = 0;
         }
-        Ok(Pass::Partly {
-            repaired: self.repaired,
-            left: self.keys.len() - self.next + self.busy.len(),
-        })
+        let left = self.keys.len() - self.next + self.busy.len();
+        let repaired = self.repaired;
+        Ok((Pass::Partly { repaired, left }, tried))
     }
 }
 
@@ -161,7 +162,7 @@ pub fn repair_fragment(
     match RepairJob::start(client, fragment, primary, secondary)? {
         Some(mut job) => {
             let round = job.keys.len();
-            job.step(client, how, round)
+            job.step(client, how, round).map(|(pass, _)| pass)
         }
         None => Ok(Pass::ListLost),
     }

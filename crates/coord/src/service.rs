@@ -46,8 +46,8 @@ use crate::state_file::{self, SavedState};
 /// The cache entry holding the current configuration (JSON), on every instance that is up.
 pub const CONFIGURATION_KEY: &[u8] = b"gemini:configuration";
 
-/// Dirty keys a step repairs, shared by the fragments in recovery (at least 64 each): a step must
-/// end in time for the next probe, which renews the instances' leases.
+/// Dirty keys a step repairs at most, over all fragments in recovery: a step must end in time for
+/// the next probe, which renews the instances' leases.
 pub const REPAIR_KEYS_PER_STEP: usize = 2048;
 
 /// How the service runs.
@@ -123,6 +123,10 @@ pub struct Service {
     boots: Vec<Option<u64>>,
     /// The recovery workers' progress, per fragment in recovery.
     repairs: Vec<RepairJob>,
+    /// Where the next step's recovery work starts among the fragments in recovery.
+    repair_cursor: usize,
+    /// Per instance, whether dirty lists it kept from before its failure are still to delete.
+    old_lists: Vec<bool>,
     /// Per fragment, the secondary its dirty list was made on.
     lists_made: Vec<Option<Replica>>,
 }
@@ -185,6 +189,8 @@ impl Service {
             clock_read: vec![None; instances],
             boots: vec![None; instances],
             repairs: Vec::new(),
+            repair_cursor: 0,
+            old_lists: vec![false; instances],
             lists_made,
         };
         service.make_known()?;
@@ -266,31 +272,42 @@ impl Service {
     /// keys are all repaired returns to normal, one whose list is lost is discarded. A pass that
     /// cannot reach an instance is tried again at the next step.
     fn repair_fragments(&mut self, changes: &mut Vec<Change>) -> Result<(), ServiceError> {
-        let id = self.configuration.id();
-        let known = (0..self.entry_stored.len())
-            .all(|i| !self.liveness.is_alive(i) || self.entry_stored[i] >= id);
-        if !known {
-            return Ok(());
-        }
         let recovering: Vec<(u32, InstanceId, InstanceId)> = (0..)
             .zip(self.configuration.fragments())
             .filter(|(_, f)| f.mode == Mode::Recovery)
             .filter_map(|(j, f)| Some((j, f.primary.instance, f.secondary?.instance)))
             .collect();
-        // Jobs of fragments that left recovery, or whose replicas changed, are over.
-        let mut jobs = std::mem::take(&mut self.repairs);
-        jobs.retain(|job| recovering.contains(&job.target()));
-        let share = (REPAIR_KEYS_PER_STEP / recovering.len().max(1)).max(64);
-        for (j, primary, secondary) in recovering {
-            let job = match jobs.iter().position(|job| job.target().0 == j) {
-                Some(at) => Ok(Some(jobs.swap_remove(at))),
+        // A job ends with its recovery (checked at every step, so that a job read from one
+        // recovery's list never serves the next one's), or when its replicas change.
+        self.repairs
+            .retain(|job| recovering.contains(&job.target()));
+        let id = self.configuration.id();
+        let known = (0..self.entry_stored.len())
+            .all(|i| !self.liveness.is_alive(i) || self.entry_stored[i] >= id);
+        if !known || recovering.is_empty() {
+            return Ok(());
+        }
+        // The step's budget, fragment after fragment, starting where the last step stopped.
+        let mut budget = REPAIR_KEYS_PER_STEP;
+        let first = self.repair_cursor % recovering.len();
+        for k in 0..recovering.len() {
+            if budget == 0 {
+                break;
+            }
+            self.repair_cursor = first + k + 1;
+            let (j, primary, secondary) = recovering[(first + k) % recovering.len()];
+            let job = match self.repairs.iter().position(|job| job.target().0 == j) {
+                Some(at) => Ok(Some(self.repairs.swap_remove(at))),
                 None => RepairJob::start(&self.client, j, primary, secondary),
             };
             let pass = job.and_then(|job| match job {
                 Some(mut job) => {
-                    let pass = job.step(&self.client, self.options.repair, share);
+                    let stepped = job.step(&self.client, self.options.repair, budget);
                     self.repairs.push(job);
-                    pass
+                    stepped.map(|(pass, tried)| {
+                        budget = budget.saturating_sub(tried);
+                        pass
+                    })
                 }
                 None => Ok(Pass::ListLost),
             });
@@ -371,27 +388,35 @@ impl Service {
                         self.configuration.fragment_recovered(j)?;
                     }
                 }
-                self.delete_old_lists(instance);
+                self.old_lists[instance] = true;
             }
         }
         Ok(())
     }
 
     /// Deletes the dirty lists a returning instance kept from before it failed (it was a
-    /// secondary then): pinned, they would stay for good, and no client reads them now.
-    fn delete_old_lists(&self, instance: InstanceId) {
-        let keys: Vec<Vec<u8>> = (0..)
-            .zip(self.configuration.fragments())
-            .filter(|(_, f)| f.secondary.is_none_or(|s| s.instance != instance))
-            .map(|(j, _)| dirty_list::key(j))
-            .collect();
-        let deletes: Vec<[&[u8]; 1]> = keys.iter().map(|k| [k.as_slice()]).collect();
-        let commands: Vec<(usize, Command<'_>)> = deletes
-            .iter()
-            .map(|key| (instance, Command::Del(key)))
-            .collect();
-        // Best effort: a list left behind costs memory, not consistency.
-        let _ = self.client.execute_many(&commands);
+    /// secondary then): pinned, they would stay for good, and no client reads them now. Tried at
+    /// every step until the instance, granted a lease again, takes the deletes.
+    fn delete_old_lists(&mut self) {
+        for instance in 0..self.old_lists.len() {
+            if !self.old_lists[instance] || !self.liveness.is_alive(instance) {
+                continue;
+            }
+            let keys: Vec<Vec<u8>> = (0..)
+                .zip(self.configuration.fragments())
+                .filter(|(_, f)| f.secondary.is_none_or(|s| s.instance != instance))
+                .map(|(j, _)| dirty_list::key(j))
+                .collect();
+            let deletes: Vec<[&[u8]; 1]> = keys.iter().map(|k| [k.as_slice()]).collect();
+            let commands: Vec<(usize, Command<'_>)> = deletes
+                .iter()
+                .map(|key| (instance, Command::Del(key)))
+                .collect();
+            let answers = self.client.execute_many(&commands);
+            if answers.iter().all(|a| matches!(a, Ok(Reply::Int(_)))) {
+                self.old_lists[instance] = false;
+            }
+        }
     }
 
     /// Saves, makes the new secondaries' dirty lists, publishes the ids to every instance that is
@@ -464,6 +489,7 @@ impl Service {
                 }
             }
         }
+        self.delete_old_lists();
         Ok(())
     }
 }

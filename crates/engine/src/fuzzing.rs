@@ -724,7 +724,9 @@ fn compare_replay(what: &str, live: &mut Engine, back: &mut Engine, now: u64) {
         "key counts after {what}"
     );
 
-    // The same through commands, as a client would see it.
+    // The same through commands, as a client would see it. The coordinator's lease is never
+    // logged (a restarted CMI waits for a new one): the restored CMI is granted the live one's.
+    back.instance_lease_until = live.instance_lease_until;
     let dbsize = |e: &mut Engine| match e.execute(&Command::DbSize, Now::at(now)) {
         Reply::Int(n) => n,
         other => panic!("DBSIZE answered {other:?}"),
