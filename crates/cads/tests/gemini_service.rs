@@ -315,3 +315,57 @@ fn recovery_workers_repair_the_dirty_keys_and_nothing_else() {
         );
     }
 }
+
+/// An instance that restarts between two probes, never missing its lease, comes back as a new
+/// incarnation (a volatile one without fragments or ids): the coordinator notices and tells it
+/// the configuration again before it is granted a lease, and until then it refuses the
+/// sessions of clients that route by that configuration.
+#[test]
+fn an_instance_restarted_between_probes_is_told_the_configuration_again() {
+    let stable = Cmis::start(1, "write-around");
+    let mut restarting = Cmis::start(1, "write-around");
+    let port = restarting.addrs()[0].port();
+    let addrs = vec![stable.addrs()[0], restarting.addrs()[0]];
+    let options = ServiceOptions {
+        fragments: 4,
+        lease: LEASE,
+        probe_every: Duration::from_millis(100),
+        state_file: None,
+        repair: Repair::Invalidate,
+    };
+    let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
+    let mut service = Service::start(client, options, 0).unwrap();
+    service.step(100).unwrap();
+    service.step(200).unwrap();
+    let id = service.configuration().id() as i64;
+    assert_eq!(config_id(addrs[1]), id);
+
+    restarting.stop();
+    let _restarted = Cmis::start_on(port, 1, |o| o.mode = Some("write-around".into()));
+    assert_eq!(
+        config_id(addrs[1]),
+        0,
+        "a volatile instance comes back knowing nothing"
+    );
+    match call(addrs[1], &["LCONFIG", "7", &id.to_string()]) {
+        Reply::Error(e) => assert_eq!(e.kind, cads_protocol::ErrorKind::Fenced, "{e}"),
+        other => panic!("LCONFIG: {other:?}"),
+    }
+    // No lease ran out (the service's time barely moves): only the new incarnation tells. The
+    // first probe may meet a connection to the old process and fail; the next reads the new one.
+    let mut now = 300;
+    while config_id(addrs[1]) != id {
+        assert!(
+            now < 1_000,
+            "told the configuration again within a few probes"
+        );
+        assert_eq!(service.step(now).unwrap(), vec![]);
+        now += 100;
+    }
+    assert_eq!(service.step(now).unwrap(), vec![], "granted a lease");
+    assert_eq!(
+        call(addrs[1], &["LCONFIG", "8", &id.to_string()]),
+        Reply::OK
+    );
+    assert_eq!(stored_configuration(addrs[1]), *service.configuration());
+}

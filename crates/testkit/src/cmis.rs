@@ -31,12 +31,18 @@ impl Cmis {
     /// `count` CMIs with the server's defaults changed by `configure` (port and count are set
     /// here).
     pub fn start_with(count: usize, configure: impl FnOnce(&mut Options)) -> Cmis {
+        Cmis::start_on(0, count, configure)
+    }
+
+    /// [`Cmis::start_with`] on ports from `port` (0: free ones), for a test that starts CMIs
+    /// again where they were.
+    pub fn start_on(port: u16, count: usize, configure: impl FnOnce(&mut Options)) -> Cmis {
         let mut options = Options {
             log_level: Some("warn".into()),
             ..Options::default()
         };
         configure(&mut options);
-        options.port = Some(0);
+        options.port = Some(port);
         options.cmis = Some(count);
         let config = Config::resolve(options).expect("valid CMI options");
         let server = Server::start(config).expect("start in-process CMIs");
