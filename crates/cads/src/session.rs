@@ -342,7 +342,13 @@ impl<'a> Session<'a> {
     /// are recorded as missed only for what the session then writes (`note_missed_writes`): a
     /// read around the cache misses nothing, and a needless record costs the CMI a flush.
     pub(crate) fn degrade(&mut self, e: &ClientError) {
-        tracing::warn!(error = %e, "cache unreachable; this session uses the data store alone");
+        if self.routes.is_some() {
+            // Gemini: every read of a failed instance comes here until the coordinator moves its
+            // fragments, which the coordinator and the configuration's refresh log once.
+            tracing::debug!(error = %e, "cache instance unavailable; reading the data store");
+        } else {
+            tracing::warn!(error = %e, "cache unreachable; this session uses the data store alone");
+        }
         let cmi = match e {
             ClientError::Unavailable { cmi, .. } | ClientError::Io { cmi, .. } => *cmi,
             _ => 0,
