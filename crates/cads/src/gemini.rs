@@ -33,12 +33,13 @@ use cads_coord::configuration::Route;
 use cads_coord::dirty_list;
 use cads_coord::service::CONFIGURATION_KEY;
 
+use cads_coord::configuration::Configuration;
+
 use crate::Config;
 
 /// The coordinator's side, for a process that runs it (a benchmark, a test): see `cads_coord`.
-pub use cads_coord::configuration::{Configuration, Mode as FragmentMode};
 pub use cads_coord::repair::Repair;
-pub use cads_coord::service::{Change, Service, ServiceOptions};
+pub use cads_coord::service::{Service, ServiceOptions};
 
 /// The dirty keys of a fragment in recovery that this process has not repaired yet, or None when
 /// its list could not be read.
@@ -244,27 +245,21 @@ impl GeminiRouter {
             );
             return false;
         }
-        let recovering: Vec<(u32, usize)> = (0..)
-            .zip(configuration.fragments())
-            .filter_map(|(j, f)| match configuration.route(j) {
-                Ok(Route::Recovering { .. }) => Some((j, f.secondary?.instance)),
-                _ => None,
-            })
-            .collect();
+        let recovering = configuration.recovering();
         let keys: Vec<Vec<u8>> = recovering
             .iter()
-            .map(|&(j, _)| dirty_list::key(j))
+            .map(|&(j, _, _)| dirty_list::key(j))
             .collect();
         let places: Vec<(usize, &[u8])> = recovering
             .iter()
             .zip(&keys)
-            .map(|(&(_, s), key)| (s, key.as_slice()))
+            .map(|(&(_, _, s), key)| (s, key.as_slice()))
             .collect();
         let lists = client.get_at(&places);
         let dirty = recovering
             .iter()
             .zip(lists)
-            .map(|(&(j, _), list)| {
+            .map(|(&(j, _, _), list)| {
                 let keys = list
                     .ok()
                     .flatten()

@@ -127,24 +127,17 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Gemini: fetches the configuration after `e` if it may mean it changed; whether it did.
+    /// Gemini: whether `e` may mean the configuration changed, in which case the process fetches
+    /// it (at once when a CMI named a newer one, else unless a fetch just began).
     fn refresh_after(&self, e: &ClientError) -> bool {
         let (Some(router), Some(client)) = (self.cads.gemini(), self.cads.cache()) else {
             return false;
         };
         match e {
-            // The CMI named a newer configuration: fetch it now.
-            ClientError::StaleConfiguration { .. } => {
-                router.refresh(client);
-            }
-            ClientError::Fenced => {
-                router.refresh_soon(client);
-            }
-            e if e.is_unavailable() => {
-                router.refresh_soon(client);
-            }
+            ClientError::StaleConfiguration { .. } => router.refresh(client),
+            e if Self::read_goes_around(e) => router.refresh_soon(client),
             _ => return false,
-        }
+        };
         true
     }
 
@@ -730,20 +723,18 @@ impl<'a> Session<'a> {
     /// (a retryable abort): a write is never acknowledged that the instances of its keys might
     /// not know of, which is why Gemini needs no record of missed writes.
     fn pre_commit_gemini(&mut self, routes: &Routes) -> Result<()> {
-        let client = self.cads.cache().expect("a cache");
-        if let Some((cmi, cause)) = self.degraded.clone() {
-            return Err(self.cache_error(ClientError::Unavailable {
-                cmi,
-                reason: cause,
-                refused: false,
-            }));
+        let (client, router) = (self.cads.cache().expect("a cache"), self.cads.gemini());
+        let router = router.expect("Gemini");
+        if let Some((cmi, cause)) = &self.degraded {
+            router.refresh_soon(client);
+            return Err(Error::Aborted {
+                reason: format!("CMI {cmi} could not be reached ({cause}): the write waits"),
+            });
         }
         let plan = match routes.write_plan(&self.deletes) {
             Ok(plan) => plan,
             Err(reason) => {
-                if let Some(router) = self.cads.gemini() {
-                    router.refresh(client);
-                }
+                router.refresh(client);
                 return Err(Error::Aborted { reason });
             }
         };

@@ -65,7 +65,29 @@ struct Model {
     values: Vec<i64>,
 }
 
+/// An AppNode routing by Gemini's configuration over the CMIs at `addrs`.
+fn gemini_appnode(d: &Deployment, addrs: &[SocketAddr]) -> Cads {
+    let config = Config {
+        gemini: true,
+        ..Config::default()
+    };
+    Cads::connect(d.store.clone(), addrs, Policy::WriteAround, config)
+}
+
 impl Model {
+    /// `n` counters, each incremented once through `cads`.
+    fn incremented(d: &Deployment, n: usize, cads: &Cads) -> Model {
+        let names = d.counters(n);
+        let mut model = Model {
+            values: vec![0; names.len()],
+            names,
+        };
+        for i in 0..model.names.len() {
+            model.increment(cads, i);
+        }
+        model
+    }
+
     fn increment(&mut self, cads: &Cads, i: usize) {
         let name = self.names[i].clone();
         cads.run(|s| s.write(&Counters, &name)).unwrap();
@@ -98,20 +120,9 @@ fn an_instance_back_with_its_content_serves_no_stale_value() {
         d.cmis.addrs().iter().all(|&a| serves(a))
     });
 
-    let config = Config {
-        gemini: true,
-        ..Config::default()
-    };
-    let a = Cads::connect(d.store.clone(), &addrs, Policy::WriteAround, config.clone());
-    let b = Cads::connect(d.store.clone(), &addrs, Policy::WriteAround, config);
-    let names = d.counters(60);
-    let mut model = Model {
-        values: vec![0; names.len()],
-        names,
-    };
-    for i in 0..model.names.len() {
-        model.increment(&a, i);
-    }
+    let a = gemini_appnode(&d, &addrs);
+    let b = gemini_appnode(&d, &addrs);
+    let mut model = Model::incremented(&d, 60, &a);
     model.check_all(&a, "A");
     model.check_all(&b, "B");
     let before = a.gemini().unwrap().configuration_id();
@@ -221,15 +232,7 @@ fn each_mode_routes_and_repairs_as_gemini_says() {
     let mut c = Configuration::new(2, FRAGMENTS);
     make_known(&c, &[0, 1]);
 
-    let a = Cads::connect(
-        d.store.clone(),
-        &addrs,
-        Policy::WriteAround,
-        Config {
-            gemini: true,
-            ..Config::default()
-        },
-    );
+    let a = gemini_appnode(&d, &addrs);
     assert_eq!(a.gemini().unwrap().configuration_id(), 1);
     let names = d.counters(40);
     let key_of = |name: &str| common::counter_key(name);
@@ -326,23 +329,8 @@ fn a_coordinator_restarted_from_its_state_file_loses_nothing_and_clients_go_on()
     };
     let (stop, first) = start_coordinator(addrs.clone(), options.clone());
     wait_until("every instance serves", || addrs.iter().all(|&a| serves(a)));
-    let a = Cads::connect(
-        d.store.clone(),
-        &addrs,
-        Policy::WriteAround,
-        Config {
-            gemini: true,
-            ..Config::default()
-        },
-    );
-    let names = d.counters(20);
-    let mut model = Model {
-        values: vec![0; names.len()],
-        names,
-    };
-    for i in 0..model.names.len() {
-        model.increment(&a, i);
-    }
+    let a = gemini_appnode(&d, &addrs);
+    let mut model = Model::incremented(&d, 20, &a);
     model.check_all(&a, "A");
     let id = config_id(addrs[0]);
 

@@ -193,6 +193,15 @@ impl Configuration {
             .ok_or(ConfigError::NoSuchFragment(fragment))
     }
 
+    /// The fragments in recovery mode, each with its primary's and its secondary's instance.
+    pub fn recovering(&self) -> Vec<(u32, InstanceId, InstanceId)> {
+        (0..)
+            .zip(&self.fragments)
+            .filter(|(_, f)| f.mode == Mode::Recovery)
+            .filter_map(|(j, f)| Some((j, f.primary.instance, f.secondary?.instance)))
+            .collect()
+    }
+
     /// Where requests for `fragment` go.
     pub fn route(&self, fragment: u32) -> Result<Route, ConfigError> {
         let f = self.fragment(fragment)?;

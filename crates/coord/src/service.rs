@@ -23,8 +23,9 @@
 //!
 //! The pinned entries are stored with `PINSET`, which CMIs of either lease mode take.
 //!
-//! After the probes, a recovery worker's pass runs over each fragment in recovery
-//! ([`crate::repair`]); a fragment whose dirty keys are all repaired returns to normal mode.
+//! After the probes, the recovery workers repair a bounded number of dirty keys of the fragments
+//! in recovery ([`crate::repair`]); a fragment whose dirty keys are all repaired returns to
+//! normal mode.
 //!
 //! `cads coord` runs it as a process. Not built yet (issue 14): session-id ranges served to
 //! other processes, and etcd for a standby coordinator.
@@ -267,16 +268,13 @@ impl Service {
         Ok(changes)
     }
 
-    /// A recovery worker's pass over each fragment in recovery (004 Algorithm 3), once every
-    /// instance that may serve knows the configuration that put it there: a fragment whose dirty
-    /// keys are all repaired returns to normal, one whose list is lost is discarded. A pass that
-    /// cannot reach an instance is tried again at the next step.
+    /// The recovery workers' share of a step (004 Algorithm 3): at most [`REPAIR_KEYS_PER_STEP`]
+    /// dirty keys over the fragments in recovery, taken in turn, once every instance that may
+    /// serve knows the configuration that put them there. A fragment whose dirty keys are all
+    /// repaired returns to normal, one whose list is lost is discarded; work that cannot reach an
+    /// instance is tried again at the next step.
     fn repair_fragments(&mut self, changes: &mut Vec<Change>) -> Result<(), ServiceError> {
-        let recovering: Vec<(u32, InstanceId, InstanceId)> = (0..)
-            .zip(self.configuration.fragments())
-            .filter(|(_, f)| f.mode == Mode::Recovery)
-            .filter_map(|(j, f)| Some((j, f.primary.instance, f.secondary?.instance)))
-            .collect();
+        let recovering = self.configuration.recovering();
         // A job ends with its recovery (checked at every step, so that a job read from one
         // recovery's list never serves the next one's), or when its replicas change.
         self.repairs
@@ -379,12 +377,7 @@ impl Service {
                             .is_some_and(|s| has_dirty_list(client, s.instance, j))
                 })?;
                 if repair == Repair::Keep {
-                    let recovering: Vec<u32> = (0..)
-                        .zip(self.configuration.fragments())
-                        .filter(|(_, f)| f.mode == Mode::Recovery)
-                        .map(|(j, _)| j)
-                        .collect();
-                    for j in recovering {
+                    for (j, _, _) in self.configuration.recovering() {
                         self.configuration.fragment_recovered(j)?;
                     }
                 }
