@@ -560,6 +560,10 @@ fn map_error(e: &tokio_postgres::Error, timeout: Duration) -> StoreError {
         let text = format!("{} ({code})", db.message());
         return match code {
             "40001" | "40P01" | "55P03" => StoreError::Conflict(text),
+            // A name already taken in the catalog: what concurrent `CREATE ... IF NOT EXISTS`
+            // statements meet (each checks, then both create), a uniqueness violation that
+            // `create_if_absent` retries, as it does a 23505 on the catalog.
+            "42P07" | "42710" => StoreError::Constraint(text),
             "57014" => StoreError::Timeout(timeout),
             "25006" | "53100" => StoreError::WriteRefused,
             "53300" | "3D000" => StoreError::Unavailable(text),
