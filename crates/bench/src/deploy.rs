@@ -429,7 +429,12 @@ impl Deployment {
     pub fn contention(&self) -> Option<Contention> {
         self.cads.cache()?;
         let stats = self.cads.cmi_stats().ok()?;
-        let mut sum = Contention::default();
+        let (combined_sessions, combined_writes) = self.cads.combined_writes();
+        let mut sum = Contention {
+            combined_sessions,
+            combined_writes,
+            ..Contention::default()
+        };
         let mut keys: std::collections::BTreeMap<String, u64> = Default::default();
         for s in &stats {
             sum.lease_conflicts += s.lease_conflicts;

@@ -93,6 +93,13 @@ impl Collection {
         s.write(self, &(checked(id)?, DocOp::Update(changes)))
     }
 
+    /// Applies change operators to a document in a session of its own ([`Cads::write`]):
+    /// concurrent updates of the same document from this process are committed together, in
+    /// the order they arrived, so that a hot document takes many updates per session.
+    pub fn apply(&self, cads: &Cads, id: &str, changes: Changes) -> Result<()> {
+        cads.write(self, (checked(id)?, DocOp::Update(changes)))
+    }
+
     /// Inserts a new document (the commit fails with a constraint error if it exists).
     pub fn insert(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
         s.write(self, &(checked(id)?, DocOp::Insert(document)))

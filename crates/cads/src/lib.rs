@@ -32,6 +32,7 @@
 mod attempts;
 mod background;
 mod cache_store;
+mod combining;
 pub mod documents;
 mod error;
 pub mod failpoints;
@@ -65,6 +66,7 @@ pub use cads_coord::Coordinator;
 /// The data-store side: stores to open ([`store::open`]), documents and change operators, SQL
 /// transactions, fault injection.
 pub use cads_store as store;
+pub use combining::MAX_COMBINED;
 pub use error::{Error, Result};
 pub use gemini::GeminiRouter;
 pub use session::Session;
@@ -214,6 +216,8 @@ pub struct Cads {
     tardis: Option<tardis::Tardis>,
     /// Gemini's routes, when it is on (the client routes by the same router).
     gemini: Option<Arc<GeminiRouter>>,
+    /// The writes of [`Cads::write`] in flight, grouped by the keys they change.
+    combiner: combining::Combiner,
 }
 
 /// What [`Cads::read`]'s plain GET found.
@@ -281,6 +285,7 @@ impl Cads {
             seal: OnceLock::new(),
             tardis,
             gemini,
+            combiner: combining::Combiner::default(),
         }
     }
 
@@ -374,6 +379,12 @@ impl Cads {
             Some(t) => t.config.telew.max(1),
             None => self.config.write_back.partitions.max(1),
         }
+    }
+
+    /// Group commit in this process ([`Cads::write`]): the sessions that carried more than one
+    /// write, and the writes they carried.
+    pub fn combined_writes(&self) -> (u64, u64) {
+        self.combiner.counts()
     }
 
     /// Write-back's counters in this process.

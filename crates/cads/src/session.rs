@@ -603,6 +603,12 @@ impl<'a> Session<'a> {
                 }
             }
         }
+        if self.cads.policy() == Policy::WriteBack {
+            // Pre-commit seals buffered writes with the MAC key, which is read (or created) in a
+            // data-store transaction of its own: it must be loaded before this session's
+            // transaction writes, which on SQLite holds the only writer until it ends.
+            self.cads.seal()?;
+        }
         cs.write_store(write, &mut self.tx)?;
         Ok(())
     }

@@ -145,3 +145,15 @@ fn an_outage_refuses_misses_and_loses_no_write() {
     assert_eq!(d.store.get("users", "u1").unwrap().unwrap()["n"], json!(3));
     assert_eq!(users.read(&cads, "u2").unwrap().unwrap()["n"], json!(1));
 }
+
+/// A process's first write-back session that writes to the data store before reading anything
+/// (a write no document operation expresses) loads the MAC key in a transaction of its own
+/// first: on SQLite, loading it inside would wait for the session's own writer and fail.
+#[test]
+fn a_first_session_writing_straight_to_the_store_commits() {
+    let d = Deployment::start(Policy::WriteBack);
+    let names = d.counters(1);
+    let cads = d.cads(cads::Config::default());
+    cads.run(|s| s.write(&common::Counters, &names[0])).unwrap();
+    assert_eq!(d.stored(&names[0]), 1);
+}

@@ -88,6 +88,11 @@ pub struct Contention {
     pub sessions_wounded: u64,
     /// Sessions aborted because their leases ran out.
     pub sessions_expired: u64,
+    /// Sessions of the deploying process that committed more than one write of the same keys
+    /// (group commit, `Cads::write`).
+    pub combined_sessions: u64,
+    /// The writes those sessions carried.
+    pub combined_writes: u64,
     /// The most contended keys, as INFO shows them, with their conflict counts.
     pub contended_keys: Vec<(String, u64)>,
 }
@@ -101,6 +106,8 @@ impl Contention {
             sessions_conflicted: later.sessions_conflicted - self.sessions_conflicted,
             sessions_wounded: later.sessions_wounded - self.sessions_wounded,
             sessions_expired: later.sessions_expired - self.sessions_expired,
+            combined_sessions: later.combined_sessions - self.combined_sessions,
+            combined_writes: later.combined_writes - self.combined_writes,
             contended_keys: later.contended_keys.clone(),
         }
     }

@@ -185,6 +185,11 @@ impl Benchmark for Ycsb {
     fn framework_config(&self) -> Config {
         let mut config = Config::default();
         config.write_back.worker_pause = self.opts.worker_pause;
+        // PendingWrites partitions well above the writer threads (as `WriteBackConfig`
+        // advises): writers that create a buffered write register it in one, under its
+        // exclusive lease, and with fewer partitions than writers they queue there.
+        let threads = self.opts.common.threads;
+        config.write_back.partitions = config.write_back.partitions.max(4 * threads);
         config
     }
 
@@ -339,7 +344,8 @@ impl Benchmark for Ycsb {
                         .map(|_| ())
                         .map_err(cads::Error::from)
                 } else {
-                    cads.run(|s| table.update(s, &id, changes.clone()))
+                    // A session of its own, combined with concurrent updates of the record.
+                    table.apply(cads, &id, changes)
                 };
                 log_write(log, &id, token, start, env.clock.now(), &result);
                 result
