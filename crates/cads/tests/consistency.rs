@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use cads::{Config, Policy};
-use common::{counter_key, Counters, Deployment, History};
+use common::{
+    counter_key, sessions_expired, Counters, Deployment, History, LONG_LEASE_MS, PAST_A_LONG_LEASE,
+};
 
 /// Thousands of sessions from many threads over counters on two CMIs: single reads, single
 /// increments, and sessions that read two counters and increment both (on different CMIs). Every
@@ -162,7 +164,7 @@ fn a_session_aborted_on_one_cmi_commits_nowhere() {
 #[test]
 fn a_cache_commit_lost_after_the_data_store_commit_is_not_retried() {
     for policy in [Policy::WriteAround, Policy::WriteThrough] {
-        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(100));
+        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
         d.counters(1);
         let cads = d.cads(Config::default());
         let c0 = "c0".to_string();
@@ -172,10 +174,14 @@ fn a_cache_commit_lost_after_the_data_store_commit_is_not_retried() {
             attempts += 1;
             s.write(&Counters, &c0)?;
             s.pre_commit()?;
-            std::thread::sleep(std::time::Duration::from_millis(250));
+            d.cmis.advance_clock(PAST_A_LONG_LEASE);
             Ok(())
         })
         .unwrap();
+        assert!(
+            sessions_expired(&cads) > 0,
+            "{policy:?}: the leases ran out"
+        );
         assert_eq!(attempts, 1, "{policy:?}: not re-run");
         assert_eq!(d.stored("c0"), 1, "{policy:?}: applied once");
         assert_eq!(
@@ -244,7 +250,7 @@ fn an_invalidation_that_gives_up_never_serves_the_old_value() {
 #[test]
 fn a_reader_filling_after_a_lost_cache_commit_leaves_no_stale_value() {
     for policy in [Policy::WriteAround, Policy::WriteThrough] {
-        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(100));
+        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
         d.counters(1);
         let cads = d.cads(Config::default());
         let c0 = "c0".to_string();
@@ -252,7 +258,7 @@ fn a_reader_filling_after_a_lost_cache_commit_leaves_no_stale_value() {
         cads.run(|s| {
             s.write(&Counters, &c0)?;
             s.pre_commit()?;
-            std::thread::sleep(std::time::Duration::from_millis(250));
+            d.cmis.advance_clock(PAST_A_LONG_LEASE);
             // The writer's leases are gone; its data-store transaction is not committed yet.
             assert_eq!(cads.run(|r| r.read(&Counters, &c0)).unwrap(), 0);
             Ok(())

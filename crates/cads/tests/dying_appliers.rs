@@ -17,7 +17,7 @@ use cads::writeback::{self, Buffering};
 use cads::{Policy, Workers};
 use cads_testkit::failpoints::{DyingWorkers, Scenario, Stall, APPLY_LEASED};
 use common::bank::*;
-use common::{changes, doc, documents_config, Deployment};
+use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
 use serde_json::json;
 
 /// Counters changed only with `$inc` and lists only with `$push` by concurrent sessions, while
@@ -115,9 +115,8 @@ fn non_idempotent_writes_are_applied_exactly_once_despite_dying_workers() {
 /// would undo an acknowledged write in the data store.
 #[test]
 fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
-    const LEASE_MS: u64 = 100;
     let scenario = Scenario::setup();
-    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
     let stall = Stall::at(&scenario, APPLY_LEASED);
     let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
     let users = Collection::create(&cads, "users").unwrap();
@@ -132,7 +131,7 @@ fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
         let stalled = scope.spawn(|| writeback::apply_buffered(&cads, &users.doc_ref("u1")));
         // The worker holds the buffered write (n = 1) and stalls; its leases run out.
         stall.wait_stalled();
-        std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
+        d.cmis.advance_clock(PAST_A_LONG_LEASE);
         set(2);
         assert!(writeback::apply_buffered(&cads, &users.doc_ref("u1")).unwrap());
         assert_eq!(stored(), json!(2));
@@ -266,9 +265,8 @@ fn sessions_are_applied_exactly_once_despite_dying_workers() {
 /// ledger here has no primary key, which would otherwise make the second apply fail.
 #[test]
 fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
-    const LEASE_MS: u64 = 100;
     let scenario = Scenario::setup();
-    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LEASE_MS));
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
     let bank = Bank::new("stalled", Queues::PerAccount);
     d.store
         .execute_batch(&format!(
@@ -290,7 +288,7 @@ fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
     std::thread::scope(|scope| {
         let stalled = scope.spawn(|| cads::writeback::drain(&stalling, Duration::from_secs(10)));
         stall.wait_stalled();
-        std::thread::sleep(Duration::from_millis(3 * LEASE_MS));
+        d.cmis.advance_clock(PAST_A_LONG_LEASE);
         cads::writeback::drain(&writers, Duration::from_secs(5)).unwrap();
         assert_eq!(balance(), 5);
         stall.release();

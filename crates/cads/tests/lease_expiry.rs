@@ -6,21 +6,15 @@
 
 mod common;
 
-use std::time::Duration;
-
 use cads::documents::Collection;
 use cads::{Cads, Config, Policy};
 use cads_store::{Changes, Document};
-use common::Deployment;
-
-/// Lease lifetime of these CMIs, and how long a writer waits to be sure its leases expired.
-const LEASE_MS: u64 = 100;
-const PAST_EXPIRY: Duration = Duration::from_millis(3 * LEASE_MS);
+use common::{Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
 
 #[test]
 fn records_a_scan_filled_after_a_writers_leases_expired_are_not_served_after_the_write() {
     for policy in [Policy::WriteAround, Policy::WriteThrough, Policy::WriteBack] {
-        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(LEASE_MS));
+        let d = Deployment::start_with(policy, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
         let cads = d.cads(Config::default());
         let table = Collection::create(&cads, "usertable").unwrap();
         let ids: Vec<String> = (0..5).map(|i| format!("user{i}")).collect();
@@ -43,7 +37,8 @@ fn records_a_scan_filled_after_a_writers_leases_expired_are_not_served_after_the
         let mut writer = cads.session();
         table.update(&mut writer, &ids[2], changes).unwrap();
         writer.pre_commit().unwrap();
-        std::thread::sleep(PAST_EXPIRY);
+        // The writer's leases run out (its thread descheduled that long, say).
+        d.cmis.advance_clock(PAST_A_LONG_LEASE);
         // The expiry deleted the cached record; the scan fills it from the data store.
         assert_eq!(scan(&cads), vec![0; 5], "{policy:?}");
         let committed = writer.commit();

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -91,6 +92,10 @@ pub struct Cmi {
     clients: HashMap<ConnId, ClientInfo>,
     started: Instant,
     ops_samples: VecDeque<(Instant, u64)>,
+    /// How far the embedder moved this server's clocks ahead ([`Server::advance_clock`]), in ms.
+    ///
+    /// [`Server::advance_clock`]: crate::Server::advance_clock
+    clock_ahead: Arc<AtomicU64>,
 }
 
 impl Cmi {
@@ -101,6 +106,7 @@ impl Cmi {
         aof: Option<Aof>,
         config: Arc<Config>,
         loop_stats: Arc<SharedStats>,
+        clock_ahead: Arc<AtomicU64>,
     ) -> Cmi {
         Cmi {
             index,
@@ -112,6 +118,16 @@ impl Cmi {
             clients: HashMap::new(),
             started: Instant::now(),
             ops_samples: VecDeque::with_capacity(OPS_SAMPLES + 1),
+            clock_ahead,
+        }
+    }
+
+    /// The time the engine is told: the loop's, moved ahead as the embedder asked.
+    fn engine_time(&self, now: Now) -> Now {
+        let ahead = self.clock_ahead.load(Ordering::Relaxed);
+        Now {
+            wall_ms: now.wall_ms + ahead,
+            mono_ms: now.mono_ms + ahead,
         }
     }
 
@@ -128,11 +144,11 @@ impl Cmi {
         // Gemini's fence must judge the lease by the time the command runs: the loop's time is
         // from before it read the request, and a process stopped in between (SIGSTOP, a long
         // pause) would serve a request sent after its lease ran out.
-        let now = if self.engine.fragments() > 0 {
+        let now = self.engine_time(if self.engine.fragments() > 0 {
             crate::event_loop::clock_now()
         } else {
             now
-        };
+        });
         let reply = match cmd {
             C::Ping(None) => Reply::status("PONG"),
             C::Ping(Some(message)) | C::Echo(message) => Reply::bulk(message),
@@ -988,6 +1004,7 @@ impl Handler for Cmi {
     }
 
     fn tick(&mut self, now: Now) {
+        let now = self.engine_time(now);
         self.engine.tick(now);
         self.ops_samples
             .push_back((Instant::now(), self.engine.stats().commands));

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -22,6 +22,8 @@ pub struct Server {
     addrs: Vec<SocketAddr>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Result<()>>>,
+    /// How far [`Server::advance_clock`] moved the CMIs' clocks, in ms.
+    clock_ahead: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -49,6 +51,7 @@ impl Server {
                 listen(addr).with_context(|| format!("cannot listen on {addr} for CMI {i}"))?;
             listeners.push(listener);
         }
+        let clock_ahead = Arc::new(AtomicU64::new(0));
         let mut cmis = Vec::with_capacity(config.cmis);
         for (i, listener) in listeners.into_iter().enumerate() {
             let mut engine = Engine::new(config.engine());
@@ -72,6 +75,7 @@ impl Server {
                 aof,
                 config.clone(),
                 event_loop.stats_handle(),
+                clock_ahead.clone(),
             );
             cmis.push((event_loop, cmi, addr));
         }
@@ -105,7 +109,17 @@ impl Server {
             addrs,
             stop,
             threads,
+            clock_ahead,
         })
+    }
+
+    /// Moves every CMI's clocks `by` ahead, as if that much time had passed at once: leases,
+    /// sessions and key expiry run out by it (at the next command or tick). For tests of expiry
+    /// that must not depend on how fast the machine runs them; the process's own clocks and the
+    /// loops' timers are not moved.
+    pub fn advance_clock(&self, by: Duration) {
+        self.clock_ahead
+            .fetch_add(by.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// The address of each CMI, in order.

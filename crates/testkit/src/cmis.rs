@@ -58,6 +58,15 @@ impl Cmis {
         &self.addrs
     }
 
+    /// Moves the CMIs' clocks `by` ahead ([`Server::advance_clock`]): leases and sessions run
+    /// out without the test sleeping, however loaded the machine is.
+    pub fn advance_clock(&self, by: Duration) {
+        self.server
+            .as_ref()
+            .expect("the CMIs run")
+            .advance_clock(by);
+    }
+
     /// Whether they still run.
     pub fn running(&self) -> bool {
         self.server.is_some()

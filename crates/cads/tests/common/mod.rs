@@ -24,6 +24,23 @@ pub struct Deployment {
     pub policy: Policy,
 }
 
+/// A lease no step of a test outlives by accident, however loaded the machine: tests that need
+/// one to run out move the CMIs' clocks past it ([`PAST_A_LONG_LEASE`]) instead of sleeping.
+pub const LONG_LEASE_MS: u64 = 30_000;
+
+/// Further than [`LONG_LEASE_MS`], for `Cmis::advance_clock`.
+pub const PAST_A_LONG_LEASE: std::time::Duration =
+    std::time::Duration::from_millis(LONG_LEASE_MS + 1_000);
+
+/// Sessions the CMIs ended because their leases ran out, summed.
+pub fn sessions_expired(cads: &Cads) -> u64 {
+    cads.cmi_stats()
+        .unwrap()
+        .iter()
+        .map(|s| s.sessions_expired)
+        .sum()
+}
+
 /// The data store's timeout in these tests: short, so that hang tests are quick.
 pub const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
