@@ -16,6 +16,7 @@
 //! | [`LEASES_OFF`] | every session | `return` makes sessions use the cache without leases: the broken baseline of the race tests |
 //! | [`UNLIST`] | in a Design 1 applier, after its data-store commit and before it removes the applied documents from PendingWrites (TeleW): Step 6 of 000 Algorithm 6 | a callback writes to a document there, the race Step 6 must survive |
 //! | [`APPLY_STEPS`] | inside a write-back applier (000 Algorithms 2 and 4) | `return` makes the applier die there (it abandons its cache session without releasing anything; its leases expire); a callback may stall it, or call [`die`] to make it die conditionally |
+//! | [`APPLY_BROKEN`] | a write-back applier, once it knows what it will write to the data store | `return(drop)` or `return(twice)` makes it a broken applier ([`Broken`]), to show that the benchmarks' validation catches one |
 
 /// Between querying the data store on a miss and filling the cache.
 pub const FILL: &str = "cads::fill";
@@ -42,6 +43,113 @@ pub const APPLY_LEASED: &str = "cads::apply::leased";
 pub const APPLY_RUNNING: &str = "cads::apply::running";
 /// The data store has the changes; the buffered write or session object is still in the cache.
 pub const APPLY_APPLIED: &str = "cads::apply::applied";
+
+/// The applier has built the data-store writes of the buffered writes (Design 1) or sessions
+/// (Design 2) it applies.
+pub const APPLY_BROKEN: &str = "cads::apply::broken";
+
+/// How [`APPLY_BROKEN`] breaks an applier. Each loses or repeats acknowledged writes in the data
+/// store while the cache goes on as if they were applied (the buffered writes are deleted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Broken {
+    /// Design 1: the first document's buffered write never reaches the data store. Design 2: the
+    /// first session's statements are not run (its id is recorded as applied all the same).
+    Drop,
+    /// Design 1: every batch is written, and written again after each later batch, so an older
+    /// write lands a second time after newer ones of its document (a document's own writes are
+    /// idempotent). Design 2: the first session's UPDATE statements run twice (a second INSERT
+    /// the data store's keys would refuse, a catch of its own).
+    Twice,
+}
+
+impl Broken {
+    pub fn parse(name: &str) -> Option<Broken> {
+        match name {
+            "drop" => Some(Broken::Drop),
+            "twice" => Some(Broken::Twice),
+            _ => None,
+        }
+    }
+}
+
+/// How [`APPLY_BROKEN`] says to break the applier that reached it, if it is set.
+#[cfg(feature = "failpoints")]
+fn broken_applier() -> Option<Broken> {
+    fail::fail_point!(APPLY_BROKEN, |arg: Option<String>| arg
+        .as_deref()
+        .and_then(Broken::parse));
+    None
+}
+
+/// Breaks the statements of the first session of a Design 2 applier's batch as [`APPLY_BROKEN`]
+/// says, if it is set.
+#[cfg(feature = "failpoints")]
+pub(crate) fn break_session(statements: &mut Vec<crate::Statement>) {
+    match broken_applier() {
+        None => {}
+        Some(Broken::Drop) => statements.clear(),
+        Some(Broken::Twice) => {
+            let updates: Vec<crate::Statement> = statements
+                .iter()
+                .filter(|s| {
+                    s.sql
+                        .trim_start()
+                        .get(..6)
+                        .is_some_and(|verb| verb.eq_ignore_ascii_case("update"))
+                })
+                .cloned()
+                .collect();
+            statements.extend(updates);
+        }
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn break_session(_statements: &mut Vec<crate::Statement>) {}
+
+/// Breaks a Design 1 applier's data-store writes as [`APPLY_BROKEN`] says, if it is set.
+/// `doc_of` names a write's document.
+#[cfg(feature = "failpoints")]
+pub(crate) fn break_applier<W: Clone + Send + 'static>(
+    writes: &mut Vec<W>,
+    doc_of: impl Fn(&W) -> String,
+) {
+    use std::any::Any;
+    use std::sync::Mutex;
+    /// What a `twice` applier wrote so far.
+    static LATER: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+
+    let Some(broken) = broken_applier() else {
+        return;
+    };
+    if writes.is_empty() {
+        // Nothing applied now: nothing to break (and a replay alone would put things right).
+        return;
+    }
+    let mut later = LATER.lock().unwrap_or_else(|e| e.into_inner());
+    let earlier: Vec<W> = later
+        .take()
+        .and_then(|b| b.downcast::<Vec<W>>().ok())
+        .map_or_else(Vec::new, |b| *b);
+    match broken {
+        Broken::Drop => {
+            if let Some(first) = writes.first().map(&doc_of) {
+                writes.retain(|w| doc_of(w) != first);
+            }
+        }
+        Broken::Twice => {
+            let mut written = earlier.clone();
+            written.extend(writes.iter().cloned());
+            writes.extend(earlier);
+            *later = Some(Box::new(written));
+        }
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn break_applier<W>(_writes: &mut Vec<W>, _doc_of: impl Fn(&W) -> String) {}
 
 /// Every step of an applier where it can be made to die, in the order an apply reaches them.
 pub const APPLY_STEPS: [&str; 5] = [

@@ -491,6 +491,9 @@ fn apply_once(
             ));
         }
     }
+    failpoints::break_applier(&mut batch, |w: &DocWrite| {
+        format!("{}:{}", w.collection, w.id)
+    });
     // Lines of documents applied now, or found without a buffered write, leave PendingWrites.
     let converted_docs: HashSet<usize> = converted.iter().map(|(i, _)| *i).collect();
     let gone: Vec<Vec<u8>> = (0..docs.len())

@@ -741,6 +741,9 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         std::mem::forget(session);
         return Err(crashed());
     }
+    if let Some((_, first)) = objects.first_mut() {
+        failpoints::break_session(&mut first.statements);
+    }
     let mut tx = store.begin(cads.config().isolation)?;
     let object_ids: Vec<&str> = objects.iter().map(|(id, _)| id.as_str()).collect();
     let applied_before = applied_among(tx.as_mut(), &object_ids)?;

@@ -1,0 +1,133 @@
+//! Write-back appliers broken on purpose (cads' `APPLY_BROKEN` failpoint): one that drops a
+//! buffered write, one that writes every batch again after each later one (an older write landing
+//! after newer ones). The cache goes on as if each applied correctly, so nothing a read sees
+//! betrays them during the run; YCSB's and BG's checks of the data store after the drain must
+//! find the acknowledged writes they lost or undid.
+//!
+//! Failpoints are process-wide: every test here holds the failpoint scenario (see
+//! `cads_testkit::failpoints`), and no test of another file sees them.
+
+mod support;
+mod tpcc_support;
+
+use cads::Policy;
+use std::time::Duration;
+
+use cads_bench::bg::{BgOptions, LayoutKind};
+use cads_bench::harness::{CommonOptions, Validated};
+use cads_bench::ycsb::{BenchmarkOptions, Progress, YcsbOptions};
+use cads_testkit::failpoints::{Scenario, APPLY_BROKEN};
+use support::InProcess;
+
+fn quiet(_: Progress) {}
+
+/// The appliers' ways of breaking.
+const BROKEN: [&str; 2] = ["drop", "twice"];
+
+/// YCSB A under write-back on a handful of records, so that every batch a worker applies holds
+/// most of them and consecutive batches share documents.
+fn few_hot_records() -> YcsbOptions {
+    YcsbOptions {
+        workload: "A".into(),
+        records: 5,
+        operations: Some(600),
+        duration: None,
+        distribution: Some(cads_bench::ycsb::Distribution::Uniform),
+        common: CommonOptions {
+            policies: vec![Policy::WriteBack],
+            threads: 2,
+            workers: 1,
+            ..YcsbOptions::default().common
+        },
+        ..YcsbOptions::default()
+    }
+}
+
+/// Runs `run` (a run's stale reads and validation) with each broken applier, expecting the
+/// final check to find lost writes, then with a correct one, expecting none.
+fn each_broken_applier_loses_writes(run: impl Fn() -> (u64, Validated)) {
+    let scenario = Scenario::setup();
+    for broken in BROKEN {
+        scenario.set(APPLY_BROKEN, &format!("return({broken})"));
+        let (stale, validated) = run();
+        scenario.clear(APPLY_BROKEN);
+        assert!(
+            validated.lost_writes > 0,
+            "{broken}: the check found no lost write ({} reads validated, {stale} stale)",
+            validated.reads,
+        );
+        assert!(!validated.lost_examples.is_empty(), "{broken}");
+    }
+    let (stale, validated) = run();
+    support::assert_nothing_stale_or_lost("a correct applier", stale, &validated);
+}
+
+#[test]
+fn ycsb_finds_the_writes_every_broken_applier_loses() {
+    each_broken_applier_loses_writes(|| {
+        let r = few_hot_records().run(&InProcess, &quiet).unwrap().remove(0);
+        (r.stale_reads, r.detail.validated)
+    });
+}
+
+/// BG's write actions under write-back on a small social graph, so that consecutive batches share
+/// members' documents.
+fn small_graph() -> BgOptions {
+    BgOptions {
+        common: CommonOptions {
+            policies: vec![Policy::WriteBack],
+            threads: 2,
+            workers: 1,
+            ..BgOptions::default().common
+        },
+        layout: LayoutKind::Documents,
+        members: 20,
+        friends: 4,
+        pending: 2,
+        duration: Duration::from_millis(500),
+        ..BgOptions::default()
+    }
+}
+
+#[test]
+fn bg_counts_catch_every_broken_applier() {
+    each_broken_applier_loses_writes(|| {
+        let r = small_graph().run(&InProcess, &quiet).unwrap().remove(0);
+        (r.stale_reads, r.detail.validated)
+    });
+}
+
+/// TPC-C under write-back (Design 2, sessions of SQL statements): a session dropped, or whose
+/// updates ran twice, is caught either by the appliers themselves, whose conditional statements
+/// (New-Order's `d_next_o_id` guard) then match no row, which stops the queue and fails the drain,
+/// or by the checks after the run (the consistency conditions, the cache against the data store).
+#[test]
+fn tpcc_checks_catch_every_broken_applier() {
+    let scenario = Scenario::setup();
+    for broken in BROKEN {
+        let (url, _dir) = tpcc_support::sqlite_url(&format!("broken-{broken}"));
+        let mut opts = tpcc_support::options(Some(url), "tpcc_");
+        opts.common.policies = vec![Policy::WriteBack];
+        opts.common.drain_timeout = Duration::from_secs(5);
+        scenario.set(APPLY_BROKEN, &format!("return({broken})"));
+        let outcome = opts.run(&InProcess, &quiet);
+        scenario.clear(APPLY_BROKEN);
+        match outcome {
+            Err(e) => {
+                let e = format!("{e:#}");
+                assert!(
+                    e.contains("does not hold what the session read"),
+                    "{broken}: the run failed for another reason: {e}"
+                );
+            }
+            Ok(records) => {
+                let r = &records[0];
+                assert!(
+                    !r.detail.consistent || r.stale_reads > 0,
+                    "{broken}: the checks found nothing: {:#?}",
+                    r.detail.consistency
+                );
+            }
+        }
+    }
+}
