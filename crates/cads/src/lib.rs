@@ -88,6 +88,12 @@ pub enum Policy {
     /// Writes update the cached entries and leave their changes in the cache as buffered writes,
     /// which background workers apply to the data store (000 ch. 3; see [`writeback`]).
     WriteBack,
+    /// Cache-aside as applications write it over Redis or memcached, for comparison only: a
+    /// read that misses fills the key with a plain SET, a write deletes its keys after the data
+    /// store commits, and nothing takes a lease. A fill computed before a write and stored after
+    /// its delete stays cached (001 §3.3): this policy serves stale values, which the benchmarks'
+    /// validators count.
+    CacheAside,
 }
 
 impl Policy {
@@ -97,6 +103,7 @@ impl Policy {
             Policy::WriteAround => "write-around",
             Policy::WriteThrough => "write-through",
             Policy::WriteBack => "write-back",
+            Policy::CacheAside => "cache-aside",
         }
     }
 
@@ -106,6 +113,7 @@ impl Policy {
             "write-around" => Some(Policy::WriteAround),
             "write-through" => Some(Policy::WriteThrough),
             "write-back" => Some(Policy::WriteBack),
+            "cache-aside" => Some(Policy::CacheAside),
             _ => None,
         }
     }
@@ -113,7 +121,7 @@ impl Policy {
     /// The lease mode the CMIs must run for this policy.
     pub fn cmi_mode(self) -> &'static str {
         match self {
-            Policy::WriteAround => "write-around",
+            Policy::WriteAround | Policy::CacheAside => "write-around",
             _ => "write-through",
         }
     }
@@ -673,6 +681,6 @@ impl Cads {
     /// Whether sessions take leases: always, but for the broken baseline of the race tests
     /// ([`failpoints::LEASES_OFF`]).
     pub(crate) fn leases(&self) -> bool {
-        !failpoints::leases_off()
+        self.policy != Policy::CacheAside && !failpoints::leases_off()
     }
 }

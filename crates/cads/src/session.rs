@@ -571,6 +571,7 @@ impl<'a> Session<'a> {
             // A teleported write changes the cached value as write-through does (000 §4.3.2):
             // deleting it would leave reads nothing to hit until the data store is back.
             Policy::WriteAround if !teleported => self.deletes.extend(keys),
+            Policy::CacheAside => self.deletes.extend(keys),
             Policy::WriteAround | Policy::WriteThrough | Policy::WriteBack => {
                 for key in keys {
                     let change = cs.cache_change(write, &key);

@@ -242,7 +242,8 @@ pub fn parse_policies(text: &str) -> Result<Vec<Policy>> {
         .map(|name| {
             Policy::parse(name).ok_or_else(|| {
                 anyhow!(
-                    "unknown policy {name:?} (use none, write-around, write-through, write-back)"
+                    "unknown policy {name:?} (use none, write-around, write-through, write-back, \
+                     cache-aside)"
                 )
             })
         })

@@ -92,11 +92,18 @@ const AXIS_TITLE_SIZE: u32 = 18;
 const LABEL_SIZE: u32 = 15;
 
 /// The order policies are shown in; others follow in the order met.
-const POLICY_ORDER: [&str; 4] = ["none", "write-around", "write-through", "write-back"];
+const POLICY_ORDER: [&str; 5] = [
+    "none",
+    "cache-aside",
+    "write-around",
+    "write-through",
+    "write-back",
+];
 
 fn policy_color(policy: &str) -> RGBColor {
     match policy {
         "none" => RGBColor(127, 127, 127),
+        "cache-aside" => RGBColor(214, 39, 40),
         "write-around" => RGBColor(31, 119, 180),
         "write-through" => RGBColor(255, 127, 14),
         "write-back" => RGBColor(44, 160, 44),

@@ -86,7 +86,7 @@ pub trait Layout: Send + Sync {
 }
 
 /// The implementation for a layout and policy. The SQL layout uses 001's Tables 2-3 keys where
-/// writes delete cached values (write-around, or no cache) and Tables 5-6 where they change them
+/// writes delete cached values (write-around and cache-aside, or no cache) and Tables 5-6 where they change them
 /// in place (write-through, and write-back, under which its SQL writes, having no documents to
 /// buffer, run as write-through).
 pub fn layout(kind: LayoutKind, policy: Policy) -> Box<dyn Layout> {
@@ -95,7 +95,9 @@ pub fn layout(kind: LayoutKind, policy: Policy) -> Box<dyn Layout> {
         LayoutKind::Sql => {
             let keys = match policy {
                 Policy::WriteThrough | Policy::WriteBack => sql::KeyLayout::Counters,
-                Policy::DataStoreOnly | Policy::WriteAround => sql::KeyLayout::Profile,
+                Policy::DataStoreOnly | Policy::WriteAround | Policy::CacheAside => {
+                    sql::KeyLayout::Profile
+                }
             };
             Box::new(sql::SqlLayout::new(keys))
         }
