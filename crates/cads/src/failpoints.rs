@@ -121,6 +121,9 @@ pub(crate) fn break_applier<W: Clone + Send + 'static>(
     static LATER: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
 
     let Some(broken) = broken_applier() else {
+        // A run without the point forgets what a broken one wrote (it wrote to another store,
+        // perhaps).
+        LATER.lock().unwrap_or_else(|e| e.into_inner()).take();
         return;
     };
     if writes.is_empty() {
