@@ -565,3 +565,65 @@ fn gemini_reads_nothing_stale_where_a_stale_cache_does() {
     assert!(gemini["back_s"].as_f64().unwrap() > gemini["fail_at_s"].as_f64().unwrap());
     assert!(!gemini["timeline"].as_array().unwrap().is_empty());
 }
+
+/// `cads coord --state-file` killed with SIGKILL and started again: it goes on from the
+/// configuration it saved, so that the next change is the next id. A coordinator that lost its
+/// state would have started a new configuration above the instances' (2), and the failure below
+/// would then be configuration 3.
+#[test]
+fn coord_killed_goes_on_from_its_state_file() {
+    let dir = ScratchDir::new("coord-state");
+    let state = dir.path().join("coord.json");
+    let (kept, mut failing) = (
+        cads_testkit::Cmis::start(1, "write-around"),
+        cads_testkit::Cmis::start(1, "write-around"),
+    );
+    let list = format!("{},{}", kept.addrs()[0], failing.addrs()[0]);
+    let status_with = |wanted: &str| loop {
+        let text = stdout(&cads(&["coord", "status", "--cmis", &list]));
+        if text.contains(wanted) {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // The first configuration above `id` the instances hold.
+    let status_with_newer_than = |id: u64| loop {
+        let text = stdout(&cads(&["coord", "status", "--cmis", &list]));
+        let shown = text
+            .strip_prefix("configuration ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok());
+        if shown.is_some_and(|shown| shown > id) {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_cads"))
+            .args(["coord", "--cmis", &list, "--fragments", "4"])
+            .args([
+                "--state-file",
+                state.to_str().unwrap(),
+                "--log-level",
+                "warn",
+            ])
+            .spawn()
+            .expect("start cads coord")
+    };
+    let mut coord = start();
+    status_with("configuration 1\n");
+    coord.kill().unwrap();
+    coord.wait().unwrap();
+    assert!(state.exists(), "the state was saved before the kill");
+
+    let mut coord = start();
+    // The second instance fails: its fragments go to the first, in a new configuration.
+    failing.stop();
+    let text = status_with_newer_than(1);
+    assert!(
+        text.starts_with("configuration 2\n") && text.contains("\n2 of 4 fragments not in"),
+        "the restarted coordinator did not go on from its state:\n{text}"
+    );
+    coord.kill().unwrap();
+    coord.wait().unwrap();
+}
