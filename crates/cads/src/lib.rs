@@ -678,7 +678,8 @@ impl Cads {
         flushed
     }
 
-    /// Whether sessions take leases: always, but for the broken baseline of the race tests
+    /// Whether sessions take leases: always, but for the cache-aside baseline
+    /// ([`Policy::CacheAside`]) and the broken baseline of the race tests
     /// ([`failpoints::LEASES_OFF`]).
     pub(crate) fn leases(&self) -> bool {
         self.policy != Policy::CacheAside && !failpoints::leases_off()
