@@ -1,5 +1,6 @@
-//! Group commit for writes that are sessions of their own ([`Cads::write`]): concurrent writes
-//! of the same keys from one process run together, in arrival order, as one session.
+//! Group commit for writes that are sessions of their own ([`Cads::write`]): under write-back
+//! and write-through, concurrent writes of the same keys from one process run together, in
+//! arrival order, as one session.
 //!
 //! Why: a write that changes a cached value holds the key's exclusive lease from its first cache
 //! round trip to its commit (under write-back and write-through), so a hot key takes one writer

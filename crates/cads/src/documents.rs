@@ -93,9 +93,10 @@ impl Collection {
         s.write(self, &(checked(id)?, DocOp::Update(changes)))
     }
 
-    /// Applies change operators to a document in a session of its own ([`Cads::write`]):
-    /// concurrent updates of the same document from this process are committed together, in
-    /// the order they arrived, so that a hot document takes many updates per session.
+    /// Applies change operators to a document in a session of its own ([`Cads::write`]): under
+    /// write-back and write-through, concurrent updates of the same document from this process
+    /// are committed together, in the order they arrived, so that a hot document takes many
+    /// updates per session.
     pub fn apply(&self, cads: &Cads, id: &str, changes: Changes) -> Result<()> {
         cads.write(self, (checked(id)?, DocOp::Update(changes)))
     }

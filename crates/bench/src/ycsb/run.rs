@@ -344,7 +344,8 @@ impl Benchmark for Ycsb {
                         .map(|_| ())
                         .map_err(cads::Error::from)
                 } else {
-                    // A session of its own, combined with concurrent updates of the record.
+                    // A session of its own, combined with concurrent updates of the record
+                    // under write-back and write-through.
                     table.apply(cads, &id, changes)
                 };
                 log_write(log, &id, token, start, env.clock.now(), &result);
