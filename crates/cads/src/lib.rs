@@ -38,6 +38,7 @@ mod error;
 pub mod failpoints;
 pub mod gemini;
 mod missed;
+pub mod sas;
 mod session;
 pub mod tardis;
 mod tx;
@@ -69,6 +70,7 @@ pub use cads_store as store;
 pub use combining::MAX_COMBINED;
 pub use error::{Error, Result};
 pub use gemini::GeminiRouter;
+pub use sas::{SasConfig, SasStats};
 pub use session::Session;
 pub use tardis::{AppNodes, Mode, TardisConfig, TardisCounts, Technique};
 pub use tx::StoreTx;
@@ -163,6 +165,10 @@ pub struct Config {
     /// stores on the CMIs, which survives an instance's failure and recovery without stale reads
     /// ([`gemini`]). Write-around only, with the client [`Cads::connect`] builds.
     pub gemini: bool,
+    /// SAS (001): the cache lives in this process, kept consistent with the other AppNodes' by
+    /// the SAS core at `SasConfig::core` ([`sas`]); [`Cads::connect`] then uses no CMI.
+    /// Write-around and write-through, without TARDIS or Gemini.
+    pub sas: Option<SasConfig>,
 }
 
 impl Config {
@@ -198,6 +204,7 @@ impl Default for Config {
             write_back: WriteBackConfig::default(),
             tardis: None,
             gemini: false,
+            sas: None,
         }
     }
 }
@@ -226,6 +233,8 @@ pub struct Cads {
     gemini: Option<Arc<GeminiRouter>>,
     /// The writes of [`Cads::write`] in flight, grouped by the keys they change.
     combiner: combining::Combiner,
+    /// SAS: this AppNode's own cache and its link to the SAS core.
+    sas: Option<Arc<sas::node::Node>>,
 }
 
 /// What [`Cads::read`]'s plain GET found.
@@ -276,6 +285,20 @@ impl Cads {
             _ => None,
         };
         let gemini = gemini.filter(|_| cache.is_some());
+        let sas = match (&config.sas, policy) {
+            (None, _) | (Some(_), Policy::DataStoreOnly) => None,
+            (Some(sas), Policy::WriteAround | Policy::WriteThrough) => {
+                assert!(
+                    config.tardis.is_none() && !config.gemini,
+                    "SAS is built without TARDIS and Gemini"
+                );
+                Some(sas::node::Node::start(sas.clone()))
+            }
+            (Some(_), other) => panic!(
+                "SAS is built for write-around and write-through, not {}",
+                other.name()
+            ),
+        };
         if let (Some(router), Some(client)) = (&gemini, &cache) {
             router.refresh(client);
         }
@@ -294,6 +317,7 @@ impl Cads {
             tardis,
             gemini,
             combiner: combining::Combiner::default(),
+            sas,
         }
     }
 
@@ -314,7 +338,7 @@ impl Cads {
             );
             Arc::new(GeminiRouter::new(cmis.len()))
         });
-        let client = (policy != Policy::DataStoreOnly).then(|| {
+        let client = (policy != Policy::DataStoreOnly && config.sas.is_none()).then(|| {
             let mut client_config = ClientConfig::new(cmis.to_vec());
             client_config.password = config.cache_password.as_ref().map(|p| p.0.clone());
             client_config.tls = config.cache_tls.clone();
@@ -367,6 +391,25 @@ impl Cads {
 
     pub(crate) fn tardis(&self) -> Option<&tardis::Tardis> {
         self.tardis.as_ref()
+    }
+
+    /// SAS: this AppNode's node, when the cache is in-process.
+    pub(crate) fn sas_node(&self) -> Option<&Arc<sas::node::Node>> {
+        self.sas.as_ref()
+    }
+
+    /// SAS: what this AppNode's cache and its link to the core counted (None on CS).
+    pub fn sas_stats(&self) -> Option<SasStats> {
+        self.sas.as_deref().map(sas::stats)
+    }
+
+    /// SAS: waits until this AppNode has registered with the core and serves its copies; false
+    /// if `timeout` passed first (or the cache is not in-process). Until then reads go to the
+    /// data store.
+    pub fn sas_ready(&self, timeout: Duration) -> bool {
+        self.sas
+            .as_ref()
+            .is_some_and(|n| n.wait_registered(timeout))
     }
 
     /// Gemini's router, when Gemini is on.
@@ -514,6 +557,17 @@ impl Cads {
 
     /// The cached result of a single-key query, if the key's CMI has it.
     fn read_single_hit<C: CacheStore>(&self, cs: &C, query: &C::Query) -> SingleRead<C::Output> {
+        if let Some(node) = &self.sas {
+            // SAS: the AppNode's own copy, with no round trip.
+            let keys = cs.keys_read(query);
+            let hit = match keys.as_slice() {
+                [key] => node
+                    .get(key)
+                    .and_then(|(_, v)| cs.result_from_cache(query, &[v])),
+                _ => None,
+            };
+            return hit.map_or(SingleRead::SessionPath, SingleRead::Hit);
+        }
         let Some(client) = &self.cache else {
             return SingleRead::SessionPath;
         };

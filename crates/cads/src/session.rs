@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::failpoints;
 use crate::gemini::{self, Routes};
 use crate::missed::Missed;
+use crate::sas::{Grant, SasSession};
 use crate::tardis::{self, Mode, OnMiss};
 use crate::tx::StoreTx;
 use crate::writeback::design1;
@@ -65,6 +66,8 @@ pub struct Session<'a> {
     /// Gemini, recovery mode: deletes of written keys on their fragments' secondaries, staged
     /// with the session's own.
     secondary_deletes: Vec<(usize, Vec<u8>)>,
+    /// SAS: the session's leases and reads with the SAS core, when the cache is in-process.
+    sas: Option<SasSession>,
 }
 
 impl<'a> Session<'a> {
@@ -111,6 +114,7 @@ impl<'a> Session<'a> {
             prepared: false,
             routes,
             secondary_deletes: Vec::new(),
+            sas: cads.sas_node().map(SasSession::new),
         }
     }
 
@@ -359,6 +363,9 @@ impl<'a> Session<'a> {
     /// data it is about to change (001 §3.3).
     pub fn read<C: CacheStore>(&mut self, cs: &C, query: &C::Query) -> Result<C::Output> {
         self.check_not_given_up()?;
+        if self.sas.is_some() {
+            return self.read_sas(cs, query);
+        }
         if !self.cads.leases() && self.cache.is_some() {
             return self.read_without_leases(cs, query);
         }
@@ -451,6 +458,81 @@ impl<'a> Session<'a> {
                 Err(e) => return Err(self.cache_error(e)),
             }
         }
+        Ok(output)
+    }
+
+    /// `readStatement` with the cache in-process (SAS, 001 §3.3): the AppNode's copies if every
+    /// key hits; else I leases from the SAS core for the keys that missed, the data store's
+    /// result, and the fills the core registers. A key another session is filling is looked up
+    /// again after a backoff; a key under a writer's Q lease, or a core that cannot be reached,
+    /// sends the read to the data store without a fill.
+    fn read_sas<C: CacheStore>(&mut self, cs: &C, query: &C::Query) -> Result<C::Output> {
+        let keys = cs.keys_read(query);
+        if keys.is_empty() {
+            return self.query_store(cs, query, &keys, false, false);
+        }
+        let step = self.tx.next_step();
+        let mut backoff = cads_client::Backoff::new(&self.cads.config().retry);
+        let mut granted: Vec<Vec<u8>> = Vec::new();
+        let mut missed_count;
+        let sas = self.sas.as_mut().expect("checked");
+        loop {
+            let values = sas.lookup(&keys);
+            if values.iter().all(Option::is_some) {
+                let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
+                if let Some(output) = cs.result_from_cache(query, &cached) {
+                    sas.release(&granted);
+                    sas.note_reads(keys.len(), false);
+                    return Ok(output);
+                }
+            }
+            let missed: Vec<Vec<u8>> = keys
+                .iter()
+                .zip(&values)
+                .filter(|(_, v)| v.is_none())
+                .map(|(k, _)| k.clone())
+                .collect();
+            missed_count = missed.len();
+            let grants = match sas.iget(&missed) {
+                Ok(grants) => grants,
+                Err(e) => {
+                    tracing::debug!(error = %e, "SAS core unreachable; reading the data store");
+                    break;
+                }
+            };
+            let mut busy = false;
+            for (key, grant) in missed.into_iter().zip(grants) {
+                match grant {
+                    Grant::Granted(_) if !granted.contains(&key) => granted.push(key),
+                    Grant::Granted(_) | Grant::Writing => {}
+                    Grant::Busy => busy = true,
+                }
+            }
+            if !busy || !backoff.wait() {
+                break;
+            }
+        }
+        let output = self.query_store(cs, query, &keys, true, false)?;
+        failpoints::before_fill();
+        let sas = self.sas.as_mut().expect("checked");
+        // As on CS: a snapshot older than the leases may hold data a writer has since changed.
+        if self.tx.snapshot_before(step) {
+            sas.release(&granted);
+            sas.note_reads(keys.len(), true);
+            return Ok(output);
+        }
+        let fills: Vec<(Vec<u8>, Vec<u8>)> = cs
+            .entries(query, &output)
+            .into_iter()
+            .filter(|(k, _)| granted.contains(k))
+            .collect();
+        let unfilled: Vec<Vec<u8>> = granted
+            .into_iter()
+            .filter(|k| !fills.iter().any(|(f, _)| f == k))
+            .collect();
+        sas.release(&unfilled);
+        let installed = sas.fill(&fills);
+        sas.note_reads(keys.len(), installed < missed_count);
         Ok(output)
     }
 
@@ -665,6 +747,9 @@ impl<'a> Session<'a> {
         if !self.cads.leases() {
             return Ok(());
         }
+        if self.sas.is_some() {
+            return self.pre_commit_sas();
+        }
         if let Some((cmi, cause)) = &self.degraded {
             if !self.buffered.is_empty() && self.teleport {
                 self.cads
@@ -720,6 +805,43 @@ impl<'a> Session<'a> {
             Err(e) => return Err(e.into()),
         }
         self.apply_before_write()
+    }
+
+    /// SAS: Q leases on the written keys (sorted, 001 §3.3), a check that no copy the session
+    /// read was invalidated since, and the new values of write-through computed from the
+    /// AppNode's own copies, in the order the writes were made.
+    fn pre_commit_sas(&mut self) -> Result<()> {
+        let mut keys = self.written_keys.clone();
+        keys.sort_unstable();
+        keys.dedup();
+        let changes = std::mem::take(&mut self.changes);
+        let (config, policy) = (self.cads.config(), self.cads.policy());
+        let sas = self.sas.as_mut().expect("checked");
+        if !keys.is_empty() {
+            sas.take_q(&keys, config)?;
+        }
+        if !sas.reads_fit(!keys.is_empty()) {
+            return Err(Error::Aborted {
+                reason: "a cached value this session read was changed by a writer".into(),
+            });
+        }
+        let mut items: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            keys.iter().map(|k| (k.clone(), None)).collect();
+        if policy == Policy::WriteThrough {
+            for (key, value) in &mut items {
+                *value = sas.own_copy(key);
+            }
+            for (key, change) in changes {
+                let at = items
+                    .iter()
+                    .position(|(k, _)| *k == key)
+                    .expect("a written key");
+                let value = items[at].1.take();
+                items[at].1 = change.apply(value);
+            }
+        }
+        sas.set_items(items);
+        Ok(())
     }
 
     /// Gemini (write-around): the session's deletes where its keys route, and on the
@@ -1082,6 +1204,21 @@ impl<'a> Session<'a> {
             if let Some(cache) = self.cache.as_mut() {
                 cache.abort();
             }
+            if let Some(mut sas) = self.sas.take() {
+                // The commit may have happened: every copy of the written keys goes.
+                if matches!(e, StoreError::Timeout(_) | StoreError::Unavailable(_)) {
+                    sas.set_items(
+                        self.written_keys
+                            .iter()
+                            .map(|k| (k.clone(), None))
+                            .collect(),
+                    );
+                    sas.commit(self.cads.config())?;
+                } else {
+                    sas.abort();
+                }
+                return Err(e.into());
+            }
             if let Some(t) = self.cads.tardis() {
                 if tardis::is_failure(&e) {
                     t.store_failed(&e);
@@ -1096,6 +1233,15 @@ impl<'a> Session<'a> {
                 self.cads.invalidate(&self.written_keys);
             }
             return Err(e.into());
+        }
+        if let Some(sas) = self.sas.take() {
+            if self.read_only() && !sas.reads_fit(false) {
+                return Err(Error::Aborted {
+                    reason: "a cached value this session read was changed by a writer".into(),
+                });
+            }
+            failpoints::before_cache_commit();
+            return sas.commit(self.cads.config());
         }
         if !self.cads.leases() {
             return self.apply_without_leases();
@@ -1180,6 +1326,9 @@ impl<'a> Session<'a> {
     fn abort_in_place(&mut self) {
         if let Some(cache) = self.cache.as_mut() {
             cache.abort();
+        }
+        if let Some(sas) = self.sas.take() {
+            sas.abort();
         }
         self.cache = None;
         let tx = std::mem::replace(

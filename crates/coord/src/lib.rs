@@ -21,6 +21,7 @@ pub mod dirty_list;
 pub mod liveness;
 pub mod publish;
 pub mod repair;
+pub mod sas;
 pub mod service;
 pub mod state_file;
 
@@ -72,7 +73,7 @@ impl Coordinator {
 
 /// A block number from the clock and the process id (no randomness source is needed beyond
 /// spreading processes apart).
-fn random_block() -> u64 {
+pub fn random_block() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

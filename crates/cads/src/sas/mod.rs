@@ -1,0 +1,349 @@
+//! SAS (001): the cache inside the application process. Each AppNode keeps its own copies in
+//! the engine's store, linked in ([`local`]); the SAS core (`cads_coord::sas`, `cads coord sas`)
+//! grants the I and Q leases and knows which AppNodes hold each key, and tells them of every
+//! write before the write is acknowledged ([`node`]). The application is the same as on CS:
+//! [`crate::Config::sas`] is the one setting that moves it.
+//!
+//! A read that hits is served from the process's memory with no round trip. A miss asks the
+//! core for an I lease, reads the data store, and installs the value if the core registered the
+//! fill (a writer's Q lease voids it, 001 §3.3). A write takes Q leases at pre-commit on sorted
+//! keys, backing off on a conflict (write-through's Q leases exclude each other), and after its
+//! data-store commit hands the core its keys: write-around deletes every other copy, and
+//! write-through sends the new values to every other holder (computed from the writer's own
+//! copy; a key it has no copy of is deleted everywhere instead). docs/ARCHITECTURE.md, "SAS",
+//! states the failure protocol.
+
+mod local;
+pub(crate) mod node;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use cads_client::{Backoff, ClientError};
+use cads_coord::sas::leases::Item;
+use cads_coord::sas::wire::number;
+
+pub use local::LocalStats;
+use node::Node;
+
+use crate::error::{Error, Result};
+use crate::Config;
+
+/// Where an AppNode's SAS core is, and what its own cache may hold.
+#[derive(Clone, Debug)]
+pub struct SasConfig {
+    /// The core's address (`cads coord sas --listen`).
+    pub core: SocketAddr,
+    /// Bytes the AppNode's copies may take (0: no limit); least recently used copies go first.
+    pub capacity_bytes: usize,
+    /// Where other AppNodes may fetch this AppNode's copies (Ingest); None: not offered.
+    pub peer_addr: Option<SocketAddr>,
+}
+
+impl SasConfig {
+    /// A core at `core`, a 256 MiB cache.
+    pub fn new(core: SocketAddr) -> SasConfig {
+        SasConfig {
+            core,
+            capacity_bytes: 256 << 20,
+            peer_addr: None,
+        }
+    }
+}
+
+/// What an AppNode's SAS side counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SasStats {
+    pub local: LocalStats,
+    /// Registrations with the core (more than one: the AppNode lost its delivery connection or
+    /// its lease and started over, dropping its copies).
+    pub registrations: u64,
+    /// Commits that could not reach the core and waited its leases out before returning.
+    pub commits_waited_out: u64,
+}
+
+/// How a miss's I lease request came out for one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// Fill it; the holders' peer addresses (Ingest).
+    Granted(Vec<Vec<u8>>),
+    /// Another session computes it.
+    Busy,
+    /// A writer holds it: read the data store, cache nothing.
+    Writing,
+}
+
+/// A framework session's SAS state.
+pub(crate) struct SasSession {
+    node: Arc<Node>,
+    /// The AppNode's id when the session started (fills made under another are not installed).
+    id: u64,
+    session: u64,
+    /// Copies this session read, with their versions.
+    reads: Vec<(Vec<u8>, u64)>,
+    /// Keys this session read, from copies or from the data store.
+    read_keys: usize,
+    /// A key was read from the data store and its copy not installed (a writer held it, the
+    /// fill was refused or dropped): no later invalidation would tell this session of a change.
+    unguarded: bool,
+    /// Keys under this session's Q leases.
+    q_keys: Vec<Vec<u8>>,
+    /// What the commit hands the core.
+    items: Vec<Item>,
+}
+
+fn unavailable(reason: String) -> Error {
+    Error::Cache(ClientError::Unavailable {
+        cmi: 0,
+        reason,
+        refused: false,
+    })
+}
+
+impl SasSession {
+    pub(crate) fn new(node: &Arc<Node>) -> SasSession {
+        SasSession {
+            node: node.clone(),
+            id: node.id(),
+            session: node.session(),
+            reads: Vec::new(),
+            read_keys: 0,
+            unguarded: false,
+            q_keys: Vec::new(),
+            items: Vec::new(),
+        }
+    }
+
+    fn head(&self, command: &str) -> Vec<Vec<u8>> {
+        vec![
+            command.as_bytes().to_vec(),
+            self.id.to_string().into_bytes(),
+            self.session.to_string().into_bytes(),
+        ]
+    }
+
+    /// The AppNode's copies of `keys` (None where it has none); hits are remembered, so that
+    /// [`SasSession::reads_hold`] can check them at the end.
+    pub(crate) fn lookup(&mut self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
+        keys.iter()
+            .map(|key| {
+                let (version, value) = self.node.get(key)?;
+                self.reads.push((key.clone(), version));
+                Some(value)
+            })
+            .collect()
+    }
+
+    /// I leases on `keys`, which missed.
+    pub(crate) fn iget(&self, keys: &[Vec<u8>]) -> Result<Vec<Grant>> {
+        let mut request = self.head("IGET");
+        request.extend(keys.iter().cloned());
+        let reply = self
+            .node
+            .call(&request)
+            .map_err(|e| unavailable(format!("the SAS core at {}: {e}", self.node.config.core)))?;
+        if reply.len() != keys.len() {
+            return Err(unavailable(
+                "the SAS core's IGET answer is malformed".into(),
+            ));
+        }
+        Ok(reply
+            .into_iter()
+            .map(|part| match part.first() {
+                Some(b'G') => Grant::Granted(
+                    part[1..]
+                        .split(|&b| b == b' ')
+                        .filter(|p| !p.is_empty())
+                        .map(<[u8]>::to_vec)
+                        .collect(),
+                ),
+                Some(b'B') => Grant::Busy,
+                _ => Grant::Writing,
+            })
+            .collect())
+    }
+
+    /// Fills keys whose I leases this session holds: each copy is installed if the core
+    /// registers the fill and no delivery touched the key meanwhile. Returns how many were.
+    pub(crate) fn fill(&mut self, fills: &[(Vec<u8>, Vec<u8>)]) -> usize {
+        if fills.is_empty() {
+            return 0;
+        }
+        let mut installed = 0;
+        let tokens: Vec<u64> = fills
+            .iter()
+            .map(|(k, _)| self.node.local.begin_fill(k))
+            .collect();
+        let mut request = self.head("ISET");
+        request.extend(fills.iter().map(|(k, _)| k.clone()));
+        let reply = self.node.call(&request).unwrap_or_default();
+        for (i, ((key, value), token)) in fills.iter().zip(tokens).enumerate() {
+            let stored = reply.get(i).is_some_and(|r| r == b"1");
+            if !stored {
+                self.node.local.cancel_fill(key, token);
+                continue;
+            }
+            let node = &self.node;
+            let id = self.id;
+            if let Some(version) = node
+                .local
+                .finish_fill(key, token, value, || node.registered_as(id))
+            {
+                self.reads.push((key.clone(), version));
+                installed += 1;
+            }
+        }
+        installed
+    }
+
+    /// Gives back I leases this session will not fill (a result it must not cache).
+    pub(crate) fn release(&self, keys: &[Vec<u8>]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut request = self.head("RELEASE");
+        request.extend(keys.iter().cloned());
+        // An I lease not given back runs out on its own.
+        let _ = self.node.call(&request);
+    }
+
+    /// Records a read of `keys` keys; `unguarded`: some came from the data store without a copy
+    /// installed.
+    pub(crate) fn note_reads(&mut self, keys: usize, unguarded: bool) {
+        self.read_keys += keys;
+        self.unguarded |= unguarded;
+    }
+
+    /// Whether the session's reads fit together with each other and with its writes, as a CS
+    /// session's shared leases make them (a writer voiding one aborts the session): a session
+    /// that reads one key and writes nothing needs no check; otherwise every read must have been
+    /// of a copy that is still the one it read.
+    pub(crate) fn reads_fit(&self, writes: bool) -> bool {
+        if self.read_keys == 0 || (self.read_keys == 1 && !writes) {
+            return true;
+        }
+        !self.unguarded && self.reads.iter().all(|(k, v)| self.node.local.still(k, *v))
+    }
+
+    /// Q leases on `keys` in sorted order (001 §3.3): a conflict on a key (write-through) is
+    /// waited out with a growing backoff, within `config.retry`'s budget; after that the session
+    /// aborts, to run again.
+    pub(crate) fn take_q(&mut self, keys: &[Vec<u8>], config: &Config) -> Result<()> {
+        let mut keys = keys.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut backoff = Backoff::new(&config.retry);
+        let mut at = 0;
+        while at < keys.len() {
+            let mut request = self.head("QAREG");
+            request.extend(keys[at..].iter().cloned());
+            let reply = self.node.call(&request).map_err(|e| {
+                unavailable(format!("the SAS core at {}: {e}", self.node.config.core))
+            })?;
+            let granted = reply.get(1).and_then(|p| number(p)).unwrap_or(0) as usize;
+            self.q_keys
+                .extend(keys[at..at + granted.min(keys.len() - at)].iter().cloned());
+            at += granted;
+            if at < keys.len() && !backoff.wait() {
+                return Err(Error::Aborted {
+                    reason: format!(
+                        "another session holds {} under write-through (SAS core)",
+                        String::from_utf8_lossy(&keys[at])
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// What the commit will hand the core: each written key with its new value (write-through)
+    /// or None (delete).
+    pub(crate) fn set_items(&mut self, items: Vec<Item>) {
+        self.items = items;
+    }
+
+    /// The AppNode's copy of `key`, if it may serve it (write-through computes new values from
+    /// it).
+    pub(crate) fn own_copy(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.node
+            .serving()
+            .then(|| self.node.local.peek(key))
+            .flatten()
+    }
+
+    /// After the data-store commit: the AppNode's own copies change, and the core tells every
+    /// other holder before this returns. The own copies change first, while the session still
+    /// holds its Q leases: the next writer of a key on this AppNode computes its value from this
+    /// copy, so it must be in place before the core lets that writer in. If the core then says
+    /// the session lost a Q lease (or this AppNode is not live), the copies go.
+    ///
+    /// If the core cannot be reached, this waits until the session's Q leases and every AppNode
+    /// lease have run out (the core deletes the keys' copies when a Q lease runs out, and an
+    /// AppNode that lost the core stops serving), so the write is never acknowledged while a
+    /// stale copy may be served.
+    pub(crate) fn commit(self, config: &Config) -> Result<()> {
+        if self.items.is_empty() {
+            return Ok(());
+        }
+        let (node, id) = (&self.node, self.id);
+        for (key, value) in &self.items {
+            match value {
+                Some(value) => {
+                    let token = node.local.begin_fill(key);
+                    if node
+                        .local
+                        .finish_fill(key, token, value, || node.registered_as(id))
+                        .is_none()
+                    {
+                        node.local.delete(key);
+                    }
+                }
+                None => node.local.delete(key),
+            }
+        }
+        let mut backoff = Backoff::new(&config.retry);
+        let keep = loop {
+            match node.commit(id, self.session, &self.items) {
+                Ok(keep) => break Some(keep),
+                Err(e) if backoff.wait() => {
+                    tracing::debug!(error = %e, "SAS commit: the core did not answer; again");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "SAS commit: the core cannot be reached; waiting its leases out");
+                    break None;
+                }
+            }
+        };
+        if keep != Some(true) {
+            for (key, _) in self.items.iter().filter(|(_, v)| v.is_some()) {
+                node.local.delete(key);
+            }
+        }
+        if keep.is_none() {
+            node.commits_waited_out
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let wait = node.lease_ms() + node.node_lease_ms();
+            std::thread::sleep(std::time::Duration::from_millis(wait));
+        }
+        Ok(())
+    }
+
+    /// Gives back the session's Q leases (its data-store transaction rolled back).
+    pub(crate) fn abort(self) {
+        let keys = self.q_keys.clone();
+        self.release(&keys);
+    }
+}
+
+/// The stats of an AppNode's SAS side.
+pub(crate) fn stats(node: &Node) -> SasStats {
+    SasStats {
+        local: node.local.stats(),
+        registrations: node
+            .registrations
+            .load(std::sync::atomic::Ordering::Relaxed),
+        commits_waited_out: node
+            .commits_waited_out
+            .load(std::sync::atomic::Ordering::Relaxed),
+    }
+}

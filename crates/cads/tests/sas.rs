@@ -1,0 +1,344 @@
+//! SAS (001): AppNodes with the cache in their own memory, kept consistent by the SAS core. Each
+//! test runs the core in-process and two or three AppNodes (frameworks with their own caches)
+//! over one SQLite database; `crates/cli/tests` runs them as processes.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cads::{Cads, Config, Policy, SasConfig};
+use cads_coord::sas::leases::Settings;
+use cads_coord::sas::wire::Framed;
+use cads_coord::sas::Core;
+use cads_store::Relay;
+use common::{counter_key, Counters, Deployment, History, LONG_LEASE_MS};
+
+/// An AppNode lease no step of a test outlives by accident; tests that need one to run out move
+/// the core's clock.
+const NODE_LEASE_MS: u64 = 30_000;
+
+fn core(policy: Policy) -> Core {
+    Core::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Settings {
+            lease_ms: LONG_LEASE_MS,
+            node_lease_ms: NODE_LEASE_MS,
+            exclusive_q: policy == Policy::WriteThrough,
+            max_replicas: 0,
+        },
+    )
+    .unwrap()
+}
+
+/// An AppNode over `d`'s data store with the core at `core`, registered.
+fn appnode(d: &Deployment, core: SocketAddr) -> Cads {
+    let config = Config {
+        sas: Some(SasConfig::new(core)),
+        ..Config::default()
+    };
+    let cads = Cads::connect(d.store.clone(), &[], d.policy, config);
+    assert!(
+        cads.sas_ready(Duration::from_secs(30)),
+        "the AppNode registers"
+    );
+    cads
+}
+
+fn increment(cads: &Cads, name: &str) {
+    cads.run(|s| s.write(&Counters, &name.to_string())).unwrap();
+}
+
+fn read(cads: &Cads, name: &str) -> i64 {
+    cads.read(&Counters, &name.to_string()).unwrap()
+}
+
+const POLICIES: [Policy; 2] = [Policy::WriteAround, Policy::WriteThrough];
+
+#[test]
+fn a_write_on_one_appnode_is_read_at_once_on_the_others() {
+    for policy in POLICIES {
+        let d = Deployment::start_with(policy, 1, |_| {});
+        let core = core(policy);
+        let nodes: Vec<Cads> = (0..3).map(|_| appnode(&d, core.addr())).collect();
+        let name = d.counters(1).remove(0);
+        for round in 1..=5 {
+            for node in &nodes {
+                // Twice: the second read is a hit in the node's own memory.
+                assert_eq!(read(node, &name), round - 1, "{policy:?}");
+                assert_eq!(read(node, &name), round - 1, "{policy:?}");
+            }
+            increment(&nodes[(round as usize) % 3], &name);
+            for node in &nodes {
+                assert_eq!(read(node, &name), round, "{policy:?}: read after the write");
+            }
+        }
+        let stats: Vec<_> = nodes.iter().map(|n| n.sas_stats().unwrap()).collect();
+        for s in &stats {
+            assert!(
+                s.local.hits >= 5,
+                "{policy:?}: reads were served in-process: {s:?}"
+            );
+            assert!(
+                s.local.delivered > 0,
+                "{policy:?}: the core told every holder: {s:?}"
+            );
+        }
+        if policy == Policy::WriteThrough {
+            // Refreshed, not deleted: the reads after each write hit.
+            let misses: u64 = stats.iter().map(|s| s.local.misses).sum();
+            assert!(misses <= 3 + 5, "{policy:?}: {stats:?}");
+        }
+    }
+}
+
+#[test]
+fn three_appnodes_reading_and_writing_read_nothing_stale_and_lose_nothing() {
+    for policy in POLICIES {
+        let d = Deployment::start_with(policy, 1, |_| {});
+        let core = core(policy);
+        let nodes: Vec<Cads> = (0..3).map(|_| appnode(&d, core.addr())).collect();
+        let names = d.counters(3);
+        let history = Mutex::new(History::default());
+        let (threads_per_node, ops) = (3, 60);
+        std::thread::scope(|scope| {
+            for (n, node) in nodes.iter().enumerate() {
+                for t in 0..threads_per_node {
+                    let (names, history) = (&names, &history);
+                    scope.spawn(move || {
+                        for i in 0..ops {
+                            let name = &names[(n + t + i) % names.len()];
+                            let start = Instant::now();
+                            if (i + t) % 4 == 0 {
+                                increment(node, name);
+                                let entry = (name.clone(), start, Instant::now());
+                                history.lock().unwrap().writes.push(entry);
+                            } else {
+                                let value = read(node, name);
+                                let entry = (name.clone(), start, Instant::now(), value);
+                                history.lock().unwrap().reads.push(entry);
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let history = history.into_inner().unwrap();
+        assert_eq!(history.stale_reads(), Vec::<String>::new(), "{policy:?}");
+        for name in &names {
+            let written = history.writes.iter().filter(|(n, _, _)| n == name).count() as i64;
+            assert_eq!(d.stored(name), written, "{policy:?}: no increment lost");
+            for node in &nodes {
+                assert_eq!(read(node, name), written, "{policy:?}: every copy agrees");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_session_of_several_reads_sees_one_moment() {
+    // Two counters incremented together: a session reading both never sees them differ.
+    for policy in POLICIES {
+        let d = Deployment::start_with(policy, 1, |_| {});
+        let core = core(policy);
+        let (a, b) = (appnode(&d, core.addr()), appnode(&d, core.addr()));
+        let names = d.counters(2);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for _ in 0..60 {
+                    a.run(|s| {
+                        s.write(&Counters, &names[0])?;
+                        s.write(&Counters, &names[1])
+                    })
+                    .unwrap();
+                }
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let (x, y) = b
+                        .run(|s| Ok((s.read(&Counters, &names[0])?, s.read(&Counters, &names[1])?)))
+                        .unwrap();
+                    assert_eq!(x, y, "{policy:?}: a session's reads fit together");
+                }
+            });
+        });
+    }
+}
+
+#[test]
+fn write_through_writers_on_two_appnodes_exclude_each_other_and_every_increment_lands() {
+    let policy = Policy::WriteThrough;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core(policy);
+    let (a, b) = (appnode(&d, core.addr()), appnode(&d, core.addr()));
+    let name = d.counters(1).remove(0);
+    // Both hold the counter, so each computes its new value from its own copy.
+    assert_eq!(read(&a, &name), 0);
+    assert_eq!(read(&b, &name), 0);
+    std::thread::scope(|scope| {
+        for node in [&a, &b] {
+            for _ in 0..3 {
+                let name = &name;
+                scope.spawn(move || {
+                    for _ in 0..25 {
+                        node.run(|s| {
+                            s.read(&Counters, name)?;
+                            s.write(&Counters, name)
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        }
+    });
+    assert_eq!(d.stored(&name), 150);
+    assert_eq!(read(&a, &name), 150);
+    assert_eq!(read(&b, &name), 150);
+}
+
+/// A raw connection to the core, as a process that is not an AppNode.
+fn raw(core: &Core) -> Framed<std::net::TcpStream> {
+    Framed::connect(core.addr(), Duration::from_secs(30)).unwrap()
+}
+
+#[test]
+fn a_writer_that_dies_after_its_data_store_commit_leaves_no_copy_behind() {
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core(policy);
+    let a = appnode(&d, core.addr());
+    let name = d.counters(1).remove(0);
+    assert_eq!(read(&a, &name), 0);
+    assert_eq!(read(&a, &name), 0, "a's copy is served");
+    // A writer takes its Q lease, commits to the data store, and dies before its cache commit.
+    let key = counter_key(&name);
+    let reply = raw(&core)
+        .call(&[b"QAREG".to_vec(), b"0".to_vec(), b"77".to_vec(), key])
+        .unwrap();
+    assert_eq!(reply, vec![b"OK".to_vec(), b"1".to_vec()]);
+    d.store
+        .execute_batch(&format!(
+            "UPDATE counters SET value = 1 WHERE name = '{name}'"
+        ))
+        .unwrap();
+    // Its Q lease runs out: the core tells every holder to delete the key.
+    core.advance_clock(Duration::from_millis(LONG_LEASE_MS + 1_000));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read(&a, &name) != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the expired Q lease reached the holder"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_appnode_cut_from_the_core_stops_serving_and_the_writer_waits_out_its_lease() {
+    for policy in POLICIES {
+        let d = Deployment::start_with(policy, 1, |_| {});
+        let core = core(policy);
+        let relay = Relay::new(core.addr());
+        let cut_off = appnode(&d, relay.addr());
+        let writer = appnode(&d, core.addr());
+        let name = d.counters(1).remove(0);
+        assert_eq!(read(&cut_off, &name), 0);
+        assert_eq!(read(&writer, &name), 0);
+        relay.set_cut(true);
+        // The cut AppNode drops its copies and reads the data store; its fills are refused.
+        let write = std::thread::scope(|scope| {
+            let write = scope.spawn(|| {
+                increment(&writer, &name);
+            });
+            // The writer's commit cannot reach the cut AppNode: it waits for its lease to run
+            // out, which the core's clock is moved past.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !write.is_finished() {
+                assert!(Instant::now() < deadline, "{policy:?}: the write finished");
+                core.advance_clock(Duration::from_millis(NODE_LEASE_MS / 4));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            write.join()
+        });
+        write.unwrap();
+        assert_eq!(read(&cut_off, &name), 1, "{policy:?}: no stale copy served");
+        assert_eq!(read(&writer, &name), 1);
+        relay.set_cut(false);
+        assert!(
+            cut_off.sas_ready(Duration::from_secs(30)),
+            "{policy:?}: it registers again"
+        );
+        assert_eq!(read(&cut_off, &name), 1, "{policy:?}");
+        increment(&writer, &name);
+        assert_eq!(
+            read(&cut_off, &name),
+            2,
+            "{policy:?}: it hears of writes again"
+        );
+        assert!(cut_off.sas_stats().unwrap().registrations >= 2);
+    }
+}
+
+#[test]
+fn an_appnode_that_goes_away_holding_copies_blocks_no_writer_past_its_lease() {
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core(policy);
+    let writer = appnode(&d, core.addr());
+    let name = d.counters(1).remove(0);
+    {
+        let gone = appnode(&d, core.addr());
+        assert_eq!(read(&gone, &name), 0);
+    }
+    std::thread::scope(|scope| {
+        let write = scope.spawn(|| increment(&writer, &name));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !write.is_finished() {
+            assert!(Instant::now() < deadline, "the write finished");
+            core.advance_clock(Duration::from_millis(NODE_LEASE_MS / 4));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    assert_eq!(read(&writer, &name), 1);
+}
+
+#[test]
+fn without_the_core_reads_go_to_the_data_store_and_writes_fail_cleanly() {
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = Core::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Settings {
+            lease_ms: LONG_LEASE_MS,
+            // Short: the AppNode stops serving on its own clock once it cannot renew.
+            node_lease_ms: 300,
+            exclusive_q: false,
+            max_replicas: 0,
+        },
+    )
+    .unwrap();
+    let a = appnode(&d, core.addr());
+    let name = d.counters(1).remove(0);
+    assert_eq!(read(&a, &name), 0);
+    core.stop();
+    // Changed behind the cache's back: a node that served its copy now would read 0.
+    d.store
+        .execute_batch(&format!(
+            "UPDATE counters SET value = 5 WHERE name = '{name}'"
+        ))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read(&a, &name) != 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the AppNode stopped serving its copy"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let e = a.run(|s| s.write(&Counters, &name)).unwrap_err();
+    assert!(e.to_string().contains("SAS core"), "{e}");
+    assert_eq!(d.stored(&name), 5, "nothing written");
+}
