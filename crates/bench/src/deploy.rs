@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use cads::sas::{Core as SasCore, CoreSettings as SasCoreSettings};
 use cads::store::{
     Changes, DataStore, Dialect, DocWrite, Document, DocumentStore, Faults, FaultyStore,
     IndexedField, Isolation, SqlStore, SqlTransaction,
 };
 use cads::writeback::MacKey;
-use cads::{Cads, Client, Config, Password, Policy, TlsConfig};
+use cads::{Cads, Client, Config, Password, Policy, SasConfig, TlsConfig};
 
 use crate::gemini::{GeminiDeployment, GeminiOptions};
 use crate::harness::{Contention, CONTENDED_KEYS_KEPT};
@@ -32,6 +33,9 @@ pub enum CacheSpec {
     /// `host:port,host:port,...`: CMIs already running. They must run in the lease mode of every
     /// policy given, and are emptied (FLUSHALL) before each run.
     External(Vec<SocketAddr>),
+    /// `sas`: no CMI; each AppNode caches in its own memory, kept consistent by a SAS core
+    /// started in this process on loopback (001; `cads::sas`). Write-around and write-through.
+    Sas,
 }
 
 impl Default for CacheSpec {
@@ -41,7 +45,7 @@ impl Default for CacheSpec {
 }
 
 impl CacheSpec {
-    /// Parses `embedded:N` or a comma-separated list of `host:port`.
+    /// Parses `embedded:N`, `sas` or a comma-separated list of `host:port`.
     pub fn parse(text: &str) -> Result<CacheSpec> {
         if let Some(n) = text.strip_prefix("embedded:") {
             let cmis: usize = n
@@ -54,6 +58,9 @@ impl CacheSpec {
         if text == "embedded" {
             return Ok(CacheSpec::default());
         }
+        if text == "sas" {
+            return Ok(CacheSpec::Sas);
+        }
         let mut addrs = Vec::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let addr = item
@@ -64,7 +71,7 @@ impl CacheSpec {
             addrs.push(addr);
         }
         if addrs.is_empty() {
-            bail!("--cache: give embedded:N or host:port,host:port,...");
+            bail!("--cache: give embedded:N, sas, or host:port,host:port,...");
         }
         Ok(CacheSpec::External(addrs))
     }
@@ -73,6 +80,7 @@ impl CacheSpec {
     pub fn describe(&self) -> String {
         match self {
             CacheSpec::Embedded { cmis } => format!("embedded:{cmis}"),
+            CacheSpec::Sas => "sas".to_string(),
             CacheSpec::External(addrs) => addrs
                 .iter()
                 .map(SocketAddr::to_string)
@@ -81,6 +89,17 @@ impl CacheSpec {
         }
     }
 }
+
+/// The SAS core's I and Q leases under `--cache sas`: a writer's session must commit within it,
+/// or the core deletes the copies of its keys.
+const SAS_LEASE: Duration = Duration::from_secs(2);
+
+/// An AppNode's lease with the SAS core: how long a writer waits for an AppNode it cannot
+/// reach; the AppNode renews it four times per lease.
+const SAS_NODE_LEASE: Duration = Duration::from_secs(2);
+
+/// How long an AppNode of a run may take to register with the SAS core.
+const SAS_REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings of embedded CMIs, and how the framework reaches and trusts any CMIs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -313,6 +332,8 @@ pub struct Deployment {
     cmis: Option<Box<dyn RunningCmis>>,
     /// Gemini's coordinator and the relays in front of the CMIs (`--recovery`).
     gemini: Option<GeminiDeployment>,
+    /// The SAS core of `--cache sas`.
+    sas_core: Option<SasCore>,
 }
 
 impl Deployment {
@@ -345,8 +366,27 @@ impl Deployment {
                 (Some(started), addrs)
             }
             (_, CacheSpec::External(addrs)) => (None, addrs.clone()),
+            (_, CacheSpec::Sas) => (None, Vec::new()),
         };
         let mut config = cmi.framework_config(config);
+        let sas_core = match (policy, cache) {
+            (Policy::DataStoreOnly, _) => None,
+            (_, CacheSpec::Sas) => {
+                let core = SasCore::start(
+                    "127.0.0.1:0".parse().expect("an address"),
+                    SasCoreSettings {
+                        lease_ms: SAS_LEASE.as_millis() as u64,
+                        node_lease_ms: SAS_NODE_LEASE.as_millis() as u64,
+                        exclusive_q: policy == Policy::WriteThrough,
+                        max_replicas: 0,
+                    },
+                )
+                .context("starting the SAS core")?;
+                config.sas = Some(SasConfig::new(core.addr()));
+                Some(core)
+            }
+            _ => None,
+        };
         let gemini = match gemini {
             Some(g) if policy == Policy::WriteAround => Some(GeminiDeployment::start(
                 &addrs,
@@ -360,6 +400,7 @@ impl Deployment {
         let mut dep = Deployment::attach(policy, store, collection, &addrs, config);
         dep.cmis = cmis;
         dep.gemini = gemini;
+        dep.sas_core = sas_core;
         if let (CacheSpec::External(addrs), true) = (cache, policy != Policy::DataStoreOnly) {
             let stats = dep
                 .cads
@@ -383,7 +424,9 @@ impl Deployment {
     }
 
     /// The framework of an AppNode of a run: over the CMIs at `addrs`, which the process that
-    /// deployed started or checked, and emptied; `store` wrapped as [`Deployment::start`] wraps it.
+    /// deployed started or checked, and emptied (or over the SAS core of `config.sas`); `store`
+    /// wrapped as [`Deployment::start`] wraps it. Under SAS it returns once the AppNode has
+    /// registered with the core.
     pub fn attach(
         policy: Policy,
         store: Arc<dyn DataStore>,
@@ -394,12 +437,25 @@ impl Deployment {
         let faulty = FaultyStore::new(store);
         let faults = faulty.faults();
         let misses = Arc::new(MissCountingStore::new(Arc::new(faulty), collection));
+        let cads = Cads::connect(misses, addrs, policy, config);
+        if cads.sas_stats().is_some() && !cads.sas_ready(SAS_REGISTER_TIMEOUT) {
+            eprintln!(
+                "warning: the AppNode has not registered with the SAS core yet; it reads the \
+                 data store until it does"
+            );
+        }
         Deployment {
-            cads: Arc::new(Cads::connect(misses, addrs, policy, config)),
+            cads: Arc::new(cads),
             faults,
             cmis: None,
             gemini: None,
+            sas_core: None,
         }
+    }
+
+    /// The SAS core's address, under `--cache sas`.
+    pub fn sas_core_addr(&self) -> Option<SocketAddr> {
+        self.cads.config().sas.as_ref().map(|s| s.core)
     }
 
     /// The addresses of its CMIs (none without a cache).
@@ -409,14 +465,21 @@ impl Deployment {
         })
     }
 
-    /// Cache round trips so far ([`Client::round_trips`]), all threads.
+    /// Cache round trips so far ([`Client::round_trips`], or the requests to the SAS core), all
+    /// threads.
     pub fn cache_round_trips(&self) -> u64 {
+        if let Some(sas) = self.cads.sas_stats() {
+            return sas.round_trips;
+        }
         self.cads.cache().map_or(0, Client::round_trips)
     }
 
     /// `keyspace_hits` and `keyspace_misses` summed over the CMIs (None without a cache). These
     /// count every read command, write-back's bookkeeping included.
     pub fn keyspace(&self) -> Option<(u64, u64)> {
+        if let Some(sas) = self.cads.sas_stats() {
+            return Some((sas.local.hits, sas.local.misses));
+        }
         self.cads.cache()?;
         let stats = self.cads.cmi_stats().ok()?;
         Some(stats.iter().fold((0, 0), |(hits, misses), s| {
@@ -461,6 +524,7 @@ impl Deployment {
     /// Stops embedded CMIs (also done on drop), after Gemini's coordinator.
     pub fn stop(mut self) -> Result<()> {
         self.gemini = None;
+        self.sas_core = None;
         match self.cmis.take() {
             Some(cmis) => cmis.stop().context("an embedded CMI stopped with an error"),
             None => Ok(()),
@@ -494,6 +558,29 @@ pub fn redact(url: &str) -> String {
         ),
         _ => url.to_string(),
     }
+}
+
+/// `--cache sas` is built for write-around and write-through (and the data store alone), without
+/// TARDIS.
+pub fn check_sas(cache: &CacheSpec, policies: &[Policy], config: &Config) -> Result<()> {
+    if *cache != CacheSpec::Sas {
+        return Ok(());
+    }
+    if let Some(p) = policies.iter().find(|p| {
+        !matches!(
+            p,
+            Policy::DataStoreOnly | Policy::WriteAround | Policy::WriteThrough
+        )
+    }) {
+        bail!(
+            "--cache sas runs write-around and write-through (and none), not {}",
+            p.name()
+        );
+    }
+    if config.tardis.is_some() || config.gemini {
+        bail!("--cache sas runs without TARDIS (--outage, --tardis) and Gemini (--recovery)");
+    }
+    Ok(())
 }
 
 /// External CMIs run in one lease mode, so a policy list that needs both (write-around beside

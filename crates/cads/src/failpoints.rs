@@ -17,6 +17,7 @@
 //! | [`UNLIST`] | in a Design 1 applier, after its data-store commit and before it removes the applied documents from PendingWrites (TeleW): Step 6 of 000 Algorithm 6 | a callback writes to a document there, the race Step 6 must survive |
 //! | [`APPLY_STEPS`] | inside a write-back applier (000 Algorithms 2 and 4) | `return` makes the applier die there (it abandons its cache session without releasing anything; its leases expire); a callback may stall it, or call [`die`] to make it die conditionally |
 //! | [`APPLY_BROKEN`] | a write-back applier, once it knows what it will write to the data store | `return(drop)` or `return(twice)` makes it a broken applier ([`Broken`]), to show that the benchmarks' validation catches one |
+//! | [`SAS_INVALIDATIONS_DROPPED`] | an SAS AppNode receiving the core's deliveries, or changing its own copies at a commit | `return` makes it acknowledge the deliveries, and finish the commits, without changing its copies: a broken SAS, to show that the validators catch one |
 
 /// Between querying the data store on a miss and filling the cache.
 pub const FILL: &str = "cads::fill";
@@ -31,6 +32,10 @@ pub const CACHE_COMMIT: &str = "cads::cache-commit";
 
 /// Sessions run without leases.
 pub const LEASES_OFF: &str = "cads::leases-off";
+
+/// An SAS AppNode receives a delivery from the core (deletes or new values of its copies), or
+/// changes its own copies at a commit.
+pub const SAS_INVALIDATIONS_DROPPED: &str = "cads::sas::invalidations-dropped";
 
 /// Design 1: the buffered writes are rewritten in idempotent form, not yet committed.
 pub const APPLY_CONVERTED: &str = "cads::apply::converted";
@@ -199,6 +204,20 @@ pub(crate) fn leases_off() -> bool {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub(crate) fn leases_off() -> bool {
+    false
+}
+
+/// Whether an SAS AppNode leaves its copies as they were when it is told of a write
+/// ([`SAS_INVALIDATIONS_DROPPED`]).
+#[cfg(feature = "failpoints")]
+pub(crate) fn sas_invalidations_dropped() -> bool {
+    fail::fail_point!(SAS_INVALIDATIONS_DROPPED, |_| true);
+    false
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn sas_invalidations_dropped() -> bool {
     false
 }
 

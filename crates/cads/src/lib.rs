@@ -356,8 +356,14 @@ impl Cads {
         &self.store
     }
 
+    /// The client of the CMIs (None without a cache, and under SAS, whose cache is in-process).
     pub fn cache(&self) -> Option<&Client> {
         self.cache.as_ref()
+    }
+
+    /// Whether reads may be served from a cache: CMIs, or this process's own under SAS.
+    pub fn has_cache(&self) -> bool {
+        self.cache.is_some() || self.sas.is_some()
     }
 
     pub fn policy(&self) -> Policy {
@@ -401,6 +407,12 @@ impl Cads {
     /// SAS: what this AppNode's cache and its link to the core counted (None on CS).
     pub fn sas_stats(&self) -> Option<SasStats> {
         self.sas.as_deref().map(sas::stats)
+    }
+
+    /// SAS: this AppNode's own copy of `key`, without counting a hit (None without one, or on
+    /// CS), for a caller that compares the cache with the data store while no session runs.
+    pub fn sas_copy(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.sas.as_ref().and_then(|n| n.local.peek(key))
     }
 
     /// SAS: waits until this AppNode has registered with the core and serves its copies; false

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use cads::{Client, ClientConfig, Coordinator};
+use cads::sas::{Core, CoreSettings};
+use cads::{Client, ClientConfig, Coordinator, Policy};
 use cads_bench::parse_duration;
 use cads_coord::configuration::{Configuration, InstanceState, Mode};
 use cads_coord::repair::Repair;
@@ -27,6 +28,42 @@ enum Action {
     /// Print the newest configuration the CMIs hold: its id, the instances' states, and each
     /// fragment's mode and replicas.
     Status(Instances),
+    /// Run the SAS core (001): the lease coordinator of AppNodes that cache in their own memory
+    /// (`Config::sas`, `cads bench --cache sas`). It grants I and Q leases, knows which AppNodes
+    /// hold each key, and tells them of every write before the write is acknowledged.
+    Sas(SasArgs),
+}
+
+#[derive(Args, Debug)]
+struct SasArgs {
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7400")]
+    listen: SocketAddr,
+    /// The AppNodes' write policy: write-around (Q leases shared, writes delete copies) or
+    /// write-through (Q leases exclusive, writes refresh copies).
+    #[arg(long, value_name = "write-around|write-through", default_value = "write-around", value_parser = sas_policy)]
+    policy: Policy,
+    /// How long an I or Q lease lasts: a writer must commit within it, or every copy of its
+    /// keys is deleted.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    lease: Duration,
+    /// How long an AppNode's lease lasts after each renewal: a write waits at most this long
+    /// for an AppNode it cannot reach (which stops serving its copies before then).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    node_lease: Duration,
+    /// Ingest: most AppNodes that may hold a copy of one key (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_replicas: usize,
+    /// Log level (error, warn, info, debug) or a tracing filter.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+fn sas_policy(text: &str) -> Result<Policy> {
+    match Policy::parse(text) {
+        Some(p @ (Policy::WriteAround | Policy::WriteThrough)) => Ok(p),
+        _ => bail!("the SAS core serves write-around or write-through, not {text:?}"),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -85,6 +122,7 @@ fn client(instances: &Instances) -> Client {
 pub fn run(args: &CoordArgs) -> Result<bool> {
     match &args.action {
         Some(Action::Status(instances)) => status(instances).map(|()| true),
+        Some(Action::Sas(args)) => sas_core(args).map(|()| true),
         None => coordinate(&args.run).map(|()| true),
     }
 }
@@ -118,6 +156,29 @@ fn coordinate(args: &RunArgs) -> Result<()> {
         "coordinating"
     );
     service.run(cads_server::server::stop_on_signal());
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn sas_core(args: &SasArgs) -> Result<()> {
+    if args.lease.is_zero() || args.node_lease < Duration::from_millis(20) {
+        bail!("--lease must be positive and --node-lease at least 20ms");
+    }
+    cads_server::init_logging(&args.log_level);
+    let settings = CoreSettings {
+        lease_ms: args.lease.as_millis() as u64,
+        node_lease_ms: args.node_lease.as_millis() as u64,
+        exclusive_q: args.policy == Policy::WriteThrough,
+        max_replicas: args.max_replicas,
+    };
+    let core = Core::start(args.listen, settings)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(addr = %core.addr(), policy = args.policy.name(), "SAS core running");
+    let stop = cads_server::server::stop_on_signal();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    core.stop();
     tracing::info!("stopped");
     Ok(())
 }

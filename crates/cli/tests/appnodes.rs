@@ -1,6 +1,7 @@
 //! `cads bench ... --appnodes 2`: each run phase split over two application processes sharing
-//! the CMIs and the data store, their logs validated as one history; a deliberately broken policy
-//! run in both processes is caught.
+//! the CMIs (or, under `--cache sas`, each with its own cache and the SAS core between them) and
+//! the data store, their logs validated as one history; a deliberately broken policy run in both
+//! processes is caught.
 
 use std::process::{Command, Output};
 
@@ -104,6 +105,32 @@ fn bg_on_two_appnodes_validates_the_merged_history() {
     assert_clean_on_two_appnodes(&records, 4);
     for r in &records {
         assert_eq!(r["cache_check"]["mismatches"], 0, "{}", r["cache_check"]);
+    }
+}
+
+#[test]
+fn bg_on_two_sas_appnodes_reads_nothing_stale_in_every_mix() {
+    // Each AppNode caches in its own memory; a write on one reaches the other's copies through
+    // the SAS core before it is acknowledged.
+    for mix in ["90", "99", "99.9"] {
+        let (out, records) = bg_on_two_appnodes(&[
+            "--cache",
+            "sas",
+            "--workload",
+            mix,
+            "--policy",
+            "write-around,write-through",
+        ]);
+        assert!(out.status.success(), "{mix}: {}", stderr(&out));
+        assert_eq!(records.len(), 2, "{mix}");
+        assert_clean_on_two_appnodes(&records, 4);
+        for r in &records {
+            assert_eq!(r["config"]["cache"], "sas", "{mix}");
+            assert!(
+                r["hit_ratio"].as_f64().is_some_and(|h| h > 0.0),
+                "{mix}: {r}"
+            );
+        }
     }
 }
 

@@ -106,9 +106,10 @@ impl Bg {
         loaded: &LoadedGraph,
     ) -> Result<Option<CacheCheck>> {
         let cads = &dep.cads;
-        let Some(client) = cads.cache() else {
+        let client = cads.cache();
+        if !cads.has_cache() {
             return Ok(None);
-        };
+        }
         let started = Instant::now();
         let mut check = CacheCheck {
             invalidations_failed: cads.invalidations_failed(),
@@ -119,7 +120,12 @@ impl Bg {
             let mut cached = Vec::new();
             for key in loaded.layout.cache_keys(member) {
                 check.keys += 1;
-                if let Some(value) = client.get(&key).context("reading the cache back")? {
+                // Under SAS, this process's own copies (the AppNodes of `--appnodes` keep theirs).
+                let value = match client {
+                    Some(client) => client.get(&key).context("reading the cache back")?,
+                    None => cads.sas_copy(&key),
+                };
+                if let Some(value) = value {
                     cached.push((key, value));
                 }
             }

@@ -63,6 +63,9 @@ pub struct Job {
     operations: Option<u64>,
     /// The CMIs.
     cmis: Vec<SocketAddr>,
+    /// The SAS core, under `--cache sas`.
+    #[serde(default)]
+    sas_core: Option<SocketAddr>,
     /// The data store.
     store_url: String,
     /// The run's clock.
@@ -92,6 +95,9 @@ pub struct NodeReport<L> {
     /// Data-store calls: reads, writes, transactions.
     calls: [u64; 3],
     round_trips: u64,
+    /// SAS: the AppNode's own cache's hits and misses (each AppNode has its own).
+    #[serde(default)]
+    sas_keyspace: Option<(u64, u64)>,
     #[serde(with = "counts")]
     write_back: WriteBackCounts,
     /// TARDIS's counters (None: TARDIS off).
@@ -241,6 +247,7 @@ pub(crate) fn measure<B: Benchmark>(
                 .operations
                 .map(|ops| appnode.share(ops as usize).len() as u64),
             cmis: dep.cmi_addrs(),
+            sas_core: dep.sas_core_addr(),
             store_url: run.store_url.to_string(),
             clock,
             result: dir.path().join(format!("result-{index}.json")),
@@ -350,6 +357,10 @@ pub(crate) fn measure<B: Benchmark>(
                     *sum += n;
                 }
                 total.round_trips += report.round_trips;
+                total.sas_keyspace = match (total.sas_keyspace, report.sas_keyspace) {
+                    (Some(a), Some(b)) => Some((a.0 + b.0, a.1 + b.1)),
+                    (a, b) => a.or(b),
+                };
                 total.write_back = total.write_back + report.write_back;
                 total.normal_since = total.normal_since.max(report.normal_since);
                 total.last_recovery_s = match (total.last_recovery_s, report.last_recovery_s) {
@@ -404,6 +415,11 @@ pub(crate) fn measure<B: Benchmark>(
         transactions: own.transactions + total.calls[2],
     };
     measured.cache_round_trips += total.round_trips;
+    if let (Some(keyspace), Some((hits, misses))) = (measured.keyspace.as_mut(), total.sas_keyspace)
+    {
+        keyspace.hits += hits;
+        keyspace.misses += misses;
+    }
     measured.write_back = total.write_back;
     if write_back {
         measured.pinned.close(dep.cads.pinned_bytes());
@@ -441,6 +457,9 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         .cmi
         .framework_config(opts.with_tardis(bench.framework_config()));
     config.gemini = opts.gemini.is_some() && policy == cads::Policy::WriteAround;
+    if let Some(core) = job.sas_core {
+        config.sas = Some(cads::SasConfig::new(core));
+    }
     let dep = Deployment::attach(policy, store, bench.miss_collection(), &job.cmis, config);
     let quiet = |_| {};
     let run = PolicyRun {
@@ -458,6 +477,10 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         },
     };
     let loaded = bench.attach(&run, &dep, job.appnode)?;
+    // Under SAS each AppNode's cache is its own: the parent's warm-up filled only the parent's.
+    if job.sas_core.is_some() && opts.warm {
+        bench.warm(&run, &dep, &loaded)?;
+    }
     say(&Message::Ready)?;
     let mut go = String::new();
     std::io::stdin().read_line(&mut go)?;
@@ -468,6 +491,7 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
     let cads = &dep.cads;
     dep.faults.reset_counts();
     let round_trips = dep.cache_round_trips();
+    let sas_keyspace = dep.cads.sas_stats().and(dep.keyspace());
     let wb_before = cads.write_back_stats().snapshot();
     let workers = (policy == Policy::WriteBack)
         .then(|| Workers::start(cads.clone(), bench.options().workers));
@@ -524,6 +548,9 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         node,
         calls: [calls.reads, calls.writes, calls.transactions],
         round_trips: dep.cache_round_trips() - round_trips,
+        sas_keyspace: sas_keyspace
+            .zip(dep.keyspace())
+            .map(|(a, b)| (b.0 - a.0, b.1 - a.1)),
         write_back: cads.write_back_stats().snapshot().since(&wb_before),
         tardis: cads
             .tardis_counts()

@@ -52,7 +52,9 @@ pub use record::{
 };
 
 use crate::cpu::{CpuRecord, CpuSample};
-use crate::deploy::{check_one_lease_mode, redact, relayed, store_url, Deployment, Launcher};
+use crate::deploy::{
+    check_one_lease_mode, check_sas, redact, relayed, store_url, Deployment, Launcher,
+};
 use crate::gemini::{self, GeminiRecord};
 use drive::{drive, ThreadSet};
 use outage::{cut_off, Cut, Happened, Timeline};
@@ -295,6 +297,7 @@ pub fn run<B: Benchmark>(
     let opts = bench.options();
     let config = opts.with_tardis(bench.framework_config());
     check_one_lease_mode(&opts.cache, &opts.policies, &config)?;
+    check_sas(&opts.cache, &opts.policies, &config)?;
     let (url, _scratch) = store_url(&opts.store, B::NAME)?;
     // `--outage` on a networked data store: every connection of the benchmark (AppNodes too)
     // goes through a relay that the run phase cuts.
@@ -361,7 +364,7 @@ fn run_policy<B: Benchmark>(
     let started = Instant::now();
     let mut loaded = bench.load(run, dep)?;
     let load_s = started.elapsed().as_secs_f64();
-    let warm_s = if bench.options().warm && dep.cads.cache().is_some() {
+    let warm_s = if bench.options().warm && dep.cads.has_cache() {
         let started = Instant::now();
         bench.warm(run, dep, &loaded)?;
         Some(started.elapsed().as_secs_f64())
@@ -606,7 +609,7 @@ impl<B: Benchmark> Runner<'_, B> {
             .map(|(i, name)| (name.to_string(), LatencySummary::of(&node.latencies[i])))
             .collect();
         let completed = node.completed();
-        let has_cache = cads.cache().is_some();
+        let has_cache = cads.has_cache();
         let calls = measured.calls;
         Record {
             benchmark: B::NAME,

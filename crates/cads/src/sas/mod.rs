@@ -23,6 +23,8 @@ use cads_client::{Backoff, ClientError};
 use cads_coord::sas::leases::Item;
 use cads_coord::sas::wire::number;
 
+/// The SAS core, for a process that runs one (`cads coord sas`, a benchmark's `--cache sas`).
+pub use cads_coord::sas::{Core, Settings as CoreSettings};
 pub use local::LocalStats;
 use node::Node;
 
@@ -60,6 +62,8 @@ pub struct SasStats {
     pub registrations: u64,
     /// Commits that could not reach the core and waited its leases out before returning.
     pub commits_waited_out: u64,
+    /// Requests to the core (registrations and renewals included).
+    pub round_trips: u64,
 }
 
 /// How a miss's I lease request came out for one key.
@@ -286,7 +290,8 @@ impl SasSession {
             return Ok(());
         }
         let (node, id) = (&self.node, self.id);
-        for (key, value) in &self.items {
+        let broken = crate::failpoints::sas_invalidations_dropped();
+        for (key, value) in self.items.iter().filter(|_| !broken) {
             match value {
                 Some(value) => {
                     let token = node.local.begin_fill(key);
@@ -314,7 +319,7 @@ impl SasSession {
                 }
             }
         };
-        if keep != Some(true) {
+        if keep != Some(true) && !broken {
             for (key, _) in self.items.iter().filter(|(_, v)| v.is_some()) {
                 node.local.delete(key);
             }
@@ -345,5 +350,6 @@ pub(crate) fn stats(node: &Node) -> SasStats {
         commits_waited_out: node
             .commits_waited_out
             .load(std::sync::atomic::Ordering::Relaxed),
+        round_trips: node.round_trips.load(std::sync::atomic::Ordering::Relaxed),
     }
 }

@@ -46,6 +46,8 @@ pub(crate) struct Node {
     pub(crate) registrations: AtomicU64,
     /// Commits that could not reach the core and waited its leases out.
     pub(crate) commits_waited_out: AtomicU64,
+    /// Requests sent to the core.
+    pub(crate) round_trips: AtomicU64,
 }
 
 impl Node {
@@ -68,6 +70,7 @@ impl Node {
             threads: Mutex::new(Vec::new()),
             registrations: AtomicU64::new(0),
             commits_waited_out: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
         });
         // The threads hold a weak reference, so dropping the framework stops them.
         let weak = Arc::downgrade(&node);
@@ -140,6 +143,7 @@ impl Node {
                 conn
             }
         };
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         let reply = conn.call(parts)?;
         if let Some(first) = reply.first() {
             if first.starts_with(b"ERR") {
@@ -257,6 +261,7 @@ fn listen_loop(node: std::sync::Weak<Node>) {
             match frame {
                 Ok(Some(frame)) if frame.first().is_some_and(|f| f == b"PUSH") => {
                     match decode_items(&frame[1..]) {
+                        Some(_) if crate::failpoints::sas_invalidations_dropped() => {}
                         Some(items) => n.local.apply(&items),
                         None => break,
                     }
