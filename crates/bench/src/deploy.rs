@@ -33,9 +33,14 @@ pub enum CacheSpec {
     /// `host:port,host:port,...`: CMIs already running. They must run in the lease mode of every
     /// policy given, and are emptied (FLUSHALL) before each run.
     External(Vec<SocketAddr>),
-    /// `sas`: no CMI; each AppNode caches in its own memory, kept consistent by a SAS core
-    /// started in this process on loopback (001; `cads::sas`). Write-around and write-through.
-    Sas,
+    /// `sas` (or `sas:greedy`): no CMI; each AppNode caches in its own memory, kept consistent
+    /// by a SAS core started in this process on loopback (001; `cads::sas`), and computes every
+    /// miss from the data store. `sas:ingest`: an AppNode fetches a key another AppNode holds
+    /// instead (001 §4). Write-around and write-through.
+    Sas {
+        /// Ingest rather than Greedy.
+        ingest: bool,
+    },
 }
 
 impl Default for CacheSpec {
@@ -58,8 +63,10 @@ impl CacheSpec {
         if text == "embedded" {
             return Ok(CacheSpec::default());
         }
-        if text == "sas" {
-            return Ok(CacheSpec::Sas);
+        match text {
+            "sas" | "sas:greedy" => return Ok(CacheSpec::Sas { ingest: false }),
+            "sas:ingest" => return Ok(CacheSpec::Sas { ingest: true }),
+            _ => {}
         }
         let mut addrs = Vec::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -80,7 +87,8 @@ impl CacheSpec {
     pub fn describe(&self) -> String {
         match self {
             CacheSpec::Embedded { cmis } => format!("embedded:{cmis}"),
-            CacheSpec::Sas => "sas".to_string(),
+            CacheSpec::Sas { ingest: false } => "sas".to_string(),
+            CacheSpec::Sas { ingest: true } => "sas:ingest".to_string(),
             CacheSpec::External(addrs) => addrs
                 .iter()
                 .map(SocketAddr::to_string)
@@ -366,12 +374,12 @@ impl Deployment {
                 (Some(started), addrs)
             }
             (_, CacheSpec::External(addrs)) => (None, addrs.clone()),
-            (_, CacheSpec::Sas) => (None, Vec::new()),
+            (_, CacheSpec::Sas { .. }) => (None, Vec::new()),
         };
         let mut config = cmi.framework_config(config);
         let sas_core = match (policy, cache) {
             (Policy::DataStoreOnly, _) => None,
-            (_, CacheSpec::Sas) => {
+            (_, CacheSpec::Sas { ingest }) => {
                 let core = SasCore::start(
                     "127.0.0.1:0".parse().expect("an address"),
                     SasCoreSettings {
@@ -382,7 +390,7 @@ impl Deployment {
                     },
                 )
                 .context("starting the SAS core")?;
-                config.sas = Some(SasConfig::new(core.addr()));
+                config.sas = Some(sas_config(core.addr(), *ingest));
                 Some(core)
             }
             _ => None,
@@ -453,9 +461,19 @@ impl Deployment {
         }
     }
 
-    /// The SAS core's address, under `--cache sas`.
-    pub fn sas_core_addr(&self) -> Option<SocketAddr> {
-        self.cads.config().sas.as_ref().map(|s| s.core)
+    /// The counters of the SAS core this deployment started (`--cache sas`).
+    pub fn sas_core_stats(&self) -> Option<Vec<(&'static str, u64)>> {
+        self.sas_core.as_ref().map(SasCore::stats)
+    }
+
+    /// The SAS core's address, and whether AppNodes fetch from each other (Ingest), under
+    /// `--cache sas`.
+    pub fn sas_core(&self) -> Option<(SocketAddr, bool)> {
+        self.cads
+            .config()
+            .sas
+            .as_ref()
+            .map(|s| (s.core, s.ingest.is_some()))
     }
 
     /// The addresses of its CMIs (none without a cache).
@@ -560,10 +578,18 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// What an AppNode of `--cache sas` runs with: the core at `core`, and with `ingest`, its copies
+/// served to the other AppNodes on a free loopback port.
+pub fn sas_config(core: SocketAddr, ingest: bool) -> SasConfig {
+    let mut config = SasConfig::new(core);
+    config.ingest = ingest.then(|| "127.0.0.1:0".parse().expect("an address"));
+    config
+}
+
 /// `--cache sas` is built for write-around and write-through (and the data store alone), without
 /// TARDIS.
 pub fn check_sas(cache: &CacheSpec, policies: &[Policy], config: &Config) -> Result<()> {
-    if *cache != CacheSpec::Sas {
+    if !matches!(cache, CacheSpec::Sas { .. }) {
         return Ok(());
     }
     if let Some(p) = policies.iter().find(|p| {

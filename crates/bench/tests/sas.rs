@@ -15,7 +15,7 @@ fn quiet(_: Progress) {}
 /// A short BG run under SAS.
 fn bg_sas(policies: &[Policy], layout: LayoutKind, mix: &str) -> BgOptions {
     let mut opts = bg_short(policies, layout);
-    opts.common.cache = CacheSpec::Sas;
+    opts.common.cache = CacheSpec::Sas { ingest: false };
     opts.workload = mix.into();
     opts
 }

@@ -22,7 +22,7 @@ fn bg_catches_an_appnode_that_drops_its_invalidations() {
         &[Policy::WriteAround, Policy::WriteThrough],
         LayoutKind::Documents,
     );
-    opts.common.cache = CacheSpec::Sas;
+    opts.common.cache = CacheSpec::Sas { ingest: false };
     scenario.set(SAS_INVALIDATIONS_DROPPED, "return");
     let records = opts.run(&InProcess, &quiet).unwrap();
     scenario.clear(SAS_INVALIDATIONS_DROPPED);

@@ -475,9 +475,12 @@ impl<'a> Session<'a> {
         let mut backoff = cads_client::Backoff::new(&self.cads.config().retry);
         let mut granted: Vec<Vec<u8>> = Vec::new();
         let mut missed_count;
+        let mut values;
+        // Ingest: the keys granted in the last round that other AppNodes hold, and where.
+        let mut held_elsewhere: Vec<(Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
         let sas = self.sas.as_mut().expect("checked");
         loop {
-            let values = sas.lookup(&keys);
+            values = sas.lookup(&keys);
             if values.iter().all(Option::is_some) {
                 let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
                 if let Some(output) = cs.result_from_cache(query, &cached) {
@@ -493,6 +496,7 @@ impl<'a> Session<'a> {
                 .map(|(k, _)| k.clone())
                 .collect();
             missed_count = missed.len();
+            held_elsewhere.clear();
             let grants = match sas.iget(&missed) {
                 Ok(grants) => grants,
                 Err(e) => {
@@ -503,13 +507,27 @@ impl<'a> Session<'a> {
             let mut busy = false;
             for (key, grant) in missed.into_iter().zip(grants) {
                 match grant {
-                    Grant::Granted(_) if !granted.contains(&key) => granted.push(key),
-                    Grant::Granted(_) | Grant::Writing => {}
+                    Grant::Granted(holders) => {
+                        if !holders.is_empty() {
+                            held_elsewhere.push((key.clone(), holders));
+                        }
+                        if !granted.contains(&key) {
+                            granted.push(key);
+                        }
+                    }
+                    Grant::Writing => {}
                     Grant::Busy => busy = true,
                 }
             }
             if !busy || !backoff.wait() {
                 break;
+            }
+        }
+        if missed_count > 0 && held_elsewhere.len() == missed_count {
+            if let Some(output) =
+                self.read_from_peers(cs, query, &keys, values, &held_elsewhere, &granted)
+            {
+                return Ok(output);
             }
         }
         let output = self.query_store(cs, query, &keys, true, false)?;
@@ -534,6 +552,40 @@ impl<'a> Session<'a> {
         let installed = sas.fill(&fills);
         sas.note_reads(keys.len(), installed < missed_count);
         Ok(output)
+    }
+
+    /// Ingest (001 §4): the result from this AppNode's copies and, for every key that missed,
+    /// the copy of an AppNode that holds it, which this session then fills its own copies with
+    /// under the I leases it holds (`granted`). None if a fetch came back empty or the values
+    /// make no result: the data store is asked instead.
+    fn read_from_peers<C: CacheStore>(
+        &mut self,
+        cs: &C,
+        query: &C::Query,
+        keys: &[Vec<u8>],
+        mut values: Vec<Option<Vec<u8>>>,
+        held_elsewhere: &[(Vec<u8>, Vec<Vec<u8>>)],
+        granted: &[Vec<u8>],
+    ) -> Option<C::Output> {
+        let sas = self.sas.as_mut().expect("checked");
+        let mut fills = Vec::with_capacity(held_elsewhere.len());
+        for (key, holders) in held_elsewhere {
+            let value = sas.fetch(key, holders)?;
+            let at = keys.iter().position(|k| k == key)?;
+            values[at] = Some(value.clone());
+            fills.push((key.clone(), value));
+        }
+        let values: Vec<Vec<u8>> = values.into_iter().collect::<Option<_>>()?;
+        let output = cs.result_from_cache(query, &values)?;
+        let unfilled: Vec<Vec<u8>> = granted
+            .iter()
+            .filter(|k| !fills.iter().any(|(f, _)| f == *k))
+            .cloned()
+            .collect();
+        sas.release(&unfilled);
+        let installed = sas.fill(&fills);
+        sas.note_reads(keys.len(), installed < held_elsewhere.len());
+        Some(output)
     }
 
     /// Gemini, recovery mode (004 Algorithm 1): each dirty key is deleted on its recovering

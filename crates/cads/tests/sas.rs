@@ -342,3 +342,127 @@ fn without_the_core_reads_go_to_the_data_store_and_writes_fail_cleanly() {
     assert!(e.to_string().contains("SAS core"), "{e}");
     assert_eq!(d.stored(&name), 5, "nothing written");
 }
+
+/// An AppNode that serves its copies to the others (Ingest).
+fn ingest_appnode(d: &Deployment, core: SocketAddr) -> Cads {
+    let mut sas = SasConfig::new(core);
+    sas.ingest = Some("127.0.0.1:0".parse().unwrap());
+    let config = Config {
+        sas: Some(sas),
+        ..Config::default()
+    };
+    let cads = Cads::connect(d.store.clone(), &[], d.policy, config);
+    assert!(
+        cads.sas_ready(Duration::from_secs(30)),
+        "the AppNode registers"
+    );
+    cads
+}
+
+#[test]
+fn ingest_fetches_a_copy_another_appnode_holds_instead_of_querying_the_data_store() {
+    for policy in POLICIES {
+        let d = Deployment::start_with(policy, 1, |_| {});
+        let core = core(policy);
+        let (a, b) = (
+            ingest_appnode(&d, core.addr()),
+            ingest_appnode(&d, core.addr()),
+        );
+        let name = d.counters(1).remove(0);
+        assert_eq!(read(&a, &name), 0);
+        let reads = d.faults.counts().reads;
+        assert_eq!(read(&b, &name), 0);
+        assert_eq!(
+            d.faults.counts().reads,
+            reads,
+            "{policy:?}: b asked a, not the data store"
+        );
+        let stats = b.sas_stats().unwrap();
+        assert_eq!(
+            (stats.peer_fetches, stats.peer_fetched),
+            (1, 1),
+            "{policy:?}"
+        );
+        // b now holds a copy of its own, which a write on a reaches.
+        assert_eq!(read(&b, &name), 0);
+        assert_eq!(b.sas_stats().unwrap().local.hits, 1, "{policy:?}");
+        increment(&a, &name);
+        assert_eq!(read(&b, &name), 1, "{policy:?}");
+        increment(&b, &name);
+        assert_eq!(read(&a, &name), 2, "{policy:?}");
+    }
+}
+
+#[test]
+fn ingest_bounds_the_replicas_of_a_key_and_still_serves_the_rest() {
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = Core::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Settings {
+            lease_ms: LONG_LEASE_MS,
+            node_lease_ms: NODE_LEASE_MS,
+            exclusive_q: false,
+            max_replicas: 1,
+        },
+    )
+    .unwrap();
+    let (a, b) = (
+        ingest_appnode(&d, core.addr()),
+        ingest_appnode(&d, core.addr()),
+    );
+    let name = d.counters(1).remove(0);
+    assert_eq!(read(&a, &name), 0);
+    for _ in 0..3 {
+        assert_eq!(read(&b, &name), 0);
+    }
+    let stats = b.sas_stats().unwrap();
+    assert_eq!(
+        stats.peer_fetched, 3,
+        "b may not keep a second replica: {stats:?}"
+    );
+    assert_eq!(stats.local.keys, 0);
+    increment(&b, &name);
+    assert_eq!(read(&a, &name), 1);
+    assert_eq!(read(&b, &name), 1);
+}
+
+#[test]
+fn three_ingest_appnodes_reading_and_writing_read_nothing_stale() {
+    for policy in POLICIES {
+        let d = Deployment::start_with(policy, 1, |_| {});
+        let core = core(policy);
+        let nodes: Vec<Cads> = (0..3).map(|_| ingest_appnode(&d, core.addr())).collect();
+        let names = d.counters(2);
+        let history = Mutex::new(History::default());
+        std::thread::scope(|scope| {
+            for (n, node) in nodes.iter().enumerate() {
+                for t in 0..2 {
+                    let (names, history) = (&names, &history);
+                    scope.spawn(move || {
+                        for i in 0..60 {
+                            let name = &names[(n + t + i) % names.len()];
+                            let start = Instant::now();
+                            if (i + n) % 5 == 0 {
+                                increment(node, name);
+                                let entry = (name.clone(), start, Instant::now());
+                                history.lock().unwrap().writes.push(entry);
+                            } else {
+                                let value = read(node, name);
+                                let entry = (name.clone(), start, Instant::now(), value);
+                                history.lock().unwrap().reads.push(entry);
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let history = history.into_inner().unwrap();
+        assert_eq!(history.stale_reads(), Vec::<String>::new(), "{policy:?}");
+        let fetched: u64 = nodes
+            .iter()
+            .map(|n| n.sas_stats().unwrap().peer_fetched)
+            .sum();
+        assert!(fetched > 0, "{policy:?}: the AppNodes shared copies");
+    }
+}

@@ -77,7 +77,10 @@ pub struct Common {
     pub store: Option<String>,
     /// Cache: embedded:N starts N CMIs in this process on loopback, fresh for each policy in its
     /// lease mode; or host:port,host:port,... of running CMIs (`cads server`), emptied before
-    /// each run, whose --mode must suit every policy given.
+    /// each run, whose --mode must suit every policy given; or sas: each AppNode caches in its
+    /// own memory, kept consistent by a SAS core started in this process (write-around and
+    /// write-through), and computes its misses from the data store (sas:greedy, the same) or
+    /// fetches a key another AppNode holds (sas:ingest).
     #[arg(long, value_name = "SPEC", default_value = "embedded:2", value_parser = CacheSpec::parse)]
     pub cache: CacheSpec,
     /// The CMIs' password (their --requirepass): the benchmark logs in with it, and starts

@@ -112,10 +112,15 @@ fn bg_on_two_appnodes_validates_the_merged_history() {
 fn bg_on_two_sas_appnodes_reads_nothing_stale_in_every_mix() {
     // Each AppNode caches in its own memory; a write on one reaches the other's copies through
     // the SAS core before it is acknowledged.
-    for mix in ["90", "99", "99.9"] {
+    for (cache, mix) in [
+        ("sas", "90"),
+        ("sas", "99"),
+        ("sas", "99.9"),
+        ("sas:ingest", "99"),
+    ] {
         let (out, records) = bg_on_two_appnodes(&[
             "--cache",
-            "sas",
+            cache,
             "--workload",
             mix,
             "--policy",
@@ -125,7 +130,7 @@ fn bg_on_two_sas_appnodes_reads_nothing_stale_in_every_mix() {
         assert_eq!(records.len(), 2, "{mix}");
         assert_clean_on_two_appnodes(&records, 4);
         for r in &records {
-            assert_eq!(r["config"]["cache"], "sas", "{mix}");
+            assert_eq!(r["config"]["cache"], cache, "{mix}");
             assert!(
                 r["hit_ratio"].as_f64().is_some_and(|h| h > 0.0),
                 "{mix}: {r}"

@@ -63,9 +63,9 @@ pub struct Job {
     operations: Option<u64>,
     /// The CMIs.
     cmis: Vec<SocketAddr>,
-    /// The SAS core, under `--cache sas`.
+    /// The SAS core, and whether the AppNodes fetch from each other, under `--cache sas`.
     #[serde(default)]
-    sas_core: Option<SocketAddr>,
+    sas_core: Option<(SocketAddr, bool)>,
     /// The data store.
     store_url: String,
     /// The run's clock.
@@ -247,7 +247,7 @@ pub(crate) fn measure<B: Benchmark>(
                 .operations
                 .map(|ops| appnode.share(ops as usize).len() as u64),
             cmis: dep.cmi_addrs(),
-            sas_core: dep.sas_core_addr(),
+            sas_core: dep.sas_core(),
             store_url: run.store_url.to_string(),
             clock,
             result: dir.path().join(format!("result-{index}.json")),
@@ -457,8 +457,8 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         .cmi
         .framework_config(opts.with_tardis(bench.framework_config()));
     config.gemini = opts.gemini.is_some() && policy == cads::Policy::WriteAround;
-    if let Some(core) = job.sas_core {
-        config.sas = Some(cads::SasConfig::new(core));
+    if let Some((core, ingest)) = job.sas_core {
+        config.sas = Some(crate::deploy::sas_config(core, ingest));
     }
     let dep = Deployment::attach(policy, store, bench.miss_collection(), &job.cmis, config);
     let quiet = |_| {};

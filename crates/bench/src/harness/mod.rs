@@ -243,6 +243,8 @@ pub struct Measured<L> {
     pub keyspace: Option<Keyspace>,
     /// The CMIs' contention over the run.
     pub contention: Option<Contention>,
+    /// The SAS core's counters over the run (`--cache sas`).
+    pub sas_core: Option<BTreeMap<String, u64>>,
     /// Write-back's counters over the run, every process's.
     pub write_back: WriteBackCounts,
     /// CPU use over the run.
@@ -630,6 +632,7 @@ impl<B: Benchmark> Runner<'_, B> {
             stale_reads: verified.stale_reads,
             keyspace: measured.keyspace,
             contention: measured.contention.clone(),
+            sas_core: measured.sas_core.clone(),
             store_calls: StoreCalls {
                 reads: calls.reads,
                 writes: calls.writes,
@@ -693,6 +696,7 @@ struct Counters {
     round_trips: u64,
     keyspace: Option<(u64, u64)>,
     contention: Option<Contention>,
+    sas_core: Option<Vec<(&'static str, u64)>>,
     wb: WriteBackCounts,
     cpu: Option<CpuSample>,
     tardis: Option<cads::TardisCounts>,
@@ -703,6 +707,7 @@ struct CountersDelta {
     round_trips: u64,
     keyspace: Option<Keyspace>,
     contention: Option<Contention>,
+    sas_core: Option<BTreeMap<String, u64>>,
     wb: WriteBackCounts,
     cpu: Option<CpuRecord>,
 }
@@ -713,6 +718,7 @@ impl Counters {
             round_trips: dep.cache_round_trips(),
             keyspace: dep.keyspace(),
             contention: dep.contention(),
+            sas_core: dep.sas_core_stats(),
             wb: dep.cads.write_back_stats().snapshot(),
             cpu: CpuSample::now(),
             tardis: dep.cads.tardis_counts(),
@@ -731,6 +737,16 @@ impl Counters {
                 .as_ref()
                 .zip(later.contention.as_ref())
                 .map(|(a, b)| a.until(b)),
+            sas_core: self
+                .sas_core
+                .as_ref()
+                .zip(later.sas_core.as_ref())
+                .map(|(a, b)| {
+                    a.iter()
+                        .zip(b)
+                        .map(|((name, a), (_, b))| (name.to_string(), b.saturating_sub(*a)))
+                        .collect()
+                }),
             wb: later.wb.since(&self.wb),
             cpu: self.cpu.zip(later.cpu).map(|(a, b)| a.until(&b, wall_s)),
         }
@@ -821,6 +837,7 @@ impl<'a> Sampler<'a> {
             cache_round_trips: counters.round_trips,
             keyspace: counters.keyspace,
             contention: counters.contention,
+            sas_core: counters.sas_core,
             write_back: counters.wb,
             cpu: counters.cpu,
             pinned: self.pinned,

@@ -275,6 +275,10 @@ pub struct Record<D, C> {
     pub keyspace: Option<Keyspace>,
     /// Lease contention on the CMIs over the run phase, and the most contended keys.
     pub contention: Option<Contention>,
+    /// The SAS core's counters over the run phase (`--cache sas`): leases granted and refused,
+    /// fills, commits, and `delivered`, the keys it told AppNodes to delete or refresh.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sas_core: Option<BTreeMap<String, u64>>,
     /// Data-store calls in the run phase.
     pub store_calls: StoreCalls,
     /// Cache round trips in the run phase (`Client::round_trips`, INFO samples included).

@@ -15,6 +15,7 @@
 
 mod local;
 pub(crate) mod node;
+mod peers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,8 +39,10 @@ pub struct SasConfig {
     pub core: SocketAddr,
     /// Bytes the AppNode's copies may take (0: no limit); least recently used copies go first.
     pub capacity_bytes: usize,
-    /// Where other AppNodes may fetch this AppNode's copies (Ingest); None: not offered.
-    pub peer_addr: Option<SocketAddr>,
+    /// Ingest (001 §4): this AppNode serves its copies to the others on this address (port 0:
+    /// any free one), and fetches a key another AppNode holds instead of computing it from the
+    /// data store. None: Greedy, each AppNode computes every miss from the data store.
+    pub ingest: Option<SocketAddr>,
 }
 
 impl SasConfig {
@@ -48,7 +51,7 @@ impl SasConfig {
         SasConfig {
             core,
             capacity_bytes: 256 << 20,
-            peer_addr: None,
+            ingest: None,
         }
     }
 }
@@ -64,6 +67,9 @@ pub struct SasStats {
     pub commits_waited_out: u64,
     /// Requests to the core (registrations and renewals included).
     pub round_trips: u64,
+    /// Ingest: fetches from other AppNodes, and those that brought a value back.
+    pub peer_fetches: u64,
+    pub peer_fetched: u64,
 }
 
 /// How a miss's I lease request came out for one key.
@@ -198,6 +204,18 @@ impl SasSession {
             }
         }
         installed
+    }
+
+    /// Ingest: the copy of `key` from one of the AppNodes the core named as its holders (tried
+    /// in an order that spreads fetches over them), if one has it.
+    pub(crate) fn fetch(&self, key: &[u8], holders: &[Vec<u8>]) -> Option<Vec<u8>> {
+        if holders.is_empty() || self.node.config.ingest.is_none() {
+            return None;
+        }
+        let start = (self.session as usize) % holders.len();
+        (0..holders.len())
+            .map(|i| &holders[(start + i) % holders.len()])
+            .find_map(|addr| self.node.peers.fetch(addr, key))
     }
 
     /// Gives back I leases this session will not fill (a result it must not cache).
@@ -351,5 +369,13 @@ pub(crate) fn stats(node: &Node) -> SasStats {
             .commits_waited_out
             .load(std::sync::atomic::Ordering::Relaxed),
         round_trips: node.round_trips.load(std::sync::atomic::Ordering::Relaxed),
+        peer_fetches: node
+            .peers
+            .fetches
+            .load(std::sync::atomic::Ordering::Relaxed),
+        peer_fetched: node
+            .peers
+            .fetched
+            .load(std::sync::atomic::Ordering::Relaxed),
     }
 }

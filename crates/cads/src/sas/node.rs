@@ -20,6 +20,7 @@ use cads_coord::sas::leases::Item;
 use cads_coord::sas::wire::{number, Framed};
 
 use super::local::LocalCache;
+use super::peers::{self, Peers};
 use super::SasConfig;
 
 /// How long a connection attempt, or a request without a delivery to wait for, may take.
@@ -48,6 +49,10 @@ pub(crate) struct Node {
     pub(crate) commits_waited_out: AtomicU64,
     /// Requests sent to the core.
     pub(crate) round_trips: AtomicU64,
+    /// Ingest: connections to the other AppNodes.
+    pub(crate) peers: Peers,
+    /// Ingest: where this AppNode serves its copies, announced to the core.
+    peer_addr: Mutex<Option<std::net::SocketAddr>>,
 }
 
 impl Node {
@@ -71,7 +76,18 @@ impl Node {
             registrations: AtomicU64::new(0),
             commits_waited_out: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
+            peers: Peers::default(),
+            peer_addr: Mutex::new(None),
         });
+        if let Some(addr) = node.config.ingest {
+            match peers::serve(addr, Arc::downgrade(&node)) {
+                Ok(bound) => *node.peer_addr.lock().unwrap() = Some(bound),
+                // Greedy then: the others never learn of this AppNode's copies.
+                Err(e) => {
+                    tracing::warn!(%addr, error = %e, "SAS: cannot serve copies to other AppNodes")
+                }
+            }
+        }
         // The threads hold a weak reference, so dropping the framework stops them.
         let weak = Arc::downgrade(&node);
         let listener = std::thread::Builder::new()
@@ -170,7 +186,7 @@ impl Node {
     /// Registers with the core and opens the delivery connection; returns it.
     fn register(&self) -> io::Result<Framed<TcpStream>> {
         let mut hello = vec![b"HELLO".to_vec()];
-        if let Some(peer) = self.config.peer_addr {
+        if let Some(peer) = *self.peer_addr.lock().unwrap() {
             hello.push(peer.to_string().into_bytes());
         }
         let sent = self.now_ms();

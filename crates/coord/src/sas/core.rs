@@ -53,6 +53,8 @@ struct Shared {
     peers: Mutex<HashMap<NodeId, Vec<u8>>>,
     started: Instant,
     stop: AtomicBool,
+    /// Keys told to AppNodes (deleted or refreshed), over all deliveries that reached them.
+    delivered: std::sync::atomic::AtomicU64,
     /// Time added to the clock by [`Core::advance_clock`] (tests), in ms.
     skew_ms: std::sync::atomic::AtomicU64,
 }
@@ -78,6 +80,7 @@ impl Core {
             peers: Mutex::new(HashMap::new()),
             started: Instant::now(),
             stop: AtomicBool::new(false),
+            delivered: Default::default(),
             skew_ms: Default::default(),
         });
         let accept = {
@@ -161,6 +164,7 @@ fn stats(shared: &Shared) -> Vec<(&'static str, u64)> {
         ("commits", c.commits),
         ("q_expired", c.q_expired),
         ("appnodes_forgotten", c.nodes_forgotten),
+        ("delivered", shared.delivered.load(Ordering::Relaxed)),
     ]
 }
 
@@ -441,7 +445,11 @@ fn deliver(shared: &Shared, deliveries: Vec<Delivery>) {
             };
             let frame = encode_items(vec![b"PUSH".to_vec()], &delivery.items);
             match conn.call(&frame) {
-                Ok(reply) if reply.first().is_some_and(|r| r == b"ACK") => true,
+                Ok(reply) if reply.first().is_some_and(|r| r == b"ACK") => {
+                    let items = delivery.items.len() as u64;
+                    shared.delivered.fetch_add(items, Ordering::Relaxed);
+                    true
+                }
                 _ => {
                     if let Some(conn) = guard.take() {
                         let _ = conn.get_ref().shutdown(std::net::Shutdown::Both);
