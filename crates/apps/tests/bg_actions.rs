@@ -32,7 +32,7 @@ fn script(kind: LayoutKind, policy: Policy) {
     let mut cmis = (policy != Policy::DataStoreOnly).then(|| Cmis::start(2, policy.cmi_mode()));
     let addrs = cmis.as_ref().map_or_else(Vec::new, |c| c.addrs().to_vec());
     let cads = Arc::new(Cads::connect(store, &addrs, policy, Config::default()));
-    let bg = layout(kind, policy);
+    let bg = layout(kind, &cads);
     bg.load(&cads, &GRAPH).unwrap();
     let act = |action: Action| {
         bg.perform(&cads, &action)

@@ -111,7 +111,7 @@ pub fn measure_actions(
     seed: u64,
 ) -> Result<Vec<Row>> {
     let dep = site.deploy(policy, cads_apps::bg::layout::documents::COLLECTION)?;
-    let bg = layout(kind, policy);
+    let bg = layout(kind, &dep.cads);
     bg.load(&dep.cads, graph)
         .context("loading the social graph")?;
     if policy != Policy::DataStoreOnly {

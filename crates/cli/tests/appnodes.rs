@@ -112,15 +112,19 @@ fn bg_on_two_appnodes_validates_the_merged_history() {
 fn bg_on_two_sas_appnodes_reads_nothing_stale_in_every_mix() {
     // Each AppNode caches in its own memory; a write on one reaches the other's copies through
     // the SAS core before it is acknowledged.
-    for (cache, mix) in [
-        ("sas", "90"),
-        ("sas", "99"),
-        ("sas", "99.9"),
-        ("sas:ingest", "99"),
+    // The SQL layout's write-through is 001 Table 4 under SAS: counts changed inside profiles.
+    for (cache, mix, layout) in [
+        ("sas", "90", "documents"),
+        ("sas", "99", "documents"),
+        ("sas", "99.9", "documents"),
+        ("sas:ingest", "99", "documents"),
+        ("sas", "99", "sql"),
     ] {
         let (out, records) = bg_on_two_appnodes(&[
             "--cache",
             cache,
+            "--layout",
+            layout,
             "--workload",
             mix,
             "--policy",

@@ -20,7 +20,7 @@
 //! let store = cads::store::open("sqlite:/tmp/bg.db", &Default::default())?;
 //! let cmis = vec!["127.0.0.1:7379".parse()?];
 //! let cads = Cads::connect(store, &cmis, Policy::WriteThrough, Config::default());
-//! let bg = layout(LayoutKind::Documents, Policy::WriteThrough);
+//! let bg = layout(LayoutKind::Documents, &cads);
 //! bg.load(&cads, &GraphParams::default())?;
 //! bg.perform(&cads, &Action::InviteFriend { inviter: 100, invitee: 2 })?;
 //! let counts = bg.perform(&cads, &Action::ViewProfile { requester: 2, owner: 2 })?;

@@ -78,11 +78,11 @@ impl Bg {
     }
 
     /// What `appnode` works with on the loaded graph (without the starting counts).
-    fn loaded(&self, run: &PolicyRun<'_>, dep: &Deployment, appnode: AppNode) -> LoadedGraph {
+    fn loaded(&self, dep: &Deployment, appnode: AppNode) -> LoadedGraph {
         let graph = self.graph();
         let owned = appnode.share(graph.members as usize);
         LoadedGraph {
-            layout: layout(self.opts.layout, run.policy),
+            layout: layout(self.opts.layout, &dep.cads),
             store_only: Cads::new(
                 dep.cads.store().clone(),
                 None,
@@ -267,14 +267,14 @@ impl Benchmark for Bg {
     /// external ones emptied by the deployment), and reads its counts back.
     fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<LoadedGraph> {
         let graph = self.graph();
-        let layout = layout(self.opts.layout, run.policy);
+        let layout = layout(self.opts.layout, &dep.cads);
         let started = Instant::now();
         run.report(Phase::Load, 0, None, started, layout.describe());
         layout
             .load(&dep.cads, &graph)
             .context("loading the social graph")?;
         run.report(Phase::Load, u64::from(graph.members), None, started, "done");
-        let mut loaded = self.loaded(run, dep, AppNode::ALONE);
+        let mut loaded = self.loaded(dep, AppNode::ALONE);
         loaded.base = loaded
             .layout
             .stored_counts(loaded.store_only.store().as_ref(), &graph)?;
@@ -286,11 +286,11 @@ impl Benchmark for Bg {
     /// verify, so it has no counts to start from.
     fn attach(
         &self,
-        run: &PolicyRun<'_>,
+        _run: &PolicyRun<'_>,
         dep: &Deployment,
         appnode: AppNode,
     ) -> Result<LoadedGraph> {
-        Ok(self.loaded(run, dep, appnode))
+        Ok(self.loaded(dep, appnode))
     }
 
     /// Reads every member's profile, friends and invitations through the cache, so that runs

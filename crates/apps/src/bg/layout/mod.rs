@@ -85,15 +85,18 @@ pub trait Layout: Send + Sync {
     fn same_value(&self, key: &[u8], a: &[u8], b: &[u8]) -> bool;
 }
 
-/// The implementation for a layout and policy. The SQL layout uses 001's Tables 2-3 keys where
-/// writes delete cached values (write-around and cache-aside, or no cache) and Tables 5-6 where they change them
-/// in place (write-through, and write-back, under which its SQL writes, having no documents to
-/// buffer, run as write-through).
-pub fn layout(kind: LayoutKind, policy: Policy) -> Box<dyn Layout> {
+/// The implementation of a layout for `cads`'s policy and cache. The SQL layout uses 001's
+/// Tables 2-3 keys where writes delete cached values (write-around and cache-aside, or no cache),
+/// Table 4 (the same keys, changed in place) under write-through with the cache in-process
+/// (SAS), and Tables 5-6 where writes change the values of a cache server (write-through, and
+/// write-back, under which its SQL writes, having no documents to buffer, run as write-through).
+pub fn layout(kind: LayoutKind, cads: &Cads) -> Box<dyn Layout> {
     match kind {
         LayoutKind::Documents => Box::new(documents::DocumentLayout::new()),
         LayoutKind::Sql => {
-            let keys = match policy {
+            let in_process = cads.sas_stats().is_some();
+            let keys = match cads.policy() {
+                Policy::WriteThrough if in_process => sql::KeyLayout::Profile,
                 Policy::WriteThrough | Policy::WriteBack => sql::KeyLayout::Counters,
                 Policy::DataStoreOnly | Policy::WriteAround | Policy::CacheAside => {
                     sql::KeyLayout::Profile

@@ -14,9 +14,11 @@
 //! | `iFrdCnt`, `iPndCnt` | the counts in decimal | [`KeyLayout::Counters`] |
 //!
 //! [`KeyLayout::Profile`] is 001 Tables 2-3: reads as Table 2, and a write deletes the keys of
-//! Table 3 (write-around). [`KeyLayout::Counters`] is 001 Tables 5-6, for write-through: the counts
-//! have keys of their own, changed with `CacheChange::Incr`, lists grow with `CacheChange::Append`
-//! and shrink with a read-modify-write (`CacheChange::Modify`).
+//! Table 3 (write-around); under SAS's write-through it is Table 4, the same keys changed in
+//! place: the counts inside the profile by a read-modify-write. [`KeyLayout::Counters`] is 001
+//! Tables 5-6, for write-through on CS: the counts have keys of their own, changed with
+//! `CacheChange::Incr`. In both, lists grow with `CacheChange::Append` and shrink with a
+//! read-modify-write (`CacheChange::Modify`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
@@ -43,7 +45,8 @@ const LOAD_ROWS: usize = 100;
 /// Which of 001's key layouts the cache uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyLayout {
-    /// 001 Tables 2-3: the counts live in `iProfile` (write-around, and the data store alone).
+    /// 001 Tables 2-3: the counts live in `iProfile` (write-around, and the data store alone);
+    /// Table 4 under SAS's write-through.
     Profile,
     /// 001 Tables 5-6: the counts have keys of their own (write-through).
     Counters,
@@ -496,10 +499,11 @@ impl CacheStore for FriendshipWrite {
         }
     }
 
-    /// 001 Table 6. Only write-through asks; the Profile layout (not meant for write-through)
-    /// deletes, which is always safe.
+    /// 001 Table 6 in the Counters layout; Table 4 (SAS's write-through) in the Profile layout,
+    /// whose counts change inside the cached profile by a read-modify-write. Only write-through
+    /// asks (write-around deletes every written key).
     fn cache_change(&self, action: &Action, key: &[u8]) -> CacheChange {
-        let (Some((member, suffix)), KeyLayout::Counters) = (parse_key(key), self.layout) else {
+        let Some((member, suffix)) = parse_key(key) else {
             return CacheChange::Delete;
         };
         let Some((a, b)) = action.pair() else {
@@ -524,6 +528,17 @@ impl CacheStore for FriendshipWrite {
         match (suffix, action) {
             (FRD_CNT, _) => CacheChange::Incr(delta(Count::Friends)),
             (PND_CNT, _) => CacheChange::Incr(delta(Count::Pending)),
+            (PROFILE, _) if self.layout == KeyLayout::Profile => {
+                let (friends, pending) = (delta(Count::Friends), delta(Count::Pending));
+                CacheChange::Modify(Box::new(move |value| {
+                    let mut obj: Map<String, Value> = serde_json::from_slice(value).ok()?;
+                    for (field, by) in [("friendcount", friends), ("pendingcount", pending)] {
+                        let n = obj.get(field)?.as_i64()?.checked_add(by)?;
+                        obj.insert(field.into(), n.into());
+                    }
+                    serde_json::to_vec(&obj).ok()
+                }))
+            }
             (FRD_LIST, Action::AcceptFriendRequest { .. }) => {
                 CacheChange::Append(encode_list(&[other]))
             }
@@ -803,6 +818,32 @@ mod tests {
         let change = |k: &[u8], v: &[u8]| w.cache_change(&accept, k).apply(Some(v.to_vec()));
         assert_eq!(change(b"2PndCnt", b"5"), Some(b"4".to_vec()));
         assert_eq!(change(b"1FrdCnt", b"10"), Some(b"11".to_vec()));
+        assert_eq!(change(b"1FrdList", b"3,"), Some(b"3,2,".to_vec()));
+        assert_eq!(change(b"2PndList", b"1,7,"), Some(b"7,".to_vec()));
+        // Table 4: the counts inside the profile.
+        let w = FriendshipWrite {
+            layout: KeyLayout::Profile,
+        };
+        let profile = br#"{"fname":"a","friendcount":10,"pendingcount":5}"#;
+        let changed = w
+            .cache_change(&accept, b"2Profile")
+            .apply(Some(profile.to_vec()));
+        let changed: Value = serde_json::from_slice(&changed.unwrap()).unwrap();
+        assert_eq!(changed["friendcount"], 11);
+        assert_eq!(changed["pendingcount"], 4);
+        assert_eq!(changed["fname"], "a");
+        let changed = w
+            .cache_change(&accept, b"1Profile")
+            .apply(Some(profile.to_vec()));
+        let changed: Value = serde_json::from_slice(&changed.unwrap()).unwrap();
+        assert_eq!(
+            (
+                changed["friendcount"].as_i64(),
+                changed["pendingcount"].as_i64()
+            ),
+            (Some(11), Some(5))
+        );
+        let change = |k: &[u8], v: &[u8]| w.cache_change(&accept, k).apply(Some(v.to_vec()));
         assert_eq!(change(b"1FrdList", b"3,"), Some(b"3,2,".to_vec()));
         assert_eq!(change(b"2PndList", b"1,7,"), Some(b"7,".to_vec()));
     }
