@@ -474,7 +474,6 @@ impl<'a> Session<'a> {
         let step = self.tx.next_step();
         let mut backoff = cads_client::Backoff::new(&self.cads.config().retry);
         let mut granted: Vec<Vec<u8>> = Vec::new();
-        let mut missed_count;
         let mut values;
         // Ingest: the keys granted in the last round that other AppNodes hold, and where.
         let mut held_elsewhere: Vec<(Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
@@ -484,8 +483,8 @@ impl<'a> Session<'a> {
             if values.iter().all(Option::is_some) {
                 let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
                 if let Some(output) = cs.result_from_cache(query, &cached) {
-                    sas.release(&granted);
-                    sas.note_reads(keys.len(), false);
+                    sas.give_up_fills(&granted);
+                    sas.note_reads(keys.len(), []);
                     return Ok(output);
                 }
             }
@@ -495,12 +494,12 @@ impl<'a> Session<'a> {
                 .filter(|(_, v)| v.is_none())
                 .map(|(k, _)| k.clone())
                 .collect();
-            missed_count = missed.len();
             held_elsewhere.clear();
             let grants = match sas.iget(&missed) {
                 Ok(grants) => grants,
                 Err(e) => {
                     tracing::debug!(error = %e, "SAS core unreachable; reading the data store");
+                    sas.note_degraded();
                     break;
                 }
             };
@@ -519,24 +518,45 @@ impl<'a> Session<'a> {
                     Grant::Busy => busy = true,
                 }
             }
-            if !busy || !backoff.wait() {
+            if !busy {
+                break;
+            }
+            // Another session computes a key: give back the leases granted meanwhile before
+            // waiting, or two sessions each holding a key the other waits for would wait out the
+            // whole backoff budget.
+            sas.give_up_fills(&granted);
+            granted.clear();
+            held_elsewhere.clear();
+            if !backoff.wait() {
                 break;
             }
         }
-        if missed_count > 0 && held_elsewhere.len() == missed_count {
+        let missed: Vec<Vec<u8>> = keys
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !missed.is_empty() && held_elsewhere.len() == missed.len() {
             if let Some(output) =
                 self.read_from_peers(cs, query, &keys, values, &held_elsewhere, &granted)
             {
                 return Ok(output);
             }
         }
-        let output = self.query_store(cs, query, &keys, true, false)?;
+        let output = match self.query_store(cs, query, &keys, true, false) {
+            Ok(output) => output,
+            Err(e) => {
+                self.sas.as_mut().expect("checked").give_up_fills(&granted);
+                return Err(e);
+            }
+        };
         failpoints::before_fill();
         let sas = self.sas.as_mut().expect("checked");
         // As on CS: a snapshot older than the leases may hold data a writer has since changed.
         if self.tx.snapshot_before(step) {
-            sas.release(&granted);
-            sas.note_reads(keys.len(), true);
+            sas.give_up_fills(&granted);
+            sas.note_reads(keys.len(), missed);
             return Ok(output);
         }
         let fills: Vec<(Vec<u8>, Vec<u8>)> = cs
@@ -548,9 +568,10 @@ impl<'a> Session<'a> {
             .into_iter()
             .filter(|k| !fills.iter().any(|(f, _)| f == k))
             .collect();
-        sas.release(&unfilled);
+        sas.give_up_fills(&unfilled);
         let installed = sas.fill(&fills);
-        sas.note_reads(keys.len(), installed < missed_count);
+        let unguarded = missed.into_iter().filter(|k| !installed.contains(k));
+        sas.note_reads(keys.len(), unguarded);
         Ok(output)
     }
 
@@ -582,9 +603,10 @@ impl<'a> Session<'a> {
             .filter(|k| !fills.iter().any(|(f, _)| f == *k))
             .cloned()
             .collect();
-        sas.release(&unfilled);
+        sas.give_up_fills(&unfilled);
         let installed = sas.fill(&fills);
-        sas.note_reads(keys.len(), installed < held_elsewhere.len());
+        let unguarded = held_elsewhere.iter().map(|(k, _)| k.clone());
+        sas.note_reads(keys.len(), unguarded.filter(|k| !installed.contains(k)));
         Some(output)
     }
 
@@ -1286,7 +1308,7 @@ impl<'a> Session<'a> {
             }
             return Err(e.into());
         }
-        if let Some(sas) = self.sas.take() {
+        if let Some(mut sas) = self.sas.take() {
             if self.read_only() && !sas.reads_fit(false) {
                 return Err(Error::Aborted {
                     reason: "a cached value this session read was changed by a writer".into(),

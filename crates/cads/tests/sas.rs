@@ -466,3 +466,96 @@ fn three_ingest_appnodes_reading_and_writing_read_nothing_stale() {
         assert!(fetched > 0, "{policy:?}: the AppNodes shared copies");
     }
 }
+
+/// Two counters read together: their sum, cached one entry per counter.
+struct Pair;
+
+impl cads::CacheStore for Pair {
+    type Query = (String, String);
+    type Write = std::convert::Infallible;
+    type Output = i64;
+
+    fn keys_read(&self, q: &(String, String)) -> Vec<Vec<u8>> {
+        vec![counter_key(&q.0), counter_key(&q.1)]
+    }
+
+    fn result_from_cache(&self, q: &(String, String), values: &[Vec<u8>]) -> Option<i64> {
+        let a = Counters.result_from_cache(&q.0, &values[..1])?;
+        Some(a + Counters.result_from_cache(&q.1, &values[1..])?)
+    }
+
+    fn query_store(
+        &self,
+        q: &(String, String),
+        tx: &mut cads::StoreTx<'_>,
+    ) -> Result<i64, cads_store::StoreError> {
+        Ok(Counters.query_store(&q.0, tx)? + Counters.query_store(&q.1, tx)?)
+    }
+
+    fn entries(&self, q: &(String, String), _: &i64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        // The sum does not give each counter's value: nothing is filled.
+        let _ = q;
+        Vec::new()
+    }
+
+    fn keys_written(&self, w: &std::convert::Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+
+    fn write_store(
+        &self,
+        w: &std::convert::Infallible,
+        _: &mut cads::StoreTx<'_>,
+    ) -> Result<(), cads_store::StoreError> {
+        match *w {}
+    }
+
+    fn cache_change(&self, w: &std::convert::Infallible, _: &[u8]) -> cads::CacheChange {
+        match *w {}
+    }
+}
+
+#[test]
+fn a_reader_waiting_for_one_key_holds_no_lease_on_the_others() {
+    // Two readers each holding one key's I lease and waiting for the other's would wait out
+    // their whole backoff: a reader gives its leases back before it waits.
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core(policy);
+    let mut config = Config {
+        sas: Some(SasConfig::new(core.addr())),
+        ..Config::default()
+    };
+    config.retry.budget = Duration::from_secs(600);
+    let a = Cads::connect(d.store.clone(), &[], policy, config);
+    assert!(a.sas_ready(Duration::from_secs(30)));
+    let names = d.counters(2);
+    let (k0, k1) = (counter_key(&names[0]), counter_key(&names[1]));
+    // Another AppNode's session computes k1.
+    let mut other = raw(&core);
+    let iget = |conn: &mut Framed<std::net::TcpStream>, session: &str, key: &[u8]| {
+        conn.call(&[b"IGET".as_slice(), b"0", session.as_bytes(), key]).unwrap()
+    };
+    assert_eq!(iget(&mut other, "1", &k1), vec![b"G".to_vec()]);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(|| a.read(&Pair, &(names[0].clone(), names[1].clone())).unwrap());
+        // The reader takes k0 and finds k1 busy; while it waits, k0 is free.
+        let mut observer = raw(&core);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let reply = iget(&mut observer, "2", &k0);
+            if reply == vec![b"G".to_vec()] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the waiting reader kept k0's lease");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!reader.is_finished(), "the reader still waits for k1");
+        let release = |conn: &mut Framed<std::net::TcpStream>, session: &str, key: &[u8]| {
+            conn.call(&[b"RELEASE".as_slice(), b"0", session.as_bytes(), key]).unwrap()
+        };
+        release(&mut observer, "2", &k0);
+        release(&mut other, "1", &k1);
+        assert_eq!(reader.join().unwrap(), 0);
+    });
+}

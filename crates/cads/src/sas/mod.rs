@@ -93,9 +93,13 @@ pub(crate) struct SasSession {
     reads: Vec<(Vec<u8>, u64)>,
     /// Keys this session read, from copies or from the data store.
     read_keys: usize,
-    /// A key was read from the data store and its copy not installed (a writer held it, the
-    /// fill was refused or dropped): no later invalidation would tell this session of a change.
-    unguarded: bool,
+    /// Keys read from the data store whose copy was not installed (a writer held them, the fill
+    /// was refused or dropped): no invalidation tells this session of a change to them, their
+    /// read leases at the core do ([`SasSession::reads_fit`]).
+    unguarded: Vec<Vec<u8>>,
+    /// The core could not be reached for a read: the session read the data store with no
+    /// lease, as a CS session that lost its CMI does, and cannot check its reads.
+    degraded: bool,
     /// Keys under this session's Q leases.
     q_keys: Vec<Vec<u8>>,
     /// What the commit hands the core.
@@ -118,7 +122,8 @@ impl SasSession {
             session: node.session(),
             reads: Vec::new(),
             read_keys: 0,
-            unguarded: false,
+            unguarded: Vec::new(),
+            degraded: false,
             q_keys: Vec::new(),
             items: Vec::new(),
         }
@@ -174,12 +179,12 @@ impl SasSession {
     }
 
     /// Fills keys whose I leases this session holds: each copy is installed if the core
-    /// registers the fill and no delivery touched the key meanwhile. Returns how many were.
-    pub(crate) fn fill(&mut self, fills: &[(Vec<u8>, Vec<u8>)]) -> usize {
+    /// registers the fill and no delivery touched the key meanwhile. Returns the keys installed.
+    pub(crate) fn fill(&mut self, fills: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
+        let mut installed = Vec::new();
         if fills.is_empty() {
-            return 0;
+            return installed;
         }
-        let mut installed = 0;
         let tokens: Vec<u64> = fills
             .iter()
             .map(|(k, _)| self.node.local.begin_fill(k))
@@ -200,7 +205,7 @@ impl SasSession {
                 .finish_fill(key, token, value, || node.registered_as(id))
             {
                 self.reads.push((key.clone(), version));
-                installed += 1;
+                installed.push(key.clone());
             }
         }
         installed
@@ -218,33 +223,56 @@ impl SasSession {
             .find_map(|addr| self.node.peers.fetch(addr, key))
     }
 
-    /// Gives back I leases this session will not fill (a result it must not cache).
-    pub(crate) fn release(&self, keys: &[Vec<u8>]) {
+    /// Gives back the I leases of misses this session will not fill (a result it must not
+    /// cache); their read leases stay.
+    pub(crate) fn give_up_fills(&self, keys: &[Vec<u8>]) {
+        self.send_keys("IRELEASE", keys);
+    }
+
+    /// Sends `command` for `keys`; a lease not given back runs out on its own.
+    fn send_keys(&self, command: &str, keys: &[Vec<u8>]) {
         if keys.is_empty() {
             return;
         }
-        let mut request = self.head("RELEASE");
+        let mut request = self.head(command);
         request.extend(keys.iter().cloned());
-        // An I lease not given back runs out on its own.
         let _ = self.node.call(&request);
     }
 
-    /// Records a read of `keys` keys; `unguarded`: some came from the data store without a copy
-    /// installed.
-    pub(crate) fn note_reads(&mut self, keys: usize, unguarded: bool) {
+    /// Records a read of `keys` keys, of which `unguarded` came from the data store without a
+    /// copy installed.
+    pub(crate) fn note_reads(&mut self, keys: usize, unguarded: impl IntoIterator<Item = Vec<u8>>) {
         self.read_keys += keys;
-        self.unguarded |= unguarded;
+        for key in unguarded {
+            if !self.unguarded.contains(&key) {
+                self.unguarded.push(key);
+            }
+        }
+    }
+
+    /// A read that could not reach the core.
+    pub(crate) fn note_degraded(&mut self) {
+        self.degraded = true;
     }
 
     /// Whether the session's reads fit together with each other and with its writes, as a CS
     /// session's shared leases make them (a writer voiding one aborts the session): a session
-    /// that reads one key and writes nothing needs no check; otherwise every read must have been
-    /// of a copy that is still the one it read.
-    pub(crate) fn reads_fit(&self, writes: bool) -> bool {
-        if self.read_keys == 0 || (self.read_keys == 1 && !writes) {
+    /// that reads one key and writes nothing needs no check; otherwise every copy it read must
+    /// still be the one it read, and the read leases of the keys it read from the data store
+    /// must stand (one round trip to the core, only if there are such keys).
+    pub(crate) fn reads_fit(&mut self, writes: bool) -> bool {
+        if self.read_keys == 0 || (self.read_keys == 1 && !writes) || self.degraded {
             return true;
         }
-        !self.unguarded && self.reads.iter().all(|(k, v)| self.node.local.still(k, *v))
+        if !self.reads.iter().all(|(k, v)| self.node.local.still(k, *v)) {
+            return false;
+        }
+        if self.unguarded.is_empty() {
+            return true;
+        }
+        let mut request = self.head("VALIDATE");
+        request.extend(std::mem::take(&mut self.unguarded));
+        matches!(self.node.call(&request).as_deref(), Ok([stand]) if stand == b"1")
     }
 
     /// Q leases on `keys` in sorted order (001 §3.3): a conflict on a key (write-through) is
@@ -351,10 +379,11 @@ impl SasSession {
         Ok(())
     }
 
-    /// Gives back the session's Q leases (its data-store transaction rolled back).
+    /// Gives back the session's Q and read leases (its data-store transaction rolled back).
     pub(crate) fn abort(self) {
-        let keys = self.q_keys.clone();
-        self.release(&keys);
+        let mut keys = self.q_keys.clone();
+        keys.extend(self.unguarded.iter().cloned());
+        self.send_keys("RELEASE", &keys);
     }
 }
 

@@ -12,7 +12,9 @@
 //! | `ISET N S key...` | per key `1` (the AppNode holds it now) or `0` (do not cache it) |
 //! | `QAREG N S key...` | `OK n`: the first n keys are leased; n short of all: a conflict at key n |
 //! | `COMMIT N S (key op value)...` | `OK 1` once every other holder has it (`op` `=`: new value, `-`: delete), and the writer may keep its new values; `OK 0`: it may not (a Q lease was lost and all went as deletes, or it is not live) |
-//! | `RELEASE N S key...` | `OK` |
+//! | `VALIDATE N S key...` | `1` if no writer took any of these keys since the session's IGET of it (its read leases stand), else `0`; the read leases end |
+//! | `IRELEASE N S key...` | `OK`: the I leases of misses the session will not fill go; their read leases stay |
+//! | `RELEASE N S key...` | `OK`: the session's I, Q and read leases on the keys go |
 //! | `PING` | `PONG` |
 //! | `STATS` | name, value, name, value ... |
 //!
@@ -162,6 +164,7 @@ fn stats(shared: &Shared) -> Vec<(&'static str, u64)> {
         ("q_granted", c.q_granted),
         ("q_conflicts", c.q_conflicts),
         ("commits", c.commits),
+        ("keys_written", c.keys_written),
         ("q_expired", c.q_expired),
         ("appnodes_forgotten", c.nodes_forgotten),
         ("delivered", shared.delivered.load(Ordering::Relaxed)),
@@ -358,9 +361,19 @@ fn answer(name: &str, request: &[Vec<u8>], shared: &Arc<Shared>) -> Result<Vec<V
                 },
             ]
         }
+        "VALIDATE" => {
+            let owner = node_and_session(request)?;
+            let stand = shared.tables().validate(owner, request[3..].iter().cloned(), now);
+            vec![if stand { b"1".to_vec() } else { b"0".to_vec() }]
+        }
         "RELEASE" => {
             let owner = node_and_session(request)?;
             shared.tables().release(owner, request[3..].iter().cloned());
+            vec![ok()]
+        }
+        "IRELEASE" => {
+            let owner = node_and_session(request)?;
+            shared.tables().release_fills(owner, request[3..].iter().cloned());
             vec![ok()]
         }
         "STATS" => stats(shared)

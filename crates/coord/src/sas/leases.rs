@@ -7,6 +7,11 @@
 //!   under a Q lease grants none (`Writing`): the asker reads the data store and caches nothing.
 //! - A fill (`iset`) makes the AppNode a holder only if its I lease is still there: a Q lease
 //!   voids it, so a value computed before a write is never cached (001 §3.3).
+//! - Every miss also leaves the session a read lease on the key, which a Q lease voids (one
+//!   asked for under a Q lease starts void): a session that read keys from the data store
+//!   without caching them asks at its end whether they still stand ([`Tables::validate`]), as a
+//!   CS session's shared leases let its commit know (000 §5.1). A fill that is stored ends it:
+//!   the AppNode's copy then tells the session of later writes.
 //! - Write-around's Q leases are shared; write-through's are exclusive (a second writer gets
 //!   `Conflict` and backs off, 001 §3.3).
 //! - A commit voids the keys' I leases and yields what each other holder must be told: delete
@@ -97,12 +102,21 @@ struct KeyState {
     i: Option<(Owner, u64)>,
     /// The Q leases and when they run out (`u64::MAX` while their commit is delivered).
     q: Vec<(Owner, u64)>,
+    /// Read leases: their owner, when they run out, and whether a writer voided them.
+    r: Vec<(Owner, u64, bool)>,
     holders: Vec<NodeId>,
 }
 
 impl KeyState {
     fn is_idle(&self) -> bool {
-        self.i.is_none() && self.q.is_empty() && self.holders.is_empty()
+        self.i.is_none() && self.q.is_empty() && self.r.is_empty() && self.holders.is_empty()
+    }
+
+    /// A writer takes the key: every other session's read lease is void.
+    fn void_reads(&mut self, writer: Owner) {
+        for lease in self.r.iter_mut().filter(|l| l.0 != writer) {
+            lease.2 = true;
+        }
     }
 }
 
@@ -127,6 +141,8 @@ pub struct Counts {
     pub q_granted: u64,
     pub q_conflicts: u64,
     pub commits: u64,
+    /// Keys the commits wrote.
+    pub keys_written: u64,
     pub q_expired: u64,
     pub nodes_forgotten: u64,
 }
@@ -136,6 +152,8 @@ pub struct Tables {
     keys: HashMap<Vec<u8>, KeyState>,
     /// Keys with a Q lease, for expiry.
     q_keys: HashSet<Vec<u8>>,
+    /// Keys with read leases, for expiry.
+    r_keys: HashSet<Vec<u8>>,
     nodes: HashMap<NodeId, Node>,
     next_node: NodeId,
     pub counts: Counts,
@@ -147,6 +165,7 @@ impl Tables {
             settings,
             keys: HashMap::new(),
             q_keys: HashSet::new(),
+            r_keys: HashSet::new(),
             nodes: HashMap::new(),
             next_node: 1,
             counts: Counts::default(),
@@ -220,7 +239,16 @@ impl Tables {
     pub fn iget(&mut self, owner: Owner, key: &[u8], now: u64) -> IReply {
         let lease_ms = self.settings.lease_ms;
         let state = self.keys.entry(key.to_vec()).or_default();
-        let reply = if state.q.iter().any(|&(_, until)| now < until) {
+        let writing = state.q.iter().any(|&(_, until)| now < until);
+        match state.r.iter_mut().find(|l| l.0 == owner) {
+            Some(lease) => {
+                lease.1 = now + lease_ms;
+                lease.2 |= writing;
+            }
+            None => state.r.push((owner, now + lease_ms, writing)),
+        }
+        self.r_keys.insert(key.to_vec());
+        let reply = if writing {
             IReply::Writing
         } else {
             match state.i {
@@ -260,6 +288,7 @@ impl Tables {
             || state.holders.contains(&owner.node);
         let stored = held && live && room;
         if stored {
+            state.r.retain(|l| l.0 != owner);
             if !state.holders.contains(&owner.node) {
                 state.holders.push(owner.node);
             }
@@ -285,6 +314,7 @@ impl Tables {
             return false;
         }
         state.i = None;
+        state.void_reads(owner);
         match state.q.iter_mut().find(|(o, _)| *o == owner) {
             Some(lease) => lease.1 = until,
             None => state.q.push((owner, until)),
@@ -307,6 +337,7 @@ impl Tables {
     /// delivers its delete to them too instead of returning before they got the first.
     pub fn commit_begin(&mut self, owner: Owner, writes: &[Item], now: u64) -> Commit {
         self.counts.commits += 1;
+        self.counts.keys_written += writes.len() as u64;
         let mut all_held = true;
         let mut deliveries: Vec<Delivery> = Vec::new();
         let mut deleted = Vec::new();
@@ -315,6 +346,7 @@ impl Tables {
         for (key, value) in writes {
             let state = self.keys.entry(key.clone()).or_default();
             state.i = None;
+            state.void_reads(owner);
             let held = match state.q.iter_mut().find(|(o, u)| *o == owner && now < *u) {
                 Some(lease) => {
                     lease.1 = u64::MAX;
@@ -407,11 +439,43 @@ impl Tables {
         self.release(owner, keys);
     }
 
-    /// An aborted session gives its leases back (its data-store transaction rolled back).
+    /// Whether the session's read leases on `keys` all stand (no writer took one of the keys
+    /// since the session asked), ending them.
+    pub fn validate(&mut self, owner: Owner, keys: impl IntoIterator<Item = Vec<u8>>, now: u64) -> bool {
+        let mut stand = true;
+        for key in keys {
+            let lease = self.keys.get_mut(&key).and_then(|state| {
+                if matches!(state.i, Some((o, _)) if o == owner) {
+                    state.i = None;
+                }
+                let at = state.r.iter().position(|l| l.0 == owner)?;
+                Some(state.r.remove(at))
+            });
+            stand &= lease.is_some_and(|(_, until, voided)| !voided && now < until);
+            self.forget_if_idle(&key);
+        }
+        stand
+    }
+
+    /// A session gives back the I leases of misses it will not fill; their read leases stay.
+    pub fn release_fills(&mut self, owner: Owner, keys: impl IntoIterator<Item = Vec<u8>>) {
+        for key in keys {
+            if let Some(state) = self.keys.get_mut(&key) {
+                if matches!(state.i, Some((o, _)) if o == owner) {
+                    state.i = None;
+                }
+            }
+            self.forget_if_idle(&key);
+        }
+    }
+
+    /// A session gives its leases back: aborted (its data-store transaction rolled back), or
+    /// ending without a validation.
     pub fn release(&mut self, owner: Owner, keys: impl IntoIterator<Item = Vec<u8>>) {
         for key in keys {
             if let Some(state) = self.keys.get_mut(&key) {
                 state.q.retain(|&(o, _)| o != owner);
+                state.r.retain(|l| l.0 != owner);
                 if matches!(state.i, Some((o, _)) if o == owner) {
                     state.i = None;
                 }
@@ -467,6 +531,22 @@ impl Tables {
             if state.q.is_empty() {
                 self.q_keys.remove(&key);
             }
+        }
+        let r_keys: Vec<Vec<u8>> = self.r_keys.iter().cloned().collect();
+        for key in r_keys {
+            if let Some(state) = self.keys.get_mut(&key) {
+                state.r.retain(|l| now < l.1);
+                // An I lease comes with a read lease: one whose session never filled nor gave
+                // it back (it died) goes with it.
+                if state.i.is_some_and(|(_, until)| now >= until) {
+                    state.i = None;
+                }
+                if !state.r.is_empty() {
+                    continue;
+                }
+            }
+            self.r_keys.remove(&key);
+            self.forget_if_idle(&key);
         }
         let gone: Vec<NodeId> = self
             .nodes
@@ -833,6 +913,43 @@ mod tests {
         ));
         assert!(!t.iset(session(a, 1), b"k", 2));
         assert!(!t.renew(99, 1), "unknown AppNode");
+    }
+
+    #[test]
+    fn a_writer_voids_the_read_leases_of_other_sessions() {
+        let mut t = tables(false);
+        let (a, b) = (node(&mut t, 0), node(&mut t, 0));
+        let (reader, writer) = (session(a, 1), session(b, 1));
+        for key in [b"k".as_slice(), b"j"] {
+            assert!(matches!(t.iget(reader, key, 0), IReply::Granted { .. }));
+        }
+        t.release(reader, Vec::<Vec<u8>>::new());
+        assert!(t.qareg(writer, b"k", 1));
+        assert!(!t.validate(reader, [b"k".to_vec(), b"j".to_vec()], 2));
+        // Ended by the validation: asking again starts a new one, void under the Q lease.
+        assert_eq!(t.iget(reader, b"k", 3), IReply::Writing);
+        assert!(!t.validate(reader, [b"k".to_vec()], 4));
+        assert!(matches!(t.iget(reader, b"j", 5), IReply::Granted { .. }));
+        assert!(t.validate(reader, [b"j".to_vec()], 6));
+        // A session's own Q lease leaves its read lease standing.
+        assert!(matches!(t.iget(writer, b"x", 7), IReply::Granted { .. }));
+        assert!(t.qareg(writer, b"x", 8));
+        assert!(t.validate(writer, [b"x".to_vec()], 9));
+    }
+
+    #[test]
+    fn a_read_lease_ends_with_a_stored_fill_and_runs_out() {
+        let mut t = tables(false);
+        let a = node(&mut t, 0);
+        let reader = session(a, 1);
+        assert!(matches!(t.iget(reader, b"k", 0), IReply::Granted { .. }));
+        assert!(t.iset(reader, b"k", 1));
+        assert!(!t.validate(reader, [b"k".to_vec()], 2), "the copy guards the read now");
+        assert!(matches!(t.iget(session(a, 2), b"j", 10), IReply::Granted { .. }));
+        t.release(session(a, 2), Vec::<Vec<u8>>::new());
+        t.expire(10 + LEASE);
+        assert!(!t.validate(session(a, 2), [b"j".to_vec()], 10 + LEASE));
+        assert_eq!(t.sizes().0, 1, "only k, which a holds, is left");
     }
 
     #[test]
