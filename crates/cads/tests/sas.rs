@@ -534,11 +534,15 @@ fn a_reader_waiting_for_one_key_holds_no_lease_on_the_others() {
     // Another AppNode's session computes k1.
     let mut other = raw(&core);
     let iget = |conn: &mut Framed<std::net::TcpStream>, session: &str, key: &[u8]| {
-        conn.call(&[b"IGET".as_slice(), b"0", session.as_bytes(), key]).unwrap()
+        conn.call(&[b"IGET".as_slice(), b"0", session.as_bytes(), key])
+            .unwrap()
     };
     assert_eq!(iget(&mut other, "1", &k1), vec![b"G".to_vec()]);
     std::thread::scope(|scope| {
-        let reader = scope.spawn(|| a.read(&Pair, &(names[0].clone(), names[1].clone())).unwrap());
+        let reader = scope.spawn(|| {
+            a.read(&Pair, &(names[0].clone(), names[1].clone()))
+                .unwrap()
+        });
         // The reader takes k0 and finds k1 busy; while it waits, k0 is free.
         let mut observer = raw(&core);
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -547,12 +551,16 @@ fn a_reader_waiting_for_one_key_holds_no_lease_on_the_others() {
             if reply == vec![b"G".to_vec()] {
                 break;
             }
-            assert!(Instant::now() < deadline, "the waiting reader kept k0's lease");
+            assert!(
+                Instant::now() < deadline,
+                "the waiting reader kept k0's lease"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(!reader.is_finished(), "the reader still waits for k1");
         let release = |conn: &mut Framed<std::net::TcpStream>, session: &str, key: &[u8]| {
-            conn.call(&[b"RELEASE".as_slice(), b"0", session.as_bytes(), key]).unwrap()
+            conn.call(&[b"RELEASE".as_slice(), b"0", session.as_bytes(), key])
+                .unwrap()
         };
         release(&mut observer, "2", &k0);
         release(&mut other, "1", &k1);

@@ -144,6 +144,35 @@ fn bg_on_two_sas_appnodes_reads_nothing_stale_in_every_mix() {
 }
 
 #[test]
+fn bg_on_three_sas_appnodes_reads_nothing_stale() {
+    let (out, records) = bench(&[
+        "bg",
+        "--appnodes",
+        "3",
+        "--threads",
+        "6",
+        "--members",
+        "200",
+        "--duration",
+        "700ms",
+        "--cache",
+        "sas:ingest",
+        "--workload",
+        "90",
+        "--policy",
+        "write-around,write-through",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!(r["appnodes"], 3);
+        assert_eq!(r["stale_reads"], 0, "{}", r["stale_examples"]);
+        assert_eq!(r["lost_writes"].as_u64().unwrap_or(0), 0);
+        assert!(r["reads"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
 fn a_broken_policy_on_two_appnodes_is_caught() {
     // Both AppNodes write behind the cache (--broken): the merged history shows stale reads, and
     // the command fails.

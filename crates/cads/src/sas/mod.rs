@@ -1,7 +1,7 @@
 //! SAS (001): the cache inside the application process. Each AppNode keeps its own copies in
-//! the engine's store, linked in ([`local`]); the SAS core (`cads_coord::sas`, `cads coord sas`)
+//! the engine's store, linked in (`local.rs`); the SAS core (`cads_coord::sas`, `cads coord sas`)
 //! grants the I and Q leases and knows which AppNodes hold each key, and tells them of every
-//! write before the write is acknowledged ([`node`]). The application is the same as on CS:
+//! write before the write is acknowledged (`node.rs`). The application is the same as on CS:
 //! [`crate::Config::sas`] is the one setting that moves it.
 //!
 //! A read that hits is served from the process's memory with no round trip. A miss asks the

@@ -363,7 +363,9 @@ fn answer(name: &str, request: &[Vec<u8>], shared: &Arc<Shared>) -> Result<Vec<V
         }
         "VALIDATE" => {
             let owner = node_and_session(request)?;
-            let stand = shared.tables().validate(owner, request[3..].iter().cloned(), now);
+            let stand = shared
+                .tables()
+                .validate(owner, request[3..].iter().cloned(), now);
             vec![if stand { b"1".to_vec() } else { b"0".to_vec() }]
         }
         "RELEASE" => {
@@ -373,7 +375,9 @@ fn answer(name: &str, request: &[Vec<u8>], shared: &Arc<Shared>) -> Result<Vec<V
         }
         "IRELEASE" => {
             let owner = node_and_session(request)?;
-            shared.tables().release_fills(owner, request[3..].iter().cloned());
+            shared
+                .tables()
+                .release_fills(owner, request[3..].iter().cloned());
             vec![ok()]
         }
         "STATS" => stats(shared)

@@ -441,7 +441,12 @@ impl Tables {
 
     /// Whether the session's read leases on `keys` all stand (no writer took one of the keys
     /// since the session asked), ending them.
-    pub fn validate(&mut self, owner: Owner, keys: impl IntoIterator<Item = Vec<u8>>, now: u64) -> bool {
+    pub fn validate(
+        &mut self,
+        owner: Owner,
+        keys: impl IntoIterator<Item = Vec<u8>>,
+        now: u64,
+    ) -> bool {
         let mut stand = true;
         for key in keys {
             let lease = self.keys.get_mut(&key).and_then(|state| {
@@ -944,8 +949,14 @@ mod tests {
         let reader = session(a, 1);
         assert!(matches!(t.iget(reader, b"k", 0), IReply::Granted { .. }));
         assert!(t.iset(reader, b"k", 1));
-        assert!(!t.validate(reader, [b"k".to_vec()], 2), "the copy guards the read now");
-        assert!(matches!(t.iget(session(a, 2), b"j", 10), IReply::Granted { .. }));
+        assert!(
+            !t.validate(reader, [b"k".to_vec()], 2),
+            "the copy guards the read now"
+        );
+        assert!(matches!(
+            t.iget(session(a, 2), b"j", 10),
+            IReply::Granted { .. }
+        ));
         t.release(session(a, 2), Vec::<Vec<u8>>::new());
         t.expire(10 + LEASE);
         assert!(!t.validate(session(a, 2), [b"j".to_vec()], 10 + LEASE));
