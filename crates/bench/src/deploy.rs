@@ -387,10 +387,13 @@ impl Deployment {
                         node_lease_ms: SAS_NODE_LEASE.as_millis() as u64,
                         exclusive_q: policy == Policy::WriteThrough,
                         max_replicas: 0,
+                        password: cmi.password.as_ref().map(|p| p.0.clone()),
                     },
                 )
                 .context("starting the SAS core")?;
-                config.sas = Some(sas_config(core.addr(), *ingest));
+                let mut sas = sas_config(core.addr(), *ingest);
+                sas.password = cmi.password.clone();
+                config.sas = Some(sas);
                 Some(core)
             }
             _ => None,

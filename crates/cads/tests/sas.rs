@@ -27,6 +27,7 @@ fn core(policy: Policy) -> Core {
             node_lease_ms: NODE_LEASE_MS,
             exclusive_q: policy == Policy::WriteThrough,
             max_replicas: 0,
+            password: None,
         },
     )
     .unwrap()
@@ -317,6 +318,7 @@ fn without_the_core_reads_go_to_the_data_store_and_writes_fail_cleanly() {
             node_lease_ms: 300,
             exclusive_q: false,
             max_replicas: 0,
+            password: None,
         },
     )
     .unwrap();
@@ -404,6 +406,7 @@ fn ingest_bounds_the_replicas_of_a_key_and_still_serves_the_rest() {
             node_lease_ms: NODE_LEASE_MS,
             exclusive_q: false,
             max_replicas: 1,
+            password: None,
         },
     )
     .unwrap();
@@ -566,4 +569,91 @@ fn a_reader_waiting_for_one_key_holds_no_lease_on_the_others() {
         release(&mut other, "1", &k1);
         assert_eq!(reader.join().unwrap(), 0);
     });
+}
+
+#[test]
+fn the_core_answers_bad_requests_with_errors_and_keeps_serving() {
+    use std::io::{Read, Write};
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core(policy);
+    let a = appnode(&d, core.addr());
+    let name = d.counters(1).remove(0);
+    // Unknown commands and wrong arguments: an error, and the connection stays usable.
+    let mut conn = raw(&core);
+    let reply = conn.call(&["FLY"]).unwrap();
+    assert!(reply[0].starts_with(b"ERR unknown command"), "{reply:?}");
+    let reply = conn.call(&["IGET", "x", "y", "k"]).unwrap();
+    assert!(
+        reply[0].starts_with(b"ERR expected an AppNode id"),
+        "{reply:?}"
+    );
+    let reply = conn.call(&["COMMIT", "1", "1", "k", "?", ""]).unwrap();
+    assert!(reply[0].starts_with(b"ERR COMMIT expects"), "{reply:?}");
+    assert_eq!(conn.call(&["PING"]).unwrap(), vec![b"PONG".to_vec()]);
+    // A malformed frame: an error, then the connection is closed.
+    let mut stream = std::net::TcpStream::connect(core.addr()).unwrap();
+    stream.write_all(b"*2\r\n$x\r\n").unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    assert!(
+        answer.windows(3).any(|w| w == b"ERR"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // Nothing else was disturbed.
+    assert_eq!(read(&a, &name), 0);
+    increment(&a, &name);
+    assert_eq!(read(&a, &name), 1);
+}
+
+#[test]
+fn a_core_with_a_password_serves_only_appnodes_that_give_it() {
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = Core::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Settings {
+            lease_ms: LONG_LEASE_MS,
+            node_lease_ms: NODE_LEASE_MS,
+            exclusive_q: false,
+            max_replicas: 0,
+            password: Some("s3cret".into()),
+        },
+    )
+    .unwrap();
+    let with = |password: &str| {
+        let mut sas = SasConfig::new(core.addr());
+        sas.password = Some(cads::Password(password.into()));
+        sas.ingest = Some("127.0.0.1:0".parse().unwrap());
+        let config = Config {
+            sas: Some(sas),
+            ..Config::default()
+        };
+        Cads::connect(d.store.clone(), &[], policy, config)
+    };
+    let (a, b) = (with("s3cret"), with("s3cret"));
+    assert!(a.sas_ready(Duration::from_secs(30)) && b.sas_ready(Duration::from_secs(30)));
+    let name = d.counters(1).remove(0);
+    assert_eq!(read(&a, &name), 0);
+    assert_eq!(read(&b, &name), 0);
+    assert_eq!(
+        b.sas_stats().unwrap().peer_fetched,
+        1,
+        "peers log in to each other too"
+    );
+    increment(&a, &name);
+    assert_eq!(read(&b, &name), 1);
+    // Without the password, nothing but an error.
+    let mut conn = raw(&core);
+    let reply = conn.call(&["HELLO"]).unwrap();
+    assert!(reply[0].starts_with(b"ERR NOAUTH"), "{reply:?}");
+    let wrong = with("guess");
+    assert!(
+        !wrong.sas_ready(Duration::from_millis(500)),
+        "a wrong password never registers"
+    );
+    assert_eq!(read(&wrong, &name), 1, "it reads the data store");
+    let e = wrong.run(|s| s.write(&Counters, &name)).unwrap_err();
+    assert!(e.to_string().contains("SAS core"), "{e}");
 }

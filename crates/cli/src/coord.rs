@@ -54,6 +54,16 @@ struct SasArgs {
     /// Ingest: most AppNodes that may hold a copy of one key (0: no limit).
     #[arg(long, value_name = "N", default_value_t = 0)]
     max_replicas: usize,
+    /// A password every connection must log in with (`AUTH`); the AppNodes give it as
+    /// `SasConfig::password`. Without it, anyone who reaches the core can change what the
+    /// AppNodes cache.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "CADS_SAS_PASSWORD",
+        hide_env_values = true
+    )]
+    requirepass: Option<String>,
     /// Log level (error, warn, info, debug) or a tracing filter.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
@@ -170,6 +180,7 @@ fn sas_core(args: &SasArgs) -> Result<()> {
         node_lease_ms: args.node_lease.as_millis() as u64,
         exclusive_q: args.policy == Policy::WriteThrough,
         max_replicas: args.max_replicas,
+        password: args.requirepass.clone().filter(|p| !p.is_empty()),
     };
     let core = Core::start(args.listen, settings)
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -458,7 +458,9 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         .framework_config(opts.with_tardis(bench.framework_config()));
     config.gemini = opts.gemini.is_some() && policy == cads::Policy::WriteAround;
     if let Some((core, ingest)) = job.sas_core {
-        config.sas = Some(crate::deploy::sas_config(core, ingest));
+        let mut sas = crate::deploy::sas_config(core, ingest);
+        sas.password = opts.cmi.password.clone();
+        config.sas = Some(sas);
     }
     let dep = Deployment::attach(policy, store, bench.miss_collection(), &job.cmis, config);
     let quiet = |_| {};

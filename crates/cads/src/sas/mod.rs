@@ -43,6 +43,9 @@ pub struct SasConfig {
     /// any free one), and fetches a key another AppNode holds instead of computing it from the
     /// data store. None: Greedy, each AppNode computes every miss from the data store.
     pub ingest: Option<SocketAddr>,
+    /// The core's password (`cads coord sas --requirepass`), which the AppNodes also ask of
+    /// each other for Ingest's fetches.
+    pub password: Option<crate::Password>,
 }
 
 impl SasConfig {
@@ -52,6 +55,7 @@ impl SasConfig {
             core,
             capacity_bytes: 256 << 20,
             ingest: None,
+            password: None,
         }
     }
 }
@@ -220,7 +224,7 @@ impl SasSession {
         let start = (self.session as usize) % holders.len();
         (0..holders.len())
             .map(|i| &holders[(start + i) % holders.len()])
-            .find_map(|addr| self.node.peers.fetch(addr, key))
+            .find_map(|addr| self.node.peers.fetch(addr, key, self.node.password()))
     }
 
     /// Gives back the I leases of misses this session will not fill (a result it must not

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use cads_coord::sas::core::{decode_items, encode_items};
 use cads_coord::sas::leases::Item;
-use cads_coord::sas::wire::{number, Framed};
+use cads_coord::sas::wire::{login, number, Framed};
 
 use super::local::LocalCache;
 use super::peers::{self, Peers};
@@ -107,6 +107,11 @@ impl Node {
         self.clock.elapsed().as_millis() as u64
     }
 
+    /// The password the core and the other AppNodes want.
+    pub(crate) fn password(&self) -> Option<&str> {
+        self.config.password.as_ref().map(|p| p.0.as_str())
+    }
+
     /// The id sessions use now (0: not registered).
     pub(crate) fn id(&self) -> u64 {
         self.id.load(Ordering::SeqCst)
@@ -151,7 +156,8 @@ impl Node {
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
-                let conn = Framed::connect(self.config.core, CONNECT_TIMEOUT)?;
+                let mut conn = Framed::connect(self.config.core, CONNECT_TIMEOUT)?;
+                login(&mut conn, self.password())?;
                 // A commit may wait for an AppNode's lease to run out.
                 let wait = Duration::from_millis(self.node_lease_ms().max(1_000)) * 3;
                 conn.get_ref()
@@ -198,6 +204,7 @@ impl Node {
         self.lease_ms.store(lease, Ordering::Relaxed);
         self.node_lease_ms.store(node_lease, Ordering::Relaxed);
         let mut conn = Framed::connect(self.config.core, CONNECT_TIMEOUT)?;
+        login(&mut conn, self.password())?;
         let answer = conn.call(&[b"LISTEN".to_vec(), id.to_string().into_bytes()])?;
         if answer.first().map(Vec::as_slice) != Some(b"OK") {
             return Err(io::Error::other("the core refused the delivery connection"));

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
-use cads_coord::sas::wire::Framed;
+use cads_coord::sas::wire::{accept_login, login, Framed};
 
 use super::node::Node;
 
@@ -32,14 +32,16 @@ pub(crate) struct Peers {
 impl Peers {
     /// The copy of `key` at the peer announced as `addr`, if it has one; None on any failure
     /// (the caller then reads the data store).
-    pub(crate) fn fetch(&self, addr: &[u8], key: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn fetch(&self, addr: &[u8], key: &[u8], password: Option<&str>) -> Option<Vec<u8>> {
         self.fetches.fetch_add(1, Ordering::Relaxed);
         let pooled = self.pool.lock().unwrap().get_mut(addr).and_then(Vec::pop);
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
                 let target: SocketAddr = std::str::from_utf8(addr).ok()?.parse().ok()?;
-                Framed::connect(target, FETCH_TIMEOUT).ok()?
+                let mut conn = Framed::connect(target, FETCH_TIMEOUT).ok()?;
+                login(&mut conn, password).ok()?;
+                conn
             }
         };
         let reply = conn.call(&[b"FETCH".as_slice(), key]).ok()?;
@@ -83,6 +85,12 @@ pub(crate) fn serve(addr: SocketAddr, node: Weak<Node>) -> io::Result<SocketAddr
 
 /// Answers one peer's fetches until it closes the connection.
 fn answer(mut conn: Framed<TcpStream>, node: Weak<Node>) {
+    let password = node
+        .upgrade()
+        .and_then(|n| n.password().map(str::to_string));
+    if !accept_login(&mut conn, password.as_deref()) {
+        return;
+    }
     while let Ok(Some(request)) = conn.receive() {
         let Some(node) = node.upgrade() else { return };
         let reply: Vec<Vec<u8>> = match request.as_slice() {

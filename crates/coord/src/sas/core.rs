@@ -18,6 +18,9 @@
 //! | `PING` | `PONG` |
 //! | `STATS` | name, value, name, value ... |
 //!
+//! With a password set (`Settings::password`, `cads coord sas --requirepass`), every connection
+//! starts with `AUTH password`, answered `OK`; anything else closes it.
+//!
 //! A delivery is `PUSH (key op value)...` on the AppNode's LISTEN connection; the AppNode
 //! answers `ACK` once its copies are changed. A delivery that fails cuts the AppNode, and the
 //! commit waits until that AppNode's lease has run out: by then it serves no copy (it stops on
@@ -32,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::leases::{Delivery, IReply, Item, NodeId, Owner, Settings, Tables, REAPER};
-use super::wire::{number, Framed};
+use super::wire::{accept_login, number, Framed};
 
 /// How often the core looks for Q leases and AppNode leases that ran out.
 const EXPIRE_EVERY: Duration = Duration::from_millis(20);
@@ -217,6 +220,10 @@ fn expire_loop(shared: Arc<Shared>) {
 
 /// One connection's requests, until it closes or becomes a LISTEN connection.
 fn serve(mut conn: Framed<TcpStream>, shared: &Arc<Shared>) {
+    let password = shared.tables().settings().password.clone();
+    if !accept_login(&mut conn, password.as_deref()) {
+        return;
+    }
     loop {
         let request = match conn.receive() {
             Ok(Some(request)) => request,

@@ -47,7 +47,7 @@ pub const REAPER: Owner = Owner {
 };
 
 /// The core's settings.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Settings {
     /// How long an I or Q lease lasts, in ms.
     pub lease_ms: u64,
@@ -57,6 +57,20 @@ pub struct Settings {
     pub exclusive_q: bool,
     /// Ingest: most AppNodes that may hold a copy of one key (0: no limit).
     pub max_replicas: usize,
+    /// Every connection must log in with this first (`AUTH password`); None: none needed.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("lease_ms", &self.lease_ms)
+            .field("node_lease_ms", &self.node_lease_ms)
+            .field("exclusive_q", &self.exclusive_q)
+            .field("max_replicas", &self.max_replicas)
+            .field("password", &self.password.as_ref().map(|_| "hidden"))
+            .finish()
+    }
 }
 
 /// The answer to a miss.
@@ -192,10 +206,11 @@ impl Tables {
         id
     }
 
-    /// The AppNode's connection for deliveries is open; false for a node unknown or cut.
+    /// The AppNode's connection for deliveries is open; false for a node unknown, cut, or
+    /// listening already (a second connection must not take the first one's deliveries).
     pub fn listen(&mut self, node: NodeId) -> bool {
         match self.nodes.get_mut(&node) {
-            Some(n) if !n.cut => {
+            Some(n) if !n.cut && !n.listening => {
                 n.listening = true;
                 true
             }
@@ -615,6 +630,7 @@ mod tests {
             node_lease_ms: NODE_LEASE,
             exclusive_q,
             max_replicas: 0,
+            password: None,
         })
     }
 
@@ -912,6 +928,8 @@ mod tests {
         let mut t = tables(false);
         let a = t.hello(0);
         assert!(!t.renew(a, 1));
+        let b = node(&mut t, 0);
+        assert!(!t.listen(b), "one delivery connection per AppNode");
         assert!(matches!(
             t.iget(session(a, 1), b"k", 1),
             IReply::Granted { .. }
@@ -970,6 +988,7 @@ mod tests {
             node_lease_ms: NODE_LEASE,
             exclusive_q: false,
             max_replicas: 2,
+            password: None,
         });
         let (a, b, c) = (node(&mut t, 0), node(&mut t, 0), node(&mut t, 0));
         fill(&mut t, a, b"k", 1);

@@ -107,6 +107,49 @@ impl Framed<std::net::TcpStream> {
     }
 }
 
+/// Logs in on a new connection to a core or an AppNode that wants `password` (None: nothing to
+/// send).
+pub fn login<S: Read + Write>(conn: &mut Framed<S>, password: Option<&str>) -> io::Result<()> {
+    let Some(password) = password else {
+        return Ok(());
+    };
+    match conn
+        .call(&[b"AUTH".as_slice(), password.as_bytes()])?
+        .first()
+    {
+        Some(ok) if ok == b"OK" => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the password was refused",
+        )),
+    }
+}
+
+/// The serving side of [`login`]: with a password set, the connection's first request must be
+/// `AUTH password`, answered `OK`; anything else is answered with an error, and false tells the
+/// caller to close the connection.
+pub fn accept_login<S: Read + Write>(conn: &mut Framed<S>, password: Option<&str>) -> bool {
+    let Some(password) = password else {
+        return true;
+    };
+    match conn.receive() {
+        Ok(Some(request)) => match request.as_slice() {
+            [name, given] if name.eq_ignore_ascii_case(b"AUTH") && given == password.as_bytes() => {
+                conn.send(&["OK"]).is_ok()
+            }
+            [name, _] if name.eq_ignore_ascii_case(b"AUTH") => {
+                let _ = conn.send(&["ERR invalid password"]);
+                false
+            }
+            _ => {
+                let _ = conn.send(&["ERR NOAUTH Authentication required."]);
+                false
+            }
+        },
+        _ => false,
+    }
+}
+
 /// A decimal number in a frame.
 pub fn number(part: &[u8]) -> Option<u64> {
     std::str::from_utf8(part).ok()?.parse().ok()
