@@ -410,12 +410,7 @@ impl<'a> Session<'a> {
                 return Ok(output);
             }
         }
-        let missed: Vec<Vec<u8>> = keys
-            .iter()
-            .zip(&values)
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.clone())
-            .collect();
+        let missed = missed_keys(&keys, &values);
         let marked: Vec<Vec<u8>> = keys
             .iter()
             .zip(&marked)
@@ -488,12 +483,7 @@ impl<'a> Session<'a> {
                     return Ok(output);
                 }
             }
-            let missed: Vec<Vec<u8>> = keys
-                .iter()
-                .zip(&values)
-                .filter(|(_, v)| v.is_none())
-                .map(|(k, _)| k.clone())
-                .collect();
+            let missed = missed_keys(&keys, &values);
             held_elsewhere.clear();
             let grants = match sas.iget(&missed) {
                 Ok(grants) => grants,
@@ -531,12 +521,7 @@ impl<'a> Session<'a> {
                 break;
             }
         }
-        let missed: Vec<Vec<u8>> = keys
-            .iter()
-            .zip(&values)
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.clone())
-            .collect();
+        let missed = missed_keys(&keys, &values);
         if !missed.is_empty() && held_elsewhere.len() == missed.len() {
             if let Some(output) =
                 self.read_from_peers(cs, query, &keys, values, &held_elsewhere, &granted)
@@ -1411,4 +1396,13 @@ impl<'a> Session<'a> {
         );
         tx.rollback();
     }
+}
+
+/// The keys a lookup found no value for.
+fn missed_keys(keys: &[Vec<u8>], values: &[Option<Vec<u8>>]) -> Vec<Vec<u8>> {
+    keys.iter()
+        .zip(values)
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| k.clone())
+        .collect()
 }

@@ -20,17 +20,35 @@ use common::{counter_key, Counters, Deployment, History, LONG_LEASE_MS};
 const NODE_LEASE_MS: u64 = 30_000;
 
 fn core(policy: Policy) -> Core {
-    Core::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Settings {
-            lease_ms: LONG_LEASE_MS,
-            node_lease_ms: NODE_LEASE_MS,
-            exclusive_q: policy == Policy::WriteThrough,
-            max_replicas: 0,
-            password: None,
-        },
-    )
-    .unwrap()
+    core_with(policy, |_| {})
+}
+
+/// A core for `policy` with the test's long leases, and what `change` sets.
+fn core_with(policy: Policy, change: impl FnOnce(&mut Settings)) -> Core {
+    let mut settings = Settings {
+        lease_ms: LONG_LEASE_MS,
+        node_lease_ms: NODE_LEASE_MS,
+        exclusive_q: policy == Policy::WriteThrough,
+        max_replicas: 0,
+        password: None,
+    };
+    change(&mut settings);
+    Core::start("127.0.0.1:0".parse().unwrap(), settings).unwrap()
+}
+
+/// Runs `write` while moving the core's clock a quarter of an AppNode lease every 20 ms: a
+/// write waiting out an AppNode the core cannot reach finishes once that lease has run out.
+fn write_waiting_out_a_lease(core: &Core, write: impl FnOnce() + Send) {
+    std::thread::scope(|scope| {
+        let write = scope.spawn(write);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !write.is_finished() {
+            assert!(Instant::now() < deadline, "the write finished");
+            core.advance_clock(Duration::from_millis(NODE_LEASE_MS / 4));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        write.join().unwrap();
+    });
 }
 
 /// An AppNode over `d`'s data store with the core at `core`, registered.
@@ -56,6 +74,41 @@ fn read(cads: &Cads, name: &str) -> i64 {
 }
 
 const POLICIES: [Policy; 2] = [Policy::WriteAround, Policy::WriteThrough];
+
+/// `threads` threads on each AppNode, each making `ops` reads and increments of `names` (an
+/// increment when `writes(appnode, thread, op)`): what they read and wrote, and when.
+fn mixed_load(
+    nodes: &[Cads],
+    names: &[String],
+    threads: usize,
+    ops: usize,
+    writes: impl Fn(usize, usize, usize) -> bool + Sync,
+) -> History {
+    let history = Mutex::new(History::default());
+    std::thread::scope(|scope| {
+        for (n, node) in nodes.iter().enumerate() {
+            for t in 0..threads {
+                let (history, writes) = (&history, &writes);
+                scope.spawn(move || {
+                    for i in 0..ops {
+                        let name = &names[(n + t + i) % names.len()];
+                        let start = Instant::now();
+                        if writes(n, t, i) {
+                            increment(node, name);
+                            let entry = (name.clone(), start, Instant::now());
+                            history.lock().unwrap().writes.push(entry);
+                        } else {
+                            let value = read(node, name);
+                            let entry = (name.clone(), start, Instant::now(), value);
+                            history.lock().unwrap().reads.push(entry);
+                        }
+                    }
+                });
+            }
+        }
+    });
+    history.into_inner().unwrap()
+}
 
 #[test]
 fn a_write_on_one_appnode_is_read_at_once_on_the_others() {
@@ -101,31 +154,7 @@ fn three_appnodes_reading_and_writing_read_nothing_stale_and_lose_nothing() {
         let core = core(policy);
         let nodes: Vec<Cads> = (0..3).map(|_| appnode(&d, core.addr())).collect();
         let names = d.counters(3);
-        let history = Mutex::new(History::default());
-        let (threads_per_node, ops) = (3, 60);
-        std::thread::scope(|scope| {
-            for (n, node) in nodes.iter().enumerate() {
-                for t in 0..threads_per_node {
-                    let (names, history) = (&names, &history);
-                    scope.spawn(move || {
-                        for i in 0..ops {
-                            let name = &names[(n + t + i) % names.len()];
-                            let start = Instant::now();
-                            if (i + t) % 4 == 0 {
-                                increment(node, name);
-                                let entry = (name.clone(), start, Instant::now());
-                                history.lock().unwrap().writes.push(entry);
-                            } else {
-                                let value = read(node, name);
-                                let entry = (name.clone(), start, Instant::now(), value);
-                                history.lock().unwrap().reads.push(entry);
-                            }
-                        }
-                    });
-                }
-            }
-        });
-        let history = history.into_inner().unwrap();
+        let history = mixed_load(&nodes, &names, 3, 60, |_, t, i| (i + t) % 4 == 0);
         assert_eq!(history.stale_reads(), Vec::<String>::new(), "{policy:?}");
         for name in &names {
             let written = history.writes.iter().filter(|(n, _, _)| n == name).count() as i64;
@@ -250,21 +279,8 @@ fn an_appnode_cut_from_the_core_stops_serving_and_the_writer_waits_out_its_lease
         assert_eq!(read(&writer, &name), 0);
         relay.set_cut(true);
         // The cut AppNode drops its copies and reads the data store; its fills are refused.
-        let write = std::thread::scope(|scope| {
-            let write = scope.spawn(|| {
-                increment(&writer, &name);
-            });
-            // The writer's commit cannot reach the cut AppNode: it waits for its lease to run
-            // out, which the core's clock is moved past.
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !write.is_finished() {
-                assert!(Instant::now() < deadline, "{policy:?}: the write finished");
-                core.advance_clock(Duration::from_millis(NODE_LEASE_MS / 4));
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            write.join()
-        });
-        write.unwrap();
+        // The writer's commit cannot reach the cut AppNode: it waits for its lease to run out.
+        write_waiting_out_a_lease(&core, || increment(&writer, &name));
         assert_eq!(read(&cut_off, &name), 1, "{policy:?}: no stale copy served");
         assert_eq!(read(&writer, &name), 1);
         relay.set_cut(false);
@@ -294,15 +310,7 @@ fn an_appnode_that_goes_away_holding_copies_blocks_no_writer_past_its_lease() {
         let gone = appnode(&d, core.addr());
         assert_eq!(read(&gone, &name), 0);
     }
-    std::thread::scope(|scope| {
-        let write = scope.spawn(|| increment(&writer, &name));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !write.is_finished() {
-            assert!(Instant::now() < deadline, "the write finished");
-            core.advance_clock(Duration::from_millis(NODE_LEASE_MS / 4));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
+    write_waiting_out_a_lease(&core, || increment(&writer, &name));
     assert_eq!(read(&writer, &name), 1);
 }
 
@@ -310,18 +318,10 @@ fn an_appnode_that_goes_away_holding_copies_blocks_no_writer_past_its_lease() {
 fn without_the_core_reads_go_to_the_data_store_and_writes_fail_cleanly() {
     let policy = Policy::WriteAround;
     let d = Deployment::start_with(policy, 1, |_| {});
-    let core = Core::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Settings {
-            lease_ms: LONG_LEASE_MS,
-            // Short: the AppNode stops serving on its own clock once it cannot renew.
-            node_lease_ms: 300,
-            exclusive_q: false,
-            max_replicas: 0,
-            password: None,
-        },
-    )
-    .unwrap();
+    let core = core_with(Policy::WriteAround, |s| {
+        // Short: the AppNode stops serving on its own clock once it cannot renew.
+        s.node_lease_ms = 300;
+    });
     let a = appnode(&d, core.addr());
     let name = d.counters(1).remove(0);
     assert_eq!(read(&a, &name), 0);
@@ -399,17 +399,9 @@ fn ingest_fetches_a_copy_another_appnode_holds_instead_of_querying_the_data_stor
 fn ingest_bounds_the_replicas_of_a_key_and_still_serves_the_rest() {
     let policy = Policy::WriteAround;
     let d = Deployment::start_with(policy, 1, |_| {});
-    let core = Core::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Settings {
-            lease_ms: LONG_LEASE_MS,
-            node_lease_ms: NODE_LEASE_MS,
-            exclusive_q: false,
-            max_replicas: 1,
-            password: None,
-        },
-    )
-    .unwrap();
+    let core = core_with(Policy::WriteAround, |s| {
+        s.max_replicas = 1;
+    });
     let (a, b) = (
         ingest_appnode(&d, core.addr()),
         ingest_appnode(&d, core.addr()),
@@ -437,30 +429,7 @@ fn three_ingest_appnodes_reading_and_writing_read_nothing_stale() {
         let core = core(policy);
         let nodes: Vec<Cads> = (0..3).map(|_| ingest_appnode(&d, core.addr())).collect();
         let names = d.counters(2);
-        let history = Mutex::new(History::default());
-        std::thread::scope(|scope| {
-            for (n, node) in nodes.iter().enumerate() {
-                for t in 0..2 {
-                    let (names, history) = (&names, &history);
-                    scope.spawn(move || {
-                        for i in 0..60 {
-                            let name = &names[(n + t + i) % names.len()];
-                            let start = Instant::now();
-                            if (i + n) % 5 == 0 {
-                                increment(node, name);
-                                let entry = (name.clone(), start, Instant::now());
-                                history.lock().unwrap().writes.push(entry);
-                            } else {
-                                let value = read(node, name);
-                                let entry = (name.clone(), start, Instant::now(), value);
-                                history.lock().unwrap().reads.push(entry);
-                            }
-                        }
-                    });
-                }
-            }
-        });
-        let history = history.into_inner().unwrap();
+        let history = mixed_load(&nodes, &names, 2, 60, |n, _, i| (i + n) % 5 == 0);
         assert_eq!(history.stale_reads(), Vec::<String>::new(), "{policy:?}");
         let fetched: u64 = nodes
             .iter()
@@ -611,17 +580,9 @@ fn the_core_answers_bad_requests_with_errors_and_keeps_serving() {
 fn a_core_with_a_password_serves_only_appnodes_that_give_it() {
     let policy = Policy::WriteAround;
     let d = Deployment::start_with(policy, 1, |_| {});
-    let core = Core::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Settings {
-            lease_ms: LONG_LEASE_MS,
-            node_lease_ms: NODE_LEASE_MS,
-            exclusive_q: false,
-            max_replicas: 0,
-            password: Some("s3cret".into()),
-        },
-    )
-    .unwrap();
+    let core = core_with(Policy::WriteAround, |s| {
+        s.password = Some("s3cret".into());
+    });
     let with = |password: &str| {
         let mut sas = SasConfig::new(core.addr());
         sas.password = Some(cads::Password(password.into()));

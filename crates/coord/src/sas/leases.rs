@@ -789,13 +789,19 @@ mod tests {
         assert!(t.holders(b"k").is_empty());
     }
 
-    #[test]
-    fn a_write_through_commit_refreshes_every_copy_and_the_writer_holds_the_value() {
+    /// Write-through: b holds k, and a session of a holds k's Q lease (taken at 2).
+    fn a_writes_what_b_holds() -> (Tables, NodeId, NodeId, Owner) {
         let mut t = tables(true);
         let (a, b) = (node(&mut t, 0), node(&mut t, 0));
         fill(&mut t, b, b"k", 1);
         let w = session(a, 7);
         assert!(t.qareg(w, b"k", 2));
+        (t, a, b, w)
+    }
+
+    #[test]
+    fn a_write_through_commit_refreshes_every_copy_and_the_writer_holds_the_value() {
+        let (mut t, a, b, w) = a_writes_what_b_holds();
         let items = vec![(b"k".to_vec(), Some(b"v2".to_vec()))];
         let commit = t.commit_begin(w, &items, 3);
         assert!(commit.keep);
@@ -806,11 +812,7 @@ mod tests {
 
     #[test]
     fn a_commit_whose_q_lease_ran_out_sends_deletes() {
-        let mut t = tables(true);
-        let (a, b) = (node(&mut t, 0), node(&mut t, 0));
-        fill(&mut t, b, b"k", 1);
-        let w = session(a, 7);
-        assert!(t.qareg(w, b"k", 2));
+        let (mut t, _, b, w) = a_writes_what_b_holds();
         let items = vec![(b"k".to_vec(), Some(b"v2".to_vec()))];
         let commit = t.commit_begin(w, &items, 2 + LEASE);
         assert!(!commit.keep);
