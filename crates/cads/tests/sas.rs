@@ -618,3 +618,34 @@ fn a_core_with_a_password_serves_only_appnodes_that_give_it() {
     let e = wrong.run(|s| s.write(&Counters, &name)).unwrap_err();
     assert!(e.to_string().contains("SAS core"), "{e}");
 }
+
+#[test]
+fn a_write_through_writer_never_computes_from_a_copy_older_than_a_dead_writers_write() {
+    // A writer takes k's Q lease, commits to the data store and dies. Until the core has
+    // deleted k's copies, the next writer is kept out: let in, it would compute its value from
+    // its copy, which predates the dead writer's write.
+    let policy = Policy::WriteThrough;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core(policy);
+    let a = appnode(&d, core.addr());
+    let name = d.counters(1).remove(0);
+    assert_eq!(read(&a, &name), 0);
+    let reply = raw(&core)
+        .call(&[
+            b"QAREG".to_vec(),
+            b"0".to_vec(),
+            b"77".to_vec(),
+            counter_key(&name),
+        ])
+        .unwrap();
+    assert_eq!(reply, vec![b"OK".to_vec(), b"1".to_vec()]);
+    d.store
+        .execute_batch(&format!(
+            "UPDATE counters SET value = 10 WHERE name = '{name}'"
+        ))
+        .unwrap();
+    core.advance_clock(Duration::from_millis(LONG_LEASE_MS + 1_000));
+    increment(&a, &name);
+    assert_eq!(d.stored(&name), 11);
+    assert_eq!(read(&a, &name), 11);
+}

@@ -10,7 +10,8 @@
 //! keys, backing off on a conflict (write-through's Q leases exclude each other), and after its
 //! data-store commit hands the core its keys: write-around deletes every other copy, and
 //! write-through sends the new values to every other holder (computed from the writer's own
-//! copy; a key it has no copy of is deleted everywhere instead). docs/ARCHITECTURE.md, "SAS",
+//! copy; a key it has no copy of is deleted everywhere instead, unless the write sets its whole
+//! value). docs/ARCHITECTURE.md, "SAS",
 //! states the failure protocol.
 
 mod local;
@@ -283,6 +284,14 @@ impl SasSession {
     /// waited out with a growing backoff, within `config.retry`'s budget; after that the session
     /// aborts, to run again.
     pub(crate) fn take_q(&mut self, keys: &[Vec<u8>], config: &Config) -> Result<()> {
+        // Its leases' length is learnt at registration; a commit that cannot reach the core
+        // waits it out (`commit`), so a write cannot start before.
+        if self.node.lease_ms() == 0 {
+            return Err(unavailable(format!(
+                "this AppNode has not registered with the SAS core at {} yet",
+                self.node.config.core
+            )));
+        }
         let mut keys = keys.to_vec();
         keys.sort_unstable();
         keys.dedup();
@@ -329,12 +338,15 @@ impl SasSession {
     /// other holder before this returns. The own copies change first, while the session still
     /// holds its Q leases: the next writer of a key on this AppNode computes its value from this
     /// copy, so it must be in place before the core lets that writer in. If the core then says
-    /// the session lost a Q lease (or this AppNode is not live), the copies go.
+    /// the session lost a Q lease (or this AppNode is not live), it has deleted those copies
+    /// too, by a delivery; they are deleted here again.
     ///
-    /// If the core cannot be reached, this waits until the session's Q leases and every AppNode
-    /// lease have run out (the core deletes the keys' copies when a Q lease runs out, and an
-    /// AppNode that lost the core stops serving), so the write is never acknowledged while a
-    /// stale copy may be served.
+    /// A core that answers BLOCKED (a lost Q lease, and another writer holds the key) is asked
+    /// again until it takes the commit. One that cannot be reached, or does not answer in time,
+    /// is not asked again (a second commit could overlap the first): this waits one Q lease and
+    /// one AppNode lease before returning, by which time the core has deleted the keys' copies
+    /// (the Q leases ran out) or every AppNode has stopped serving (the core is gone), so the
+    /// write is never acknowledged while a stale copy may be served.
     pub(crate) fn commit(self, config: &Config) -> Result<()> {
         if self.items.is_empty() {
             return Ok(());
@@ -345,26 +357,23 @@ impl SasSession {
             match value {
                 Some(value) => {
                     let token = node.local.begin_fill(key);
-                    if node
+                    let installed = node
                         .local
-                        .finish_fill(key, token, value, || node.registered_as(id))
-                        .is_none()
-                    {
+                        .finish_fill(key, token, value, || node.registered_as(id));
+                    if installed.is_none() {
                         node.local.delete(key);
                     }
                 }
                 None => node.local.delete(key),
             }
         }
-        let mut backoff = Backoff::new(&config.retry);
+        let mut blocked = Backoff::new(&config.retry);
         let keep = loop {
             match node.commit(id, self.session, &self.items) {
-                Ok(keep) => break Some(keep),
-                Err(e) if backoff.wait() => {
-                    tracing::debug!(error = %e, "SAS commit: the core did not answer; again");
-                }
+                Ok(Some(keep)) => break Some(keep),
+                Ok(None) => blocked.pause(),
                 Err(e) => {
-                    tracing::warn!(error = %e, "SAS commit: the core cannot be reached; waiting its leases out");
+                    tracing::warn!(error = %e, "SAS commit: the core did not answer; waiting its leases out");
                     break None;
                 }
             }

@@ -38,7 +38,8 @@ pub(crate) struct Node {
     node_lease_ms: AtomicU64,
     clock: Instant,
     next_session: AtomicU64,
-    pool: Mutex<Vec<Framed<TcpStream>>>,
+    /// Connections to the core, with the read timeout each has.
+    pool: Mutex<Vec<(Framed<TcpStream>, Duration)>>,
     /// The delivery connection, to shut it down when the core refuses a renewal.
     listening: Mutex<Option<TcpStream>>,
     stop: AtomicBool,
@@ -150,21 +151,30 @@ impl Node {
         self.local.get(key)
     }
 
+    /// How long an answer from the core may take: a commit waits for every holder's
+    /// acknowledgement, or for an unreachable one's lease to run out (about two AppNode leases
+    /// at most, deliveries running at once), before the core answers.
+    fn answer_timeout(&self) -> Duration {
+        let node_lease = Duration::from_millis(self.node_lease_ms().max(2_000));
+        node_lease * 3 + CONNECT_TIMEOUT
+    }
+
     /// Sends a request to the core and reads its answer, on a pooled connection.
     pub(crate) fn call(&self, parts: &[Vec<u8>]) -> io::Result<Vec<Vec<u8>>> {
+        let timeout = self.answer_timeout();
         let pooled = self.pool.lock().unwrap().pop();
-        let mut conn = match pooled {
-            Some(conn) => conn,
+        let (mut conn, mut set) = match pooled {
+            Some(pooled) => pooled,
             None => {
                 let mut conn = Framed::connect(self.config.core, CONNECT_TIMEOUT)?;
                 login(&mut conn, self.password())?;
-                // A commit may wait for an AppNode's lease to run out.
-                let wait = Duration::from_millis(self.node_lease_ms().max(1_000)) * 3;
-                conn.get_ref()
-                    .set_read_timeout(Some(wait + CONNECT_TIMEOUT))?;
-                conn
+                (conn, CONNECT_TIMEOUT)
             }
         };
+        if set < timeout {
+            conn.get_ref().set_read_timeout(Some(timeout))?;
+            set = timeout;
+        }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let reply = conn.call(parts)?;
         if let Some(first) = reply.first() {
@@ -174,19 +184,28 @@ impl Node {
                 ));
             }
         }
-        self.pool.lock().unwrap().push(conn);
+        self.pool.lock().unwrap().push((conn, set));
         Ok(reply)
     }
 
-    /// A session's commit: `OK` and whether every Q lease was still held.
-    pub(crate) fn commit(&self, node: u64, session: u64, items: &[Item]) -> io::Result<bool> {
+    /// A session's commit: whether the writer may keep its new values, or None if the core
+    /// answered BLOCKED (nothing was done; send it again).
+    pub(crate) fn commit(
+        &self,
+        node: u64,
+        session: u64,
+        items: &[Item],
+    ) -> io::Result<Option<bool>> {
         let head = vec![
             b"COMMIT".to_vec(),
             node.to_string().into_bytes(),
             session.to_string().into_bytes(),
         ];
         let reply = self.call(&encode_items(head, items))?;
-        Ok(reply.get(1).is_some_and(|r| r == b"1"))
+        if reply.first().is_some_and(|r| r == b"BLOCKED") {
+            return Ok(None);
+        }
+        Ok(Some(reply.get(1).is_some_and(|r| r == b"1")))
     }
 
     /// Registers with the core and opens the delivery connection; returns it.

@@ -11,7 +11,7 @@
 //! | `IGET N S key...` | per key `G` (granted; the holders' peer addresses follow in a `HOLDERS` frame part), `B` (busy) or `W` (writing) |
 //! | `ISET N S key...` | per key `1` (the AppNode holds it now) or `0` (do not cache it) |
 //! | `QAREG N S key...` | `OK n`: the first n keys are leased; n short of all: a conflict at key n |
-//! | `COMMIT N S (key op value)...` | `OK 1` once every other holder has it (`op` `=`: new value, `-`: delete), and the writer may keep its new values; `OK 0`: it may not (a Q lease was lost and all went as deletes, or it is not live) |
+//! | `COMMIT N S (key op value)...` | `OK 1` once every other holder has it (`op` `=`: new value, `-`: delete), and the writer may keep its new values; `OK 0`: it may not (a Q lease was lost and all went as deletes, the writer's copies included, or it is not live); `BLOCKED`: a Q lease was lost and another writer holds the key, so nothing was done: send it again |
 //! | `VALIDATE N S key...` | `1` if no writer took any of these keys since the session's IGET of it (its read leases stand), else `0`; the read leases end |
 //! | `IRELEASE N S key...` | `OK`: the I leases of misses the session will not fill go; their read leases stay |
 //! | `RELEASE N S key...` | `OK`: the session's I, Q and read leases on the keys go |
@@ -354,19 +354,15 @@ fn answer(name: &str, request: &[Vec<u8>], shared: &Arc<Shared>) -> Result<Vec<V
         "COMMIT" => {
             let owner = node_and_session(request)?;
             let items = commit_items(&request[3..])?;
-            let commit = shared.tables().commit_begin(owner, &items, now);
+            let Some(commit) = shared.tables().commit_begin(owner, &items, now) else {
+                return Ok(vec![b"BLOCKED".to_vec()]);
+            };
             deliver(shared, commit.deliveries.clone());
             shared
                 .tables()
                 .commit_end(owner, &commit, items.into_iter().map(|(k, _)| k));
-            vec![
-                ok(),
-                if commit.keep {
-                    b"1".to_vec()
-                } else {
-                    b"0".to_vec()
-                },
-            ]
+            let keep = if commit.keep { b"1" } else { b"0" };
+            vec![ok(), keep.to_vec()]
         }
         "VALIDATE" => {
             let owner = node_and_session(request)?;
@@ -440,51 +436,77 @@ fn listen(mut conn: Framed<TcpStream>, request: &[Vec<u8>], shared: &Arc<Shared>
         let _ = conn.send(&["ERR expected an AppNode id"]);
         return;
     };
-    if !shared.tables().listen(node) {
-        let _ = conn.send(&["REFUSED"]);
-        return;
-    }
-    if conn.send(&["OK"]).is_err() {
-        shared.tables().cut(node);
-        return;
-    }
     let node_lease = Duration::from_millis(shared.tables().settings().node_lease_ms);
     let _ = conn.get_ref().set_read_timeout(Some(node_lease));
     let _ = conn.get_ref().set_write_timeout(Some(node_lease));
-    shared
-        .channels
-        .lock()
-        .unwrap()
-        .insert(node, Arc::new(Mutex::new(Some(conn))));
+    // The channel is in place before the AppNode counts as listening (and so may hold copies):
+    // a commit that finds a holder without one would take it for unreachable.
+    let channel: Channel = Arc::new(Mutex::new(Some(conn)));
+    let mut guard = channel.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut channels = shared.channels.lock().unwrap();
+        if channels.contains_key(&node) {
+            drop(channels);
+            if let Some(conn) = guard.as_mut() {
+                let _ = conn.send(&["REFUSED"]);
+            }
+            return;
+        }
+        channels.insert(node, channel.clone());
+    }
+    let listening = shared.tables().listen(node);
+    let answered = guard.as_mut().is_some_and(|conn| {
+        conn.send(&[if listening { "OK" } else { "REFUSED" }])
+            .is_ok()
+    });
+    if !listening {
+        guard.take();
+        shared.channels.lock().unwrap().remove(&node);
+    } else if !answered {
+        guard.take();
+        shared.tables().cut(node);
+    }
 }
 
-/// Tells each AppNode its items; one that cannot be told is cut and waited out.
+/// Tells each AppNode its items, all at once; one that cannot be told is cut and waited out.
+/// A commit therefore waits at most about two AppNode leases (one for an acknowledgement, one
+/// to wait an AppNode out), however many AppNodes do not answer.
 fn deliver(shared: &Shared, deliveries: Vec<Delivery>) {
-    for delivery in deliveries {
-        let channel = shared.channels.lock().unwrap().get(&delivery.node).cloned();
-        let delivered = channel.is_some_and(|channel| {
-            let mut guard = channel.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(conn) = guard.as_mut() else {
-                return false;
-            };
-            let frame = encode_items(vec![b"PUSH".to_vec()], &delivery.items);
-            match conn.call(&frame) {
-                Ok(reply) if reply.first().is_some_and(|r| r == b"ACK") => {
-                    let items = delivery.items.len() as u64;
-                    shared.delivered.fetch_add(items, Ordering::Relaxed);
-                    true
-                }
-                _ => {
-                    if let Some(conn) = guard.take() {
-                        let _ = conn.get_ref().shutdown(std::net::Shutdown::Both);
-                    }
-                    false
-                }
+    match deliveries.len() {
+        0 => {}
+        1 => deliver_one(shared, &deliveries[0]),
+        _ => std::thread::scope(|scope| {
+            for delivery in &deliveries {
+                scope.spawn(move || deliver_one(shared, delivery));
             }
-        });
-        if !delivered {
-            wait_out(shared, delivery.node);
+        }),
+    }
+}
+
+fn deliver_one(shared: &Shared, delivery: &Delivery) {
+    let channel = shared.channels.lock().unwrap().get(&delivery.node).cloned();
+    let delivered = channel.is_some_and(|channel| {
+        let mut guard = channel.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(conn) = guard.as_mut() else {
+            return false;
+        };
+        let frame = encode_items(vec![b"PUSH".to_vec()], &delivery.items);
+        match conn.call(&frame) {
+            Ok(reply) if reply.first().is_some_and(|r| r == b"ACK") => {
+                let items = delivery.items.len() as u64;
+                shared.delivered.fetch_add(items, Ordering::Relaxed);
+                true
+            }
+            _ => {
+                if let Some(conn) = guard.take() {
+                    let _ = conn.get_ref().shutdown(std::net::Shutdown::Both);
+                }
+                false
+            }
         }
+    });
+    if !delivered {
+        wait_out(shared, delivery.node);
     }
 }
 

@@ -181,7 +181,9 @@ impl Tables {
             q_keys: HashSet::new(),
             r_keys: HashSet::new(),
             nodes: HashMap::new(),
-            next_node: 1,
+            // Not from 1: an AppNode that outlived a restart of the core must not find its old id
+            // given to another AppNode (its renewal would then be taken for that one's).
+            next_node: crate::random_block() << 32 | 1,
             counts: Counts::default(),
         }
     }
@@ -254,7 +256,8 @@ impl Tables {
     pub fn iget(&mut self, owner: Owner, key: &[u8], now: u64) -> IReply {
         let lease_ms = self.settings.lease_ms;
         let state = self.keys.entry(key.to_vec()).or_default();
-        let writing = state.q.iter().any(|&(_, until)| now < until);
+        // A Q lease that ran out still counts until the core has deleted its key's copies.
+        let writing = !state.q.is_empty();
         match state.r.iter_mut().find(|l| l.0 == owner) {
             Some(lease) => {
                 lease.1 = now + lease_ms;
@@ -323,7 +326,9 @@ impl Tables {
         let until = now + self.settings.lease_ms;
         let exclusive = self.settings.exclusive_q;
         let state = self.keys.entry(key.to_vec()).or_default();
-        state.q.retain(|&(_, u)| now < u);
+        // Another writer's lease that ran out stays until the core has deleted the key's copies
+        // ([`Tables::expire`]): a write-through writer let in before would compute its value
+        // from a copy older than that writer's write.
         if exclusive && state.q.iter().any(|&(o, _)| o != owner) {
             self.counts.q_conflicts += 1;
             return false;
@@ -340,52 +345,62 @@ impl Tables {
     }
 
     /// A session's commit, after its data-store commit: `writes` are its keys with their new
-    /// values (write-through) or None (delete). Voids their I leases and returns what each other
-    /// holder must be told, and whether the writer may keep its new values: it held every Q
-    /// lease (if not, its changes went out as deletes) and is live, so the core will tell it of
-    /// later writes.
+    /// values (write-through, which the writer has installed in its own cache already) or None
+    /// (delete). Voids their I leases and returns what each AppNode must be told, and whether
+    /// the writer may keep its new values: it held every Q lease (if not, its changes go out as
+    /// deletes, its own copies included) and is live, so the core will tell it of later writes.
+    ///
+    /// None, changing nothing, while another writer holds a key exclusively whose Q lease this
+    /// session lost: the commit is to be sent again once that writer is done, so that its
+    /// deliveries cannot overtake these deletes.
     ///
     /// Until [`Tables::commit_end`], the session holds a Q lease on every key, without expiry
-    /// (one it had lost is taken again if no other writer holds the key exclusively), so no fill
-    /// and no other writer's delivery overtakes these deliveries; and the holders of deleted
-    /// keys stay listed, so that a second write-around writer of a key, whose Q lease is shared,
-    /// delivers its delete to them too instead of returning before they got the first.
-    pub fn commit_begin(&mut self, owner: Owner, writes: &[Item], now: u64) -> Commit {
+    /// (one it had lost is taken again), so no fill and no other writer's delivery overtakes
+    /// these deliveries; and the holders of deleted keys stay listed, so that a second
+    /// write-around writer of a key, whose Q lease is shared, delivers its delete to them too
+    /// instead of returning before they got the first.
+    pub fn commit_begin(&mut self, owner: Owner, writes: &[Item], now: u64) -> Option<Commit> {
+        let exclusive = self.settings.exclusive_q;
+        let holds = |state: &KeyState| state.q.iter().any(|&(o, u)| o == owner && now < u);
+        let blocked = writes.iter().any(|(key, _)| {
+            self.keys.get(key).is_some_and(|state| {
+                exclusive && !holds(state) && state.q.iter().any(|&(o, _)| o != owner)
+            })
+        });
+        if blocked {
+            return None;
+        }
         self.counts.commits += 1;
         self.counts.keys_written += writes.len() as u64;
         let mut all_held = true;
         let mut deliveries: Vec<Delivery> = Vec::new();
         let mut deleted = Vec::new();
         let live = self.live(owner.node, now);
-        let exclusive = self.settings.exclusive_q;
         for (key, value) in writes {
             let state = self.keys.entry(key.clone()).or_default();
             state.i = None;
             state.void_reads(owner);
-            let held = match state.q.iter_mut().find(|(o, u)| *o == owner && now < *u) {
-                Some(lease) => {
-                    lease.1 = u64::MAX;
-                    true
-                }
-                None => false,
-            };
+            let held = holds(state);
             all_held &= held;
-            // A lost lease is taken again for the deliveries, unless another writer holds the
-            // key exclusively: its own commit then reaches every holder after this one.
-            let mut contested = false;
-            if !held {
-                state.q.retain(|&(o, u)| o != owner && now < u);
-                contested = exclusive && !state.q.is_empty();
-                if !contested {
-                    state.q.push((owner, u64::MAX));
-                    self.q_keys.insert(key.clone());
-                }
-            }
+            state.q.retain(|&(o, _)| o != owner);
+            state.q.push((owner, u64::MAX));
+            self.q_keys.insert(key.clone());
             let item = match value {
                 Some(v) if held => Some(v.clone()),
                 _ => None,
             };
-            for node in state.holders.iter().copied().filter(|&n| n != owner.node) {
+            let keep_writer = item.is_some() && live;
+            // A value the writer installed and may not keep is deleted by a delivery like any
+            // other copy, before the commit ends: deleted afterwards, it could outlive the next
+            // writer's commit.
+            let writer_too = value.is_some() && !keep_writer;
+            let told = state
+                .holders
+                .iter()
+                .copied()
+                .filter(|&n| n != owner.node)
+                .chain(writer_too.then_some(owner.node));
+            for node in told {
                 match deliveries.iter_mut().find(|d| d.node == node) {
                     Some(d) => d.items.push((key.clone(), item.clone())),
                     None => deliveries.push(Delivery {
@@ -394,44 +409,23 @@ impl Tables {
                     }),
                 }
             }
-            // The writer's own copy: the new value if it may keep it, else deleted already.
-            let keep_writer = item.is_some() && live;
             if keep_writer {
                 if !state.holders.contains(&owner.node) {
                     state.holders.push(owner.node);
                 }
-            } else {
-                state.holders.retain(|&n| n != owner.node);
-            }
-            let dropped = if contested {
-                std::mem::take(&mut state.holders)
-            } else {
-                if item.is_none() {
-                    deleted.push(key.clone());
-                }
-                Vec::new()
-            };
-            let node_keys = |n: &mut Node| {
-                if keep_writer {
+                if let Some(n) = self.nodes.get_mut(&owner.node) {
                     n.keys.insert(key.clone());
-                } else {
-                    n.keys.remove(key);
                 }
-            };
-            if let Some(n) = self.nodes.get_mut(&owner.node) {
-                node_keys(n);
             }
-            for node in dropped {
-                if let Some(n) = self.nodes.get_mut(&node) {
-                    n.keys.remove(key);
-                }
+            if item.is_none() {
+                deleted.push(key.clone());
             }
         }
-        Commit {
+        Some(Commit {
             deliveries,
             keep: all_held && live,
             deleted,
-        }
+        })
     }
 
     /// The deliveries of a commit are done: the holders of its deleted keys are unlisted (no
@@ -514,7 +508,6 @@ impl Tables {
     pub fn expire(&mut self, now: u64) -> Commit {
         let mut deliveries: Vec<Delivery> = Vec::new();
         let mut deleted = Vec::new();
-        let exclusive = self.settings.exclusive_q;
         let q_keys: Vec<Vec<u8>> = self.q_keys.iter().cloned().collect();
         for key in q_keys {
             let Some(state) = self.keys.get_mut(&key) else {
@@ -537,20 +530,10 @@ impl Tables {
                     }),
                 }
             }
-            if exclusive && !state.q.is_empty() {
-                // Another writer holds the key; unlist the holders now.
-                for node in std::mem::take(&mut state.holders) {
-                    if let Some(n) = self.nodes.get_mut(&node) {
-                        n.keys.remove(&key);
-                    }
-                }
-            } else {
-                state.q.push((REAPER, u64::MAX));
-                deleted.push(key.clone());
-            }
-            if state.q.is_empty() {
-                self.q_keys.remove(&key);
-            }
+            // No writer can hold the key exclusively meanwhile: `qareg` refused them while the
+            // expired lease was listed.
+            state.q.push((REAPER, u64::MAX));
+            deleted.push(key.clone());
         }
         let r_keys: Vec<Vec<u8>> = self.r_keys.iter().cloned().collect();
         for key in r_keys {
@@ -714,8 +697,12 @@ mod tests {
         through.release(session(1, 1), [b"k".to_vec()]);
         assert!(through.qareg(session(2, 1), b"k", 3));
         assert!(through.qareg(session(3, 1), b"j", 3));
+        // One that ran out keeps others out until the core has deleted the key's copies.
+        assert!(!through.qareg(session(1, 2), b"j", 3 + LEASE));
+        let reaped = through.expire(3 + LEASE);
+        through.commit_end(REAPER, &reaped, reaped.deleted().to_vec());
         assert!(through.qareg(session(1, 2), b"j", 3 + LEASE));
-        assert_eq!(through.counts.q_conflicts, 1);
+        assert_eq!(through.counts.q_conflicts, 2);
     }
 
     #[test]
@@ -729,7 +716,7 @@ mod tests {
         let w = session(a, 7);
         assert!(t.qareg(w, b"k", 2) && t.qareg(w, b"j", 2));
         let items = vec![(b"k".to_vec(), None), (b"j".to_vec(), None)];
-        let commit = t.commit_begin(w, &items, 3);
+        let commit = t.commit_begin(w, &items, 3).unwrap();
         assert!(commit.keep);
         assert_eq!(
             commit.deliveries,
@@ -746,8 +733,8 @@ mod tests {
         );
         assert_eq!(
             t.holders(b"k"),
-            vec![b, c],
-            "the writer's own copy goes at once"
+            vec![a, b, c],
+            "listed until the deliveries are done (the writer deleted its own already)"
         );
         // Until the deliveries are done, no fill: the Q leases stay, past their lease.
         assert_eq!(t.iget(session(b, 1), b"k", 3 + 10 * LEASE), IReply::Writing);
@@ -769,8 +756,8 @@ mod tests {
         let (first, second) = (session(a, 1), session(b, 1));
         assert!(t.qareg(first, b"k", 2) && t.qareg(second, b"k", 2));
         let items = vec![(b"k".to_vec(), None)];
-        let one = t.commit_begin(first, &items, 3);
-        let two = t.commit_begin(second, &items, 4);
+        let one = t.commit_begin(first, &items, 3).unwrap();
+        let two = t.commit_begin(second, &items, 4).unwrap();
         assert_eq!(
             one.deliveries,
             vec![Delivery {
@@ -803,7 +790,7 @@ mod tests {
     fn a_write_through_commit_refreshes_every_copy_and_the_writer_holds_the_value() {
         let (mut t, a, b, w) = a_writes_what_b_holds();
         let items = vec![(b"k".to_vec(), Some(b"v2".to_vec()))];
-        let commit = t.commit_begin(w, &items, 3);
+        let commit = t.commit_begin(w, &items, 3).unwrap();
         assert!(commit.keep);
         assert_eq!(commit.deliveries, vec![Delivery { node: b, items }]);
         t.commit_end(w, &commit, [b"k".to_vec()]);
@@ -814,14 +801,22 @@ mod tests {
     fn a_commit_whose_q_lease_ran_out_sends_deletes() {
         let (mut t, _, b, w) = a_writes_what_b_holds();
         let items = vec![(b"k".to_vec(), Some(b"v2".to_vec()))];
-        let commit = t.commit_begin(w, &items, 2 + LEASE);
+        let commit = t.commit_begin(w, &items, 2 + LEASE).unwrap();
         assert!(!commit.keep);
+        // The writer's own copy, which it installed before committing, goes too.
+        let delete = vec![(b"k".to_vec(), None)];
         assert_eq!(
             commit.deliveries,
-            vec![Delivery {
-                node: b,
-                items: vec![(b"k".to_vec(), None)]
-            }]
+            vec![
+                Delivery {
+                    node: b,
+                    items: delete.clone()
+                },
+                Delivery {
+                    node: w.node,
+                    items: delete
+                },
+            ]
         );
         // The lost lease is taken again while the deletes go out.
         assert_eq!(t.iget(session(b, 1), b"k", 3 + LEASE), IReply::Writing);
@@ -830,38 +825,75 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_lease_another_writer_holds_exclusively_sends_deletes_and_unlists_at_once() {
+    fn an_expired_lease_keeps_writers_and_fills_out_until_its_copies_are_deleted() {
         let mut t = tables(true);
         let (a, b, c) = (node(&mut t, 0), node(&mut t, 0), node(&mut t, 0));
         fill(&mut t, c, b"k", 1);
-        assert!(t.qareg(session(a, 1), b"k", 2));
-        assert!(t.qareg(session(b, 1), b"k", 2 + LEASE));
-        let items = vec![(b"k".to_vec(), Some(b"v2".to_vec()))];
-        let commit = t.commit_begin(session(a, 1), &items, 3 + LEASE);
+        let (wa, wb) = (session(a, 1), session(b, 1));
+        assert!(t.qareg(wa, b"k", 2));
+        // a's lease runs out (a may have committed to the data store): until the core has
+        // deleted k's copies, b would compute from one, and a fill could be older than a's write.
+        assert!(!t.qareg(wb, b"k", 2 + LEASE));
+        assert_eq!(t.iget(session(c, 2), b"k", 2 + LEASE), IReply::Writing);
+        let reaped = t.expire(2 + LEASE);
+        let delete = vec![(b"k".to_vec(), None)];
+        assert_eq!(
+            reaped.deliveries,
+            vec![Delivery {
+                node: c,
+                items: delete.clone()
+            }]
+        );
+        assert!(
+            !t.qareg(wb, b"k", 2 + LEASE),
+            "not until the deletes are delivered"
+        );
+        t.commit_end(REAPER, &reaped, reaped.deleted().to_vec());
+        assert!(t.holders(b"k").is_empty());
+        assert!(t.qareg(wb, b"k", 3 + LEASE));
+        // a's commit comes late, while b holds k: it is blocked and changes nothing.
+        let late = vec![(b"k".to_vec(), Some(b"from a".to_vec()))];
+        assert_eq!(t.commit_begin(wa, &late, 4 + LEASE), None);
+        let mine = vec![(b"k".to_vec(), Some(b"from b".to_vec()))];
+        let commit = t.commit_begin(wb, &mine, 5 + LEASE).unwrap();
+        assert!(commit.keep);
+        t.commit_end(wb, &commit, [b"k".to_vec()]);
+        // Then it goes through as deletes, of b's copy and of the one a installed itself.
+        let commit = t.commit_begin(wa, &late, 6 + LEASE).unwrap();
         assert!(!commit.keep);
         assert_eq!(
             commit.deliveries,
-            vec![Delivery {
-                node: c,
-                items: vec![(b"k".to_vec(), None)]
-            }]
+            vec![
+                Delivery {
+                    node: b,
+                    items: delete.clone()
+                },
+                Delivery {
+                    node: a,
+                    items: delete
+                },
+            ]
         );
+        t.commit_end(wa, &commit, [b"k".to_vec()]);
         assert!(t.holders(b"k").is_empty());
-        assert!(!t.qareg(session(c, 1), b"k", 4 + LEASE), "b still holds it");
     }
 
     #[test]
     fn a_commit_voids_a_miss_that_raced_it() {
         let mut t = tables(false);
         let (a, b) = (node(&mut t, 0), node(&mut t, 0));
-        // The reader's lease came after the writer's Q lease ran out.
+        // The reader's lease came after the writer's Q lease ran out and the core reaped it.
         let w = session(a, 7);
         assert!(t.qareg(w, b"k", 0));
+        let reaped = t.expire(LEASE);
+        t.commit_end(REAPER, &reaped, reaped.deleted().to_vec());
         assert!(matches!(
             t.iget(session(b, 1), b"k", LEASE),
             IReply::Granted { .. }
         ));
-        let commit = t.commit_begin(w, &[(b"k".to_vec(), None)], LEASE + 1);
+        let commit = t
+            .commit_begin(w, &[(b"k".to_vec(), None)], LEASE + 1)
+            .unwrap();
         assert!(!commit.keep);
         assert!(!t.iset(session(b, 1), b"k", LEASE + 2));
     }
