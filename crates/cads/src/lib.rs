@@ -578,6 +578,10 @@ impl Cads {
                     .and_then(|(_, v)| cs.result_from_cache(query, &[v])),
                 _ => None,
             };
+            // A miss is counted by the session that reads the key next.
+            if hit.is_some() {
+                node.local.count(1, 0);
+            }
             return hit.map_or(SingleRead::SessionPath, SingleRead::Hit);
         }
         let Some(client) = &self.cache else {

@@ -473,8 +473,9 @@ impl<'a> Session<'a> {
         // Ingest: the keys granted in the last round that other AppNodes hold, and where.
         let mut held_elsewhere: Vec<(Vec<u8>, Vec<Vec<u8>>)> = Vec::new();
         let sas = self.sas.as_mut().expect("checked");
+        let mut first = true;
         loop {
-            values = sas.lookup(&keys);
+            values = sas.lookup(&keys, std::mem::take(&mut first));
             if values.iter().all(Option::is_some) {
                 let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
                 if let Some(output) = cs.result_from_cache(query, &cached) {

@@ -83,16 +83,15 @@ impl LocalCache {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The copy of `key` and its version, counted as a hit or a miss.
+    /// The copy of `key` and its version (a use, for eviction).
     pub(crate) fn get(&self, key: &[u8]) -> Option<(u64, Vec<u8>)> {
-        let found = self.shard(key).store.get(key, 0).map(|e| split(&e.value));
-        let counter = if found.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        found
+        self.shard(key).store.get(key, 0).map(|e| split(&e.value))
+    }
+
+    /// Counts reads of keys: each key once per read, however often the read looked it up.
+    pub(crate) fn count(&self, hits: u64, misses: u64) {
+        self.hits.fetch_add(hits, Ordering::Relaxed);
+        self.misses.fetch_add(misses, Ordering::Relaxed);
     }
 
     /// The copy of `key` without counting or touching its recency.
@@ -247,7 +246,7 @@ mod tests {
         let token = cache.begin_fill(b"k");
         cache.apply(&[(b"k".to_vec(), None)]);
         assert_eq!(cache.finish_fill(b"k", token, b"old", || true), None);
-        assert_eq!(cache.get(b"k"), None);
+        assert_eq!(cache.peek(b"k"), None);
         // A fill begun after the delivery is installed.
         let token = cache.begin_fill(b"k");
         let version = cache.finish_fill(b"k", token, b"new", || true).unwrap();

@@ -143,15 +143,22 @@ impl SasSession {
     }
 
     /// The AppNode's copies of `keys` (None where it has none); hits are remembered, so that
-    /// [`SasSession::reads_hold`] can check them at the end.
-    pub(crate) fn lookup(&mut self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
-        keys.iter()
+    /// `reads_fit` can check them at the end. `first`: the read's first look, which the
+    /// AppNode's hit and miss counters count.
+    pub(crate) fn lookup(&mut self, keys: &[Vec<u8>], first: bool) -> Vec<Option<Vec<u8>>> {
+        let values: Vec<Option<Vec<u8>>> = keys
+            .iter()
             .map(|key| {
                 let (version, value) = self.node.get(key)?;
                 self.reads.push((key.clone(), version));
                 Some(value)
             })
-            .collect()
+            .collect();
+        if first {
+            let hits = values.iter().filter(|v| v.is_some()).count() as u64;
+            self.node.local.count(hits, values.len() as u64 - hits);
+        }
+        values
     }
 
     /// I leases on `keys`, which missed.
