@@ -1294,12 +1294,8 @@ impl<'a> Session<'a> {
             }
             return Err(e.into());
         }
-        if let Some(mut sas) = self.sas.take() {
-            if self.read_only() && !sas.reads_fit(false) {
-                return Err(Error::Aborted {
-                    reason: "a cached value this session read was changed by a writer".into(),
-                });
-            }
+        // SAS: pre-commit checked the reads (`pre_commit_sas`), read-only sessions' too.
+        if let Some(sas) = self.sas.take() {
             failpoints::before_cache_commit();
             return sas.commit(self.cads.config());
         }
