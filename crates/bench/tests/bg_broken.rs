@@ -75,6 +75,12 @@ fn the_soar_search_records_its_probes() {
     assert_eq!((soar.socialites, r.threads), (4, 4));
     assert_eq!(r.throughput, soar.soar);
     assert!(soar.best_throughput >= soar.soar);
+    // The summary's SoAR is the best probe's throughput, not the run at the most threads.
+    let summary = &cads_bench::bg::summarize(&records)[0];
+    assert_eq!(
+        (summary.throughput, summary.threads),
+        (soar.best_throughput, soar.best_threads as f64)
+    );
     let json = serde_json::to_value(r).unwrap();
     assert_record_keys(&json, "bg", &["soar"]);
 }

@@ -127,6 +127,16 @@ impl BgRecord {
         }
     }
 
+    /// The throughput and threads the summary shows: with a search, the SoAR (the highest
+    /// throughput of a probe that met the SLA, which need not be the run at the most threads
+    /// that met it) and its probe's threads.
+    fn soar_or_throughput(&self) -> (f64, usize) {
+        match &self.detail.soar {
+            Some(s) => (s.best_throughput, s.best_threads),
+            None => (self.throughput, self.threads),
+        }
+    }
+
     /// Stale reads and lost writes (of every run of a search) and cached keys that differ from
     /// the data store.
     pub fn anomalies(&self) -> u64 {
@@ -155,7 +165,7 @@ pub struct BgSummary {
     pub throughput: f64,
     /// Every run's.
     pub throughputs: Vec<f64>,
-    /// Median threads (Socialites, with a search).
+    /// Median threads (of the SoAR's probe, with a search).
     pub threads: f64,
     /// Median p95 latency of all actions, µs.
     pub p95_us: f64,
@@ -179,14 +189,14 @@ pub fn summarize(records: &[BgRecord]) -> Vec<BgSummary> {
             let of = |f: &dyn Fn(&BgRecord) -> Option<f64>| {
                 median(runs.iter().filter_map(|r| f(r)).collect())
             };
-            let throughputs: Vec<f64> = runs.iter().map(|r| r.throughput).collect();
+            let throughputs: Vec<f64> = runs.iter().map(|r| r.soar_or_throughput().0).collect();
             BgSummary {
                 workload: workload.to_string(),
                 policy: policy.to_string(),
                 runs: runs.len(),
                 throughput: median(throughputs.clone()).unwrap_or(0.0),
                 throughputs,
-                threads: of(&|r| Some(r.threads as f64)).unwrap_or(0.0),
+                threads: of(&|r| Some(r.soar_or_throughput().1 as f64)).unwrap_or(0.0),
                 p95_us: of(&|r| Some(r.detail.latency_all_us.p95 as f64)).unwrap_or(0.0),
                 hit_ratio: of(&|r| r.hit_ratio),
                 anomalies: runs.iter().map(|r| r.anomalies()).sum(),
@@ -210,7 +220,7 @@ pub fn summarize(records: &[BgRecord]) -> Vec<BgSummary> {
 /// The summary as a Markdown table; `soar` names the throughput column after the search.
 pub fn render_summary(summaries: &[BgSummary], soar: bool) -> String {
     let (rate, threads) = if soar {
-        ("SoAR actions/s", "socialites")
+        ("SoAR actions/s", "at threads")
     } else {
         ("actions/s", "threads")
     };
