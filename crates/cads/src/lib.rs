@@ -33,6 +33,7 @@ mod attempts;
 mod background;
 mod cache_store;
 mod combining;
+pub mod cpr;
 pub mod documents;
 mod error;
 pub mod failpoints;

@@ -9,6 +9,7 @@ use cads_client::{ClientError, MarkOp, Write};
 use cads_store::{DocOp, StoreError};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
+use crate::cpr::SessionLeases;
 use crate::error::{Error, Result};
 use crate::failpoints;
 use crate::gemini::{self, Routes};
@@ -68,6 +69,8 @@ pub struct Session<'a> {
     secondary_deletes: Vec<(usize, Vec<u8>)>,
     /// SAS: the session's leases and reads with the SAS core, when the cache is in-process.
     sas: Option<SasSession>,
+    /// CPR: the interval leases of the session's range writes, held until it ends.
+    cpr: SessionLeases,
 }
 
 impl<'a> Session<'a> {
@@ -115,7 +118,18 @@ impl<'a> Session<'a> {
             routes,
             secondary_deletes: Vec::new(),
             sas: cads.sas_node().map(SasSession::new),
+            cpr: SessionLeases::default(),
         }
+    }
+
+    /// The framework the session runs in.
+    pub(crate) fn framework(&self) -> &'a Cads {
+        self.cads
+    }
+
+    /// CPR: the session's interval leases.
+    pub(crate) fn cpr(&mut self) -> &mut SessionLeases {
+        &mut self.cpr
     }
 
     /// Gemini: a cache error that may mean the configuration changed (a refusal by a newer
@@ -1252,6 +1266,13 @@ impl<'a> Session<'a> {
     /// (`commitSession`). If the data store refuses, the cache session is aborted: nothing of the
     /// session is visible anywhere.
     pub fn commit(mut self) -> Result<()> {
+        let cpr = std::mem::take(&mut self.cpr);
+        let committed = self.commit_session();
+        cpr.end(committed.is_ok());
+        committed
+    }
+
+    fn commit_session(mut self) -> Result<()> {
         if let Err(e) = self.pre_commit() {
             self.abort();
             return Err(e);

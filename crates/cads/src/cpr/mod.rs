@@ -1,0 +1,652 @@
+//! CPR (002): range predicates cached, and kept consistent with the data store.
+//!
+//! A [`Dendrite`] owns the ranges of one ordered attribute of a collection: a document field
+//! indexed for range scans, or the document id. [`Dendrite::get`] returns the documents whose
+//! attribute lies in `[lo, hi]`, from one cache entry per predicate when it is cached (002's
+//! β = 100%: each predicate's whole result); writes go through the Dendrite
+//! ([`Dendrite::insert`], [`Dendrite::put`], [`Dendrite::update`], [`Dendrite::delete`]), which
+//! finds the cached results they change and deletes them (write-around) or changes them in place
+//! (write-through). The application names no interval: the Dendrite takes it from the documents.
+//!
+//! Three structures live in the Dendrite, as 002 §2 has them:
+//! - **PrInT** (an interval tree, `cpr/intervals.rs`): the intervals whose results are cached, and their
+//!   cache keys. A write looks up the intervals it overlaps.
+//! - **LeMInT** (`cpr/lemint.rs`): Shared leases taken by a get that missed, from before its query to
+//!   after its result is cached and entered in PrInT; eXclusive leases taken by a write, held to
+//!   the end of its session. A miss and a write on overlapping intervals never run together, so
+//!   a result computed before a write is never cached after it (Fig. 3a, 3b).
+//! - The CMIs' I and Q leases on the result keys, through the session, as for any key.
+//!
+//! What is not built yet (issue 15): write-back and BuWrInT, β below 100%, the log records that
+//! let another Dendrite rebuild PrInT, and ranges leased by the coordinator. Until then a
+//! Dendrite must be the only writer of its collection and lives in one process: its cache keys
+//! carry a generation drawn when it is made, so a new Dendrite never reads results that an
+//! earlier one (whose PrInT is gone) cached.
+
+pub(crate) mod intervals;
+pub(crate) mod lemint;
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cads_store::{DocOp, DocWrite, Document, FieldKind, StoreError};
+use serde_json::Value;
+
+use crate::cache_store::{CacheChange, CacheStore};
+use crate::documents::Collection;
+use crate::error::{Error, Result};
+use crate::tx::StoreTx;
+use crate::{Cads, Policy, Session};
+pub use intervals::Interval;
+use intervals::IntervalTree;
+use lemint::{LeaseGuard, LeaseTable, Mode, Owner};
+
+/// A value of a Dendrite's attribute. `Absent` stands for a document without the field (no
+/// range holds it); it orders before every value.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Point {
+    Absent,
+    Int(i64),
+    Text(String),
+}
+
+impl Point {
+    fn kind(&self) -> Option<FieldKind> {
+        match self {
+            Point::Absent => None,
+            Point::Int(_) => Some(FieldKind::Int),
+            Point::Text(_) => Some(FieldKind::Text),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            Point::Absent => Value::Null,
+            Point::Int(n) => Value::from(*n),
+            Point::Text(s) => Value::from(s.as_str()),
+        }
+    }
+
+    /// Appends an unambiguous form of the point to a cache key.
+    fn encode(&self, out: &mut String) {
+        match self {
+            Point::Absent => out.push('-'),
+            Point::Int(n) => out.push_str(&format!("i{n}")),
+            Point::Text(s) => out.push_str(&format!("t{}.{s}", s.len())),
+        }
+    }
+}
+
+/// How a Dendrite is set up (002 §2, `Initialize`).
+#[derive(Clone, Debug)]
+pub struct DendriteConfig {
+    /// The attribute: an indexed field of the collection, or None for the document id.
+    pub field: Option<String>,
+    /// The field's kind (the id is text).
+    pub kind: FieldKind,
+    /// The lowest and highest values a range may name (optional).
+    pub min: Option<Point>,
+    pub max: Option<Point>,
+    /// The most documents one range may hold; a get of a larger one is an error.
+    pub max_results: usize,
+    /// How long a get that missed, or a write, waits for a conflicting lease on its interval
+    /// (only a session that holds no lease of this Dendrite waits; see docs/ARCHITECTURE.md, "CPR").
+    pub lease_wait: Duration,
+}
+
+impl DendriteConfig {
+    /// Ranges of document ids.
+    pub fn by_id() -> DendriteConfig {
+        DendriteConfig {
+            field: None,
+            kind: FieldKind::Text,
+            min: None,
+            max: None,
+            max_results: 1000,
+            lease_wait: Duration::from_secs(5),
+        }
+    }
+
+    /// Ranges of an indexed field of this kind.
+    pub fn by_field(field: &str, kind: FieldKind) -> DendriteConfig {
+        DendriteConfig {
+            field: Some(field.to_string()),
+            kind,
+            ..DendriteConfig::by_id()
+        }
+    }
+}
+
+/// What a Dendrite counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DendriteStats {
+    /// Gets, and those that queried the data store.
+    pub gets: u64,
+    pub misses: u64,
+    /// Intervals in PrInT now.
+    pub cached_intervals: usize,
+    /// Writes, and the cached results they changed or deleted.
+    pub writes: u64,
+    pub results_changed: u64,
+    /// Gets that missed and writes that waited for a conflicting interval lease.
+    pub lease_waits: u64,
+    /// Interval leases held now.
+    pub leases_held: usize,
+}
+
+/// The owner of the ranges of one attribute of one collection.
+#[derive(Clone)]
+pub struct Dendrite {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    collection: Collection,
+    config: DendriteConfig,
+    /// Drawn at creation; part of every key (see the module's documentation).
+    generation: u64,
+    /// PrInT: cached intervals and their keys.
+    print: Mutex<IntervalTree<Point, Vec<u8>>>,
+    /// LeMInT.
+    lemint: Arc<LeaseTable<Point>>,
+    gets: AtomicU64,
+    misses: AtomicU64,
+    writes: AtomicU64,
+    results_changed: AtomicU64,
+}
+
+/// A session's part in CPR: its owner id in LeMInT, the eXclusive leases its writes hold until
+/// it ends, and what its commit does to PrInT.
+#[derive(Default)]
+pub(crate) struct SessionLeases {
+    owner: Option<Owner>,
+    held: Vec<LeaseGuard<Point>>,
+    on_commit: Vec<Box<dyn FnOnce() + Send>>,
+    /// Documents the session wrote through a Dendrite by field (its generation, the id), as its
+    /// writes leave them: the data store has them only once it commits.
+    written: Vec<((u64, String), Option<Document>)>,
+}
+
+impl SessionLeases {
+    fn owner(&mut self) -> Owner {
+        *self.owner.get_or_insert_with(lemint::next_owner)
+    }
+
+    /// The session ended: what its commit does to PrInT (if it committed) happens before its
+    /// leases go, so no get can cache a result in between.
+    pub(crate) fn end(self, committed: bool) {
+        if committed {
+            for f in self.on_commit {
+                f();
+            }
+        }
+        drop(self.held);
+    }
+}
+
+impl Dendrite {
+    /// A Dendrite for `config`'s attribute of `collection` under `cads`'s policy. CPR is built for
+    /// write-around and write-through on CMIs (and the data store alone, where a get is a scan);
+    /// the other policies and modes are refused.
+    pub fn new(cads: &Cads, collection: &Collection, config: DendriteConfig) -> Result<Dendrite> {
+        let refused = match cads.policy() {
+            Policy::WriteBack => Some("write-back"),
+            Policy::CacheAside => Some("cache-aside"),
+            _ if cads.config().sas.is_some() => Some("SAS"),
+            _ if cads.config().tardis.is_some() => Some("TARDIS"),
+            _ if cads.config().gemini => Some("Gemini"),
+            _ => None,
+        };
+        if let Some(what) = refused {
+            return Err(Error::App(format!(
+                "CPR range caching is built for write-around and write-through, not {what}"
+            )));
+        }
+        if config.field.is_none() && config.kind != FieldKind::Text {
+            return Err(Error::App(
+                "document ids are text: a Dendrite by id needs FieldKind::Text".into(),
+            ));
+        }
+        for bound in [&config.min, &config.max].into_iter().flatten() {
+            if bound.kind() != Some(config.kind) {
+                return Err(Error::App(format!(
+                    "a domain bound of the wrong kind: {bound:?}"
+                )));
+            }
+        }
+        if config.max_results == 0 {
+            return Err(Error::App("max_results must be at least 1".into()));
+        }
+        let mut generation = [0u8; 8];
+        getrandom::fill(&mut generation).map_err(|e| Error::App(format!("no randomness: {e}")))?;
+        Ok(Dendrite {
+            inner: Arc::new(Inner {
+                collection: collection.clone(),
+                config,
+                generation: u64::from_le_bytes(generation),
+                print: Mutex::new(IntervalTree::new()),
+                lemint: Arc::new(LeaseTable::default()),
+                gets: AtomicU64::new(0),
+                misses: AtomicU64::new(0),
+                writes: AtomicU64::new(0),
+                results_changed: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn collection(&self) -> &Collection {
+        &self.inner.collection
+    }
+
+    pub fn stats(&self) -> DendriteStats {
+        let i = &self.inner;
+        DendriteStats {
+            gets: i.gets.load(Ordering::Relaxed),
+            misses: i.misses.load(Ordering::Relaxed),
+            cached_intervals: i.print.lock().expect("PrInT poisoned").len(),
+            writes: i.writes.load(Ordering::Relaxed),
+            results_changed: i.results_changed.load(Ordering::Relaxed),
+            lease_waits: i.lemint.waits(),
+            leases_held: i.lemint.len(),
+        }
+    }
+
+    /// The documents whose attribute lies in `[lo, hi]`, in order of it (then of id): from the
+    /// cache when the range's result is cached, else from the data store, caching the result
+    /// (Fig. 3a).
+    pub fn get(
+        &self,
+        s: &mut Session<'_>,
+        lo: &Point,
+        hi: &Point,
+    ) -> Result<Vec<(String, Document)>> {
+        let inner = &self.inner;
+        let interval = inner.range(lo, hi)?;
+        inner.gets.fetch_add(1, Ordering::Relaxed);
+        let owner = s.cpr().owner();
+        if !s.framework().has_cache() || inner.lemint.writes(&interval, owner) {
+            // No cache, or this session writes into the range: its result may hold what the
+            // session has not committed, so it is not cached.
+            inner.misses.fetch_add(1, Ordering::Relaxed);
+            return Ok(inner.scan(s.tx(), &interval)?);
+        }
+        let query = RangeQuery {
+            key: inner.key(&interval),
+            interval,
+            owner,
+            shared: Mutex::new(None),
+        };
+        let result = s.read(&Ranges(inner), &query);
+        if let Some(lease) = query.shared.into_inner().expect("not poisoned") {
+            // A miss: the result (if the fill was taken) is cached; PrInT learns of it before the
+            // Shared lease goes, so a write that follows finds it.
+            inner.misses.fetch_add(1, Ordering::Relaxed);
+            inner
+                .print
+                .lock()
+                .expect("PrInT poisoned")
+                .insert(query.interval, query.key);
+            drop(lease);
+        }
+        result
+    }
+
+    /// Inserts a new document (the commit fails with a constraint error if its id exists).
+    pub fn insert(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
+        self.write(s, id, DocOp::Insert(document))
+    }
+
+    /// Inserts or replaces a document.
+    pub fn put(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
+        self.write(s, id, DocOp::Put(document))
+    }
+
+    /// Applies change operators to a document (nothing if it is missing).
+    pub fn update(
+        &self,
+        s: &mut Session<'_>,
+        id: &str,
+        changes: cads_store::Changes,
+    ) -> Result<()> {
+        self.write(s, id, DocOp::Update(changes))
+    }
+
+    pub fn delete(&self, s: &mut Session<'_>, id: &str) -> Result<()> {
+        self.write(s, id, DocOp::Delete)
+    }
+
+    /// Fig. 3b: an eXclusive lease on the interval the write touches, then every cached result
+    /// overlapping it deleted (write-around) or changed (write-through) with the write.
+    fn write(&self, s: &mut Session<'_>, id: &str, op: DocOp) -> Result<()> {
+        let inner = &self.inner;
+        cads_store::validate_id(id)?;
+        let policy = s.framework().policy();
+        if policy == Policy::DataStoreOnly {
+            return s.write(&inner.collection, &(id.to_string(), op));
+        }
+        inner.writes.fetch_add(1, Ordering::Relaxed);
+        let (lease, after) = inner.lease_for_write(s, id, &op)?;
+        let entries: Vec<(Vec<u8>, Interval<Point>)> = inner
+            .print
+            .lock()
+            .expect("PrInT poisoned")
+            .overlapping(lease.interval())
+            .into_iter()
+            .map(|(interval, key)| (key.clone(), interval.clone()))
+            .collect();
+        s.cpr().held.push(lease);
+        inner
+            .results_changed
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        let write = RangeWrite {
+            id: id.to_string(),
+            op,
+            after,
+            entries,
+        };
+        s.write(&Ranges(inner), &write)?;
+        if policy == Policy::WriteAround && !write.entries.is_empty() {
+            // The results are deleted at commit; so are their intervals, before the lease goes.
+            let gone: Vec<Interval<Point>> = write.entries.into_iter().map(|(_, i)| i).collect();
+            let inner = self.inner.clone();
+            s.cpr().on_commit.push(Box::new(move || {
+                let mut print = inner.print.lock().expect("PrInT poisoned");
+                for interval in &gone {
+                    print.remove(interval);
+                }
+            }));
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn point_of(&self, id: &str, document: &Document) -> Point {
+        point_in(self.config.field.as_deref(), self.config.kind, id, document)
+    }
+
+    /// `[lo, hi]` checked against the Dendrite's kind and domain.
+    fn range(&self, lo: &Point, hi: &Point) -> Result<Interval<Point>> {
+        let c = &self.config;
+        for p in [lo, hi] {
+            if p.kind() != Some(c.kind) {
+                return Err(Error::App(format!(
+                    "a range bound of the wrong kind: {p:?} (the attribute is {:?})",
+                    c.kind
+                )));
+            }
+        }
+        if c.min.as_ref().is_some_and(|min| lo < min) || c.max.as_ref().is_some_and(|max| hi > max)
+        {
+            return Err(Error::App(format!(
+                "range [{lo:?}, {hi:?}] outside the domain"
+            )));
+        }
+        Interval::new(lo.clone(), hi.clone())
+            .ok_or_else(|| Error::App(format!("empty range: {lo:?} > {hi:?}")))
+    }
+
+    /// The cache key of a range's result.
+    fn key(&self, interval: &Interval<Point>) -> Vec<u8> {
+        let mut key = format!("cpr:{:x}:{}:", self.generation, self.collection.name());
+        match &self.config.field {
+            None => key.push_str("id"),
+            Some(f) => key.push_str(&format!("f{}.{f}", f.len())),
+        }
+        key.push(':');
+        interval.lo.encode(&mut key);
+        key.push(':');
+        interval.hi.encode(&mut key);
+        key.into_bytes()
+    }
+
+    /// The range's documents from the data store.
+    fn scan(
+        &self,
+        tx: &mut StoreTx<'_>,
+        interval: &Interval<Point>,
+    ) -> Result<Vec<(String, Document)>, StoreError> {
+        let (lo, hi) = (interval.lo.to_json(), interval.hi.to_json());
+        let max = self.config.max_results;
+        let rows = tx.documents().scan(
+            self.collection.name(),
+            self.config.field.as_deref(),
+            Bound::Included(&lo),
+            Bound::Included(&hi),
+            max + 1,
+        )?;
+        if rows.len() > max {
+            return Err(StoreError::Invalid(format!(
+                "the range [{:?}, {:?}] holds more than {max} documents (the Dendrite's max_results)",
+                interval.lo, interval.hi
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// The eXclusive lease for a write of `id`, and the document after the write where the
+    /// Dendrite had to read it. By id, the interval is the id. By field, it spans the document's
+    /// value before and after the write, read from the data store; once the lease is held no
+    /// other write can move the document, so the value is read again and the lease taken anew
+    /// if a write moved it in between.
+    fn lease_for_write(
+        &self,
+        s: &mut Session<'_>,
+        id: &str,
+        op: &DocOp,
+    ) -> Result<(LeaseGuard<Point>, Option<Document>)> {
+        let owner = s.cpr().owner();
+        let wait = self.config.lease_wait;
+        let acquire = |interval: Interval<Point>| {
+            self.lemint
+                .acquire(interval.clone(), owner, Mode::Exclusive, wait)
+                .map_err(|c| Error::Aborted {
+                    reason: format!(
+                        "CPR: interval [{:?}, {:?}] holds a {:?} lease",
+                        interval.lo, interval.hi, c.held
+                    ),
+                })
+        };
+        if self.config.field.is_none() {
+            let point = Point::Text(id.to_string());
+            let after = match op {
+                DocOp::Insert(d) | DocOp::Put(d) => Some(d.clone()),
+                _ => None,
+            };
+            return Ok((
+                acquire(Interval::new(point.clone(), point).expect("a point"))?,
+                after,
+            ));
+        }
+        let span = |before: &Option<Document>, after: &Option<Document>| {
+            let [at, to] =
+                [before, after].map(|d| d.as_ref().map_or(Point::Absent, |d| self.point_of(id, d)));
+            Interval::new(at.clone().min(to.clone()), at.max(to)).expect("ordered")
+        };
+        let written = (self.generation, id.to_string());
+        let mine = s.cpr().written.iter().position(|(w, _)| *w == written);
+        if let Some(at) = mine {
+            // Written earlier in this session: its lease covers where that write left it.
+            let before = s.cpr().written[at].1.clone();
+            let after = op.apply(before.clone())?;
+            let lease = acquire(span(&before, &after))?;
+            s.cpr().written[at].1 = after.clone();
+            return Ok((lease, after));
+        }
+        const ATTEMPTS: usize = 8;
+        for _ in 0..ATTEMPTS {
+            let before = s.tx().documents().get(self.collection.name(), id)?;
+            let after = op.apply(before.clone())?;
+            let interval = span(&before, &after);
+            let lease = acquire(interval)?;
+            let now = s.tx().documents().get(self.collection.name(), id)?;
+            if span(&now, &now) == span(&before, &before) {
+                s.cpr().written.push((written, after.clone()));
+                return Ok((lease, after));
+            }
+        }
+        Err(Error::Aborted {
+            reason: format!("CPR: document {id} kept moving while its write waited"),
+        })
+    }
+}
+
+/// A get: the range, its key, and the Shared lease its miss takes.
+struct RangeQuery {
+    interval: Interval<Point>,
+    key: Vec<u8>,
+    owner: Owner,
+    shared: Mutex<Option<LeaseGuard<Point>>>,
+}
+
+/// A write through a Dendrite: the document's write, the document after it when known, and the
+/// cached results it overlaps (key, interval).
+struct RangeWrite {
+    id: String,
+    op: DocOp,
+    after: Option<Document>,
+    entries: Vec<(Vec<u8>, Interval<Point>)>,
+}
+
+/// The session's view of a Dendrite's results.
+struct Ranges<'d>(&'d Inner);
+
+fn encode(result: &[(String, Document)]) -> Vec<u8> {
+    serde_json::to_vec(result).expect("documents serialize")
+}
+
+fn decode(bytes: &[u8]) -> Option<Vec<(String, Document)>> {
+    serde_json::from_slice(bytes).ok()
+}
+
+impl CacheStore for Ranges<'_> {
+    type Query = RangeQuery;
+    type Write = RangeWrite;
+    type Output = Vec<(String, Document)>;
+
+    fn keys_read(&self, query: &RangeQuery) -> Vec<Vec<u8>> {
+        vec![query.key.clone()]
+    }
+
+    fn result_from_cache(&self, _query: &RangeQuery, values: &[Vec<u8>]) -> Option<Self::Output> {
+        values.first().and_then(|v| decode(v))
+    }
+
+    /// A miss: the Shared lease on the interval first (Fig. 3a line 6), kept by the query until
+    /// the result is in PrInT.
+    fn query_store(
+        &self,
+        query: &RangeQuery,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Self::Output, StoreError> {
+        let mut shared = query.shared.lock().expect("not poisoned");
+        if shared.is_none() {
+            let lease = self
+                .0
+                .lemint
+                .acquire(
+                    query.interval.clone(),
+                    query.owner,
+                    Mode::Shared,
+                    self.0.config.lease_wait,
+                )
+                .map_err(|c| {
+                    StoreError::Conflict(format!(
+                        "CPR: a {:?} lease on an interval overlapping [{:?}, {:?}]",
+                        c.held, query.interval.lo, query.interval.hi
+                    ))
+                })?;
+            *shared = Some(lease);
+        }
+        drop(shared);
+        self.0.scan(tx, &query.interval)
+    }
+
+    fn entries(&self, query: &RangeQuery, output: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![(query.key.clone(), encode(output))]
+    }
+
+    fn keys_written(&self, write: &RangeWrite) -> Vec<Vec<u8>> {
+        let mut keys = vec![self.0.collection.key(&write.id)];
+        keys.extend(write.entries.iter().map(|(k, _)| k.clone()));
+        keys
+    }
+
+    fn write_store(&self, write: &RangeWrite, tx: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        tx.write_document(DocWrite {
+            collection: self.0.collection.name().to_string(),
+            id: write.id.clone(),
+            op: write.op.clone(),
+        });
+        Ok(())
+    }
+
+    /// Write-through: the document's own entry as the document layer changes it; each cached
+    /// result read, changed and written back (the Cache Update Func of Fig. 3b).
+    fn cache_change(&self, write: &RangeWrite, key: &[u8]) -> CacheChange {
+        let Some((_, interval)) = write.entries.iter().find(|(k, _)| k == key) else {
+            return self
+                .0
+                .collection
+                .cache_change(&(write.id.clone(), write.op.clone()), key);
+        };
+        let interval = interval.clone();
+        let id = write.id.clone();
+        let op = write.op.clone();
+        let after = write.after.clone();
+        let field = self.0.config.field.clone();
+        let kind = self.0.config.kind;
+        let max = self.0.config.max_results;
+        CacheChange::Modify(Box::new(move |cached| {
+            let mut result = decode(cached)?;
+            let at = result.iter().position(|(i, _)| *i == id);
+            let document = match (&op, at) {
+                (DocOp::Delete, _) => None,
+                (DocOp::Insert(d) | DocOp::Put(d), _) => Some(d.clone()),
+                (DocOp::Update(changes), Some(at)) => {
+                    let mut d = result[at].1.clone();
+                    // A change the document cannot take fails the write in the data store too;
+                    // the entry goes.
+                    changes.apply(&mut d).ok()?;
+                    Some(d)
+                }
+                // Not in the result: by id, the document does not exist (the result holds every
+                // id of the range); by field, `after` is what the write makes of it.
+                (DocOp::Update(_), None) => after,
+            };
+            if let Some(at) = at {
+                result.remove(at);
+            }
+            if let Some(document) = document {
+                let point = point_in(field.as_deref(), kind, &id, &document);
+                if interval.contains(&point) {
+                    let place = result
+                        .binary_search_by(|(i, d)| {
+                            (point_in(field.as_deref(), kind, i, d), i.as_str())
+                                .cmp(&(point.clone(), id.as_str()))
+                        })
+                        .unwrap_or_else(|p| p);
+                    result.insert(place, (id, document));
+                }
+            }
+            // A result grown past the bound is dropped: the next get reports it as too large.
+            (result.len() <= max).then(|| encode(&result))
+        }))
+    }
+}
+
+/// The point of a document on an attribute: its id, or the field's value if of the kind.
+fn point_in(field: Option<&str>, kind: FieldKind, id: &str, document: &Document) -> Point {
+    match field {
+        None => Point::Text(id.to_string()),
+        Some(field) => match (document.get(field), kind) {
+            (Some(Value::Number(n)), FieldKind::Int) => {
+                n.as_i64().map_or(Point::Absent, Point::Int)
+            }
+            (Some(Value::String(s)), FieldKind::Text) => Point::Text(s.clone()),
+            _ => Point::Absent,
+        },
+    }
+}

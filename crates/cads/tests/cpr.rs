@@ -1,0 +1,385 @@
+//! CPR (002): range results cached through a Dendrite, and every write that changes a cached
+//! range reflected in its next get, under write-around and write-through, by id and by field.
+
+mod common;
+
+use cads::cpr::{Dendrite, DendriteConfig, Point};
+use cads::documents::Collection;
+use cads::{Cads, Config, Policy};
+use cads_store::{Document, FieldKind};
+use common::{changes, doc, Deployment};
+use serde_json::json;
+
+const POLICIES: [Policy; 3] = [
+    Policy::DataStoreOnly,
+    Policy::WriteAround,
+    Policy::WriteThrough,
+];
+
+fn int(n: i64) -> Point {
+    Point::Int(n)
+}
+
+fn text(s: &str) -> Point {
+    Point::Text(s.to_string())
+}
+
+/// A collection `items` indexed on `price`, with items i0..i9 priced 10, 20, ..., 100.
+fn by_price(cads: &Cads) -> Dendrite {
+    let items = Collection::create_indexed(cads, "items", &[("price", FieldKind::Int)]).unwrap();
+    let dendrite = Dendrite::new(
+        cads,
+        &items,
+        DendriteConfig::by_field("price", FieldKind::Int),
+    )
+    .unwrap();
+    for i in 0..10 {
+        cads.run(|s| {
+            dendrite.insert(
+                s,
+                &format!("i{i}"),
+                doc(json!({"price": (i + 1) * 10, "n": i})),
+            )
+        })
+        .unwrap();
+    }
+    dendrite
+}
+
+fn ids(result: &[(String, Document)]) -> Vec<&str> {
+    result.iter().map(|(id, _)| id.as_str()).collect()
+}
+
+fn get(cads: &Cads, d: &Dendrite, lo: Point, hi: Point) -> Vec<(String, Document)> {
+    cads.run(|s| d.get(s, &lo, &hi)).unwrap()
+}
+
+/// What a scan of the data store returns for the same range.
+fn stored(d: &Deployment, field: &str, lo: i64, hi: i64) -> Vec<(String, Document)> {
+    d.store
+        .scan(
+            "items",
+            Some(field),
+            std::ops::Bound::Included(&json!(lo)),
+            std::ops::Bound::Included(&json!(hi)),
+            1000,
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_cached_range_is_a_hit_until_a_write_changes_it() {
+    for policy in POLICIES {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads);
+        let first = get(&cads, &items, int(20), int(40));
+        assert_eq!(ids(&first), ["i1", "i2", "i3"], "{policy:?}");
+        d.faults.reset_counts();
+        assert_eq!(get(&cads, &items, int(20), int(40)), first);
+        let stats = items.stats();
+        assert_eq!(
+            (stats.gets, stats.misses),
+            (
+                2,
+                if policy == Policy::DataStoreOnly {
+                    2
+                } else {
+                    1
+                }
+            )
+        );
+        if policy != Policy::DataStoreOnly {
+            assert_eq!(
+                d.faults.counts().reads,
+                0,
+                "{policy:?}: the second get is a hit"
+            );
+            assert_eq!(stats.cached_intervals, 1);
+        }
+        // A write outside the range leaves its result cached.
+        cads.run(|s| items.update(s, "i8", changes(json!({"$inc": {"n": 1}}))))
+            .unwrap();
+        d.faults.reset_counts();
+        get(&cads, &items, int(20), int(40));
+        if policy != Policy::DataStoreOnly {
+            assert_eq!(
+                d.faults.counts().reads,
+                0,
+                "{policy:?}: untouched by a write elsewhere"
+            );
+        }
+    }
+}
+
+#[test]
+fn inserts_updates_and_deletes_show_in_the_next_get() {
+    for policy in POLICIES {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads);
+        let range = || get(&cads, &items, int(15), int(55));
+        assert_eq!(ids(&range()), ["i1", "i2", "i3", "i4"]);
+        // An insert inside the cached range.
+        cads.run(|s| items.insert(s, "new", doc(json!({"price": 33, "n": 0}))))
+            .unwrap();
+        assert_eq!(ids(&range()), ["i1", "i2", "new", "i3", "i4"], "{policy:?}");
+        // An update of a field the range does not order by.
+        cads.run(|s| items.update(s, "i2", changes(json!({"$set": {"n": 42}}))))
+            .unwrap();
+        assert_eq!(range()[1].1["n"], json!(42), "{policy:?}");
+        // An update that moves a document out of the range, and one that moves another in.
+        cads.run(|s| items.update(s, "i1", changes(json!({"$set": {"price": 500}}))))
+            .unwrap();
+        cads.run(|s| items.update(s, "i9", changes(json!({"$set": {"price": 16}}))))
+            .unwrap();
+        assert_eq!(ids(&range()), ["i9", "i2", "new", "i3", "i4"], "{policy:?}");
+        // A put that replaces a document, and a delete.
+        cads.run(|s| items.put(s, "i3", doc(json!({"price": 54, "n": 3}))))
+            .unwrap();
+        cads.run(|s| items.delete(s, "new")).unwrap();
+        assert_eq!(ids(&range()), ["i9", "i2", "i4", "i3"], "{policy:?}");
+        // A document that loses the field leaves every range.
+        cads.run(|s| items.update(s, "i4", changes(json!({"$unset": {"price": ""}}))))
+            .unwrap();
+        assert_eq!(ids(&range()), ["i9", "i2", "i3"], "{policy:?}");
+        assert_eq!(range(), stored(&d, "price", 15, 55), "{policy:?}");
+    }
+}
+
+#[test]
+fn overlapping_ranges_are_each_kept_right() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads);
+        let ranges = [(10, 50), (30, 30), (40, 100), (0, 5), (60, 70)];
+        for (lo, hi) in ranges {
+            get(&cads, &items, int(lo), int(hi));
+        }
+        assert_eq!(items.stats().cached_intervals, ranges.len());
+        cads.run(|s| items.update(s, "i3", changes(json!({"$set": {"price": 65}}))))
+            .unwrap();
+        cads.run(|s| items.insert(s, "cheap", doc(json!({"price": 1}))))
+            .unwrap();
+        for (lo, hi) in ranges {
+            assert_eq!(
+                get(&cads, &items, int(lo), int(hi)),
+                stored(&d, "price", lo, hi),
+                "{policy:?} [{lo}, {hi}]"
+            );
+        }
+        let stats = items.stats();
+        assert_eq!(
+            stats.results_changed, 4,
+            "{policy:?}: (10,50), (40,100), (60,70), (0,5)"
+        );
+        if policy == Policy::WriteAround {
+            // Their intervals went with them, and came back when they were read again.
+            assert_eq!(stats.cached_intervals, ranges.len());
+        }
+    }
+}
+
+#[test]
+fn ranges_of_ids() {
+    for policy in POLICIES {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let users = Collection::create(&cads, "users").unwrap();
+        let by_id = Dendrite::new(&cads, &users, DendriteConfig::by_id()).unwrap();
+        for name in ["ann", "bob", "cat", "dan"] {
+            cads.run(|s| by_id.insert(s, name, doc(json!({"visits": 0}))))
+                .unwrap();
+        }
+        let range = || get(&cads, &by_id, text("b"), text("d"));
+        assert_eq!(ids(&range()), ["bob", "cat"]);
+        cads.run(|s| by_id.insert(s, "bea", doc(json!({"visits": 1}))))
+            .unwrap();
+        cads.run(|s| by_id.update(s, "cat", changes(json!({"$inc": {"visits": 5}}))))
+            .unwrap();
+        // An update of an id the range would hold but that does not exist changes nothing.
+        cads.run(|s| by_id.update(s, "cow", changes(json!({"$inc": {"visits": 5}}))))
+            .unwrap();
+        let now = range();
+        assert_eq!(ids(&now), ["bea", "bob", "cat"], "{policy:?}");
+        assert_eq!(now[2].1["visits"], json!(5));
+        cads.run(|s| by_id.delete(s, "bob")).unwrap();
+        assert_eq!(ids(&range()), ["bea", "cat"], "{policy:?}");
+        // The document layer's own entry of a document follows the writes too.
+        assert_eq!(
+            cads.run(|s| users.get(s, "cat")).unwrap().unwrap()["visits"],
+            json!(5)
+        );
+    }
+}
+
+/// A session that writes into a range and then reads it gets the data store's result without
+/// caching it: its writes reach the data store at commit, so that result would be stale once it
+/// commits.
+#[test]
+fn a_range_read_by_its_own_writer_is_not_cached() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads);
+        let seen = cads
+            .run(|s| {
+                items.insert(s, "mine", doc(json!({"price": 25})))?;
+                items.get(s, &int(10), &int(29))
+            })
+            .unwrap();
+        assert_eq!(
+            ids(&seen),
+            ["i0", "i1"],
+            "{policy:?}: documents are written at commit"
+        );
+        assert_eq!(items.stats().cached_intervals, 0, "{policy:?}");
+        assert_eq!(
+            ids(&get(&cads, &items, int(10), int(29))),
+            ["i0", "i1", "mine"],
+            "{policy:?}"
+        );
+        // A session that gives up leaves nothing behind.
+        let failed = cads.run(|s| {
+            items.insert(s, "gone", doc(json!({"price": 12})))?;
+            Err::<(), _>(cads::Error::App("changed my mind".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(
+            ids(&get(&cads, &items, int(10), int(29))),
+            ["i0", "i1", "mine"],
+            "{policy:?}"
+        );
+    }
+}
+
+/// Two writes of one document in a session: the second starts where the first left it, which
+/// the data store learns only at commit.
+#[test]
+fn a_document_written_twice_in_a_session() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads);
+        for (lo, hi) in [(10, 50), (51, 60), (61, 100)] {
+            get(&cads, &items, int(lo), int(hi));
+        }
+        cads.run(|s| {
+            items.update(s, "i0", changes(json!({"$set": {"price": 50}})))?;
+            items.update(s, "i0", changes(json!({"$inc": {"price": 5}})))
+        })
+        .unwrap();
+        for (lo, hi) in [(10, 50), (51, 60), (61, 100)] {
+            assert_eq!(
+                get(&cads, &items, int(lo), int(hi)),
+                stored(&d, "price", lo, hi),
+                "{policy:?} [{lo}, {hi}]"
+            );
+        }
+        assert_eq!(ids(&get(&cads, &items, int(51), int(60))), ["i0", "i5"]);
+    }
+}
+
+#[test]
+fn concurrent_writers_and_readers_leave_every_cached_range_right() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads);
+        std::thread::scope(|scope| {
+            for t in 0..4i64 {
+                let (cads, items) = (&cads, &items);
+                scope.spawn(move || {
+                    for i in 0..60i64 {
+                        let lo = (t * 7 + i * 13) % 100;
+                        if i % 3 == 0 {
+                            let id = format!("i{}", (t + i) % 10);
+                            let price = (t * 31 + i * 17) % 110;
+                            cads.run(|s| {
+                                items.update(s, &id, changes(json!({"$set": {"price": price}})))
+                            })
+                            .unwrap();
+                        } else {
+                            cads.run(|s| items.get(s, &int(lo), &int(lo + 25))).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        // Every range read now (from the cache where it is cached) matches the data store.
+        for lo in (0..100).step_by(7) {
+            for hi in [lo, lo + 25] {
+                assert_eq!(
+                    get(&cads, &items, int(lo), int(hi)),
+                    stored(&d, "price", lo, hi),
+                    "{policy:?} [{lo}, {hi}]"
+                );
+            }
+        }
+        // With no write since, the same gets are all hits.
+        let misses = items.stats().misses;
+        for lo in (0..100).step_by(7) {
+            get(&cads, &items, int(lo), int(lo + 25));
+        }
+        let stats = items.stats();
+        assert_eq!(stats.misses, misses, "{policy:?}");
+        assert_eq!(stats.leases_held, 0, "every session gave its leases back");
+    }
+}
+
+#[test]
+fn bad_ranges_and_settings_are_refused() {
+    let d = Deployment::start(Policy::WriteAround);
+    let cads = d.cads(Config::default());
+    let items = by_price(&cads);
+    let err = |lo: Point, hi: Point| {
+        cads.run(|s| items.get(s, &lo, &hi))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(err(int(5), int(4)).contains("empty range"));
+    assert!(err(text("a"), text("b")).contains("wrong kind"));
+    let coll = items.collection().clone();
+    let bounded = DendriteConfig {
+        min: Some(int(0)),
+        max: Some(int(100)),
+        max_results: 3,
+        ..DendriteConfig::by_field("price", FieldKind::Int)
+    };
+    let small = Dendrite::new(&cads, &coll, bounded).unwrap();
+    let err = |lo: i64, hi: i64| {
+        cads.run(|s| small.get(s, &int(lo), &int(hi)))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(err(-1, 10).contains("outside the domain"));
+    assert!(
+        err(0, 100).contains("more than 3 documents"),
+        "{}",
+        err(0, 100)
+    );
+    assert_eq!(
+        cads.run(|s| small.get(s, &int(10), &int(30)))
+            .unwrap()
+            .len(),
+        3
+    );
+    let wrong = DendriteConfig {
+        min: Some(text("a")),
+        ..DendriteConfig::by_field("price", FieldKind::Int)
+    };
+    assert!(Dendrite::new(&cads, &coll, wrong).is_err());
+    let by_int_id = DendriteConfig {
+        kind: FieldKind::Int,
+        ..DendriteConfig::by_id()
+    };
+    assert!(Dendrite::new(&cads, &coll, by_int_id).is_err());
+    let wb = Deployment::start(Policy::WriteBack);
+    let wb_cads = wb.cads(Config::default());
+    let message = Dendrite::new(&wb_cads, &coll, DendriteConfig::by_id())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("not write-back"), "{message}");
+}

@@ -1,0 +1,161 @@
+//! CPR's races (002 §3.3), each made to happen with failpoints: a write into a range whose miss
+//! has queried the data store and not yet cached its result, with LeMInT and without it (the
+//! broken baseline, which must leave the stale result the test looks for); and two writes of
+//! overlapping intervals.
+//!
+//! Failpoints are process-wide, so every test here holds the failpoint scenario.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use cads::cpr::{Dendrite, DendriteConfig, Point};
+use cads::documents::Collection;
+use cads::{Cads, Config, Policy};
+use cads_store::{Document, FieldKind};
+use cads_testkit::failpoints::{Scenario, CACHE_COMMIT, CPR_LEASES_OFF, FILL};
+use common::{changes, doc, Deployment};
+use serde_json::json;
+
+/// Long enough that no wait in these tests runs out on a busy machine: the test ends each wait
+/// by releasing what it waits for.
+const LONG_WAIT: Duration = Duration::from_secs(600);
+
+fn by_price(cads: &Cads) -> Dendrite {
+    let items = Collection::create_indexed(cads, "items", &[("price", FieldKind::Int)]).unwrap();
+    let config = DendriteConfig {
+        lease_wait: LONG_WAIT,
+        ..DendriteConfig::by_field("price", FieldKind::Int)
+    };
+    let dendrite = Dendrite::new(cads, &items, config).unwrap();
+    for i in 0..5 {
+        cads.run(|s| dendrite.insert(s, &format!("i{i}"), doc(json!({"price": (i + 1) * 10}))))
+            .unwrap();
+    }
+    dendrite
+}
+
+fn ids(result: &[(String, Document)]) -> Vec<String> {
+    result.iter().map(|(id, _)| id.clone()).collect()
+}
+
+/// Holds the first session to reach `point`: it says so, then waits for the test's word.
+fn hold_first(scenario: &Scenario, point: &str) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (reached_tx, reached_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let state = Mutex::new(Some((reached_tx, go_rx)));
+    scenario.on(point, move || {
+        if let Some((reached, go)) = state.lock().unwrap().take() {
+            reached.send(()).unwrap();
+            go.recv().unwrap();
+        }
+    });
+    (reached_rx, go_tx)
+}
+
+/// Waits (without a deadline: the test's own timeout is the bound) until `dendrite` has had
+/// `n` lease requests wait.
+fn until_waits(dendrite: &Dendrite, n: u64) {
+    while dendrite.stats().lease_waits < n {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A get of [10, 50] misses and queries the data store; an insert of a document priced 35 comes
+/// in before the get caches what it read. Returns the ids the next get of [10, 50] shows.
+fn insert_during_a_miss(policy: Policy, lemint: bool) -> Vec<String> {
+    let scenario = Scenario::setup();
+    if !lemint {
+        scenario.set(CPR_LEASES_OFF, "return");
+    }
+    let d = Deployment::start(policy);
+    let cads = d.cads(Config::default());
+    let items = by_price(&cads);
+    let (queried, go) = hold_first(&scenario, FILL);
+    std::thread::scope(|scope| {
+        let read = scope.spawn(|| {
+            cads.run(|s| items.get(s, &Point::Int(10), &Point::Int(50)))
+                .unwrap()
+        });
+        queried.recv().unwrap();
+        let write = scope.spawn(|| {
+            cads.run(|s| items.insert(s, "new", doc(json!({"price": 35}))))
+                .unwrap()
+        });
+        if lemint {
+            // The write waits for the get's Shared lease; the get goes on.
+            until_waits(&items, 1);
+        } else {
+            write.join().unwrap();
+        }
+        go.send(()).unwrap();
+        let seen = read.join().unwrap();
+        assert_eq!(ids(&seen).len(), 5, "the get read before the insert");
+    });
+    let next = cads
+        .run(|s| items.get(s, &Point::Int(10), &Point::Int(50)))
+        .unwrap();
+    ids(&next)
+}
+
+#[test]
+fn a_write_into_a_range_being_cached_waits_for_it() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let next = insert_during_a_miss(policy, true);
+        assert!(next.contains(&"new".to_string()), "{policy:?}: {next:?}");
+    }
+}
+
+#[test]
+fn without_lemint_the_range_is_cached_stale() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let next = insert_during_a_miss(policy, false);
+        assert_eq!(
+            next,
+            ["i0", "i1", "i2", "i3", "i4"],
+            "{policy:?}: the result read before the insert stays cached"
+        );
+    }
+}
+
+/// A write holds its interval until its session has committed to the cache too: a second write
+/// of an overlapping interval waits for it, and each cached result takes both writes.
+#[test]
+fn overlapping_writes_take_turns() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let scenario = Scenario::setup();
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads);
+        let range = || {
+            cads.run(|s| items.get(s, &Point::Int(0), &Point::Int(100)))
+                .unwrap()
+        };
+        range();
+        let (committing, go) = hold_first(&scenario, CACHE_COMMIT);
+        std::thread::scope(|scope| {
+            let first = scope.spawn(|| {
+                cads.run(|s| items.update(s, "i1", changes(json!({"$set": {"price": 45}}))))
+                    .unwrap()
+            });
+            committing.recv().unwrap();
+            let second = scope.spawn(|| {
+                cads.run(|s| items.update(s, "i3", changes(json!({"$set": {"price": 15}}))))
+                    .unwrap()
+            });
+            until_waits(&items, 1);
+            go.send(()).unwrap();
+            first.join().unwrap();
+            second.join().unwrap();
+        });
+        let now = range();
+        let prices: Vec<i64> = now
+            .iter()
+            .map(|(_, d)| d["price"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ids(&now), ["i0", "i3", "i2", "i1", "i4"], "{policy:?}");
+        assert_eq!(prices, [10, 15, 30, 45, 50], "{policy:?}");
+    }
+}
