@@ -13,6 +13,12 @@ mod report;
 
 use std::process::ExitCode;
 
+/// The cache server, the benchmarks and an SAS AppNode allocate small, short-lived buffers on
+/// every request (values, documents, replies); glibc's allocator spent about a quarter of an SAS
+/// AppNode's CPU on them (docs/RESULTS.md, "SAS against CS").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Result;
 use cads_server::{init_logging, Config, Options, Server};
 use clap::{Parser, Subcommand};
