@@ -153,7 +153,8 @@ fn overlapping_ranges_are_each_kept_right() {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
         let items = by_price(&cads);
-        let ranges = [(10, 50), (30, 30), (40, 100), (0, 5), (60, 70)];
+        // (45, 55) lies between i3's old price and its new one: the move does not touch it.
+        let ranges = [(10, 50), (30, 30), (40, 100), (0, 5), (60, 70), (45, 55)];
         for (lo, hi) in ranges {
             get(&cads, &items, int(lo), int(hi));
         }
@@ -375,6 +376,12 @@ fn bad_ranges_and_settings_are_refused() {
         ..DendriteConfig::by_id()
     };
     assert!(Dendrite::new(&cads, &coll, by_int_id).is_err());
+    let dotted = DendriteConfig::by_field("price.amount", FieldKind::Int);
+    let message = Dendrite::new(&cads, &coll, dotted)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("is a path"), "{message}");
     let wb = Deployment::start(Policy::WriteBack);
     let wb_cads = wb.cads(Config::default());
     let message = Dendrite::new(&wb_cads, &coll, DendriteConfig::by_id())

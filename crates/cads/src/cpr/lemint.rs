@@ -6,7 +6,7 @@
 //! A lease lasts until its guard is dropped: the Dendrite lives in the process whose sessions
 //! hold its leases, so a holder that dies takes the table with it. Waiting is bounded, and only a
 //! session that holds no lease of the table waits: one that holds some gets the conflict at once
-//! and is run again, so two sessions never wait for each other.
+//! and is run again, so two sessions never wait for each other on one table.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,15 +95,16 @@ impl<K: Ord + Clone + Debug> Drop for LeaseGuard<K> {
 }
 
 impl<K: Ord + Clone + Debug> LeaseTable<K> {
-    /// Grants `mode` on `interval` to `owner`, waiting up to `wait` while another owner holds a
-    /// conflicting lease (not at all if `owner` already holds a lease here).
+    /// Grants `mode` on each of `intervals` to `owner`, all of them or none, waiting up to
+    /// `wait` while another owner holds a conflicting lease (not at all if `owner` already holds
+    /// a lease here).
     pub fn acquire(
         self: &Arc<Self>,
-        interval: Interval<K>,
+        intervals: Vec<Interval<K>>,
         owner: Owner,
         mode: Mode,
         wait: Duration,
-    ) -> Result<LeaseGuard<K>, Conflict> {
+    ) -> Result<Vec<LeaseGuard<K>>, Conflict> {
         let deadline = Instant::now() + wait;
         let mut leases = self.leases.lock().expect("LeMInT poisoned");
         let may_wait = !holds_any(&leases, owner);
@@ -112,22 +113,28 @@ impl<K: Ord + Clone + Debug> LeaseTable<K> {
             let conflict = if crate::failpoints::cpr_leases_off() {
                 None
             } else {
-                conflict(&leases, &interval, owner, mode)
+                intervals
+                    .iter()
+                    .find_map(|interval| conflict(&leases, interval, owner, mode))
             };
             match conflict {
                 None => {
                     let lease = Lease { owner, mode };
-                    match leases.get_mut(&interval) {
-                        Some(held) => held.push(lease),
-                        None => {
-                            leases.insert(interval.clone(), vec![lease]);
+                    let mut granted = Vec::with_capacity(intervals.len());
+                    for interval in intervals {
+                        match leases.get_mut(&interval) {
+                            Some(held) => held.push(lease),
+                            None => {
+                                leases.insert(interval.clone(), vec![lease]);
+                            }
                         }
+                        granted.push(LeaseGuard {
+                            table: self.clone(),
+                            interval,
+                            lease,
+                        });
                     }
-                    return Ok(LeaseGuard {
-                        table: self.clone(),
-                        interval,
-                        lease,
-                    });
+                    return Ok(granted);
                 }
                 Some(held) => {
                     let now = Instant::now();
@@ -205,43 +212,45 @@ mod tests {
     #[test]
     fn shared_leases_share_an_interval() {
         let t = Arc::new(LeaseTable::default());
-        let _a = t.acquire(iv(1, 10), 1, Mode::Shared, NOW).unwrap();
-        let _b = t.acquire(iv(5, 15), 2, Mode::Shared, NOW).unwrap();
-        let _c = t.acquire(iv(1, 10), 3, Mode::Shared, NOW).unwrap();
+        let _a = t.acquire(vec![iv(1, 10)], 1, Mode::Shared, NOW).unwrap();
+        let _b = t.acquire(vec![iv(5, 15)], 2, Mode::Shared, NOW).unwrap();
+        let _c = t.acquire(vec![iv(1, 10)], 3, Mode::Shared, NOW).unwrap();
         assert_eq!(t.len(), 3);
     }
 
     #[test]
     fn exclusive_conflicts_with_every_overlapping_lease_of_another() {
         let t = Arc::new(LeaseTable::default());
-        let shared = t.acquire(iv(1, 10), 1, Mode::Shared, NOW).unwrap();
+        let shared = t.acquire(vec![iv(1, 10)], 1, Mode::Shared, NOW).unwrap();
         let held = Conflict { held: Mode::Shared };
         assert_eq!(
-            t.acquire(iv(10, 20), 2, Mode::Exclusive, NOW).err(),
+            t.acquire(vec![iv(10, 20)], 2, Mode::Exclusive, NOW).err(),
             Some(held)
         );
         // Not overlapping: granted.
-        let x = t.acquire(iv(11, 20), 2, Mode::Exclusive, NOW).unwrap();
+        let x = t
+            .acquire(vec![iv(11, 20)], 2, Mode::Exclusive, NOW)
+            .unwrap();
         let held = Conflict {
             held: Mode::Exclusive,
         };
         assert_eq!(
-            t.acquire(iv(15, 15), 3, Mode::Shared, NOW).err(),
+            t.acquire(vec![iv(15, 15)], 3, Mode::Shared, NOW).err(),
             Some(held.clone())
         );
-        assert!(t.acquire(iv(0, 30), 3, Mode::Exclusive, NOW).is_err());
+        assert!(t.acquire(vec![iv(0, 30)], 3, Mode::Exclusive, NOW).is_err());
         drop(shared);
         drop(x);
         assert_eq!(t.len(), 0);
-        t.acquire(iv(0, 30), 3, Mode::Exclusive, NOW).unwrap();
+        t.acquire(vec![iv(0, 30)], 3, Mode::Exclusive, NOW).unwrap();
     }
 
     #[test]
     fn a_sessions_own_leases_do_not_conflict() {
         let t = Arc::new(LeaseTable::default());
-        let _x = t.acquire(iv(1, 10), 7, Mode::Exclusive, NOW).unwrap();
-        let _s = t.acquire(iv(5, 5), 7, Mode::Shared, NOW).unwrap();
-        let _x2 = t.acquire(iv(1, 10), 7, Mode::Exclusive, NOW).unwrap();
+        let _x = t.acquire(vec![iv(1, 10)], 7, Mode::Exclusive, NOW).unwrap();
+        let _s = t.acquire(vec![iv(5, 5)], 7, Mode::Shared, NOW).unwrap();
+        let _x2 = t.acquire(vec![iv(1, 10)], 7, Mode::Exclusive, NOW).unwrap();
         assert!(t.writes(&iv(10, 12), 7));
         assert!(!t.writes(&iv(11, 12), 7));
         assert!(!t.writes(&iv(1, 12), 8));
@@ -250,13 +259,13 @@ mod tests {
     #[test]
     fn a_waiter_gets_the_lease_when_it_is_released() {
         let t = Arc::new(LeaseTable::default());
-        let x = t.acquire(iv(1, 10), 1, Mode::Exclusive, NOW).unwrap();
+        let x = t.acquire(vec![iv(1, 10)], 1, Mode::Exclusive, NOW).unwrap();
         let waiter = {
             let t = t.clone();
             // Long enough never to run out on a busy machine: the release below ends the wait.
             thread::spawn(move || {
-                t.acquire(iv(3, 4), 2, Mode::Shared, Duration::from_secs(600))
-                    .map(|g| g.mode())
+                t.acquire(vec![iv(3, 4)], 2, Mode::Shared, Duration::from_secs(600))
+                    .map(|g| g[0].mode())
             })
         };
         // The waiter is either waiting or not yet started; either way it must get the lease.
@@ -265,13 +274,35 @@ mod tests {
     }
 
     #[test]
+    fn several_intervals_are_granted_together_or_not_at_all() {
+        let t = Arc::new(LeaseTable::default());
+        let _s = t.acquire(vec![iv(5, 5)], 1, Mode::Shared, NOW).unwrap();
+        let refused = t.acquire(vec![iv(1, 1), iv(5, 5)], 2, Mode::Exclusive, NOW);
+        assert!(refused.is_err());
+        assert_eq!(t.len(), 1, "nothing of the refused request is held");
+        let both = t
+            .acquire(vec![iv(1, 1), iv(9, 9)], 2, Mode::Exclusive, NOW)
+            .unwrap();
+        assert_eq!((both.len(), t.len()), (2, 3));
+        drop(both);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
     fn a_holder_does_not_wait() {
         let t = Arc::new(LeaseTable::default());
-        let _x = t.acquire(iv(1, 10), 1, Mode::Exclusive, NOW).unwrap();
-        let _mine = t.acquire(iv(20, 30), 2, Mode::Exclusive, NOW).unwrap();
+        let _x = t.acquire(vec![iv(1, 10)], 1, Mode::Exclusive, NOW).unwrap();
+        let _mine = t
+            .acquire(vec![iv(20, 30)], 2, Mode::Exclusive, NOW)
+            .unwrap();
         // Owner 2 holds a lease: asking for one that conflicts fails at once, however long it
         // offers to wait (a wait here could be half of a deadlock).
-        let refused = t.acquire(iv(5, 25), 2, Mode::Exclusive, Duration::from_secs(600));
+        let refused = t.acquire(
+            vec![iv(5, 25)],
+            2,
+            Mode::Exclusive,
+            Duration::from_secs(600),
+        );
         assert_eq!(
             refused.err(),
             Some(Conflict {

@@ -50,12 +50,16 @@ pub enum Point {
     Absent,
     Int(i64),
     Text(String),
+    /// Not a value: the existence of the document with this id, which every write of it
+    /// through a Dendrite by field leases, so that two writes of one document take turns
+    /// wherever they move it. It orders after every value, so no range holds it.
+    Doc(String),
 }
 
 impl Point {
     fn kind(&self) -> Option<FieldKind> {
         match self {
-            Point::Absent => None,
+            Point::Absent | Point::Doc(_) => None,
             Point::Int(_) => Some(FieldKind::Int),
             Point::Text(_) => Some(FieldKind::Text),
         }
@@ -63,7 +67,7 @@ impl Point {
 
     fn to_json(&self) -> Value {
         match self {
-            Point::Absent => Value::Null,
+            Point::Absent | Point::Doc(_) => Value::Null,
             Point::Int(n) => Value::from(*n),
             Point::Text(s) => Value::from(s.as_str()),
         }
@@ -75,6 +79,7 @@ impl Point {
             Point::Absent => out.push('-'),
             Point::Int(n) => out.push_str(&format!("i{n}")),
             Point::Text(s) => out.push_str(&format!("t{}.{s}", s.len())),
+            Point::Doc(id) => out.push_str(&format!("d{}.{id}", id.len())),
         }
     }
 }
@@ -204,6 +209,11 @@ impl Dendrite {
                 "CPR range caching is built for write-around and write-through, not {what}"
             )));
         }
+        if let Some(path) = config.field.as_deref().filter(|f| f.contains('.')) {
+            return Err(Error::App(format!(
+                "a Dendrite orders by a top-level field, and {path:?} is a path"
+            )));
+        }
         if config.field.is_none() && config.kind != FieldKind::Text {
             return Err(Error::App(
                 "document ids are text: a Dendrite by id needs FieldKind::Text".into(),
@@ -327,16 +337,19 @@ impl Dendrite {
             return s.write(&inner.collection, &(id.to_string(), op));
         }
         inner.writes.fetch_add(1, Ordering::Relaxed);
-        let (lease, after) = inner.lease_for_write(s, id, &op)?;
-        let entries: Vec<(Vec<u8>, Interval<Point>)> = inner
-            .print
-            .lock()
-            .expect("PrInT poisoned")
-            .overlapping(lease.interval())
-            .into_iter()
-            .map(|(interval, key)| (key.clone(), interval.clone()))
-            .collect();
-        s.cpr().held.push(lease);
+        let (leases, after) = inner.lease_for_write(s, id, &op)?;
+        let mut entries: Vec<(Vec<u8>, Interval<Point>)> = Vec::new();
+        {
+            let print = inner.print.lock().expect("PrInT poisoned");
+            for lease in &leases {
+                for (interval, key) in print.overlapping(lease.interval()) {
+                    if !entries.iter().any(|(k, _)| k == key) {
+                        entries.push((key.clone(), interval.clone()));
+                    }
+                }
+            }
+        }
+        s.cpr().held.extend(leases);
         inner
             .results_changed
             .fetch_add(entries.len() as u64, Ordering::Relaxed);
@@ -426,65 +439,73 @@ impl Inner {
         Ok(rows)
     }
 
-    /// The eXclusive lease for a write of `id`, and the document after the write where the
-    /// Dendrite had to read it. By id, the interval is the id. By field, it spans the document's
-    /// value before and after the write, read from the data store; once the lease is held no
-    /// other write can move the document, so the value is read again and the lease taken anew
-    /// if a write moved it in between.
+    /// The eXclusive leases for a write of `id`, and the document after the write where the
+    /// Dendrite had to read it. By id, the lease is on the id. By field, it is on the document's
+    /// value before the write and after it (the ranges holding either are the ones the write
+    /// changes) and on its existence ([`Point::Doc`]), with the document read from the data
+    /// store. Once the leases are held no other write can change the document, so it is read
+    /// again, the write applied to what is read, and the leases taken anew if its values fell
+    /// outside them.
     fn lease_for_write(
         &self,
         s: &mut Session<'_>,
         id: &str,
         op: &DocOp,
-    ) -> Result<(LeaseGuard<Point>, Option<Document>)> {
+    ) -> Result<(Vec<LeaseGuard<Point>>, Option<Document>)> {
         let owner = s.cpr().owner();
         let wait = self.config.lease_wait;
-        let acquire = |interval: Interval<Point>| {
+        let acquire = |points: &[Point]| {
+            let intervals = points
+                .iter()
+                .map(|p| Interval::new(p.clone(), p.clone()).expect("a point"))
+                .collect();
             self.lemint
-                .acquire(interval.clone(), owner, Mode::Exclusive, wait)
+                .acquire(intervals, owner, Mode::Exclusive, wait)
                 .map_err(|c| Error::Aborted {
-                    reason: format!(
-                        "CPR: interval [{:?}, {:?}] holds a {:?} lease",
-                        interval.lo, interval.hi, c.held
-                    ),
+                    reason: format!("CPR: a write of {id} meets a {:?} lease", c.held),
                 })
         };
         if self.config.field.is_none() {
-            let point = Point::Text(id.to_string());
             let after = match op {
                 DocOp::Insert(d) | DocOp::Put(d) => Some(d.clone()),
                 _ => None,
             };
-            return Ok((
-                acquire(Interval::new(point.clone(), point).expect("a point"))?,
-                after,
-            ));
+            return Ok((acquire(&[Point::Text(id.to_string())])?, after));
         }
-        let span = |before: &Option<Document>, after: &Option<Document>| {
-            let [at, to] =
-                [before, after].map(|d| d.as_ref().map_or(Point::Absent, |d| self.point_of(id, d)));
-            Interval::new(at.clone().min(to.clone()), at.max(to)).expect("ordered")
+        // The points a write from `before` to `after` leases, in order, without repeats.
+        let points = |before: &Option<Document>, after: &Option<Document>| {
+            let mut points = vec![Point::Doc(id.to_string())];
+            for d in [before, after].into_iter().flatten() {
+                let p = self.point_of(id, d);
+                if p != Point::Absent && !points.contains(&p) {
+                    points.push(p);
+                }
+            }
+            points.sort();
+            points
         };
         let written = (self.generation, id.to_string());
         let mine = s.cpr().written.iter().position(|(w, _)| *w == written);
         if let Some(at) = mine {
-            // Written earlier in this session: its lease covers where that write left it.
+            // Written earlier in this session: its leases hold the document where that write
+            // left it.
             let before = s.cpr().written[at].1.clone();
             let after = op.apply(before.clone())?;
-            let lease = acquire(span(&before, &after))?;
+            let leases = acquire(&points(&before, &after))?;
             s.cpr().written[at].1 = after.clone();
-            return Ok((lease, after));
+            return Ok((leases, after));
         }
         const ATTEMPTS: usize = 8;
         for _ in 0..ATTEMPTS {
             let before = s.tx().documents().get(self.collection.name(), id)?;
-            let after = op.apply(before.clone())?;
-            let interval = span(&before, &after);
-            let lease = acquire(interval)?;
+            let guess = points(&before, &op.apply(before.clone())?);
+            crate::failpoints::cpr_write_leasing();
+            let leases = acquire(&guess)?;
             let now = s.tx().documents().get(self.collection.name(), id)?;
-            if span(&now, &now) == span(&before, &before) {
+            let after = op.apply(now.clone())?;
+            if points(&now, &after).iter().all(|p| guess.contains(p)) {
                 s.cpr().written.push((written, after.clone()));
-                return Ok((lease, after));
+                return Ok((leases, after));
             }
         }
         Err(Error::Aborted {
@@ -543,11 +564,11 @@ impl CacheStore for Ranges<'_> {
     ) -> Result<Self::Output, StoreError> {
         let mut shared = query.shared.lock().expect("not poisoned");
         if shared.is_none() {
-            let lease = self
+            let mut leases = self
                 .0
                 .lemint
                 .acquire(
-                    query.interval.clone(),
+                    vec![query.interval.clone()],
                     query.owner,
                     Mode::Shared,
                     self.0.config.lease_wait,
@@ -558,7 +579,7 @@ impl CacheStore for Ranges<'_> {
                         c.held, query.interval.lo, query.interval.hi
                     ))
                 })?;
-            *shared = Some(lease);
+            *shared = leases.pop();
         }
         drop(shared);
         self.0.scan(tx, &query.interval)
