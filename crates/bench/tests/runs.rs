@@ -6,7 +6,9 @@ mod support;
 
 use cads::Policy;
 use cads_bench::harness::CommonOptions;
-use cads_bench::ycsb::{BenchmarkOptions, Fields, Progress, RunRecord, YcsbOptions, SCAN_NOTE};
+use cads_bench::ycsb::{
+    BenchmarkOptions, Fields, Progress, RunRecord, YcsbOptions, RANGES_NOTE, SCAN_NOTE,
+};
 use support::{assert_nothing_stale_or_lost, assert_record_keys, InProcess};
 
 fn quiet(_: Progress) {}
@@ -105,6 +107,50 @@ fn scan_workloads_s_and_cpr_under_every_policy() {
     let records = cpr.run(&InProcess, &quiet).unwrap();
     check_clean(&records);
     assert_eq!(records[0].workload, "CPR-scan50%");
+    for r in &records {
+        let what = format!("CPR under {}", r.policy);
+        if r.policy == "write-back" {
+            // CPR is not built for write-back yet: its scans read ids from the data store.
+            assert_eq!(r.detail.scan, Some(SCAN_NOTE), "{what}");
+            assert!(r.detail.ranges.is_none(), "{what}");
+            continue;
+        }
+        assert_eq!(r.detail.scan, Some(RANGES_NOTE), "{what}");
+        let ranges = r.detail.ranges.as_ref().expect("a Dendrite");
+        assert!(ranges.scans > 0, "{what}");
+        if r.policy == "none" {
+            assert_eq!(ranges.scans, ranges.scan_misses, "{what}");
+        } else {
+            // Warmed: every range a scan of 10 can ask for was cached before the run.
+            assert!(ranges.scan_misses < ranges.scans, "{what}: {ranges:?}");
+            assert!(ranges.cached_ranges > 0, "{what}");
+        }
+    }
+}
+
+/// CPR's scans are validated record by record: cached ranges that miss writes (updates made
+/// behind the framework's back) are caught.
+#[test]
+fn a_cpr_range_left_stale_is_caught() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let cpr = YcsbOptions {
+            // Few records, so that scans meet updated records often.
+            records: 50,
+            operations: Some(1000),
+            scan_length: Some(5),
+            sabotage: true,
+            common: CommonOptions {
+                policies: vec![policy],
+                ..short("CPR").common
+            },
+            ..short("CPR")
+        };
+        let records = cpr.run(&InProcess, &quiet).unwrap();
+        assert!(
+            records[0].stale_reads > 0,
+            "{policy:?}: the stale ranges were not caught"
+        );
+    }
 }
 
 #[test]

@@ -20,7 +20,10 @@ pub mod validate;
 pub mod workload;
 
 pub use options::{ConfigRecord, YcsbOptions, DEFAULT_DURATION};
-pub use record::{render_summary, summarize, PolicySummary, RunRecord, YcsbRun, SCAN_NOTE};
+pub use record::{
+    render_summary, summarize, PolicySummary, RangeCounts, RunRecord, YcsbRun, RANGES_NOTE,
+    SCAN_NOTE,
+};
 pub use run::Ycsb;
 pub use workload::{Distribution, Fields, Operation, ScanLength, Workload};
 

@@ -133,7 +133,14 @@ impl YcsbOptions {
             bail!("--zipfian-constant must lie in (0, 1)");
         }
         cads::store::validate_collection_name(&self.table).map_err(|e| anyhow!("--table: {e}"))?;
-        self.resolved_workload().map(|_| ())
+        let workload = self.resolved_workload()?;
+        if workload.ranges && self.common.appnodes > 1 {
+            bail!(
+                "--workload CPR runs in one process: its ranges are owned by the Dendrite of the \
+                 process that writes them (ranges leased across AppNodes are not built yet)"
+            );
+        }
+        Ok(())
     }
 
     /// The run phase's length (`duration`, else 10 s when no operation count is given).

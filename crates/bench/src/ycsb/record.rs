@@ -23,7 +23,29 @@ pub struct YcsbRun {
     pub validated: Validated,
     /// How scans work on the framework, when the workload scans.
     pub scan: Option<&'static str>,
+    /// The CPR workload's Dendrite over the run (its scans' ranges).
+    pub ranges: Option<RangeCounts>,
 }
+
+/// What the CPR workload's Dendrite did during the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RangeCounts {
+    /// Scans (attempts: a scan run again after a conflict counts again).
+    pub scans: u64,
+    /// Of those, the ones that missed and queried the data store.
+    pub scan_misses: u64,
+    /// The share of scans served by a cached result.
+    pub scan_hit_ratio: Option<f64>,
+    /// Cached ranges (PrInT's intervals) at the end.
+    pub cached_ranges: usize,
+    /// Cached results the run's writes changed (write-through) or deleted (write-around).
+    pub results_changed: u64,
+    /// Scans that missed and writes that waited for a conflicting interval lease.
+    pub lease_waits: u64,
+}
+
+/// What a scan of the CPR workload does on a policy CPR is built for.
+pub const RANGES_NOTE: &str = "ranges of ids cached through a Dendrite (CPR)";
 
 /// The record of one YCSB run of one policy: what `--json` writes, one per run.
 pub type RunRecord = Record<YcsbRun, ConfigRecord>;

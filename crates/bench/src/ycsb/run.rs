@@ -4,23 +4,25 @@
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
+use cads::cpr::{Dendrite, DendriteConfig, DendriteStats, Point};
 use cads::documents::Collection;
 use cads::store::{DataStore, Document, StoreOptions};
-use cads::Config;
+use cads::{Cads, Config, Policy};
 use serde_json::Value;
 
 use super::options::{ConfigRecord, YcsbOptions};
-use super::record::{YcsbRun, SCAN_NOTE};
+use super::record::{RangeCounts, YcsbRun, RANGES_NOTE, SCAN_NOTE};
 use super::validate::{
-    check_final, check_reads, field_name, id_hash, inspect, load_token, record, writer_token, Log,
-    ReadRecord, Seen, WriteRecord, UNKNOWN_END,
+    check_final, check_reads, field_name, id_hash, inspect, load_token, record, record_id,
+    writer_token, Log, ReadRecord, Seen, WriteRecord, UNKNOWN_END,
 };
-use super::workload::{Fields, KeyChooser, Operation, Workload};
-use crate::deploy::{driver_misses, Deployment};
-use crate::generator::{key_name, AcknowledgedCounter, Discrete, Rng};
+use super::workload::{Fields, KeyChooser, Operation, ScanLength, Workload};
+use crate::deploy::{driver_misses, driver_store_calls, Deployment};
+use crate::generator::{AcknowledgedCounter, Discrete, Rng};
 use crate::harness::{
     reported_kinds, run_threads, AppNode, Benchmark, CommonOptions, Env, Limit, Measured, Outcome,
     Phase, PolicyRun, Step, ThreadContext, Validated, Verified,
@@ -40,6 +42,11 @@ pub struct Ycsb {
 /// A policy's loaded usertable, and what its run's threads share.
 pub struct LoadedTable {
     table: Collection,
+    /// The CPR workload: the Dendrite that caches the scans' ranges (None where CPR is not
+    /// built for the policy: write-back, whose scans then read ids from the data store).
+    ranges: Option<Dendrite>,
+    /// Its counts when the run began.
+    ranges_at_start: Mutex<DendriteStats>,
     /// Key numbers of the run's inserts, acknowledged as they finish.
     inserts: AcknowledgedCounter,
     /// YCSB's `⌊operationcount × insertproportion × 2⌋`, for the zipfian key chooser.
@@ -59,11 +66,20 @@ pub struct YcsbThread {
 impl Ycsb {
     /// The loaded table as `appnode` sees it: its inserts take every `count`-th key number after
     /// the loaded records, from `records + index` (all of them in one process).
-    fn loaded(&self, appnode: AppNode) -> Result<LoadedTable> {
+    fn loaded(&self, cads: &Cads, appnode: AppNode) -> Result<LoadedTable> {
         let o = &self.opts;
         let expected_ops = o.operations.unwrap_or(o.records) as f64;
+        let table = Collection::named(&o.table)?;
+        let ranges = match self.workload.ranges {
+            true if cads.policy() != Policy::WriteBack => {
+                Some(Dendrite::new(cads, &table, self.range_config())?)
+            }
+            _ => None,
+        };
         Ok(LoadedTable {
-            table: Collection::named(&o.table)?,
+            table,
+            ranges,
+            ranges_at_start: Mutex::default(),
             inserts: AcknowledgedCounter::strided(
                 o.records as i64,
                 appnode.index as i64,
@@ -71,6 +87,31 @@ impl Ycsb {
             ),
             expected_new_keys: (expected_ops * self.workload.insert * 2.0) as i64,
         })
+    }
+
+    /// The id of key number `k` (ordered under CPR, see [`record_id`]).
+    fn id(&self, k: i64) -> String {
+        record_id(k, self.workload.ranges)
+    }
+
+    /// The CPR workload's Dendrite: ranges of ids, as long as the longest scan.
+    fn range_config(&self) -> DendriteConfig {
+        let longest = match self.workload.scan_length {
+            ScanLength::Fixed(n) => n,
+            ScanLength::Uniform { max } => max,
+        };
+        DendriteConfig {
+            max_results: longest as usize,
+            ..DendriteConfig::by_id()
+        }
+    }
+
+    /// The field a scan projects its records to (YCSB^1), if it projects.
+    fn projected(&self, rng: &mut Rng) -> Option<String> {
+        match self.workload.scan_fields {
+            Fields::All => None,
+            Fields::One => Some(field_name(rng.below(self.opts.field_count as u64) as usize)),
+        }
     }
 
     fn inspect(&self, doc: Option<&Document>) -> Seen {
@@ -228,7 +269,7 @@ impl Benchmark for Ycsb {
                         .map(|k| {
                             let k = k as i64;
                             (
-                                key_name(k, true, 1),
+                                self.id(k),
                                 record(load_token(k), o.field_count, o.field_length),
                             )
                         })
@@ -242,21 +283,26 @@ impl Benchmark for Ycsb {
         );
         results.into_iter().collect::<Result<()>>()?;
         run.report(Phase::Load, total, Some(total), started, "done");
-        self.loaded(AppNode::ALONE)
+        self.loaded(&dep.cads, AppNode::ALONE)
     }
 
     fn attach(
         &self,
         _run: &PolicyRun<'_>,
-        _dep: &Deployment,
+        dep: &Deployment,
         appnode: AppNode,
     ) -> Result<LoadedTable> {
-        self.loaded(appnode)
+        self.loaded(&dep.cads, appnode)
     }
 
     /// Every record read once through the cache, so the run starts at a 100% hit rate
-    /// (000 §3.3).
+    /// (000 §3.3); under CPR with scans of one length, every range a scan can ask for instead
+    /// (002 §4.5 warms the cache the same way).
     fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &LoadedTable) -> Result<()> {
+        let range_length = match (&loaded.ranges, self.workload.scan_length) {
+            (Some(_), ScanLength::Fixed(n)) => Some(n as i64),
+            _ => None,
+        };
         let started = Instant::now();
         let next = AtomicU64::new(0);
         let warmed = AtomicU64::new(0);
@@ -272,7 +318,15 @@ impl Benchmark for Ycsb {
                     if k >= total {
                         return Ok(());
                     }
-                    let id = key_name(k as i64, true, 1);
+                    let id = self.id(k as i64);
+                    if let (Some(ranges), Some(n)) = (&loaded.ranges, range_length) {
+                        let (lo, hi) = (Point::Text(id), Point::Text(self.id(k as i64 + n - 1)));
+                        dep.cads
+                            .run(|s| ranges.get(s, &lo, &hi))
+                            .with_context(|| format!("warming the range [{lo:?}, {hi:?}]"))?;
+                        warmed.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     dep.cads
                         .run(|s| loaded.table.get(s, &id))
                         .with_context(|| format!("warming record {id}"))?
@@ -283,6 +337,9 @@ impl Benchmark for Ycsb {
         );
         results.into_iter().collect::<Result<()>>()?;
         run.report(Phase::Warm, total, Some(total), started, "done");
+        if let Some(ranges) = &loaded.ranges {
+            *loaded.ranges_at_start.lock().expect("not poisoned") = ranges.stats();
+        }
         Ok(())
     }
 
@@ -319,9 +376,11 @@ impl Benchmark for Ycsb {
         let start = env.clock.now();
         let misses = driver_misses();
         let mut reads = 0u64;
+        // Records of a CPR scan that missed (its range came from the data store).
+        let mut range_misses = 0u64;
         let outcome: Result<(), cads::Error> = match op {
             Operation::Read => {
-                let id = key_name(t.keys.next(&mut t.rng, &loaded.inserts), true, 1);
+                let id = self.id(t.keys.next(&mut t.rng, &loaded.inserts));
                 reads += 1;
                 table.read(cads, &id).map(|doc| {
                     log.reads.push(ReadRecord {
@@ -333,7 +392,7 @@ impl Benchmark for Ycsb {
                 })
             }
             Operation::Update => {
-                let id = key_name(t.keys.next(&mut t.rng, &loaded.inserts), true, 1);
+                let id = self.id(t.keys.next(&mut t.rng, &loaded.inserts));
                 t.writes += 1;
                 let token = writer_token(t.index, t.writes);
                 let changes = self.update(token, &mut t.rng);
@@ -343,6 +402,9 @@ impl Benchmark for Ycsb {
                         .update(&o.table, &id, &changes)
                         .map(|_| ())
                         .map_err(cads::Error::from)
+                } else if let Some(ranges) = &loaded.ranges {
+                    // Through the Dendrite, which changes the cached ranges holding the record.
+                    cads.run(|s| ranges.update(s, &id, changes.clone()))
                 } else {
                     // A session of its own, combined with concurrent updates of the record
                     // under write-back and write-through.
@@ -353,24 +415,60 @@ impl Benchmark for Ycsb {
             }
             Operation::Insert => {
                 let keynum = loaded.inserts.next();
-                let id = key_name(keynum, true, 1);
+                let id = self.id(keynum);
                 t.writes += 1;
                 let token = writer_token(t.index, t.writes);
                 let doc = record(token, o.field_count, o.field_length);
-                let result = cads.run(|s| table.insert(s, &id, doc.clone()));
+                let result = match &loaded.ranges {
+                    Some(ranges) => cads.run(|s| ranges.insert(s, &id, doc.clone())),
+                    None => cads.run(|s| table.insert(s, &id, doc.clone())),
+                };
                 log_write(log, &id, token, start, env.clock.now(), &result);
                 // Acknowledged whatever the outcome, as YCSB does.
                 loaded.inserts.acknowledge(keynum);
                 result
             }
+            Operation::Scan if loaded.ranges.is_some() => {
+                let first = t.keys.next(&mut t.rng, &loaded.inserts);
+                let last = first + self.workload.scan_length.next(&mut t.rng) as i64 - 1;
+                let ranges = loaded.ranges.as_ref().expect("matched");
+                let (lo, hi) = (Point::Text(self.id(first)), Point::Text(self.id(last)));
+                let projected = self.projected(&mut t.rng);
+                let calls = driver_store_calls();
+                let scanned = cads.run(|s| ranges.get(s, &lo, &hi));
+                let missed = driver_store_calls() > calls;
+                scanned.map(|found| {
+                    let end = env.clock.now();
+                    // Every loaded record of the range must be in the result: one it lacks is
+                    // read as missing, which the validator counts as stale. Inserted ones are
+                    // checked when they are there (an insert that failed is acknowledged too).
+                    let mut found = found.iter().peekable();
+                    for k in first..=last {
+                        let id = self.id(k);
+                        while found.next_if(|(i, _)| *i < id).is_some() {}
+                        let doc = found.next_if(|(i, _)| *i == id).map(|(_, d)| d);
+                        if doc.is_none() && k >= o.records as i64 {
+                            continue;
+                        }
+                        reads += 1;
+                        range_misses += u64::from(missed);
+                        log.reads.push(ReadRecord {
+                            key: id_hash(&id),
+                            seen: self.inspect(doc),
+                            start,
+                            end,
+                        });
+                        if let (Some(field), Some(doc)) = (&projected, doc) {
+                            std::hint::black_box(doc.get(field));
+                        }
+                    }
+                })
+            }
             Operation::Scan => {
                 let keynum = t.keys.next(&mut t.rng, &loaded.inserts);
-                let from = Value::String(key_name(keynum, true, 1));
+                let from = Value::String(self.id(keynum));
                 let len = self.workload.scan_length.next(&mut t.rng) as usize;
-                let projected = match self.workload.scan_fields {
-                    Fields::All => None,
-                    Fields::One => Some(field_name(t.rng.below(o.field_count as u64) as usize)),
-                };
+                let projected = self.projected(&mut t.rng);
                 // No scan caching in the framework yet: the ids come from the data store, the
                 // records through the cache, in the same session.
                 let result = cads.run(|s| {
@@ -407,14 +505,17 @@ impl Benchmark for Ycsb {
                 })
             }
             Operation::ReadModifyWrite => {
-                let id = key_name(t.keys.next(&mut t.rng, &loaded.inserts), true, 1);
+                let id = self.id(t.keys.next(&mut t.rng, &loaded.inserts));
                 t.writes += 1;
                 let token = writer_token(t.index, t.writes);
                 let changes = self.update(token, &mut t.rng);
                 let result = cads.run(|s| {
                     reads += 1;
                     let doc = table.get(s, &id)?;
-                    table.update(s, &id, changes.clone())?;
+                    match &loaded.ranges {
+                        Some(ranges) => ranges.update(s, &id, changes.clone())?,
+                        None => table.update(s, &id, changes.clone())?,
+                    }
                     Ok(doc)
                 });
                 let end = env.clock.now();
@@ -436,7 +537,7 @@ impl Benchmark for Ycsb {
                 Err(e) => Outcome::Failed(format!("{op}: {e}")),
             },
             cache_reads: reads,
-            cache_misses: driver_misses() - misses,
+            cache_misses: driver_misses() - misses + range_misses,
         }
     }
 
@@ -446,7 +547,7 @@ impl Benchmark for Ycsb {
         &self,
         run: &PolicyRun<'_>,
         dep: &Deployment,
-        _loaded: &mut LoadedTable,
+        table: &mut LoadedTable,
         measured: &Measured<Log>,
     ) -> Result<Verified<YcsbRun>> {
         let node = &measured.node;
@@ -457,7 +558,7 @@ impl Benchmark for Ycsb {
         let reads = check_reads(log);
         let stored = self.read_back(dep.cads.store().as_ref())?;
         let mut loaded: Vec<u64> = (0..self.opts.records as i64)
-            .map(|k| id_hash(&key_name(k, true, 1)))
+            .map(|k| id_hash(&self.id(k)))
             .collect();
         loaded.sort_unstable();
         let lost = check_final(log, &loaded, &stored);
@@ -479,7 +580,25 @@ impl Benchmark for Ycsb {
                     lost_writes: lost.lost,
                     lost_examples: lost.examples,
                 },
-                scan: (self.workload.scan > 0.0).then_some(SCAN_NOTE),
+                scan: match &table.ranges {
+                    Some(_) => Some(RANGES_NOTE),
+                    None => (self.workload.scan > 0.0).then_some(SCAN_NOTE),
+                },
+                ranges: table.ranges.as_ref().map(|d| {
+                    let now = d.stats();
+                    let start = *table.ranges_at_start.lock().expect("not poisoned");
+                    let scans = now.gets - start.gets;
+                    let scan_misses = now.misses - start.misses;
+                    RangeCounts {
+                        scans,
+                        scan_misses,
+                        scan_hit_ratio: (scans > 0)
+                            .then(|| (scans - scan_misses) as f64 / scans as f64),
+                        cached_ranges: now.cached_intervals,
+                        results_changed: now.results_changed - start.results_changed,
+                        lease_waits: now.lease_waits - start.lease_waits,
+                    }
+                }),
             },
             stale_reads: reads.stale,
             operations,
@@ -496,7 +615,11 @@ impl Benchmark for Ycsb {
             zipfian_constant: o.zipfian_constant,
             field_count: o.field_count,
             field_length: o.field_length,
-            insert_order: "hashed",
+            insert_order: if self.workload.ranges {
+                "ordered"
+            } else {
+                "hashed"
+            },
             worker_pause_ms: o.worker_pause.as_secs_f64() * 1000.0,
             table: o.table.clone(),
             store_timeout_s: o.store_timeout.as_secs_f64(),

@@ -64,6 +64,19 @@ pub struct WriteRecord {
     pub end: Nanos,
 }
 
+/// Digits of an ordered id: key numbers below 10^12 sort as their ids do.
+const ORDERED_ID_WIDTH: usize = 12;
+
+/// The id of key number `keynum`: YCSB's hashed one, or (`ordered`, the CPR workload's) the
+/// number zero-padded, so that a range of key numbers is a range of ids.
+pub fn record_id(keynum: i64, ordered: bool) -> String {
+    if ordered {
+        key_name(keynum, false, ORDERED_ID_WIDTH)
+    } else {
+        key_name(keynum, true, 1)
+    }
+}
+
 /// A record a read, scan or read-modify-write returned.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct ReadRecord {
@@ -136,7 +149,8 @@ impl<'l> History<'l> {
         if token & LOAD_BIT != 0 {
             let keynum = (token & !LOAD_BIT) as i64;
             return (id_hash(&key_name(keynum, true, 1)) == key
-                || id_hash(&key_name(keynum, false, 1)) == key)
+                || id_hash(&key_name(keynum, false, 1)) == key
+                || id_hash(&record_id(keynum, true)) == key)
                 .then_some((0, 0));
         }
         self.by_token

@@ -146,6 +146,10 @@ pub struct Workload {
     pub scan_fields: Fields,
     /// Fields an update writes.
     pub update_fields: Fields,
+    /// Scans are ranges of ids, whose results a Dendrite caches (CPR, 002); ids are then
+    /// ordered, not hashed. Else a scan takes its ids from the data store and reads each record
+    /// through the cache.
+    pub ranges: bool,
 }
 
 impl Workload {
@@ -165,6 +169,7 @@ impl Workload {
             scan_length: ScanLength::Uniform { max: 1000 },
             scan_fields: Fields::All,
             update_fields: Fields::All,
+            ranges: false,
         };
         Ok(match name.to_ascii_uppercase().as_str() {
             "A" => Workload {
@@ -207,6 +212,7 @@ impl Workload {
                 update: 0.1,
                 distribution: Distribution::Uniform,
                 scan_length: ScanLength::Fixed(5),
+                ranges: true,
                 ..base
             },
             other => bail!("unknown workload {other:?} (use A, B, C, D, E, F, S or CPR)"),
