@@ -321,8 +321,8 @@ impl Benchmark for Ycsb {
                     let id = self.id(k as i64);
                     if let (Some(ranges), Some(n)) = (&loaded.ranges, range_length) {
                         let (lo, hi) = (Point::Text(id), Point::Text(self.id(k as i64 + n - 1)));
-                        dep.cads
-                            .run(|s| ranges.get(s, &lo, &hi))
+                        ranges
+                            .read(&dep.cads, &lo, &hi)
                             .with_context(|| format!("warming the range [{lo:?}, {hi:?}]"))?;
                         warmed.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -435,7 +435,7 @@ impl Benchmark for Ycsb {
                 let (lo, hi) = (Point::Text(self.id(first)), Point::Text(self.id(last)));
                 let projected = self.projected(&mut t.rng);
                 let calls = driver_store_calls();
-                let scanned = cads.run(|s| ranges.get(s, &lo, &hi));
+                let scanned = ranges.read(cads, &lo, &hi);
                 let missed = driver_store_calls() > calls;
                 scanned.map(|found| {
                     let end = env.clock.now();

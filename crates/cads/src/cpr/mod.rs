@@ -289,17 +289,28 @@ impl Dendrite {
             shared: Mutex::new(None),
         };
         let result = s.read(&Ranges(inner), &query);
-        if let Some(lease) = query.shared.into_inner().expect("not poisoned") {
-            // A miss: the result (if the fill was taken) is cached; PrInT learns of it before the
-            // Shared lease goes, so a write that follows finds it.
+        inner.enter_if_missed(query);
+        result
+    }
+
+    /// [`get`](Self::get) in a session of its own ([`Cads::read`]): one cache round trip on a
+    /// hit, where a session's get also validates its read when the session ends.
+    pub fn read(&self, cads: &Cads, lo: &Point, hi: &Point) -> Result<Vec<(String, Document)>> {
+        let inner = &self.inner;
+        let interval = inner.range(lo, hi)?;
+        inner.gets.fetch_add(1, Ordering::Relaxed);
+        if !cads.has_cache() {
             inner.misses.fetch_add(1, Ordering::Relaxed);
-            inner
-                .print
-                .lock()
-                .expect("PrInT poisoned")
-                .insert(query.interval, query.key);
-            drop(lease);
+            return cads.run(|s| Ok(inner.scan(s.tx(), &interval)?));
         }
+        let query = RangeQuery {
+            key: inner.key(&interval),
+            interval,
+            owner: lemint::next_owner(),
+            shared: Mutex::new(None),
+        };
+        let result = cads.read(&Ranges(inner), &query);
+        inner.enter_if_missed(query);
         result
     }
 
@@ -376,6 +387,19 @@ impl Dendrite {
 }
 
 impl Inner {
+    /// After a get: if it missed (it took the Shared lease), its result (if the fill was taken)
+    /// is cached, and PrInT learns of it before the lease goes, so a write that follows finds it.
+    fn enter_if_missed(&self, query: RangeQuery) {
+        if let Some(lease) = query.shared.into_inner().expect("not poisoned") {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            self.print
+                .lock()
+                .expect("PrInT poisoned")
+                .insert(query.interval, query.key);
+            drop(lease);
+        }
+    }
+
     fn point_of(&self, id: &str, document: &Document) -> Point {
         point_in(self.config.field.as_deref(), self.config.kind, id, document)
     }
