@@ -104,9 +104,11 @@ fn scan_workloads_s_and_cpr_under_every_policy() {
         projection: Some(Fields::One),
         ..short("CPR")
     };
-    let records = cpr.run(&InProcess, &quiet).unwrap();
-    check_clean(&records);
+    let mut records = cpr.run(&InProcess, &quiet).unwrap();
     assert_eq!(records[0].workload, "CPR-scan50%");
+    let points = YcsbOptions { beta: 0, ..cpr };
+    records.extend(points.run(&InProcess, &quiet).unwrap());
+    check_clean(&records);
     for r in &records {
         let what = format!("CPR under {}", r.policy);
         if r.policy == "write-back" {

@@ -122,11 +122,11 @@ fn checked(id: &str) -> Result<String> {
     Ok(id.to_string())
 }
 
-fn encode(document: &Document) -> Vec<u8> {
+pub(crate) fn encode(document: &Document) -> Vec<u8> {
     serde_json::to_vec(document).expect("a JSON map serializes")
 }
 
-fn decode(bytes: &[u8]) -> Option<Document> {
+pub(crate) fn decode(bytes: &[u8]) -> Option<Document> {
     serde_json::from_slice(bytes).ok()
 }
 

@@ -15,6 +15,12 @@ const POLICIES: [Policy; 3] = [
     Policy::WriteAround,
     Policy::WriteThrough,
 ];
+const CACHING: [Policy; 2] = [Policy::WriteAround, Policy::WriteThrough];
+
+/// Each policy with β = 100% (whole results cached) and 0% (each document cached once).
+fn with_betas(policies: &[Policy]) -> Vec<(Policy, u8)> {
+    policies.iter().flat_map(|&p| [(p, 100), (p, 0)]).collect()
+}
 
 fn int(n: i64) -> Point {
     Point::Int(n)
@@ -25,14 +31,13 @@ fn text(s: &str) -> Point {
 }
 
 /// A collection `items` indexed on `price`, with items i0..i9 priced 10, 20, ..., 100.
-fn by_price(cads: &Cads) -> Dendrite {
+fn by_price(cads: &Cads, beta: u8) -> Dendrite {
     let items = Collection::create_indexed(cads, "items", &[("price", FieldKind::Int)]).unwrap();
-    let dendrite = Dendrite::new(
-        cads,
-        &items,
-        DendriteConfig::by_field("price", FieldKind::Int),
-    )
-    .unwrap();
+    let config = DendriteConfig {
+        beta,
+        ..DendriteConfig::by_field("price", FieldKind::Int)
+    };
+    let dendrite = Dendrite::new(cads, &items, config).unwrap();
     for i in 0..10 {
         cads.run(|s| {
             dendrite.insert(
@@ -69,12 +74,12 @@ fn stored(d: &Deployment, field: &str, lo: i64, hi: i64) -> Vec<(String, Documen
 
 #[test]
 fn a_cached_range_is_a_hit_until_a_write_changes_it() {
-    for policy in POLICIES {
+    for (policy, beta) in with_betas(&POLICIES) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
-        let items = by_price(&cads);
+        let items = by_price(&cads, beta);
         let first = get(&cads, &items, int(20), int(40));
-        assert_eq!(ids(&first), ["i1", "i2", "i3"], "{policy:?}");
+        assert_eq!(ids(&first), ["i1", "i2", "i3"], "{policy:?} beta {beta}");
         d.faults.reset_counts();
         assert_eq!(get(&cads, &items, int(20), int(40)), first);
         // A get in a session of its own, the same hit in one round trip.
@@ -95,7 +100,7 @@ fn a_cached_range_is_a_hit_until_a_write_changes_it() {
             assert_eq!(
                 d.faults.counts().reads,
                 0,
-                "{policy:?}: the second get is a hit"
+                "{policy:?} beta {beta}: the second get is a hit"
             );
             assert_eq!(stats.cached_intervals, 1);
         }
@@ -108,7 +113,7 @@ fn a_cached_range_is_a_hit_until_a_write_changes_it() {
             assert_eq!(
                 d.faults.counts().reads,
                 0,
-                "{policy:?}: untouched by a write elsewhere"
+                "{policy:?} beta {beta}: untouched by a write elsewhere"
             );
         }
     }
@@ -116,45 +121,61 @@ fn a_cached_range_is_a_hit_until_a_write_changes_it() {
 
 #[test]
 fn inserts_updates_and_deletes_show_in_the_next_get() {
-    for policy in POLICIES {
+    for (policy, beta) in with_betas(&POLICIES) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
-        let items = by_price(&cads);
+        let items = by_price(&cads, beta);
         let range = || get(&cads, &items, int(15), int(55));
         assert_eq!(ids(&range()), ["i1", "i2", "i3", "i4"]);
         // An insert inside the cached range.
         cads.run(|s| items.insert(s, "new", doc(json!({"price": 33, "n": 0}))))
             .unwrap();
-        assert_eq!(ids(&range()), ["i1", "i2", "new", "i3", "i4"], "{policy:?}");
+        assert_eq!(
+            ids(&range()),
+            ["i1", "i2", "new", "i3", "i4"],
+            "{policy:?} beta {beta}"
+        );
         // An update of a field the range does not order by.
         cads.run(|s| items.update(s, "i2", changes(json!({"$set": {"n": 42}}))))
             .unwrap();
-        assert_eq!(range()[1].1["n"], json!(42), "{policy:?}");
+        assert_eq!(range()[1].1["n"], json!(42), "{policy:?} beta {beta}");
         // An update that moves a document out of the range, and one that moves another in.
         cads.run(|s| items.update(s, "i1", changes(json!({"$set": {"price": 500}}))))
             .unwrap();
         cads.run(|s| items.update(s, "i9", changes(json!({"$set": {"price": 16}}))))
             .unwrap();
-        assert_eq!(ids(&range()), ["i9", "i2", "new", "i3", "i4"], "{policy:?}");
+        assert_eq!(
+            ids(&range()),
+            ["i9", "i2", "new", "i3", "i4"],
+            "{policy:?} beta {beta}"
+        );
         // A put that replaces a document, and a delete.
         cads.run(|s| items.put(s, "i3", doc(json!({"price": 54, "n": 3}))))
             .unwrap();
         cads.run(|s| items.delete(s, "new")).unwrap();
-        assert_eq!(ids(&range()), ["i9", "i2", "i4", "i3"], "{policy:?}");
+        assert_eq!(
+            ids(&range()),
+            ["i9", "i2", "i4", "i3"],
+            "{policy:?} beta {beta}"
+        );
         // A document that loses the field leaves every range.
         cads.run(|s| items.update(s, "i4", changes(json!({"$unset": {"price": ""}}))))
             .unwrap();
-        assert_eq!(ids(&range()), ["i9", "i2", "i3"], "{policy:?}");
-        assert_eq!(range(), stored(&d, "price", 15, 55), "{policy:?}");
+        assert_eq!(ids(&range()), ["i9", "i2", "i3"], "{policy:?} beta {beta}");
+        assert_eq!(
+            range(),
+            stored(&d, "price", 15, 55),
+            "{policy:?} beta {beta}"
+        );
     }
 }
 
 #[test]
 fn overlapping_ranges_are_each_kept_right() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+    for (policy, beta) in with_betas(&CACHING) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
-        let items = by_price(&cads);
+        let items = by_price(&cads, beta);
         // (45, 55) lies between i3's old price and its new one: the move does not touch it.
         let ranges = [(10, 50), (30, 30), (40, 100), (0, 5), (60, 70), (45, 55)];
         for (lo, hi) in ranges {
@@ -169,13 +190,13 @@ fn overlapping_ranges_are_each_kept_right() {
             assert_eq!(
                 get(&cads, &items, int(lo), int(hi)),
                 stored(&d, "price", lo, hi),
-                "{policy:?} [{lo}, {hi}]"
+                "{policy:?} beta {beta} [{lo}, {hi}]"
             );
         }
         let stats = items.stats();
         assert_eq!(
             stats.results_changed, 4,
-            "{policy:?}: (10,50), (40,100), (60,70), (0,5)"
+            "{policy:?} beta {beta}: (10,50), (40,100), (60,70), (0,5)"
         );
         if policy == Policy::WriteAround {
             // Their intervals went with them, and came back when they were read again.
@@ -186,11 +207,15 @@ fn overlapping_ranges_are_each_kept_right() {
 
 #[test]
 fn ranges_of_ids() {
-    for policy in POLICIES {
+    for (policy, beta) in with_betas(&POLICIES) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
         let users = Collection::create(&cads, "users").unwrap();
-        let by_id = Dendrite::new(&cads, &users, DendriteConfig::by_id()).unwrap();
+        let config = DendriteConfig {
+            beta,
+            ..DendriteConfig::by_id()
+        };
+        let by_id = Dendrite::new(&cads, &users, config).unwrap();
         for name in ["ann", "bob", "cat", "dan"] {
             cads.run(|s| by_id.insert(s, name, doc(json!({"visits": 0}))))
                 .unwrap();
@@ -205,10 +230,10 @@ fn ranges_of_ids() {
         cads.run(|s| by_id.update(s, "cow", changes(json!({"$inc": {"visits": 5}}))))
             .unwrap();
         let now = range();
-        assert_eq!(ids(&now), ["bea", "bob", "cat"], "{policy:?}");
+        assert_eq!(ids(&now), ["bea", "bob", "cat"], "{policy:?} beta {beta}");
         assert_eq!(now[2].1["visits"], json!(5));
         cads.run(|s| by_id.delete(s, "bob")).unwrap();
-        assert_eq!(ids(&range()), ["bea", "cat"], "{policy:?}");
+        assert_eq!(ids(&range()), ["bea", "cat"], "{policy:?} beta {beta}");
         // The document layer's own entry of a document follows the writes too.
         assert_eq!(
             cads.run(|s| users.get(s, "cat")).unwrap().unwrap()["visits"],
@@ -222,10 +247,10 @@ fn ranges_of_ids() {
 /// commits.
 #[test]
 fn a_range_read_by_its_own_writer_is_not_cached() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+    for (policy, beta) in with_betas(&CACHING) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
-        let items = by_price(&cads);
+        let items = by_price(&cads, beta);
         let seen = cads
             .run(|s| {
                 items.insert(s, "mine", doc(json!({"price": 25})))?;
@@ -235,13 +260,13 @@ fn a_range_read_by_its_own_writer_is_not_cached() {
         assert_eq!(
             ids(&seen),
             ["i0", "i1"],
-            "{policy:?}: documents are written at commit"
+            "{policy:?} beta {beta}: documents are written at commit"
         );
-        assert_eq!(items.stats().cached_intervals, 0, "{policy:?}");
+        assert_eq!(items.stats().cached_intervals, 0, "{policy:?} beta {beta}");
         assert_eq!(
             ids(&get(&cads, &items, int(10), int(29))),
             ["i0", "i1", "mine"],
-            "{policy:?}"
+            "{policy:?} beta {beta}"
         );
         // A session that gives up leaves nothing behind.
         let failed = cads.run(|s| {
@@ -252,7 +277,7 @@ fn a_range_read_by_its_own_writer_is_not_cached() {
         assert_eq!(
             ids(&get(&cads, &items, int(10), int(29))),
             ["i0", "i1", "mine"],
-            "{policy:?}"
+            "{policy:?} beta {beta}"
         );
     }
 }
@@ -261,10 +286,10 @@ fn a_range_read_by_its_own_writer_is_not_cached() {
 /// the data store learns only at commit.
 #[test]
 fn a_document_written_twice_in_a_session() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+    for (policy, beta) in with_betas(&CACHING) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
-        let items = by_price(&cads);
+        let items = by_price(&cads, beta);
         for (lo, hi) in [(10, 50), (51, 60), (61, 100)] {
             get(&cads, &items, int(lo), int(hi));
         }
@@ -277,7 +302,7 @@ fn a_document_written_twice_in_a_session() {
             assert_eq!(
                 get(&cads, &items, int(lo), int(hi)),
                 stored(&d, "price", lo, hi),
-                "{policy:?} [{lo}, {hi}]"
+                "{policy:?} beta {beta} [{lo}, {hi}]"
             );
         }
         assert_eq!(ids(&get(&cads, &items, int(51), int(60))), ["i0", "i5"]);
@@ -286,10 +311,10 @@ fn a_document_written_twice_in_a_session() {
 
 #[test]
 fn concurrent_writers_and_readers_leave_every_cached_range_right() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+    for (policy, beta) in with_betas(&CACHING) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
-        let items = by_price(&cads);
+        let items = by_price(&cads, beta);
         std::thread::scope(|scope| {
             for t in 0..4i64 {
                 let (cads, items) = (&cads, &items);
@@ -318,7 +343,7 @@ fn concurrent_writers_and_readers_leave_every_cached_range_right() {
                 assert_eq!(
                     get(&cads, &items, int(lo), int(hi)),
                     stored(&d, "price", lo, hi),
-                    "{policy:?} [{lo}, {hi}]"
+                    "{policy:?} beta {beta} [{lo}, {hi}]"
                 );
             }
         }
@@ -328,7 +353,7 @@ fn concurrent_writers_and_readers_leave_every_cached_range_right() {
             get(&cads, &items, int(lo), int(lo + 25));
         }
         let stats = items.stats();
-        assert_eq!(stats.misses, misses, "{policy:?}");
+        assert_eq!(stats.misses, misses, "{policy:?} beta {beta}");
         assert_eq!(stats.leases_held, 0, "every session gave its leases back");
     }
 }
@@ -337,7 +362,7 @@ fn concurrent_writers_and_readers_leave_every_cached_range_right() {
 fn bad_ranges_and_settings_are_refused() {
     let d = Deployment::start(Policy::WriteAround);
     let cads = d.cads(Config::default());
-    let items = by_price(&cads);
+    let items = by_price(&cads, 100);
     let err = |lo: Point, hi: Point| {
         cads.run(|s| items.get(s, &lo, &hi))
             .unwrap_err()
@@ -386,6 +411,15 @@ fn bad_ranges_and_settings_are_refused() {
         .unwrap()
         .to_string();
     assert!(message.contains("is a path"), "{message}");
+    let halfway = DendriteConfig {
+        beta: 50,
+        ..DendriteConfig::by_id()
+    };
+    let message = Dendrite::new(&cads, &coll, halfway)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("not the values between"), "{message}");
     let wb = Deployment::start(Policy::WriteBack);
     let wb_cads = wb.cads(Config::default());
     let message = Dendrite::new(&wb_cads, &coll, DendriteConfig::by_id())

@@ -23,10 +23,19 @@ use serde_json::json;
 /// by releasing what it waits for.
 const LONG_WAIT: Duration = Duration::from_secs(600);
 
-fn by_price(cads: &Cads) -> Dendrite {
+/// Both policies, with β = 100% (whole results) and 0% (documents cached once).
+const CASES: [(Policy, u8); 4] = [
+    (Policy::WriteAround, 100),
+    (Policy::WriteAround, 0),
+    (Policy::WriteThrough, 100),
+    (Policy::WriteThrough, 0),
+];
+
+fn by_price(cads: &Cads, beta: u8) -> Dendrite {
     let items = Collection::create_indexed(cads, "items", &[("price", FieldKind::Int)]).unwrap();
     let config = DendriteConfig {
         lease_wait: LONG_WAIT,
+        beta,
         ..DendriteConfig::by_field("price", FieldKind::Int)
     };
     let dendrite = Dendrite::new(cads, &items, config).unwrap();
@@ -68,14 +77,14 @@ fn until_waits(dendrite: &Dendrite, n: u64) {
 
 /// A get of [10, 50] misses and queries the data store; an insert of a document priced 35 comes
 /// in before the get caches what it read. Returns the ids the next get of [10, 50] shows.
-fn insert_during_a_miss(policy: Policy, lemint: bool) -> Vec<String> {
+fn insert_during_a_miss(policy: Policy, beta: u8, lemint: bool) -> Vec<String> {
     let scenario = Scenario::setup();
     if !lemint {
         scenario.set(CPR_LEASES_OFF, "return");
     }
     let d = Deployment::start(policy);
     let cads = d.cads(Config::default());
-    let items = by_price(&cads);
+    let items = by_price(&cads, beta);
     let (queried, go) = hold_first(&scenario, FILL);
     std::thread::scope(|scope| {
         let read = scope.spawn(|| {
@@ -106,20 +115,23 @@ fn insert_during_a_miss(policy: Policy, lemint: bool) -> Vec<String> {
 
 #[test]
 fn a_write_into_a_range_being_cached_waits_for_it() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
-        let next = insert_during_a_miss(policy, true);
-        assert!(next.contains(&"new".to_string()), "{policy:?}: {next:?}");
+    for (policy, beta) in CASES {
+        let next = insert_during_a_miss(policy, beta, true);
+        assert!(
+            next.contains(&"new".to_string()),
+            "{policy:?} beta {beta}: {next:?}"
+        );
     }
 }
 
 #[test]
 fn without_lemint_the_range_is_cached_stale() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
-        let next = insert_during_a_miss(policy, false);
+    for (policy, beta) in CASES {
+        let next = insert_during_a_miss(policy, beta, false);
         assert_eq!(
             next,
             ["i0", "i1", "i2", "i3", "i4"],
-            "{policy:?}: the result read before the insert stays cached"
+            "{policy:?} beta {beta}: the result read before the insert stays cached"
         );
     }
 }
@@ -129,37 +141,39 @@ fn without_lemint_the_range_is_cached_stale() {
 /// range the first write moves the document into.
 #[test]
 fn a_write_applies_to_the_document_as_it_is_once_leased() {
-    let scenario = Scenario::setup();
-    let d = Deployment::start(Policy::WriteThrough);
-    let cads = d.cads(Config::default());
-    let items = by_price(&cads);
-    cads.run(|s| items.put(s, "d", doc(json!({"price": 200, "name": "a"}))))
-        .unwrap();
-    let range = || {
-        cads.run(|s| items.get(s, &Point::Int(0), &Point::Int(100)))
-            .unwrap()
-    };
-    range();
-    let (leasing, go) = hold_first(&scenario, CPR_WRITE_LEASING);
-    std::thread::scope(|scope| {
-        let mover = scope.spawn(|| {
-            cads.run(|s| items.update(s, "d", changes(json!({"$set": {"price": 5}}))))
-                .unwrap()
-        });
-        leasing.recv().unwrap();
-        cads.run(|s| items.update(s, "d", changes(json!({"$set": {"name": "b"}}))))
+    for beta in [100, 0] {
+        let scenario = Scenario::setup();
+        let d = Deployment::start(Policy::WriteThrough);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads, beta);
+        cads.run(|s| items.put(s, "d", doc(json!({"price": 200, "name": "a"}))))
             .unwrap();
-        go.send(()).unwrap();
-        mover.join().unwrap();
-    });
-    let now = range();
-    assert_eq!(now[0].0, "d");
-    assert_eq!(
-        now[0].1["name"],
-        json!("b"),
-        "the cached range lost the other write"
-    );
-    assert_eq!(Some(&now[0].1), d.store.get("items", "d").unwrap().as_ref());
+        let range = || {
+            cads.run(|s| items.get(s, &Point::Int(0), &Point::Int(100)))
+                .unwrap()
+        };
+        range();
+        let (leasing, go) = hold_first(&scenario, CPR_WRITE_LEASING);
+        std::thread::scope(|scope| {
+            let mover = scope.spawn(|| {
+                cads.run(|s| items.update(s, "d", changes(json!({"$set": {"price": 5}}))))
+                    .unwrap()
+            });
+            leasing.recv().unwrap();
+            cads.run(|s| items.update(s, "d", changes(json!({"$set": {"name": "b"}}))))
+                .unwrap();
+            go.send(()).unwrap();
+            mover.join().unwrap();
+        });
+        let now = range();
+        assert_eq!(now[0].0, "d");
+        assert_eq!(
+            now[0].1["name"],
+            json!("b"),
+            "beta {beta}: the cached range lost the other write"
+        );
+        assert_eq!(Some(&now[0].1), d.store.get("items", "d").unwrap().as_ref());
+    }
 }
 
 /// A write holds its leases until its session has committed to the cache too: a second write
@@ -167,11 +181,11 @@ fn a_write_applies_to_the_document_as_it_is_once_leased() {
 /// writes.
 #[test]
 fn overlapping_writes_take_turns() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+    for (policy, beta) in CASES {
         let scenario = Scenario::setup();
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
-        let items = by_price(&cads);
+        let items = by_price(&cads, beta);
         let range = || {
             cads.run(|s| items.get(s, &Point::Int(0), &Point::Int(100)))
                 .unwrap()
@@ -198,7 +212,11 @@ fn overlapping_writes_take_turns() {
             .iter()
             .map(|(_, d)| d["price"].as_i64().unwrap())
             .collect();
-        assert_eq!(ids(&now), ["i0", "i2", "i1", "i3", "i4"], "{policy:?}");
-        assert_eq!(prices, [10, 30, 45, 45, 50], "{policy:?}");
+        assert_eq!(
+            ids(&now),
+            ["i0", "i2", "i1", "i3", "i4"],
+            "{policy:?} beta {beta}"
+        );
+        assert_eq!(prices, [10, 30, 45, 45, 50], "{policy:?} beta {beta}");
     }
 }

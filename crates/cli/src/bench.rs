@@ -331,6 +331,10 @@ pub struct YcsbArgs {
     /// Fields a scan returns of each record: all (CPR's YCSB*) or one (YCSB^1).
     #[arg(long, value_name = "all|one", value_parser = Fields::parse)]
     pub projection: Option<Fields>,
+    /// CPR's β in percent: 100 caches each range's whole result, 0 each record once (the
+    /// Dendrite keeps each range's ids). Values between are not built.
+    #[arg(long, value_name = "0|100", default_value_t = YcsbOptions::default().beta)]
+    pub beta: u8,
     /// Fields per record.
     #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().field_count)]
     pub field_count: usize,
@@ -372,6 +376,7 @@ impl YcsbArgs {
             scan_length: self.scan_length,
             scan_share: self.scan_share,
             projection: self.projection,
+            beta: self.beta,
             field_count: self.field_count,
             field_length: self.field_length,
             worker_pause: self.worker_pause,

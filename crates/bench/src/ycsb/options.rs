@@ -36,6 +36,9 @@ pub struct YcsbOptions {
     pub scan_share: Option<f64>,
     /// `--projection all|one`: fields a scan returns of each record (CPR's YCSB* and YCSB^1).
     pub projection: Option<Fields>,
+    /// `--beta 0|100`: CPR's β, the Dendrite's (100: each range's whole result cached; 0: each
+    /// record cached once, the ranges' ids kept by the Dendrite).
+    pub beta: u8,
     /// `--field-count` (`fieldcount`, 10).
     pub field_count: usize,
     /// `--field-length` (`fieldlength`, 100 bytes; at least 16, the version prefix).
@@ -73,6 +76,7 @@ impl Default for YcsbOptions {
             scan_length: None,
             scan_share: None,
             projection: None,
+            beta: 100,
             field_count: 10,
             field_length: 100,
             worker_pause: cads::WriteBackConfig::default().worker_pause,
@@ -134,6 +138,9 @@ impl YcsbOptions {
         }
         cads::store::validate_collection_name(&self.table).map_err(|e| anyhow!("--table: {e}"))?;
         let workload = self.resolved_workload()?;
+        if self.beta != 0 && self.beta != 100 {
+            bail!("--beta must be 0 or 100 (CPR is not built for the values between)");
+        }
         if workload.ranges && self.common.appnodes > 1 {
             bail!(
                 "--workload CPR runs in one process: its ranges are owned by the Dendrite of the \
@@ -169,8 +176,11 @@ pub struct ConfigRecord {
     pub field_count: usize,
     /// `fieldlength`.
     pub field_length: usize,
-    /// Key names: `"user" + fnvhash64(keynum)`.
+    /// Key names: `"user" + fnvhash64(keynum)` (`hashed`), or the key number in 12 digits
+    /// (`ordered`, the CPR workload).
     pub insert_order: &'static str,
+    /// CPR's β, when scans go through a Dendrite.
+    pub beta: Option<u8>,
     /// Write-back workers' pause after a pass without a full batch, ms.
     pub worker_pause_ms: f64,
     /// The collection.
@@ -198,5 +208,10 @@ mod tests {
         assert_eq!((w.scan_fields, w.update_fields), (Fields::One, Fields::One));
         assert_eq!(w.distribution, Distribution::Uniform);
         assert!(o.check().is_ok());
+        let halfway = YcsbOptions {
+            beta: 50,
+            ..o.clone()
+        };
+        assert!(halfway.check().is_err());
     }
 }

@@ -102,6 +102,7 @@ impl Ycsb {
         };
         DendriteConfig {
             max_results: longest as usize,
+            beta: self.opts.beta,
             ..DendriteConfig::by_id()
         }
     }
@@ -620,6 +621,7 @@ impl Benchmark for Ycsb {
             } else {
                 "hashed"
             },
+            beta: self.workload.ranges.then_some(self.opts.beta),
             worker_pause_ms: o.worker_pause.as_secs_f64() * 1000.0,
             table: o.table.clone(),
             store_timeout_s: o.store_timeout.as_secs_f64(),

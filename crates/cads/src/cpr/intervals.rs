@@ -117,7 +117,6 @@ impl<K: Ord + Clone, V> IntervalTree<K, V> {
         None
     }
 
-    #[cfg(test)]
     pub fn get(&self, interval: &Interval<K>) -> Option<&V> {
         let mut link = &self.root;
         while let Some(node) = link {

@@ -3,21 +3,23 @@
 //! A [`Dendrite`] owns the ranges of one ordered attribute of a collection: a document field
 //! indexed for range scans, or the document id. [`Dendrite::get`] returns the documents whose
 //! attribute lies in `[lo, hi]`, from one cache entry per predicate when it is cached (002's
-//! β = 100%: each predicate's whole result); writes go through the Dendrite
+//! β = 100%: each predicate's whole result), or (β = 0%) from each document's own entry, the
+//! Dendrite keeping each cached range's ids; writes go through the Dendrite
 //! ([`Dendrite::insert`], [`Dendrite::put`], [`Dendrite::update`], [`Dendrite::delete`]), which
 //! finds the cached results they change and deletes them (write-around) or changes them in place
 //! (write-through). The application names no interval: the Dendrite takes it from the documents.
 //!
 //! Three structures live in the Dendrite, as 002 §2 has them:
-//! - **PrInT** (an interval tree, `cpr/intervals.rs`): the intervals whose results are cached, and their
-//!   cache keys. A write looks up the intervals it overlaps.
+//! - **PrInT** (an interval tree, `cpr/intervals.rs`): the intervals whose results are cached,
+//!   and their cache keys (β = 100%) or ids (β = 0%). A write looks up the intervals it
+//!   overlaps.
 //! - **LeMInT** (`cpr/lemint.rs`): Shared leases taken by a get that missed, from before its query to
 //!   after its result is cached and entered in PrInT; eXclusive leases taken by a write, held to
 //!   the end of its session. A miss and a write on overlapping intervals never run together, so
 //!   a result computed before a write is never cached after it (Fig. 3a, 3b).
 //! - The CMIs' I and Q leases on the result keys, through the session, as for any key.
 //!
-//! What is not built yet (issue 15): write-back and BuWrInT, β below 100%, the log records that
+//! What is not built yet (issue 15): write-back and BuWrInT, β between 0% and 100%, the log records that
 //! let another Dendrite rebuild PrInT, and ranges leased by the coordinator. Until then a
 //! Dendrite must be the only writer of its collection and lives in one process: its cache keys
 //! carry a generation drawn when it is made, so a new Dendrite never reads results that an
@@ -35,7 +37,7 @@ use cads_store::{DocOp, DocWrite, Document, FieldKind, StoreError};
 use serde_json::Value;
 
 use crate::cache_store::{CacheChange, CacheStore};
-use crate::documents::Collection;
+use crate::documents::{self, Collection};
 use crate::error::{Error, Result};
 use crate::tx::StoreTx;
 use crate::{Cads, Policy, Session};
@@ -99,6 +101,10 @@ pub struct DendriteConfig {
     /// How long a get that missed, or a write, waits for a conflicting lease on its interval
     /// (only a session that holds no lease of this Dendrite waits; see docs/ARCHITECTURE.md, "CPR").
     pub lease_wait: Duration,
+    /// β (002 §2), the most data two cached results may share, in percent: 100 caches each
+    /// range's whole result in one entry; 0 caches each document once, in the document layer's
+    /// own entry, and keeps each range's ids in PrInT. Values in between are not built yet.
+    pub beta: u8,
 }
 
 impl DendriteConfig {
@@ -111,6 +117,7 @@ impl DendriteConfig {
             max: None,
             max_results: 1000,
             lease_wait: Duration::from_secs(5),
+            beta: 100,
         }
     }
 
@@ -152,8 +159,8 @@ struct Inner {
     config: DendriteConfig,
     /// Drawn at creation; part of every key (see the module's documentation).
     generation: u64,
-    /// PrInT: cached intervals and their keys.
-    print: Mutex<IntervalTree<Point, Vec<u8>>>,
+    /// PrInT: cached intervals, and what is cached of each.
+    print: Mutex<IntervalTree<Point, Cached>>,
     /// LeMInT.
     lemint: Arc<LeaseTable<Point>>,
     gets: AtomicU64,
@@ -162,13 +169,24 @@ struct Inner {
     results_changed: AtomicU64,
 }
 
+/// What PrInT keeps of a cached interval.
+#[derive(Clone, Debug)]
+enum Cached {
+    /// β = 100%: the key of the entry holding the whole result.
+    Result(Vec<u8>),
+    /// β = 0%: the ids of the result, in its order, with their points; each document is cached
+    /// in its own entry.
+    Ids(Vec<(Point, String)>),
+}
+
 /// A session's part in CPR: its owner id in LeMInT, the eXclusive leases its writes hold until
-/// it ends, and what its commit does to PrInT.
+/// it ends, and what its end does to PrInT.
 #[derive(Default)]
 pub(crate) struct SessionLeases {
     owner: Option<Owner>,
     held: Vec<LeaseGuard<Point>>,
-    on_commit: Vec<Box<dyn FnOnce() + Send>>,
+    /// Run when the session ends, told whether it committed.
+    on_end: Vec<Box<dyn FnOnce(bool) + Send>>,
     /// Documents the session wrote through a Dendrite by field (its generation, the id), as its
     /// writes leave them: the data store has them only once it commits.
     written: Vec<((u64, String), Option<Document>)>,
@@ -179,13 +197,12 @@ impl SessionLeases {
         *self.owner.get_or_insert_with(lemint::next_owner)
     }
 
-    /// The session ended: what its commit does to PrInT (if it committed) happens before its
-    /// leases go, so no get can cache a result in between.
+    /// The session ended (`committed`: its commit returned success; a failed commit may still
+    /// have reached the data store): what that does to PrInT happens before its leases go, so no
+    /// get can cache a result in between.
     pub(crate) fn end(self, committed: bool) {
-        if committed {
-            for f in self.on_commit {
-                f();
-            }
+        for f in self.on_end {
+            f(committed);
         }
         drop(self.held);
     }
@@ -225,6 +242,12 @@ impl Dendrite {
                     "a domain bound of the wrong kind: {bound:?}"
                 )));
             }
+        }
+        if config.beta != 0 && config.beta != 100 {
+            return Err(Error::App(format!(
+                "beta {}%: CPR is built for 0% and 100%, not the values between",
+                config.beta
+            )));
         }
         if config.max_results == 0 {
             return Err(Error::App("max_results must be at least 1".into()));
@@ -282,6 +305,9 @@ impl Dendrite {
             inner.misses.fetch_add(1, Ordering::Relaxed);
             return Ok(inner.scan(s.tx(), &interval)?);
         }
+        if inner.config.beta == 0 {
+            return inner.get_points(s, interval, owner);
+        }
         let query = RangeQuery {
             key: inner.key(&interval),
             interval,
@@ -302,6 +328,12 @@ impl Dendrite {
         if !cads.has_cache() {
             inner.misses.fetch_add(1, Ordering::Relaxed);
             return cads.run(|s| Ok(inner.scan(s.tx(), &interval)?));
+        }
+        if inner.config.beta == 0 {
+            return cads.run(|s| {
+                let owner = s.cpr().owner();
+                inner.get_points(s, interval.clone(), owner)
+            });
         }
         let query = RangeQuery {
             key: inner.key(&interval),
@@ -349,13 +381,22 @@ impl Dendrite {
         }
         inner.writes.fetch_add(1, Ordering::Relaxed);
         let (leases, after) = inner.lease_for_write(s, id, &op)?;
+        // The cached results the write overlaps: whole ones (β = 100%) by key, lists of ids
+        // (β = 0%) by interval.
         let mut entries: Vec<(Vec<u8>, Interval<Point>)> = Vec::new();
+        let mut lists: Vec<Interval<Point>> = Vec::new();
         {
             let print = inner.print.lock().expect("PrInT poisoned");
             for lease in &leases {
-                for (interval, key) in print.overlapping(lease.interval()) {
-                    if !entries.iter().any(|(k, _)| k == key) {
-                        entries.push((key.clone(), interval.clone()));
+                for (interval, cached) in print.overlapping(lease.interval()) {
+                    match cached {
+                        Cached::Result(key) if !entries.iter().any(|(k, _)| k == key) => {
+                            entries.push((key.clone(), interval.clone()));
+                        }
+                        Cached::Ids(_) if !lists.contains(interval) => {
+                            lists.push(interval.clone());
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -363,7 +404,14 @@ impl Dendrite {
         s.cpr().held.extend(leases);
         inner
             .results_changed
-            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+            .fetch_add((entries.len() + lists.len()) as u64, Ordering::Relaxed);
+        if !lists.is_empty() {
+            let membership = inner.membership(id, &op, after.as_ref());
+            let (inner, id) = (self.inner.clone(), id.to_string());
+            s.cpr().on_end.push(Box::new(move |committed| {
+                inner.change_lists(&lists, &id, committed.then_some(&membership));
+            }));
+        }
         let write = RangeWrite {
             id: id.to_string(),
             op,
@@ -375,10 +423,12 @@ impl Dendrite {
             // The results are deleted at commit; so are their intervals, before the lease goes.
             let gone: Vec<Interval<Point>> = write.entries.into_iter().map(|(_, i)| i).collect();
             let inner = self.inner.clone();
-            s.cpr().on_commit.push(Box::new(move || {
-                let mut print = inner.print.lock().expect("PrInT poisoned");
-                for interval in &gone {
-                    print.remove(interval);
+            s.cpr().on_end.push(Box::new(move |committed| {
+                if committed {
+                    let mut print = inner.print.lock().expect("PrInT poisoned");
+                    for interval in &gone {
+                        print.remove(interval);
+                    }
                 }
             }));
         }
@@ -386,7 +436,56 @@ impl Dendrite {
     }
 }
 
+/// Where a write leaves a document, for the lists of ids of β = 0%.
+enum Membership {
+    /// Deleted (or missing).
+    Gone,
+    /// At this point (it may have moved).
+    At(Point),
+    /// Where it was: an update by id, which cannot move it or make it exist.
+    Unchanged,
+}
+
 impl Inner {
+    /// Where the write `op` of `id` leaves the document (`after`: the document after it, where
+    /// the Dendrite knows it).
+    fn membership(&self, id: &str, op: &DocOp, after: Option<&Document>) -> Membership {
+        match (op, after) {
+            (DocOp::Delete, _) => Membership::Gone,
+            (DocOp::Update(_), _) if self.config.field.is_none() => Membership::Unchanged,
+            (_, Some(d)) => Membership::At(self.point_of(id, d)),
+            (_, None) => Membership::Gone,
+        }
+    }
+
+    /// At the end of a session that wrote `id`: the lists of ids of `intervals` take the write
+    /// (`change`), or, if the session's commit failed and may still have reached the data
+    /// store, leave PrInT (a range that is not in PrInT is read from the data store).
+    fn change_lists(&self, intervals: &[Interval<Point>], id: &str, change: Option<&Membership>) {
+        let mut print = self.print.lock().expect("PrInT poisoned");
+        for interval in intervals {
+            let Some(change) = change else {
+                print.remove(interval);
+                continue;
+            };
+            let Some(Cached::Ids(ids)) = print.get_mut(interval) else {
+                continue;
+            };
+            match change {
+                Membership::Unchanged => {}
+                Membership::Gone => ids.retain(|(_, i)| i != id),
+                Membership::At(point) => {
+                    ids.retain(|(_, i)| i != id);
+                    if interval.contains(point) {
+                        let entry = (point.clone(), id.to_string());
+                        let place = ids.binary_search(&entry).unwrap_or_else(|p| p);
+                        ids.insert(place, entry);
+                    }
+                }
+            }
+        }
+    }
+
     /// After a get: if it missed (it took the Shared lease), its result (if the fill was taken)
     /// is cached, and PrInT learns of it before the lease goes, so a write that follows finds it.
     fn enter_if_missed(&self, query: RangeQuery) {
@@ -395,9 +494,70 @@ impl Inner {
             self.print
                 .lock()
                 .expect("PrInT poisoned")
-                .insert(query.interval, query.key);
+                .insert(query.interval, Cached::Result(query.key));
             drop(lease);
         }
+    }
+
+    /// A get with β = 0%. A hit is the interval's ids in PrInT and their documents' entries (one
+    /// round trip; a document missing there is read from the data store and cached, as by the
+    /// document layer). A miss takes the Shared lease, scans the data store, caches each
+    /// document under its I lease (no write can change them while the lease is held) and
+    /// enters the ids in PrInT before the lease goes.
+    fn get_points(
+        &self,
+        s: &mut Session<'_>,
+        interval: Interval<Point>,
+        owner: Owner,
+    ) -> Result<Vec<(String, Document)>> {
+        let listed = match self.print.lock().expect("PrInT poisoned").get(&interval) {
+            Some(Cached::Ids(ids)) => Some(ids.iter().map(|(_, id)| id.clone()).collect()),
+            _ => None,
+        };
+        if let Some(ids) = listed {
+            let query = RecordsQuery { ids, known: None };
+            let found = s.read(&Records(self), &query)?;
+            // A document deleted since the list was read is gone from the result too.
+            return Ok(query
+                .ids
+                .into_iter()
+                .zip(found)
+                .filter_map(|(id, d)| d.map(|d| (id, d)))
+                .collect());
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let lease = self
+            .lemint
+            .acquire(
+                vec![interval.clone()],
+                owner,
+                Mode::Shared,
+                self.config.lease_wait,
+            )
+            .map_err(|c| {
+                StoreError::Conflict(format!(
+                    "CPR: a {:?} lease on an interval overlapping [{:?}, {:?}]",
+                    c.held, interval.lo, interval.hi
+                ))
+            })?;
+        let rows = self.scan(s.tx(), &interval)?;
+        let query = RecordsQuery {
+            ids: rows.iter().map(|(id, _)| id.clone()).collect(),
+            known: Some(rows.iter().map(|(_, d)| Some(d.clone())).collect()),
+        };
+        s.read(&Records(self), &query)?;
+        // The list is this mode's fill: it enters PrInT now.
+        crate::failpoints::before_fill();
+        let ids = rows
+            .iter()
+            .map(|(id, d)| (self.point_of(id, d), id.clone()))
+            .collect();
+        self.print
+            .lock()
+            .expect("PrInT poisoned")
+            .insert(interval, Cached::Ids(ids));
+        drop(lease);
+        Ok(rows)
     }
 
     fn point_of(&self, id: &str, document: &Document) -> Point {
@@ -557,6 +717,78 @@ struct RangeWrite {
 
 /// The session's view of a Dendrite's results.
 struct Ranges<'d>(&'d Inner);
+
+/// β = 0%: documents of a range, each in the document layer's entry, and (on a miss) as the
+/// Dendrite's scan found them.
+struct RecordsQuery {
+    ids: Vec<String>,
+    known: Option<Vec<Option<Document>>>,
+}
+
+/// The session's view of a β = 0% Dendrite's documents, for reading them: the Dendrite's
+/// writes go through [`Ranges`], so the write half of the trait does nothing here.
+struct Records<'d>(&'d Inner);
+
+impl CacheStore for Records<'_> {
+    type Query = RecordsQuery;
+    type Write = ();
+    type Output = Vec<Option<Document>>;
+
+    fn keys_read(&self, query: &RecordsQuery) -> Vec<Vec<u8>> {
+        query
+            .ids
+            .iter()
+            .map(|id| self.0.collection.key(id))
+            .collect()
+    }
+
+    fn result_from_cache(&self, _query: &RecordsQuery, values: &[Vec<u8>]) -> Option<Self::Output> {
+        values
+            .iter()
+            .map(|v| documents::decode(v).map(Some))
+            .collect()
+    }
+
+    fn query_store(
+        &self,
+        query: &RecordsQuery,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Self::Output, StoreError> {
+        if let Some(known) = &query.known {
+            return Ok(known.clone());
+        }
+        let ids: Vec<&str> = query.ids.iter().map(String::as_str).collect();
+        let mut found = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            found.extend(tx.documents().get_many(self.0.collection.name(), chunk)?);
+        }
+        Ok(found)
+    }
+
+    fn entries(&self, query: &RecordsQuery, output: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)> {
+        query
+            .ids
+            .iter()
+            .zip(output)
+            .filter_map(|(id, d)| {
+                d.as_ref()
+                    .map(|d| (self.0.collection.key(id), documents::encode(d)))
+            })
+            .collect()
+    }
+
+    fn keys_written(&self, _write: &()) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+
+    fn write_store(&self, _write: &(), _tx: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn cache_change(&self, _write: &(), _key: &[u8]) -> CacheChange {
+        CacheChange::Delete
+    }
+}
 
 fn encode(result: &[(String, Document)]) -> Vec<u8> {
     serde_json::to_vec(result).expect("documents serialize")
