@@ -18,6 +18,7 @@
 //! | [`APPLY_STEPS`] | inside a write-back applier (000 Algorithms 2 and 4) | `return` makes the applier die there (it abandons its cache session without releasing anything; its leases expire); a callback may stall it, or call [`die`] to make it die conditionally |
 //! | [`APPLY_BROKEN`] | a write-back applier, once it knows what it will write to the data store | `return(drop)` or `return(twice)` makes it a broken applier ([`Broken`]), to show that the benchmarks' validation catches one |
 //! | [`CPR_WRITE_LEASING`] | a write through a Dendrite by field, between reading the document and taking its leases | a callback lets another write change the document there |
+//! | [`CPR_LIST_READ`] | a get through a β = 0% Dendrite, between reading a range's ids and reading its documents | a callback lets a write move a document there |
 //! | [`CPR_LEASES_OFF`] | a Dendrite's LeMInT | `return` makes it grant every interval lease: CPR without its read-write exclusion, the broken baseline of the range race tests |
 //! | [`SAS_INVALIDATIONS_DROPPED`] | an SAS AppNode receiving the core's deliveries, or changing its own copies at a commit | `return` makes it acknowledge the deliveries, and finish the commits, without changing its copies: a broken SAS, to show that the validators catch one |
 
@@ -37,6 +38,9 @@ pub const LEASES_OFF: &str = "cads::leases-off";
 
 /// A write through a Dendrite by field has read the document and not yet leased its points.
 pub const CPR_WRITE_LEASING: &str = "cads::cpr::write-leasing";
+
+/// A β = 0% get has read a range's ids from PrInT and not yet its documents.
+pub const CPR_LIST_READ: &str = "cads::cpr::list-read";
 
 /// A Dendrite's LeMInT grants every lease (CPR, 002).
 pub const CPR_LEASES_OFF: &str = "cads::cpr::leases-off";
@@ -247,6 +251,13 @@ pub(crate) fn cpr_leases_off() -> bool {
 pub(crate) fn cpr_write_leasing() {
     #[cfg(feature = "failpoints")]
     fail::fail_point!(CPR_WRITE_LEASING);
+}
+
+/// Between a β = 0% get's read of a range's ids and of its documents.
+#[inline(always)]
+pub(crate) fn cpr_list_read() {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(CPR_LIST_READ);
 }
 
 /// The window between a miss's query and its fill.

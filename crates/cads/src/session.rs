@@ -9,7 +9,7 @@ use cads_client::{ClientError, MarkOp, Write};
 use cads_store::{DocOp, StoreError};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
-use crate::cpr::SessionLeases;
+use crate::cpr::{Ended, SessionLeases};
 use crate::error::{Error, Result};
 use crate::failpoints;
 use crate::gemini::{self, Routes};
@@ -1268,7 +1268,7 @@ impl<'a> Session<'a> {
     pub fn commit(mut self) -> Result<()> {
         let cpr = std::mem::take(&mut self.cpr);
         let committed = self.commit_session();
-        cpr.end(committed.is_ok());
+        cpr.end(Ended::of(&committed));
         committed
     }
 

@@ -15,7 +15,9 @@ use cads::cpr::{Dendrite, DendriteConfig, Point};
 use cads::documents::Collection;
 use cads::{Cads, Config, Policy};
 use cads_store::{Document, FieldKind};
-use cads_testkit::failpoints::{Scenario, CACHE_COMMIT, CPR_LEASES_OFF, CPR_WRITE_LEASING, FILL};
+use cads_testkit::failpoints::{
+    Scenario, CACHE_COMMIT, CPR_LEASES_OFF, CPR_LIST_READ, CPR_WRITE_LEASING, FILL,
+};
 use common::{changes, doc, Deployment};
 use serde_json::json;
 
@@ -173,6 +175,38 @@ fn a_write_applies_to_the_document_as_it_is_once_leased() {
             "beta {beta}: the cached range lost the other write"
         );
         assert_eq!(Some(&now[0].1), d.store.get("items", "d").unwrap().as_ref());
+    }
+}
+
+/// β = 0%: a get that hits reads a range's ids, then its documents. A write that moves a
+/// document out of the range in between must not show in the result as a document outside the
+/// range: the get sees that the list changed and reads the range again.
+#[test]
+fn a_list_read_before_a_write_is_checked_after_it() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let scenario = Scenario::setup();
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads, 0);
+        let range = || {
+            cads.run(|s| items.get(s, &Point::Int(15), &Point::Int(55)))
+                .unwrap()
+        };
+        range();
+        let (listed, go) = hold_first(&scenario, CPR_LIST_READ);
+        let seen = std::thread::scope(|scope| {
+            let read = scope.spawn(range);
+            listed.recv().unwrap();
+            cads.run(|s| items.update(s, "i1", changes(json!({"$set": {"price": 500}}))))
+                .unwrap();
+            go.send(()).unwrap();
+            read.join().unwrap()
+        });
+        for (id, doc) in &seen {
+            let price = doc["price"].as_i64().unwrap();
+            assert!((15..=55).contains(&price), "{policy:?}: {id} at {price}");
+        }
+        assert_eq!(ids(&seen), ["i2", "i3", "i4"], "{policy:?}");
     }
 }
 

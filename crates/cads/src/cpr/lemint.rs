@@ -155,12 +155,13 @@ impl<K: Ord + Clone + Debug> LeaseTable<K> {
         }
     }
 
-    /// Whether `owner` holds an eXclusive lease on an interval overlapping `interval`.
-    pub fn writes(&self, interval: &Interval<K>, owner: Owner) -> bool {
+    /// Whether `owner` (`mine`), or another owner (`!mine`), holds an eXclusive lease on an
+    /// interval overlapping `interval`.
+    pub fn written(&self, interval: &Interval<K>, owner: Owner, mine: bool) -> bool {
         let leases = self.leases.lock().expect("LeMInT poisoned");
         leases.overlapping(interval).into_iter().any(|(_, held)| {
             held.iter()
-                .any(|l| l.owner == owner && l.mode == Mode::Exclusive)
+                .any(|l| (l.owner == owner) == mine && l.mode == Mode::Exclusive)
         })
     }
 
@@ -251,9 +252,11 @@ mod tests {
         let _x = t.acquire(vec![iv(1, 10)], 7, Mode::Exclusive, NOW).unwrap();
         let _s = t.acquire(vec![iv(5, 5)], 7, Mode::Shared, NOW).unwrap();
         let _x2 = t.acquire(vec![iv(1, 10)], 7, Mode::Exclusive, NOW).unwrap();
-        assert!(t.writes(&iv(10, 12), 7));
-        assert!(!t.writes(&iv(11, 12), 7));
-        assert!(!t.writes(&iv(1, 12), 8));
+        assert!(t.written(&iv(10, 12), 7, true));
+        assert!(!t.written(&iv(11, 12), 7, true));
+        assert!(!t.written(&iv(1, 12), 8, true));
+        assert!(t.written(&iv(1, 12), 8, false));
+        assert!(!t.written(&iv(1, 12), 7, false));
     }
 
     #[test]

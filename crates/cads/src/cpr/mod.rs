@@ -167,6 +167,8 @@ struct Inner {
     misses: AtomicU64,
     writes: AtomicU64,
     results_changed: AtomicU64,
+    /// Where the versions of β = 0%'s lists come from.
+    list_versions: AtomicU64,
 }
 
 /// What PrInT keeps of a cached interval.
@@ -175,8 +177,10 @@ enum Cached {
     /// β = 100%: the key of the entry holding the whole result.
     Result(Vec<u8>),
     /// β = 0%: the ids of the result, in its order, with their points; each document is cached
-    /// in its own entry.
-    Ids(Vec<(Point, String)>),
+    /// in its own entry. The number is the list's version: it changes whenever a write changes
+    /// the list, so a get that read the list can tell that it changed while it read the
+    /// documents.
+    Ids(Vec<(Point, String)>, u64),
 }
 
 /// A session's part in CPR: its owner id in LeMInT, the eXclusive leases its writes hold until
@@ -185,8 +189,8 @@ enum Cached {
 pub(crate) struct SessionLeases {
     owner: Option<Owner>,
     held: Vec<LeaseGuard<Point>>,
-    /// Run when the session ends, told whether it committed.
-    on_end: Vec<Box<dyn FnOnce(bool) + Send>>,
+    /// Run when the session ends, told how.
+    on_end: Vec<Box<dyn FnOnce(Ended) + Send>>,
     /// Documents the session wrote through a Dendrite by field (its generation, the id), as its
     /// writes leave them: the data store has them only once it commits.
     written: Vec<((u64, String), Option<Document>)>,
@@ -197,14 +201,36 @@ impl SessionLeases {
         *self.owner.get_or_insert_with(lemint::next_owner)
     }
 
-    /// The session ended (`committed`: its commit returned success; a failed commit may still
-    /// have reached the data store): what that does to PrInT happens before its leases go, so no
-    /// get can cache a result in between.
-    pub(crate) fn end(self, committed: bool) {
+    /// The session's commit returned: what that does to PrInT happens before its leases go, so
+    /// no get can cache a result in between.
+    pub(crate) fn end(self, ended: Ended) {
         for f in self.on_end {
-            f(committed);
+            f(ended);
         }
         drop(self.held);
+    }
+}
+
+/// How a session's commit ended, for what its writes do to PrInT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    Committed,
+    /// Failed before the data store took anything.
+    Failed,
+    /// Failed in a way that may have left the writes in the data store (the data store timed
+    /// out or went away during the commit).
+    Unknown,
+}
+
+impl Ended {
+    pub(crate) fn of(result: &Result<()>) -> Ended {
+        match result {
+            Ok(()) => Ended::Committed,
+            Err(Error::Store(StoreError::Timeout(_) | StoreError::Unavailable(_))) => {
+                Ended::Unknown
+            }
+            Err(_) => Ended::Failed,
+        }
     }
 }
 
@@ -265,6 +291,7 @@ impl Dendrite {
                 misses: AtomicU64::new(0),
                 writes: AtomicU64::new(0),
                 results_changed: AtomicU64::new(0),
+                list_versions: AtomicU64::new(0),
             }),
         })
     }
@@ -299,7 +326,7 @@ impl Dendrite {
         let interval = inner.range(lo, hi)?;
         inner.gets.fetch_add(1, Ordering::Relaxed);
         let owner = s.cpr().owner();
-        if !s.framework().has_cache() || inner.lemint.writes(&interval, owner) {
+        if !s.framework().has_cache() || inner.lemint.written(&interval, owner, true) {
             // No cache, or this session writes into the range: its result may hold what the
             // session has not committed, so it is not cached.
             inner.misses.fetch_add(1, Ordering::Relaxed);
@@ -393,7 +420,7 @@ impl Dendrite {
                         Cached::Result(key) if !entries.iter().any(|(k, _)| k == key) => {
                             entries.push((key.clone(), interval.clone()));
                         }
-                        Cached::Ids(_) if !lists.contains(interval) => {
+                        Cached::Ids(..) if !lists.contains(interval) => {
                             lists.push(interval.clone());
                         }
                         _ => {}
@@ -408,8 +435,10 @@ impl Dendrite {
         if !lists.is_empty() {
             let membership = inner.membership(id, &op, after.as_ref());
             let (inner, id) = (self.inner.clone(), id.to_string());
-            s.cpr().on_end.push(Box::new(move |committed| {
-                inner.change_lists(&lists, &id, committed.then_some(&membership));
+            s.cpr().on_end.push(Box::new(move |ended| match ended {
+                Ended::Committed => inner.change_lists(&lists, &id, Some(&membership)),
+                Ended::Unknown => inner.change_lists(&lists, &id, None),
+                Ended::Failed => {}
             }));
         }
         let write = RangeWrite {
@@ -423,8 +452,8 @@ impl Dendrite {
             // The results are deleted at commit; so are their intervals, before the lease goes.
             let gone: Vec<Interval<Point>> = write.entries.into_iter().map(|(_, i)| i).collect();
             let inner = self.inner.clone();
-            s.cpr().on_end.push(Box::new(move |committed| {
-                if committed {
+            s.cpr().on_end.push(Box::new(move |ended| {
+                if ended == Ended::Committed {
                     let mut print = inner.print.lock().expect("PrInT poisoned");
                     for interval in &gone {
                         print.remove(interval);
@@ -459,8 +488,8 @@ impl Inner {
     }
 
     /// At the end of a session that wrote `id`: the lists of ids of `intervals` take the write
-    /// (`change`), or, if the session's commit failed and may still have reached the data
-    /// store, leave PrInT (a range that is not in PrInT is read from the data store).
+    /// (`change`), or (None), if the session's commit failed and may still have reached the
+    /// data store, leave PrInT (a range that is not in PrInT is read from the data store).
     fn change_lists(&self, intervals: &[Interval<Point>], id: &str, change: Option<&Membership>) {
         let mut print = self.print.lock().expect("PrInT poisoned");
         for interval in intervals {
@@ -468,9 +497,10 @@ impl Inner {
                 print.remove(interval);
                 continue;
             };
-            let Some(Cached::Ids(ids)) = print.get_mut(interval) else {
+            let Some(Cached::Ids(ids, version)) = print.get_mut(interval) else {
                 continue;
             };
+            *version = self.list_versions.fetch_add(1, Ordering::Relaxed);
             match change {
                 Membership::Unchanged => {}
                 Membership::Gone => ids.retain(|(_, i)| i != id),
@@ -482,6 +512,10 @@ impl Inner {
                         ids.insert(place, entry);
                     }
                 }
+            }
+            if ids.len() > self.config.max_results {
+                // Past the bound: the next get scans and reports the range as too large.
+                print.remove(interval);
             }
         }
     }
@@ -511,19 +545,30 @@ impl Inner {
         owner: Owner,
     ) -> Result<Vec<(String, Document)>> {
         let listed = match self.print.lock().expect("PrInT poisoned").get(&interval) {
-            Some(Cached::Ids(ids)) => Some(ids.iter().map(|(_, id)| id.clone()).collect()),
+            Some(Cached::Ids(ids, version)) => {
+                Some((ids.iter().map(|(_, id)| id.clone()).collect(), *version))
+            }
             _ => None,
         };
-        if let Some(ids) = listed {
+        if let Some((ids, version)) = listed {
+            crate::failpoints::cpr_list_read();
             let query = RecordsQuery { ids, known: None };
             let found = s.read(&Records(self), &query)?;
-            // A document deleted since the list was read is gone from the result too.
-            return Ok(query
-                .ids
-                .into_iter()
-                .zip(found)
-                .filter_map(|(id, d)| d.map(|d| (id, d)))
-                .collect());
+            // The list and the documents agree if no write changed the list meanwhile (its
+            // version) and none is under way in the range (it changes documents before the
+            // list); else the get is a miss.
+            let unchanged = matches!(
+                self.print.lock().expect("PrInT poisoned").get(&interval),
+                Some(Cached::Ids(_, v)) if *v == version
+            );
+            if unchanged && !self.lemint.written(&interval, owner, false) {
+                return Ok(query
+                    .ids
+                    .into_iter()
+                    .zip(found)
+                    .filter_map(|(id, d)| d.map(|d| (id, d)))
+                    .collect());
+            }
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let lease = self
@@ -552,10 +597,10 @@ impl Inner {
             .iter()
             .map(|(id, d)| (self.point_of(id, d), id.clone()))
             .collect();
-        self.print
-            .lock()
-            .expect("PrInT poisoned")
-            .insert(interval, Cached::Ids(ids));
+        self.print.lock().expect("PrInT poisoned").insert(
+            interval,
+            Cached::Ids(ids, self.list_versions.fetch_add(1, Ordering::Relaxed)),
+        );
         drop(lease);
         Ok(rows)
     }
