@@ -571,20 +571,7 @@ impl Inner {
             }
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let lease = self
-            .lemint
-            .acquire(
-                vec![interval.clone()],
-                owner,
-                Mode::Shared,
-                self.config.lease_wait,
-            )
-            .map_err(|c| {
-                StoreError::Conflict(format!(
-                    "CPR: a {:?} lease on an interval overlapping [{:?}, {:?}]",
-                    c.held, interval.lo, interval.hi
-                ))
-            })?;
+        let lease = self.shared_lease(&interval, owner)?;
         let rows = self.scan(s.tx(), &interval)?;
         let query = RecordsQuery {
             ids: rows.iter().map(|(id, _)| id.clone()).collect(),
@@ -642,6 +629,30 @@ impl Inner {
         key.push(':');
         interval.hi.encode(&mut key);
         key.into_bytes()
+    }
+
+    /// A miss's Shared lease on its interval (Fig. 3a line 6). A conflict that outlasts the
+    /// wait is the data store's kind of lock conflict: the session runs again.
+    fn shared_lease(
+        &self,
+        interval: &Interval<Point>,
+        owner: Owner,
+    ) -> Result<LeaseGuard<Point>, StoreError> {
+        let mut granted = self
+            .lemint
+            .acquire(
+                vec![interval.clone()],
+                owner,
+                Mode::Shared,
+                self.config.lease_wait,
+            )
+            .map_err(|c| {
+                StoreError::Conflict(format!(
+                    "CPR: a {:?} lease on an interval overlapping [{:?}, {:?}]",
+                    c.held, interval.lo, interval.hi
+                ))
+            })?;
+        Ok(granted.pop().expect("one interval asked, one granted"))
     }
 
     /// The range's documents from the data store.
@@ -865,22 +876,7 @@ impl CacheStore for Ranges<'_> {
     ) -> Result<Self::Output, StoreError> {
         let mut shared = query.shared.lock().expect("not poisoned");
         if shared.is_none() {
-            let mut leases = self
-                .0
-                .lemint
-                .acquire(
-                    vec![query.interval.clone()],
-                    query.owner,
-                    Mode::Shared,
-                    self.0.config.lease_wait,
-                )
-                .map_err(|c| {
-                    StoreError::Conflict(format!(
-                        "CPR: a {:?} lease on an interval overlapping [{:?}, {:?}]",
-                        c.held, query.interval.lo, query.interval.hi
-                    ))
-                })?;
-            *shared = leases.pop();
+            *shared = Some(self.0.shared_lease(&query.interval, query.owner)?);
         }
         drop(shared);
         self.0.scan(tx, &query.interval)
