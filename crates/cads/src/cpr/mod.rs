@@ -397,8 +397,9 @@ impl Dendrite {
         self.write(s, id, DocOp::Delete)
     }
 
-    /// Fig. 3b: an eXclusive lease on the interval the write touches, then every cached result
-    /// overlapping it deleted (write-around) or changed (write-through) with the write.
+    /// Fig. 3b: eXclusive leases on the points the write touches (see `lease_for_write`), then
+    /// every cached result holding one deleted (write-around) or changed (write-through) with
+    /// the write, and under β = 0% the lists of ids changed when the session ends.
     fn write(&self, s: &mut Session<'_>, id: &str, op: DocOp) -> Result<()> {
         let inner = &self.inner;
         cads_store::validate_id(id)?;
