@@ -107,6 +107,56 @@ impl Ycsb {
         }
     }
 
+    /// One pass of the warm-up over every key number: its record, or (`range_length`) the
+    /// range of that many records it starts.
+    fn warm_pass(
+        &self,
+        run: &PolicyRun<'_>,
+        dep: &Deployment,
+        loaded: &LoadedTable,
+        range_length: Option<i64>,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let next = AtomicU64::new(0);
+        let warmed = AtomicU64::new(0);
+        let total = self.opts.records;
+        let results = run_threads(
+            self.opts.common.threads,
+            &warmed,
+            started,
+            |done| run.report(Phase::Warm, done, Some(total), started, ""),
+            |_| -> Result<()> {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= total {
+                        return Ok(());
+                    }
+                    let id = self.id(k as i64);
+                    if let (Some(ranges), Some(n)) = (&loaded.ranges, range_length) {
+                        let (lo, hi) = (Point::Text(id), Point::Text(self.id(k as i64 + n - 1)));
+                        ranges
+                            .read(&dep.cads, &lo, &hi)
+                            .with_context(|| format!("warming the range [{lo:?}, {hi:?}]"))?;
+                    } else {
+                        dep.cads
+                            .run(|s| loaded.table.get(s, &id))
+                            .with_context(|| format!("warming record {id}"))?
+                            .ok_or_else(|| anyhow!("record {id} is missing after the load"))?;
+                    }
+                    warmed.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        );
+        results.into_iter().collect::<Result<()>>()?;
+        let what = if range_length.is_some() {
+            "ranges done"
+        } else {
+            "done"
+        };
+        run.report(Phase::Warm, total, Some(total), started, what);
+        Ok(())
+    }
+
     /// The field a scan projects its records to (YCSB^1), if it projects.
     fn projected(&self, rng: &mut Rng) -> Option<String> {
         match self.workload.scan_fields {
@@ -304,40 +354,16 @@ impl Benchmark for Ycsb {
             (Some(_), ScanLength::Fixed(n)) => Some(n as i64),
             _ => None,
         };
-        let started = Instant::now();
-        let next = AtomicU64::new(0);
-        let warmed = AtomicU64::new(0);
-        let total = self.opts.records;
-        let results = run_threads(
-            self.opts.common.threads,
-            &warmed,
-            started,
-            |done| run.report(Phase::Warm, done, Some(total), started, ""),
-            |_| -> Result<()> {
-                loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= total {
-                        return Ok(());
-                    }
-                    let id = self.id(k as i64);
-                    if let (Some(ranges), Some(n)) = (&loaded.ranges, range_length) {
-                        let (lo, hi) = (Point::Text(id), Point::Text(self.id(k as i64 + n - 1)));
-                        ranges
-                            .read(&dep.cads, &lo, &hi)
-                            .with_context(|| format!("warming the range [{lo:?}, {hi:?}]"))?;
-                        warmed.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    dep.cads
-                        .run(|s| loaded.table.get(s, &id))
-                        .with_context(|| format!("warming record {id}"))?
-                        .ok_or_else(|| anyhow!("record {id} is missing after the load"))?;
-                    warmed.fetch_add(1, Ordering::Relaxed);
-                }
-            },
-        );
-        results.into_iter().collect::<Result<()>>()?;
-        run.report(Phase::Warm, total, Some(total), started, "done");
+        // With β = 0% a range's miss caches its records under their I leases, which the
+        // overlapping ranges that other threads warm at the same time would wait for: the
+        // records are warmed first, so the ranges' misses find them cached.
+        let records_first = range_length.is_some() && self.opts.beta == 0;
+        if range_length.is_none() || records_first {
+            self.warm_pass(run, dep, loaded, None)?;
+        }
+        if range_length.is_some() {
+            self.warm_pass(run, dep, loaded, range_length)?;
+        }
         if let Some(ranges) = &loaded.ranges {
             *loaded.ranges_at_start.lock().expect("not poisoned") = ranges.stats();
         }
