@@ -326,7 +326,9 @@ impl Dendrite {
         let interval = inner.range(lo, hi)?;
         inner.gets.fetch_add(1, Ordering::Relaxed);
         let owner = s.cpr().owner();
-        if !s.framework().has_cache() || inner.lemint.written(&interval, owner, true) {
+        // A session that holds no lease wrote nothing: hits skip LeMInT's lock.
+        let writes_here = !s.cpr().held.is_empty() && inner.lemint.written(&interval, owner, true);
+        if !s.framework().has_cache() || writes_here {
             // No cache, or this session writes into the range: its result may hold what the
             // session has not committed, so it is not cached.
             inner.misses.fetch_add(1, Ordering::Relaxed);
@@ -346,8 +348,9 @@ impl Dendrite {
         result
     }
 
-    /// [`get`](Self::get) in a session of its own ([`Cads::read`]): one cache round trip on a
-    /// hit, where a session's get also validates its read when the session ends.
+    /// [`get`](Self::get) in a session of its own. With β = 100% it goes through [`Cads::read`]:
+    /// one cache round trip on a hit, where a session's get also validates its read when the
+    /// session ends; with β = 0% a hit reads its documents in a session (two round trips).
     pub fn read(&self, cads: &Cads, lo: &Point, hi: &Point) -> Result<Vec<(String, Document)>> {
         let inner = &self.inner;
         let interval = inner.range(lo, hi)?;
