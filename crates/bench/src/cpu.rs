@@ -1,7 +1,7 @@
 //! CPU time from Linux's `/proc`, to tell what bounds a run on a small machine: this process (the
-//! benchmark threads, embedded CMIs and write-back workers) with the AppNodes it started and
-//! waited for, the data store's server processes, and the machine as a whole. Elsewhere every
-//! reading is `None`.
+//! benchmark threads, embedded CMIs and write-back workers) with the processes it started
+//! (AppNodes, the `redis-server` of the Redis baseline), the data store's server processes, and
+//! the machine as a whole. Elsewhere every reading is `None`.
 
 use std::fs;
 
@@ -13,7 +13,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// A reading of the CPU counters.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CpuSample {
-    /// Ticks this process and its waited-for children ran (user + system).
+    /// Ticks this process and its children ran (user + system).
     process: u64,
     /// Ticks processes named like the data store's server ran (user + system).
     server: u64,
@@ -26,7 +26,7 @@ pub(crate) struct CpuSample {
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct CpuRecord {
     /// CPU seconds of this process (benchmark threads, embedded CMIs, write-back workers) and of
-    /// its AppNodes (`--appnodes`).
+    /// the processes it started: its AppNodes (`--appnodes`), the Redis baseline's server.
     pub process_s: f64,
     /// CPU seconds of the data store's server processes (`postgres`, `mariadbd`, `mysqld`);
     /// includes whatever else used the same server meanwhile. 0 for SQLite (it runs in this
@@ -52,9 +52,10 @@ impl CpuSample {
         // user nice system idle iowait irq softirq steal ...
         let total: u64 = fields.iter().take(8).sum();
         let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+        let (children, server) = scanned_ticks();
         Some(CpuSample {
-            process: process_ticks("self", true).unwrap_or(0),
-            server: server_ticks(),
+            process: process_ticks("self", true).unwrap_or(0) + children,
+            server,
             busy: total - idle,
             total,
         })
@@ -76,38 +77,67 @@ impl CpuSample {
 /// utime + stime of `/proc/<pid>/stat`, and with `children` cutime + cstime: the CPU time of
 /// the children the process waited for.
 fn process_ticks(pid: &str, children: bool) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces: fields count from after its closing parenthesis.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
-    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
-    let own = ticks(11)? + ticks(12)?;
+    let stat = ProcStat::read(pid)?;
     Some(if children {
-        own + ticks(13)? + ticks(14)?
+        stat.own + stat.waited_children
     } else {
-        own
+        stat.own
     })
 }
 
-/// CPU ticks of every running data-store server process.
-fn server_ticks() -> u64 {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            if !name.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            let comm = fs::read_to_string(format!("/proc/{name}/comm")).ok()?;
-            matches!(comm.trim(), "postgres" | "mariadbd" | "mysqld")
-                .then(|| process_ticks(&name, false))
-                .flatten()
+/// What the harness reads of `/proc/<pid>/stat`.
+struct ProcStat {
+    ppid: u32,
+    /// utime + stime.
+    own: u64,
+    /// cutime + cstime.
+    waited_children: u64,
+}
+
+impl ProcStat {
+    fn read(pid: &str) -> Option<ProcStat> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name may hold spaces: fields count from after its closing parenthesis.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+        let number = |i: usize| fields.get(i)?.parse::<u64>().ok();
+        Some(ProcStat {
+            ppid: number(1)? as u32,
+            own: number(11)? + number(12)?,
+            waited_children: number(13)? + number(14)?,
         })
-        .sum()
+    }
+}
+
+/// CPU ticks of this process's live children (with the children they waited for), and of every
+/// running data-store server process. A child's ticks move to this process's own count when it
+/// is waited for, so the sum of the two stays true across the wait.
+fn scanned_ticks() -> (u64, u64) {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return (0, 0);
+    };
+    let me = std::process::id();
+    let (mut children, mut servers) = (0, 0);
+    for entry in entries.filter_map(Result::ok) {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Some(stat) = ProcStat::read(&name) else {
+            continue;
+        };
+        if stat.ppid == me {
+            children += stat.own + stat.waited_children;
+        }
+        let comm = fs::read_to_string(format!("/proc/{name}/comm")).unwrap_or_default();
+        if matches!(comm.trim(), "postgres" | "mariadbd" | "mysqld") {
+            servers += stat.own;
+        }
+    }
+    (children, servers)
 }
 
 #[cfg(test)]

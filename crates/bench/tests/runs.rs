@@ -5,10 +5,11 @@
 mod support;
 
 use cads::Policy;
-use cads_bench::harness::CommonOptions;
+use cads_bench::harness::{parse_policies, CommonOptions};
 use cads_bench::ycsb::{
-    BenchmarkOptions, Fields, Progress, RunRecord, YcsbOptions, RANGES_NOTE, SCAN_NOTE,
+    BenchmarkOptions, Fields, Progress, RunRecord, YcsbOptions, RANGES_NOTE, SCAN_NOTE, ZINDEX_NOTE,
 };
+use cads_testkit::services::require_redis_tool;
 use support::{assert_nothing_stale_or_lost, assert_record_keys, InProcess};
 
 fn quiet(_: Progress) {}
@@ -130,11 +131,48 @@ fn scan_workloads_s_and_cpr_under_every_policy() {
     }
 }
 
+/// The Redis baseline of CPR's evaluation (002 §4.5, `--policy redis-zindex`) on a real
+/// redis-server: scans list their ids from a sorted set and read the records with MGET, through
+/// the same validator. Without leases it may read stale records (counted, not asserted: they
+/// take a race); it loses no write.
+#[test]
+fn the_redis_zindex_baseline_runs_through_the_validator() {
+    if require_redis_tool("redis-server").is_none() {
+        return;
+    }
+    let opts = YcsbOptions {
+        scan_share: Some(0.9),
+        scan_length: Some(5),
+        common: CommonOptions {
+            policies: parse_policies("redis-zindex").unwrap(),
+            ..short("CPR").common
+        },
+        ..short("CPR")
+    };
+    let records = opts.run(&InProcess, &quiet).unwrap();
+    let r = &records[0];
+    assert_eq!(r.policy, "redis-zindex");
+    assert_eq!(r.detail.scan, Some(ZINDEX_NOTE));
+    assert_eq!(r.failed, 0, "{:?}", r.errors);
+    assert_eq!(r.detail.validated.lost_writes, 0);
+    assert!(r.detail.validated.reads > 0);
+    let ranges = r.detail.ranges.as_ref().expect("the baseline's counts");
+    assert!(ranges.scans > 0);
+    // Warmed: every record was in Redis when the run began; misses follow updates' deletes.
+    assert!(ranges.scan_misses < ranges.scans, "{ranges:?}");
+    // Each scan is ZRANGEBYLEX then MGET.
+    assert!(ranges.redis_round_trips >= 2 * ranges.scans, "{ranges:?}");
+}
+
 /// CPR's scans are validated record by record: cached ranges that miss writes (updates made
-/// behind the framework's back) are caught.
+/// behind the framework's back) are caught, and so are the Redis baseline's records.
 #[test]
 fn a_cpr_range_left_stale_is_caught() {
-    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+    let mut policies = vec![Policy::WriteAround, Policy::WriteThrough];
+    if require_redis_tool("redis-server").is_some() {
+        policies.push(Policy::CacheAside);
+    }
+    for policy in policies {
         let cpr = YcsbOptions {
             // Few records, so that scans meet updated records often.
             records: 50,

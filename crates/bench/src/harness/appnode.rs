@@ -473,6 +473,7 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
             benchmark: B::NAME,
             workload: bench.workload(),
             policy,
+            policy_name: bench.policy_name(policy),
             run: job.run,
             threads: job.threads.len(),
             progress: &quiet,

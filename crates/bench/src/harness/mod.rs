@@ -42,7 +42,7 @@ pub use drive::{
     run_threads, Clock, Env, Limit, Nanos, NodeResult, Outcome, Step, ThreadContext, TICK,
 };
 pub use log::{LoggedWrite, ReadWriteLog, RunLog};
-pub use options::{parse_duration, parse_policies, CommonOptions, Outage};
+pub use options::{parse_duration, parse_policies, CommonOptions, Outage, REDIS_ZINDEX};
 pub use outage::{OutageRecord, OutageSample};
 pub use progress::{print_progress, Phase, Progress, Reporter};
 pub use record::{
@@ -80,6 +80,11 @@ pub trait Benchmark: Sync + Sized {
     fn options(&self) -> &CommonOptions;
     /// The workload's name in records (`A`, `90`, `tpcc-spec-1w`).
     fn workload(&self) -> String;
+    /// The name of `policy` in records and progress: its own, unless the benchmark runs it as a
+    /// baseline of its own (YCSB's CPR workload runs cache-aside as `redis-zindex`).
+    fn policy_name(&self, policy: Policy) -> &'static str {
+        policy.name()
+    }
     /// The operation kinds: their names, as the record's `latency_us` keys them, and how often
     /// the workload issues each (a record reports the kinds issued at all).
     fn kinds(&self) -> Vec<(&'static str, f64)>;
@@ -324,6 +329,7 @@ pub fn run<B: Benchmark>(
                     benchmark: B::NAME,
                     workload: bench.workload(),
                     policy,
+                    policy_name: bench.policy_name(policy),
                     run,
                     threads: 0,
                     progress,
@@ -616,7 +622,7 @@ impl<B: Benchmark> Runner<'_, B> {
         Record {
             benchmark: B::NAME,
             workload: bench.workload(),
-            policy: run.policy.name().to_string(),
+            policy: bench.policy_name(run.policy).to_string(),
             store: redact(run.store_url),
             run: run.run,
             threads: measured.threads,

@@ -41,8 +41,10 @@ pub struct Progress {
     pub benchmark: &'static str,
     /// The workload or mix.
     pub workload: String,
-    /// The policy running.
-    pub policy: Policy,
+    /// The policy running, as records name it ([`Benchmark::policy_name`]).
+    ///
+    /// [`Benchmark::policy_name`]: crate::harness::Benchmark::policy_name
+    pub policy: &'static str,
     /// Which run of it (0-based, `--repeat`).
     pub run: usize,
     /// Threads issuing work (0 outside measured runs).
@@ -67,9 +69,7 @@ impl Progress {
         let workload = crate::report::short_workload(self.benchmark, &self.workload);
         let mut label = format!(
             "{} {workload} {} #{}",
-            self.benchmark,
-            self.policy.name(),
-            self.run
+            self.benchmark, self.policy, self.run
         );
         if self.threads > 0 {
             label.push_str(&format!(" T={}", self.threads));
@@ -109,6 +109,8 @@ pub struct Reporter<'a> {
     pub(crate) benchmark: &'static str,
     pub(crate) workload: String,
     pub(crate) policy: Policy,
+    /// Its name in records.
+    pub(crate) policy_name: &'static str,
     pub(crate) run: usize,
     /// Threads of the measured run being reported (0 outside one).
     pub(crate) threads: usize,
@@ -170,7 +172,7 @@ impl<'a> Reporter<'a> {
         (self.progress)(Progress {
             benchmark: self.benchmark,
             workload: self.workload.clone(),
-            policy: self.policy,
+            policy: self.policy_name,
             run: self.run,
             threads: self.threads,
             phase,

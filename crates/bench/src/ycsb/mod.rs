@@ -18,11 +18,12 @@ mod record;
 mod run;
 pub mod validate;
 pub mod workload;
+mod zindex;
 
 pub use options::{ConfigRecord, YcsbOptions, DEFAULT_DURATION};
 pub use record::{
     render_summary, summarize, PolicySummary, RangeCounts, RunRecord, YcsbRun, RANGES_NOTE,
-    SCAN_NOTE,
+    SCAN_NOTE, ZINDEX_NOTE,
 };
 pub use run::Ycsb;
 pub use workload::{Distribution, Fields, Operation, ScanLength, Workload};

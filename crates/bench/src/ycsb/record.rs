@@ -42,10 +42,16 @@ pub struct RangeCounts {
     pub results_changed: u64,
     /// Scans that missed and writes that waited for a conflicting interval lease.
     pub lease_waits: u64,
+    /// The Redis baseline's round trips to redis-server (the framework's are the record's
+    /// `cache_round_trips`).
+    pub redis_round_trips: u64,
 }
 
 /// What a scan of the CPR workload does on a policy CPR is built for.
 pub const RANGES_NOTE: &str = "ranges of ids cached through a Dendrite (CPR)";
+
+/// What a scan of the CPR workload does under the cache-aside policy (`redis-zindex`).
+pub const ZINDEX_NOTE: &str = "ids from a sorted set on redis-server, records with MGET (002 §4.5)";
 
 /// The record of one YCSB run of one policy: what `--json` writes, one per run.
 pub type RunRecord = Record<YcsbRun, ConfigRecord>;
@@ -145,7 +151,10 @@ pub fn summarize(records: &[RunRecord]) -> Vec<PolicySummary> {
                 ),
                 cache_round_trips_per_operation: median(
                     runs.iter()
-                        .map(|r| r.cache_round_trips as f64 / r.detail.operations.max(1) as f64)
+                        .map(|r| {
+                            let redis = r.detail.ranges.as_ref().map_or(0, |c| c.redis_round_trips);
+                            (r.cache_round_trips + redis) as f64 / r.detail.operations.max(1) as f64
+                        })
                         .collect(),
                 ),
                 cpu_us_per_operation: cpu_per_op(&runs),

@@ -15,17 +15,18 @@ use cads::{Cads, Config, Policy};
 use serde_json::Value;
 
 use super::options::{ConfigRecord, YcsbOptions};
-use super::record::{RangeCounts, YcsbRun, RANGES_NOTE, SCAN_NOTE};
+use super::record::{RangeCounts, YcsbRun, RANGES_NOTE, SCAN_NOTE, ZINDEX_NOTE};
 use super::validate::{
     check_final, check_reads, field_name, id_hash, inspect, load_token, record, record_id,
     writer_token, Log, ReadRecord, Seen, WriteRecord, UNKNOWN_END,
 };
 use super::workload::{Fields, KeyChooser, Operation, ScanLength, Workload};
+use super::zindex::{RedisServer, Zindex};
 use crate::deploy::{driver_misses, driver_store_calls, Deployment};
 use crate::generator::{AcknowledgedCounter, Discrete, Rng};
 use crate::harness::{
     reported_kinds, run_threads, AppNode, Benchmark, CommonOptions, Env, Limit, Measured, Outcome,
-    Phase, PolicyRun, Step, ThreadContext, Validated, Verified,
+    Phase, PolicyRun, Step, ThreadContext, Validated, Verified, REDIS_ZINDEX,
 };
 
 /// Records per `insert_many` call in the load phase.
@@ -39,14 +40,66 @@ pub struct Ycsb {
     pub(crate) workload: Workload,
 }
 
+/// How the CPR workload's scans are served.
+enum Ranges {
+    /// Through a Dendrite that caches their results (CPR).
+    Dendrite(Dendrite),
+    /// Through a sorted set of ids on a real Redis, the baseline of 002 §4.5 (the cache-aside
+    /// policy, `redis-zindex`): every operation of the run goes through it.
+    Zindex {
+        zindex: Zindex,
+        _server: RedisServer,
+    },
+}
+
+/// What the scans' counters were at some instant.
+#[derive(Clone, Copy, Debug, Default)]
+struct RangeSnapshot {
+    /// In a Dendrite's terms (the baseline counts scans and scans that missed).
+    stats: DendriteStats,
+    /// The baseline's round trips to Redis.
+    redis_round_trips: u64,
+}
+
+impl Ranges {
+    fn snapshot(&self) -> RangeSnapshot {
+        match self {
+            Ranges::Dendrite(d) => RangeSnapshot {
+                stats: d.stats(),
+                redis_round_trips: 0,
+            },
+            Ranges::Zindex { zindex, .. } => {
+                let (gets, misses, redis_round_trips) = zindex.counts();
+                RangeSnapshot {
+                    stats: DendriteStats {
+                        gets,
+                        misses,
+                        ..DendriteStats::default()
+                    },
+                    redis_round_trips,
+                }
+            }
+        }
+    }
+}
+
+/// The baseline's failures as the framework's (an application error: the record's outcome is
+/// unknown to the validator unless the data store's error says otherwise).
+fn baseline_error(e: anyhow::Error) -> cads::Error {
+    match e.downcast::<cads::store::StoreError>() {
+        Ok(e) => cads::Error::Store(e),
+        Err(e) => cads::Error::App(format!("{e:#}")),
+    }
+}
+
 /// A policy's loaded usertable, and what its run's threads share.
 pub struct LoadedTable {
     table: Collection,
-    /// The CPR workload: the Dendrite that caches the scans' ranges (None where CPR is not
-    /// built for the policy: write-back, whose scans then read ids from the data store).
-    ranges: Option<Dendrite>,
+    /// The CPR workload's scans (None where CPR is not built for the policy: write-back,
+    /// whose scans then read ids from the data store).
+    ranges: Option<Ranges>,
     /// Its counts when the run began.
-    ranges_at_start: Mutex<DendriteStats>,
+    ranges_at_start: Mutex<RangeSnapshot>,
     /// Key numbers of the run's inserts, acknowledged as they finish.
     inserts: AcknowledgedCounter,
     /// YCSB's `⌊operationcount × insertproportion × 2⌋`, for the zipfian key chooser.
@@ -70,11 +123,20 @@ impl Ycsb {
         let o = &self.opts;
         let expected_ops = o.operations.unwrap_or(o.records) as f64;
         let table = Collection::named(&o.table)?;
-        let ranges = match self.workload.ranges {
-            true if cads.policy() != Policy::WriteBack => {
-                Some(Dendrite::new(cads, &table, self.range_config())?)
+        let ranges = match (self.workload.ranges, cads.policy()) {
+            (false, _) | (true, Policy::WriteBack) => None,
+            (true, Policy::CacheAside) => {
+                let server = RedisServer::start()?;
+                Some(Ranges::Zindex {
+                    zindex: Zindex::new(server.addr(), &o.table)?,
+                    _server: server,
+                })
             }
-            _ => None,
+            (true, _) => Some(Ranges::Dendrite(Dendrite::new(
+                cads,
+                &table,
+                self.range_config(),
+            )?)),
         };
         Ok(LoadedTable {
             table,
@@ -132,16 +194,27 @@ impl Ycsb {
                         return Ok(());
                     }
                     let id = self.id(k as i64);
-                    if let (Some(ranges), Some(n)) = (&loaded.ranges, range_length) {
-                        let (lo, hi) = (Point::Text(id), Point::Text(self.id(k as i64 + n - 1)));
-                        ranges
-                            .read(&dep.cads, &lo, &hi)
-                            .with_context(|| format!("warming the range [{lo:?}, {hi:?}]"))?;
-                    } else {
-                        dep.cads
-                            .run(|s| loaded.table.get(s, &id))
-                            .with_context(|| format!("warming record {id}"))?
-                            .ok_or_else(|| anyhow!("record {id} is missing after the load"))?;
+                    let missing = || anyhow!("record {id} is missing after the load");
+                    match (&loaded.ranges, range_length) {
+                        (Some(Ranges::Dendrite(ranges)), Some(n)) => {
+                            let lo = Point::Text(id.clone());
+                            let hi = Point::Text(self.id(k as i64 + n - 1));
+                            ranges
+                                .read(&dep.cads, &lo, &hi)
+                                .with_context(|| format!("warming the range [{lo:?}, {hi:?}]"))?;
+                        }
+                        (Some(Ranges::Zindex { zindex, .. }), _) => {
+                            zindex
+                                .read(dep.cads.store().as_ref(), &id)
+                                .with_context(|| format!("warming record {id} in Redis"))?
+                                .ok_or_else(missing)?;
+                        }
+                        _ => {
+                            dep.cads
+                                .run(|s| loaded.table.get(s, &id))
+                                .with_context(|| format!("warming record {id}"))?
+                                .ok_or_else(missing)?;
+                        }
                     }
                     warmed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -253,6 +326,13 @@ impl Benchmark for Ycsb {
         self.workload.name.clone()
     }
 
+    fn policy_name(&self, policy: Policy) -> &'static str {
+        match policy {
+            Policy::CacheAside if self.workload.ranges => REDIS_ZINDEX,
+            _ => policy.name(),
+        }
+    }
+
     fn kinds(&self) -> Vec<(&'static str, f64)> {
         Operation::ALL
             .iter()
@@ -333,8 +413,16 @@ impl Benchmark for Ycsb {
             },
         );
         results.into_iter().collect::<Result<()>>()?;
+        let loaded = self.loaded(&dep.cads, AppNode::ALONE)?;
+        if let Some(Ranges::Zindex { zindex, .. }) = &loaded.ranges {
+            // The baseline's inserts index their ids; the load's records are indexed here.
+            let ids: Vec<String> = (0..total as i64).map(|k| self.id(k)).collect();
+            zindex
+                .index(&ids)
+                .context("indexing the loaded records in Redis")?;
+        }
         run.report(Phase::Load, total, Some(total), started, "done");
-        self.loaded(&dep.cads, AppNode::ALONE)
+        Ok(loaded)
     }
 
     fn attach(
@@ -351,7 +439,7 @@ impl Benchmark for Ycsb {
     /// (002 §4.5 warms the cache the same way).
     fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &LoadedTable) -> Result<()> {
         let range_length = match (&loaded.ranges, self.workload.scan_length) {
-            (Some(_), ScanLength::Fixed(n)) => Some(n as i64),
+            (Some(Ranges::Dendrite(_)), ScanLength::Fixed(n)) => Some(n as i64),
             _ => None,
         };
         // With β = 0% a range's miss caches its records under their I leases, which the
@@ -365,7 +453,7 @@ impl Benchmark for Ycsb {
             self.warm_pass(run, dep, loaded, range_length)?;
         }
         if let Some(ranges) = &loaded.ranges {
-            *loaded.ranges_at_start.lock().expect("not poisoned") = ranges.stats();
+            *loaded.ranges_at_start.lock().expect("not poisoned") = ranges.snapshot();
         }
         Ok(())
     }
@@ -399,6 +487,7 @@ impl Benchmark for Ycsb {
     ) -> Step {
         let o = &self.opts;
         let (cads, table) = (env.cads, &loaded.table);
+        let store = cads.store().as_ref();
         let op = t.operations.next(&mut t.rng);
         let start = env.clock.now();
         let misses = driver_misses();
@@ -409,7 +498,13 @@ impl Benchmark for Ycsb {
             Operation::Read => {
                 let id = self.id(t.keys.next(&mut t.rng, &loaded.inserts));
                 reads += 1;
-                table.read(cads, &id).map(|doc| {
+                let doc = match &loaded.ranges {
+                    Some(Ranges::Zindex { zindex, .. }) => {
+                        zindex.read(store, &id).map_err(baseline_error)
+                    }
+                    _ => table.read(cads, &id),
+                };
+                doc.map(|doc| {
                     log.reads.push(ReadRecord {
                         key: id_hash(&id),
                         seen: self.inspect(doc.as_ref()),
@@ -429,13 +524,19 @@ impl Benchmark for Ycsb {
                         .update(&o.table, &id, &changes)
                         .map(|_| ())
                         .map_err(cads::Error::from)
-                } else if let Some(ranges) = &loaded.ranges {
-                    // Through the Dendrite, which changes the cached ranges holding the record.
-                    cads.run(|s| ranges.update(s, &id, changes.clone()))
                 } else {
-                    // A session of its own, combined with concurrent updates of the record
-                    // under write-back and write-through.
-                    table.apply(cads, &id, changes)
+                    match &loaded.ranges {
+                        // Through the Dendrite, which changes the cached ranges holding it.
+                        Some(Ranges::Dendrite(ranges)) => {
+                            cads.run(|s| ranges.update(s, &id, changes.clone()))
+                        }
+                        Some(Ranges::Zindex { zindex, .. }) => {
+                            zindex.update(store, &id, &changes).map_err(baseline_error)
+                        }
+                        // A session of its own, combined with concurrent updates of the record
+                        // under write-back and write-through.
+                        None => table.apply(cads, &id, changes),
+                    }
                 };
                 log_write(log, &id, token, start, env.clock.now(), &result);
                 result
@@ -447,7 +548,12 @@ impl Benchmark for Ycsb {
                 let token = writer_token(t.index, t.writes);
                 let doc = record(token, o.field_count, o.field_length);
                 let result = match &loaded.ranges {
-                    Some(ranges) => cads.run(|s| ranges.insert(s, &id, doc.clone())),
+                    Some(Ranges::Dendrite(ranges)) => {
+                        cads.run(|s| ranges.insert(s, &id, doc.clone()))
+                    }
+                    Some(Ranges::Zindex { zindex, .. }) => {
+                        zindex.insert(store, &id, &doc).map_err(baseline_error)
+                    }
                     None => cads.run(|s| table.insert(s, &id, doc.clone())),
                 };
                 log_write(log, &id, token, start, env.clock.now(), &result);
@@ -458,13 +564,24 @@ impl Benchmark for Ycsb {
             Operation::Scan if loaded.ranges.is_some() => {
                 let first = t.keys.next(&mut t.rng, &loaded.inserts);
                 let last = first + self.workload.scan_length.next(&mut t.rng) as i64 - 1;
-                let ranges = loaded.ranges.as_ref().expect("matched");
-                let (lo, hi) = (Point::Text(self.id(first)), Point::Text(self.id(last)));
+                let (lo, hi) = (self.id(first), self.id(last));
                 let projected = self.projected(&mut t.rng);
-                let calls = driver_store_calls();
-                let scanned = ranges.read(cads, &lo, &hi);
-                let missed = driver_store_calls() > calls;
-                scanned.map(|found| {
+                // With the records read from the data store: all of them when a Dendrite's
+                // range missed (None), those Redis lacked under the baseline.
+                let scanned = match loaded.ranges.as_ref().expect("matched") {
+                    Ranges::Dendrite(ranges) => {
+                        let calls = driver_store_calls();
+                        let found = ranges.read(cads, &Point::Text(lo), &Point::Text(hi));
+                        let missed = driver_store_calls() > calls;
+                        found.map(|found| (found, (!missed).then_some(0)))
+                    }
+                    Ranges::Zindex { zindex, .. } => zindex
+                        .scan(store, &lo, &hi)
+                        .map(|(found, filled)| (found, Some(filled)))
+                        .map_err(baseline_error),
+                };
+                scanned.map(|(found, filled)| {
+                    let reads_before = reads;
                     let end = env.clock.now();
                     // Every loaded record of the range must be in the result: one it lacks is
                     // read as missing, which the validator counts as stale. Inserted ones are
@@ -478,7 +595,6 @@ impl Benchmark for Ycsb {
                             continue;
                         }
                         reads += 1;
-                        range_misses += u64::from(missed);
                         log.reads.push(ReadRecord {
                             key: id_hash(&id),
                             seen: self.inspect(doc),
@@ -489,6 +605,7 @@ impl Benchmark for Ycsb {
                             std::hint::black_box(doc.get(field));
                         }
                     }
+                    range_misses = filled.unwrap_or(reads - reads_before);
                 })
             }
             Operation::Scan => {
@@ -536,15 +653,23 @@ impl Benchmark for Ycsb {
                 t.writes += 1;
                 let token = writer_token(t.index, t.writes);
                 let changes = self.update(token, &mut t.rng);
-                let result = cads.run(|s| {
-                    reads += 1;
-                    let doc = table.get(s, &id)?;
-                    match &loaded.ranges {
-                        Some(ranges) => ranges.update(s, &id, changes.clone())?,
-                        None => table.update(s, &id, changes.clone())?,
-                    }
-                    Ok(doc)
-                });
+                reads += 1;
+                let result = match &loaded.ranges {
+                    Some(Ranges::Zindex { zindex, .. }) => zindex
+                        .read(store, &id)
+                        .and_then(|doc| zindex.update(store, &id, &changes).map(|()| doc))
+                        .map_err(baseline_error),
+                    _ => cads.run(|s| {
+                        let doc = table.get(s, &id)?;
+                        match &loaded.ranges {
+                            Some(Ranges::Dendrite(ranges)) => {
+                                ranges.update(s, &id, changes.clone())?
+                            }
+                            _ => table.update(s, &id, changes.clone())?,
+                        }
+                        Ok(doc)
+                    }),
+                };
                 let end = env.clock.now();
                 log_write(log, &id, token, start, end, &result);
                 result.map(|doc| {
@@ -608,12 +733,17 @@ impl Benchmark for Ycsb {
                     lost_examples: lost.examples,
                 },
                 scan: match &table.ranges {
-                    Some(_) => Some(RANGES_NOTE),
+                    Some(Ranges::Dendrite(_)) => Some(RANGES_NOTE),
+                    Some(Ranges::Zindex { .. }) => Some(ZINDEX_NOTE),
                     None => (self.workload.scan > 0.0).then_some(SCAN_NOTE),
                 },
-                ranges: table.ranges.as_ref().map(|d| {
-                    let now = d.stats();
-                    let start = *table.ranges_at_start.lock().expect("not poisoned");
+                ranges: table.ranges.as_ref().map(|ranges| {
+                    let RangeSnapshot {
+                        stats: now,
+                        redis_round_trips,
+                    } = ranges.snapshot();
+                    let at_start = *table.ranges_at_start.lock().expect("not poisoned");
+                    let start = at_start.stats;
                     let scans = now.gets - start.gets;
                     let scan_misses = now.misses - start.misses;
                     RangeCounts {
@@ -624,6 +754,7 @@ impl Benchmark for Ycsb {
                         cached_ranges: now.cached_intervals,
                         results_changed: now.results_changed - start.results_changed,
                         lease_waits: now.lease_waits - start.lease_waits,
+                        redis_round_trips: redis_round_trips - at_start.redis_round_trips,
                     }
                 }),
             },
