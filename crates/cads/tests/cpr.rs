@@ -1,5 +1,6 @@
 //! CPR (002): range results cached through a Dendrite, and every write that changes a cached
-//! range reflected in its next get, under write-around and write-through, by id and by field.
+//! range reflected in its next get, under write-around, write-through and write-back, by id and
+//! by field.
 
 mod common;
 
@@ -9,13 +10,15 @@ use cads::{Cads, Config, Policy};
 use cads_store::{Document, FieldKind};
 use common::{changes, doc, Deployment};
 use serde_json::json;
+use std::time::Duration;
 
-const POLICIES: [Policy; 3] = [
+const POLICIES: [Policy; 4] = [
     Policy::DataStoreOnly,
     Policy::WriteAround,
     Policy::WriteThrough,
+    Policy::WriteBack,
 ];
-const CACHING: [Policy; 2] = [Policy::WriteAround, Policy::WriteThrough];
+const CACHING: [Policy; 3] = [Policy::WriteAround, Policy::WriteThrough, Policy::WriteBack];
 
 /// Each policy with β = 100% (whole results cached) and 0% (each document cached once).
 fn with_betas(policies: &[Policy]) -> Vec<(Policy, u8)> {
@@ -59,8 +62,12 @@ fn get(cads: &Cads, d: &Dendrite, lo: Point, hi: Point) -> Vec<(String, Document
     cads.run(|s| d.get(s, &lo, &hi)).unwrap()
 }
 
-/// What a scan of the data store returns for the same range.
-fn stored(d: &Deployment, field: &str, lo: i64, hi: i64) -> Vec<(String, Document)> {
+/// What a scan of the data store returns for the same range (under write-back, once every
+/// buffered write is applied).
+fn stored(d: &Deployment, cads: &Cads, field: &str, lo: i64, hi: i64) -> Vec<(String, Document)> {
+    if cads.policy() == Policy::WriteBack {
+        cads::writeback::drain(cads, Duration::from_secs(60)).unwrap();
+    }
     d.store
         .scan(
             "items",
@@ -164,7 +171,7 @@ fn inserts_updates_and_deletes_show_in_the_next_get() {
         assert_eq!(ids(&range()), ["i9", "i2", "i3"], "{policy:?} beta {beta}");
         assert_eq!(
             range(),
-            stored(&d, "price", 15, 55),
+            stored(&d, &cads, "price", 15, 55),
             "{policy:?} beta {beta}"
         );
     }
@@ -189,7 +196,7 @@ fn overlapping_ranges_are_each_kept_right() {
         for (lo, hi) in ranges {
             assert_eq!(
                 get(&cads, &items, int(lo), int(hi)),
-                stored(&d, "price", lo, hi),
+                stored(&d, &cads, "price", lo, hi),
                 "{policy:?} beta {beta} [{lo}, {hi}]"
             );
         }
@@ -247,7 +254,7 @@ fn ranges_of_ids() {
 /// commits.
 #[test]
 fn a_range_read_by_its_own_writer_is_not_cached() {
-    for (policy, beta) in with_betas(&CACHING) {
+    for (policy, beta) in with_betas(&[Policy::WriteAround, Policy::WriteThrough]) {
         let d = Deployment::start(policy);
         let cads = d.cads(Config::default());
         let items = by_price(&cads, beta);
@@ -301,7 +308,7 @@ fn a_document_written_twice_in_a_session() {
         for (lo, hi) in [(10, 50), (51, 60), (61, 100)] {
             assert_eq!(
                 get(&cads, &items, int(lo), int(hi)),
-                stored(&d, "price", lo, hi),
+                stored(&d, &cads, "price", lo, hi),
                 "{policy:?} beta {beta} [{lo}, {hi}]"
             );
         }
@@ -342,7 +349,7 @@ fn concurrent_writers_and_readers_leave_every_cached_range_right() {
             for hi in [lo, lo + 25] {
                 assert_eq!(
                     get(&cads, &items, int(lo), int(hi)),
-                    stored(&d, "price", lo, hi),
+                    stored(&d, &cads, "price", lo, hi),
                     "{policy:?} beta {beta} [{lo}, {hi}]"
                 );
             }
@@ -420,11 +427,92 @@ fn bad_ranges_and_settings_are_refused() {
         .unwrap()
         .to_string();
     assert!(message.contains("not the values between"), "{message}");
-    let wb = Deployment::start(Policy::WriteBack);
-    let wb_cads = wb.cads(Config::default());
-    let message = Dendrite::new(&wb_cads, &coll, DendriteConfig::by_id())
+    let aside = Deployment::start(Policy::CacheAside);
+    let aside_cads = aside.cads(Config::default());
+    let message = Dendrite::new(&aside_cads, &coll, DendriteConfig::by_id())
         .err()
         .unwrap()
         .to_string();
-    assert!(message.contains("not write-back"), "{message}");
+    assert!(message.contains("not cache-aside"), "{message}");
+}
+
+/// Under write-back a session's writes reach the data store after it commits, so it cannot
+/// read a range it wrote into: refused, with nothing written.
+#[test]
+fn under_write_back_a_session_does_not_read_a_range_it_wrote() {
+    for beta in [100, 0] {
+        let d = Deployment::start(Policy::WriteBack);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads, beta);
+        let refused = cads.run(|s| {
+            items.insert(s, "mine", doc(json!({"price": 25})))?;
+            items.get(s, &int(10), &int(29))
+        });
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("before it commits"), "{message}");
+        assert_eq!(ids(&get(&cads, &items, int(10), int(29))), ["i0", "i1"]);
+        // A range elsewhere is read as usual in a session that wrote.
+        let elsewhere = cads
+            .run(|s| {
+                items.insert(s, "mine", doc(json!({"price": 25})))?;
+                items.get(s, &int(60), &int(70))
+            })
+            .unwrap();
+        assert_eq!(ids(&elsewhere), ["i5", "i6"], "beta {beta}");
+        assert_eq!(
+            ids(&get(&cads, &items, int(10), int(29))),
+            ["i0", "i1", "mine"]
+        );
+    }
+}
+
+/// Under write-back (no workers here) writes stay buffered in the cache; a get that misses
+/// applies the buffered writes of the documents in its range before it queries the data store
+/// (Fig. 3a), and only those.
+#[test]
+fn under_write_back_a_miss_applies_the_buffered_writes_of_its_range() {
+    for beta in [100, 0] {
+        let d = Deployment::start(Policy::WriteBack);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads, beta);
+        assert_eq!(
+            d.store.count("items").unwrap(),
+            0,
+            "the inserts are buffered"
+        );
+        assert_eq!(items.stats().buffered_points, 10);
+        assert_eq!(
+            ids(&get(&cads, &items, int(20), int(40))),
+            ["i1", "i2", "i3"],
+            "beta {beta}"
+        );
+        assert_eq!(d.store.count("items").unwrap(), 3, "beta {beta}");
+        assert_eq!(items.stats().buffered_points, 7, "beta {beta}");
+        // Buffered again: an insert into the cached range, a document moved into it.
+        cads.run(|s| items.insert(s, "new", doc(json!({"price": 33}))))
+            .unwrap();
+        cads.run(|s| items.update(s, "i9", changes(json!({"$set": {"price": 25}}))))
+            .unwrap();
+        let misses = items.stats().misses;
+        assert_eq!(
+            ids(&get(&cads, &items, int(20), int(40))),
+            ["i1", "i9", "i2", "new", "i3"],
+            "beta {beta}"
+        );
+        assert_eq!(items.stats().misses, misses, "beta {beta}: a hit");
+        // A range not cached yet: its miss applies i9's and the new document's writes.
+        assert_eq!(
+            ids(&get(&cads, &items, int(24), int(34))),
+            ["i9", "i2", "new"],
+            "beta {beta}"
+        );
+        assert_eq!(d.store.count("items").unwrap(), 5, "beta {beta}");
+        for (lo, hi) in [(0, 200), (20, 40), (24, 34)] {
+            assert_eq!(
+                get(&cads, &items, int(lo), int(hi)),
+                stored(&d, &cads, "price", lo, hi),
+                "beta {beta} [{lo}, {hi}]"
+            );
+        }
+    }
 }

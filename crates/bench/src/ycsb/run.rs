@@ -95,8 +95,7 @@ fn baseline_error(e: anyhow::Error) -> cads::Error {
 /// A policy's loaded usertable, and what its run's threads share.
 pub struct LoadedTable {
     table: Collection,
-    /// The CPR workload's scans (None where CPR is not built for the policy: write-back,
-    /// whose scans then read ids from the data store).
+    /// The CPR workload's scans (None for the other workloads).
     ranges: Option<Ranges>,
     /// Its counts when the run began.
     ranges_at_start: Mutex<RangeSnapshot>,
@@ -124,7 +123,7 @@ impl Ycsb {
         let expected_ops = o.operations.unwrap_or(o.records) as f64;
         let table = Collection::named(&o.table)?;
         let ranges = match (self.workload.ranges, cads.policy()) {
-            (false, _) | (true, Policy::WriteBack) => None,
+            (false, _) => None,
             (true, Policy::CacheAside) => {
                 let server = RedisServer::start()?;
                 Some(Ranges::Zindex {

@@ -7,9 +7,10 @@
 //! Dendrite keeping each cached range's ids; writes go through the Dendrite
 //! ([`Dendrite::insert`], [`Dendrite::put`], [`Dendrite::update`], [`Dendrite::delete`]), which
 //! finds the cached results they change and deletes them (write-around) or changes them in place
-//! (write-through). The application names no interval: the Dendrite takes it from the documents.
+//! (write-through, and write-back, which also leaves the write buffered in the cache for the
+//! workers to apply). The application names no interval: the Dendrite takes it from the documents.
 //!
-//! Three structures live in the Dendrite, as 002 §2 has them:
+//! Four structures live in the Dendrite, as 002 §2 has them:
 //! - **PrInT** (an interval tree, `cpr/intervals.rs`): the intervals whose results are cached,
 //!   and their cache keys (β = 100%) or ids (β = 0%). A write looks up the intervals it
 //!   overlaps.
@@ -17,10 +18,15 @@
 //!   after its result is cached and entered in PrInT; eXclusive leases taken by a write, held to
 //!   the end of its session. A miss and a write on overlapping intervals never run together, so
 //!   a result computed before a write is never cached after it (Fig. 3a, 3b).
+//! - **BuWrInT** (write-back): the points of documents whose writes may still be buffered,
+//!   with their ids. A get that misses applies the buffered writes of the documents in its
+//!   interval before it queries the data store (Fig. 3a), under its Shared lease; the entries it
+//!   saw leave BuWrInT when its result enters PrInT.
 //! - The CMIs' I and Q leases on the result keys, through the session, as for any key.
 //!
-//! What is not built yet (issue 15): write-back and BuWrInT, β between 0% and 100%, the log records that
-//! let another Dendrite rebuild PrInT, and ranges leased by the coordinator. Until then a
+//! What is not built yet (issue 15): dependent buffered writes and the pinned-memory fallback,
+//! β between 0% and 100%, the log records that let another Dendrite rebuild PrInT and BuWrInT,
+//! and ranges leased by the coordinator. Until then a
 //! Dendrite must be the only writer of its collection and lives in one process: its cache keys
 //! carry a generation drawn when it is made, so a new Dendrite never reads results that an
 //! earlier one (whose PrInT is gone) cached.
@@ -36,10 +42,11 @@ use std::time::Duration;
 use cads_store::{DocOp, DocWrite, Document, FieldKind, StoreError};
 use serde_json::Value;
 
-use crate::cache_store::{CacheChange, CacheStore};
+use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::documents::{self, Collection};
 use crate::error::{Error, Result};
 use crate::tx::StoreTx;
+use crate::writeback::design1;
 use crate::{Cads, Policy, Session};
 pub use intervals::Interval;
 use intervals::IntervalTree;
@@ -146,6 +153,8 @@ pub struct DendriteStats {
     pub lease_waits: u64,
     /// Interval leases held now.
     pub leases_held: usize,
+    /// Points in BuWrInT now (write-back).
+    pub buffered_points: usize,
 }
 
 /// The owner of the ranges of one attribute of one collection.
@@ -163,6 +172,9 @@ struct Inner {
     print: Mutex<IntervalTree<Point, Cached>>,
     /// LeMInT.
     lemint: Arc<LeaseTable<Point>>,
+    /// BuWrInT (write-back): at each point, the ids of documents written there (before or after
+    /// the write) whose writes may still be buffered.
+    buwrint: Mutex<IntervalTree<Point, Vec<String>>>,
     gets: AtomicU64,
     misses: AtomicU64,
     writes: AtomicU64,
@@ -236,11 +248,10 @@ impl Ended {
 
 impl Dendrite {
     /// A Dendrite for `config`'s attribute of `collection` under `cads`'s policy. CPR is built for
-    /// write-around and write-through on CMIs (and the data store alone, where a get is a scan);
-    /// the other policies and modes are refused.
+    /// write-around, write-through and write-back on CMIs (and the data store alone, where a get
+    /// is a scan); cache-aside, SAS, TARDIS and Gemini are refused.
     pub fn new(cads: &Cads, collection: &Collection, config: DendriteConfig) -> Result<Dendrite> {
         let refused = match cads.policy() {
-            Policy::WriteBack => Some("write-back"),
             Policy::CacheAside => Some("cache-aside"),
             _ if cads.config().sas.is_some() => Some("SAS"),
             _ if cads.config().tardis.is_some() => Some("TARDIS"),
@@ -249,7 +260,8 @@ impl Dendrite {
         };
         if let Some(what) = refused {
             return Err(Error::App(format!(
-                "CPR range caching is built for write-around and write-through, not {what}"
+                "CPR range caching is built for write-around, write-through and write-back, \
+                 not {what}"
             )));
         }
         if let Some(path) = config.field.as_deref().filter(|f| f.contains('.')) {
@@ -287,6 +299,7 @@ impl Dendrite {
                 generation: u64::from_le_bytes(generation),
                 print: Mutex::new(IntervalTree::new()),
                 lemint: Arc::new(LeaseTable::default()),
+                buwrint: Mutex::new(IntervalTree::new()),
                 gets: AtomicU64::new(0),
                 misses: AtomicU64::new(0),
                 writes: AtomicU64::new(0),
@@ -310,6 +323,7 @@ impl Dendrite {
             results_changed: i.results_changed.load(Ordering::Relaxed),
             lease_waits: i.lemint.waits(),
             leases_held: i.lemint.len(),
+            buffered_points: i.buwrint.lock().expect("BuWrInT poisoned").len(),
         }
     }
 
@@ -328,6 +342,15 @@ impl Dendrite {
         let owner = s.cpr().owner();
         // A session that holds no lease wrote nothing: hits skip LeMInT's lock.
         let writes_here = !s.cpr().held.is_empty() && inner.lemint.written(&interval, owner, true);
+        if writes_here && s.framework().policy() == Policy::WriteBack {
+            // The session's writes are buffered when it commits: the data store has none of them
+            // yet, nor can it be brought up to date (002 leaves this case out too).
+            return Err(Error::App(format!(
+                "under write-back a session cannot get a range it wrote into before it commits \
+                 ([{:?}, {:?}]): get it in a session of its own",
+                interval.lo, interval.hi
+            )));
+        }
         if !s.framework().has_cache() || writes_here {
             // No cache, or this session writes into the range: its result may hold what the
             // session has not committed, so it is not cached.
@@ -337,15 +360,10 @@ impl Dendrite {
         if inner.config.beta == 0 {
             return inner.get_points(s, interval, owner);
         }
-        let query = RangeQuery {
-            key: inner.key(&interval),
-            interval,
-            owner,
-            shared: Mutex::new(None),
-        };
+        let cads = s.framework();
+        let query = RangeQuery::new(inner, cads, interval, owner);
         let result = s.read(&Ranges(inner), &query);
-        inner.enter_if_missed(query);
-        result
+        inner.after_get(query, result)
     }
 
     /// [`get`](Self::get) in a session of its own. With β = 100% it goes through [`Cads::read`]:
@@ -365,15 +383,9 @@ impl Dendrite {
                 inner.get_points(s, interval.clone(), owner)
             });
         }
-        let query = RangeQuery {
-            key: inner.key(&interval),
-            interval,
-            owner: lemint::next_owner(),
-            shared: Mutex::new(None),
-        };
+        let query = RangeQuery::new(inner, cads, interval, lemint::next_owner());
         let result = cads.read(&Ranges(inner), &query);
-        inner.enter_if_missed(query);
-        result
+        inner.after_get(query, result)
     }
 
     /// Inserts a new document (the commit fails with a constraint error if its id exists).
@@ -431,6 +443,21 @@ impl Dendrite {
                     }
                 }
             }
+        }
+        if policy == Policy::WriteBack {
+            // The write is buffered when the session commits: its points enter BuWrInT then,
+            // before its leases go, so a get that misses after them applies it first.
+            let points: Vec<Point> = leases
+                .iter()
+                .map(|l| l.interval().lo.clone())
+                .filter(|p| !matches!(p, Point::Doc(_)))
+                .collect();
+            let (inner, id) = (self.inner.clone(), id.to_string());
+            s.cpr().on_end.push(Box::new(move |ended| {
+                if ended != Ended::Failed {
+                    inner.note_buffered(points, &id);
+                }
+            }));
         }
         s.cpr().held.extend(leases);
         inner
@@ -525,15 +552,103 @@ impl Inner {
     }
 
     /// After a get: if it missed (it took the Shared lease), its result (if the fill was taken)
-    /// is cached, and PrInT learns of it before the lease goes, so a write that follows finds it.
-    fn enter_if_missed(&self, query: RangeQuery) {
-        if let Some(lease) = query.shared.into_inner().expect("not poisoned") {
+    /// is cached, and PrInT learns of it before the lease goes, so a write that follows finds it;
+    /// the BuWrInT entries whose buffered writes the miss applied leave. A failure to apply them
+    /// is the get's error.
+    fn after_get(
+        &self,
+        query: RangeQuery,
+        result: Result<Vec<(String, Document)>>,
+    ) -> Result<Vec<(String, Document)>> {
+        let RangeQuery {
+            interval,
+            key,
+            shared,
+            applied,
+            ..
+        } = query;
+        let applied = applied.into_inner().expect("not poisoned");
+        let lease = shared.into_inner().expect("not poisoned");
+        let result = match applied {
+            Err(e) => return Err(e),
+            Ok(applied) => {
+                if result.is_ok() {
+                    self.forget_buffered(applied);
+                }
+                result
+            }
+        };
+        if let (Some(lease), Ok(_)) = (lease, &result) {
             self.misses.fetch_add(1, Ordering::Relaxed);
             self.print
                 .lock()
                 .expect("PrInT poisoned")
-                .insert(query.interval, Cached::Result(query.key));
+                .insert(interval, Cached::Result(key));
             drop(lease);
+        }
+        result
+    }
+
+    /// Write-back: `id` was written at `points` by a session that committed (or may have).
+    fn note_buffered(&self, points: Vec<Point>, id: &str) {
+        let mut buwrint = self.buwrint.lock().expect("BuWrInT poisoned");
+        for point in points {
+            let at = Interval::new(point.clone(), point).expect("a point");
+            match buwrint.get_mut(&at) {
+                Some(ids) if ids.iter().any(|i| i == id) => {}
+                Some(ids) => ids.push(id.to_string()),
+                None => {
+                    buwrint.insert(at, vec![id.to_string()]);
+                }
+            }
+        }
+    }
+
+    /// Write-back, before a get that missed queries the data store (Fig. 3a): the buffered writes
+    /// of the documents BuWrInT has in `interval` go to the data store. The caller holds the
+    /// Shared lease on the interval, so no write of it is under way and none can add to BuWrInT
+    /// there; returns the entries seen, for [`forget_buffered`](Self::forget_buffered) once the
+    /// result is computed.
+    fn apply_buffered(
+        &self,
+        cads: &Cads,
+        interval: &Interval<Point>,
+    ) -> Result<Vec<(Point, String)>> {
+        if cads.policy() != Policy::WriteBack {
+            return Ok(Vec::new());
+        }
+        let seen: Vec<(Point, String)> = self
+            .buwrint
+            .lock()
+            .expect("BuWrInT poisoned")
+            .overlapping(interval)
+            .into_iter()
+            .flat_map(|(at, ids)| ids.iter().map(|id| (at.lo.clone(), id.clone())))
+            .collect();
+        let mut docs: Vec<&str> = seen.iter().map(|(_, id)| id.as_str()).collect();
+        docs.sort_unstable();
+        docs.dedup();
+        for id in docs {
+            let doc = self.collection.doc_ref(id);
+            if design1::has_buffered(cads, &doc)? {
+                design1::apply_buffered(cads, &doc)?;
+            }
+        }
+        Ok(seen)
+    }
+
+    /// The BuWrInT entries a get applied leave it (their writes are in the data store).
+    fn forget_buffered(&self, seen: Vec<(Point, String)>) {
+        let mut buwrint = self.buwrint.lock().expect("BuWrInT poisoned");
+        for (point, id) in seen {
+            let at = Interval::new(point.clone(), point).expect("a point");
+            let Some(ids) = buwrint.get_mut(&at) else {
+                continue;
+            };
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                buwrint.remove(&at);
+            }
         }
     }
 
@@ -576,6 +691,7 @@ impl Inner {
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let lease = self.shared_lease(&interval, owner)?;
+        let applied = self.apply_buffered(s.framework(), &interval)?;
         let rows = self.scan(s.tx(), &interval)?;
         let query = RecordsQuery {
             ids: rows.iter().map(|(id, _)| id.clone()).collect(),
@@ -592,6 +708,7 @@ impl Inner {
             interval,
             Cached::Ids(ids, self.list_versions.fetch_add(1, Ordering::Relaxed)),
         );
+        self.forget_buffered(applied);
         drop(lease);
         Ok(rows)
     }
@@ -741,11 +858,11 @@ impl Inner {
         }
         const ATTEMPTS: usize = 8;
         for _ in 0..ATTEMPTS {
-            let before = s.tx().documents().get(self.collection.name(), id)?;
+            let before = self.current(s, id)?;
             let guess = points(&before, &op.apply(before.clone())?);
             crate::failpoints::cpr_write_leasing();
             let leases = acquire(&guess)?;
-            let now = s.tx().documents().get(self.collection.name(), id)?;
+            let now = self.current(s, id)?;
             let after = op.apply(now.clone())?;
             if points(&now, &after).iter().all(|p| guess.contains(p)) {
                 s.cpr().written.push((written, after.clone()));
@@ -758,12 +875,41 @@ impl Inner {
     }
 }
 
-/// A get: the range, its key, and the Shared lease its miss takes.
-struct RangeQuery {
+impl Inner {
+    /// The document `id` as the last write left it: from the data store, or under write-back
+    /// (whose data store may lack buffered writes) through the document layer, whose miss
+    /// applies them first.
+    fn current(&self, s: &mut Session<'_>, id: &str) -> Result<Option<Document>> {
+        if s.framework().policy() == Policy::WriteBack {
+            self.collection.get(s, id)
+        } else {
+            Ok(s.tx().documents().get(self.collection.name(), id)?)
+        }
+    }
+}
+
+/// A get: the range, its key, the Shared lease its miss takes, and (write-back) the BuWrInT
+/// entries whose buffered writes the miss applied, or why it could not.
+struct RangeQuery<'c> {
     interval: Interval<Point>,
     key: Vec<u8>,
     owner: Owner,
+    cads: &'c Cads,
     shared: Mutex<Option<LeaseGuard<Point>>>,
+    applied: Mutex<Result<Vec<(Point, String)>>>,
+}
+
+impl<'c> RangeQuery<'c> {
+    fn new(inner: &Inner, cads: &'c Cads, interval: Interval<Point>, owner: Owner) -> Self {
+        RangeQuery {
+            key: inner.key(&interval),
+            interval,
+            owner,
+            cads,
+            shared: Mutex::new(None),
+            applied: Mutex::new(Ok(Vec::new())),
+        }
+    }
 }
 
 /// A write through a Dendrite: the document's write, the document after it when known, and the
@@ -858,24 +1004,28 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Document)>> {
     serde_json::from_slice(bytes).ok()
 }
 
-impl CacheStore for Ranges<'_> {
-    type Query = RangeQuery;
+impl<'c> CacheStore for Ranges<'c> {
+    type Query = RangeQuery<'c>;
     type Write = RangeWrite;
     type Output = Vec<(String, Document)>;
 
-    fn keys_read(&self, query: &RangeQuery) -> Vec<Vec<u8>> {
+    fn keys_read(&self, query: &RangeQuery<'c>) -> Vec<Vec<u8>> {
         vec![query.key.clone()]
     }
 
-    fn result_from_cache(&self, _query: &RangeQuery, values: &[Vec<u8>]) -> Option<Self::Output> {
+    fn result_from_cache(
+        &self,
+        _query: &RangeQuery<'c>,
+        values: &[Vec<u8>],
+    ) -> Option<Self::Output> {
         values.first().and_then(|v| decode(v))
     }
 
     /// A miss: the Shared lease on the interval first (Fig. 3a line 6), kept by the query until
-    /// the result is in PrInT.
+    /// the result is in PrInT; under write-back, the buffered writes in the interval applied.
     fn query_store(
         &self,
-        query: &RangeQuery,
+        query: &RangeQuery<'c>,
         tx: &mut StoreTx<'_>,
     ) -> Result<Self::Output, StoreError> {
         let mut shared = query.shared.lock().expect("not poisoned");
@@ -883,10 +1033,32 @@ impl CacheStore for Ranges<'_> {
             *shared = Some(self.0.shared_lease(&query.interval, query.owner)?);
         }
         drop(shared);
+        let mut applied = query.applied.lock().expect("not poisoned");
+        match self.0.apply_buffered(query.cads, &query.interval) {
+            Ok(seen) => {
+                if let Ok(all) = applied.as_mut() {
+                    all.extend(seen);
+                }
+            }
+            Err(Error::Store(e)) => return Err(e),
+            Err(e) => {
+                // Not the data store's failure: the get reports it as it is (`after_get`).
+                *applied = Err(e);
+                return Err(StoreError::Conflict(
+                    "CPR: the buffered writes of the range could not be applied".into(),
+                ));
+            }
+        }
+        drop(applied);
         self.0.scan(tx, &query.interval)
     }
 
-    fn entries(&self, query: &RangeQuery, output: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)> {
+    /// Write-back: the document's write, buffered as the document layer buffers it.
+    fn buffer(&self, write: &RangeWrite) -> Vec<(DocRef, DocOp)> {
+        vec![(self.0.collection.doc_ref(&write.id), write.op.clone())]
+    }
+
+    fn entries(&self, query: &RangeQuery<'c>, output: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)> {
         vec![(query.key.clone(), encode(output))]
     }
 
