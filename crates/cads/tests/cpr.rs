@@ -516,3 +516,182 @@ fn under_write_back_a_miss_applies_the_buffered_writes_of_its_range() {
         }
     }
 }
+
+/// The collection `items` of [`by_price`] as a second Dendrite sees it (β = 100%).
+fn price_config(compact_bytes: usize) -> DendriteConfig {
+    DendriteConfig {
+        log_compact_bytes: compact_bytes,
+        ..DendriteConfig::by_field("price", FieldKind::Int)
+    }
+}
+
+/// A Dendrite that replaces one that is gone (002 §3.1) rebuilds PrInT from the log records:
+/// the results the first one cached are hits for it, and its writes change them. Without the
+/// logs it would either not find them (another generation) or, finding them, leave them stale.
+#[test]
+fn a_dendrite_that_takes_over_rebuilds_print_from_the_logs() {
+    for policy in CACHING {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let first = by_price(&cads, 100);
+        let ranges = [(10, 50), (30, 30), (40, 100), (60, 70)];
+        for (lo, hi) in ranges {
+            get(&cads, &first, int(lo), int(hi));
+        }
+        // i3 moves from 40 to 65: write-around deletes (10, 50), (40, 100) and (60, 70), whose
+        // delete records may wait in a batch.
+        cads.run(|s| first.update(s, "i3", changes(json!({"$set": {"price": 65}}))))
+            .unwrap();
+        let before = first.stats();
+        assert!(before.log.appended > 0, "{policy:?}");
+        let items = first.collection().clone();
+        drop(first);
+        let second = Dendrite::new(&cads, &items, price_config(256 * 1024)).unwrap();
+        assert!(
+            second.stats().cached_intervals >= before.cached_intervals,
+            "{policy:?}: {:?} then {:?}",
+            before,
+            second.stats()
+        );
+        // (30, 30) is untouched by the write (write-through and write-back changed the others).
+        d.faults.reset_counts();
+        let hits: &[(i64, i64)] = match policy {
+            Policy::WriteAround => &[(30, 30)],
+            _ => &ranges,
+        };
+        for &(lo, hi) in hits {
+            get(&cads, &second, int(lo), int(hi));
+        }
+        assert_eq!(
+            d.faults.counts().reads,
+            0,
+            "{policy:?}: the first Dendrite's results are hits"
+        );
+        cads.run(|s| second.insert(s, "new", doc(json!({"price": 66}))))
+            .unwrap();
+        cads.run(|s| second.update(s, "i6", changes(json!({"$set": {"price": 30}}))))
+            .unwrap();
+        for (lo, hi) in ranges {
+            assert_eq!(
+                get(&cads, &second, int(lo), int(hi)),
+                stored(&d, &cads, "price", lo, hi),
+                "{policy:?} [{lo}, {hi}]"
+            );
+        }
+    }
+}
+
+/// Logs that grow are compacted (an insert and a later delete of an interval cancel out), and
+/// a Dendrite that takes over from compacted logs finds the same intervals.
+#[test]
+fn logs_are_compacted_and_still_rebuild_print() {
+    let d = Deployment::start(Policy::WriteAround);
+    let cads = d.cads(Config::default());
+    let items = Collection::create_indexed(&cads, "items", &[("price", FieldKind::Int)]).unwrap();
+    let config = DendriteConfig {
+        log_alpha: 2,
+        ..price_config(300)
+    };
+    let first = Dendrite::new(&cads, &items, config.clone()).unwrap();
+    for i in 0..10 {
+        cads.run(|s| first.insert(s, &format!("i{i}"), doc(json!({"price": i * 10}))))
+            .unwrap();
+    }
+    // Each round caches the ranges, then a write deletes them: inserts and deletes pile up.
+    for round in 0..20 {
+        for lo in [0, 20, 40] {
+            get(&cads, &first, int(lo), int(lo + 15));
+        }
+        cads.run(|s| first.update(s, "i2", changes(json!({"$set": {"n": round}}))))
+            .unwrap();
+    }
+    get(&cads, &first, int(60), int(75));
+    let stats = first.stats();
+    assert!(stats.log.compactions > 0, "{stats:?}");
+    assert!(
+        stats.log.after_compaction < stats.log.before_compaction,
+        "{stats:?}"
+    );
+    assert!(stats.log_bytes < stats.log.appended, "{stats:?}");
+    drop(first);
+    let second = Dendrite::new(&cads, &items, config).unwrap();
+    // (20, 35) was deleted by the last write; (0, 15) and (40, 55) were not cached since; the
+    // others are in PrInT, and maybe (20, 35) if its delete record was still in a batch.
+    let rebuilt = second.stats().cached_intervals;
+    assert!((3..=4).contains(&rebuilt), "{rebuilt} intervals");
+    cads.run(|s| second.update(s, "i6", changes(json!({"$set": {"price": 1}}))))
+        .unwrap();
+    for lo in [0, 20, 40, 60] {
+        assert_eq!(
+            get(&cads, &second, int(lo), int(lo + 15)),
+            stored(&d, &cads, "price", lo, lo + 15),
+            "[{lo}, {}]",
+            lo + 15
+        );
+    }
+}
+
+/// Write-back: a Dendrite that takes over finds the writes still buffered in the cache. By id
+/// they enter its BuWrInT (from write-back's PendingWrites lists), so a get that misses applies
+/// those of its range; by field they are applied when it is made.
+#[test]
+fn a_dendrite_that_takes_over_under_write_back_finds_the_buffered_writes() {
+    let d = Deployment::start(Policy::WriteBack);
+    let cads = d.cads(Config::default());
+    let users = Collection::create(&cads, "users").unwrap();
+    let first = Dendrite::new(&cads, &users, DendriteConfig::by_id()).unwrap();
+    for name in ["ann", "bob", "cat", "dan"] {
+        cads.run(|s| first.insert(s, name, doc(json!({"visits": 0}))))
+            .unwrap();
+    }
+    drop(first);
+    assert_eq!(d.store.count("users").unwrap(), 0, "buffered");
+    let second = Dendrite::new(&cads, &users, DendriteConfig::by_id()).unwrap();
+    assert_eq!(second.stats().buffered_points, 4);
+    assert_eq!(
+        ids(&get(&cads, &second, text("b"), text("d"))),
+        ["bob", "cat"]
+    );
+    assert_eq!(
+        d.store.count("users").unwrap(),
+        2,
+        "the miss applied its range"
+    );
+
+    let items = by_price(&cads, 100);
+    get(&cads, &items, int(10), int(30));
+    let collection = items.collection().clone();
+    drop(items);
+    let by_field = Dendrite::new(&cads, &collection, price_config(256 * 1024)).unwrap();
+    assert_eq!(
+        d.store.count("items").unwrap(),
+        10,
+        "applied when it was made"
+    );
+    assert_eq!(
+        get(&cads, &by_field, int(0), int(200)),
+        stored(&d, &cads, "price", 0, 200)
+    );
+}
+
+/// Write-back, β = 0%: a hit whose document entry is gone (evicted) reads the document from the
+/// data store, after applying the buffered write the data store lacks.
+#[test]
+fn under_write_back_a_list_hit_applies_a_missing_documents_buffered_write() {
+    let d = Deployment::start(Policy::WriteBack);
+    let cads = d.cads(Config::default());
+    let items = by_price(&cads, 0);
+    get(&cads, &items, int(10), int(30));
+    cads.run(|s| items.update(s, "i1", changes(json!({"$set": {"n": 77}}))))
+        .unwrap();
+    let key = items.collection().key("i1");
+    cads.cache().unwrap().delete(&key).unwrap();
+    let misses = items.stats().misses;
+    let seen = get(&cads, &items, int(10), int(30));
+    assert_eq!(items.stats().misses, misses, "the list is a hit");
+    assert_eq!(seen[1].1["n"], json!(77));
+    assert_eq!(
+        get(&cads, &items, int(10), int(30)),
+        stored(&d, &cads, "price", 10, 30)
+    );
+}

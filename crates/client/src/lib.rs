@@ -414,6 +414,14 @@ impl Client {
             .collect()
     }
 
+    /// PINSET on CMI `cmi`: `key` holds `value`, pinned (never evicted), whatever the lease mode.
+    pub fn pin_set_at(&self, cmi: usize, key: &[u8], value: &[u8]) -> Result<()> {
+        match self.execute(cmi, &Command::PinSet { key, value })? {
+            Reply::Error(e) => Err(session::error_from(e)),
+            _ => Ok(()),
+        }
+    }
+
     /// Starts a session with a fresh id.
     pub fn session(&self) -> Session<'_> {
         Session::new(self, self.ids.next())

@@ -45,6 +45,16 @@ pub struct RangeCounts {
     /// The Redis baseline's round trips to redis-server (the framework's are the record's
     /// `cache_round_trips`).
     pub redis_round_trips: u64,
+    /// PrInT's log records (β = 100%): their bytes in the CMIs at the end.
+    pub log_bytes: u64,
+    /// Bytes appended to the logs during the run.
+    pub log_appended_bytes: u64,
+    /// Compactions of a log during the run.
+    pub log_compactions: u64,
+    /// The compacted logs' bytes before their compactions, summed.
+    pub log_bytes_before_compaction: u64,
+    /// And after them.
+    pub log_bytes_after_compaction: u64,
 }
 
 /// What a scan of the CPR workload does on a policy CPR is built for.

@@ -420,6 +420,10 @@ impl Benchmark for Ycsb {
                 .index(&ids)
                 .context("indexing the loaded records in Redis")?;
         }
+        if let Some(ranges) = &loaded.ranges {
+            // The run counts from here, or from the end of the warm-up.
+            *loaded.ranges_at_start.lock().expect("not poisoned") = ranges.snapshot();
+        }
         run.report(Phase::Load, total, Some(total), started, "done");
         Ok(loaded)
     }
@@ -754,6 +758,13 @@ impl Benchmark for Ycsb {
                         results_changed: now.results_changed - start.results_changed,
                         lease_waits: now.lease_waits - start.lease_waits,
                         redis_round_trips: redis_round_trips - at_start.redis_round_trips,
+                        log_bytes: now.log_bytes,
+                        log_appended_bytes: now.log.appended - start.log.appended,
+                        log_compactions: now.log.compactions - start.log.compactions,
+                        log_bytes_before_compaction: now.log.before_compaction
+                            - start.log.before_compaction,
+                        log_bytes_after_compaction: now.log.after_compaction
+                            - start.log.after_compaction,
                     }
                 }),
             },

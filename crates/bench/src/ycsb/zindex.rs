@@ -112,6 +112,7 @@ impl RedisConn {
         let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
             .with_context(|| format!("connecting to redis-server at {addr}"))?;
         stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
         stream.set_nodelay(true)?;
         Ok(RedisConn {
             stream,

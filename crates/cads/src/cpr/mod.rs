@@ -24,15 +24,16 @@
 //!   saw leave BuWrInT when its result enters PrInT.
 //! - The CMIs' I and Q leases on the result keys, through the session, as for any key.
 //!
-//! What is not built yet (issue 15): dependent buffered writes and the pinned-memory fallback,
-//! β between 0% and 100%, the log records that let another Dendrite rebuild PrInT and BuWrInT,
-//! and ranges leased by the coordinator. Until then a
-//! Dendrite must be the only writer of its collection and lives in one process: its cache keys
-//! carry a generation drawn when it is made, so a new Dendrite never reads results that an
-//! earlier one (whose PrInT is gone) cached.
+//! PrInT's log records (`cpr/log.rs`, 002 §3.1) let a Dendrite made for the same attribute
+//! take over from one that is gone: it rebuilds PrInT from them and keeps serving the results
+//! cached before; under write-back it rebuilds BuWrInT from write-back's PendingWrites lists.
+//!
+//! What is not built yet (issue 15): β between 0% and 100%, and ranges leased by the coordinator.
+//! Until then a Dendrite must be the only writer of its collection and lives in one process.
 
 pub(crate) mod intervals;
 pub(crate) mod lemint;
+pub(crate) mod log;
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,10 +48,11 @@ use crate::documents::{self, Collection};
 use crate::error::{Error, Result};
 use crate::tx::StoreTx;
 use crate::writeback::design1;
-use crate::{Cads, Policy, Session};
+use crate::{Cads, Client, Policy, Session};
 pub use intervals::Interval;
 use intervals::IntervalTree;
 use lemint::{LeaseGuard, LeaseTable, Mode, Owner};
+pub use log::LogCounts;
 
 /// A value of a Dendrite's attribute. `Absent` stands for a document without the field (no
 /// range holds it); it orders before every value.
@@ -91,6 +93,33 @@ impl Point {
             Point::Doc(id) => out.push_str(&format!("d{}.{id}", id.len())),
         }
     }
+
+    /// The point [`encode`](Self::encode) wrote at the start of `text`, and what follows it.
+    fn decode(text: &str) -> Option<(Point, &str)> {
+        let (tag, rest) = (*text.as_bytes().first()?, text.get(1..)?);
+        match tag {
+            b'-' => Some((Point::Absent, rest)),
+            b'i' => {
+                let end = rest
+                    .char_indices()
+                    .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+                    .map_or(rest.len(), |(i, _)| i);
+                Some((Point::Int(rest[..end].parse().ok()?), &rest[end..]))
+            }
+            b't' | b'd' => {
+                let (len, after) = rest.split_once('.')?;
+                let len: usize = len.parse().ok()?;
+                let value = after.get(..len)?.to_string();
+                let point = if tag == b't' {
+                    Point::Text(value)
+                } else {
+                    Point::Doc(value)
+                };
+                Some((point, &after[len..]))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// How a Dendrite is set up (002 §2, `Initialize`).
@@ -112,6 +141,11 @@ pub struct DendriteConfig {
     /// range's whole result in one entry; 0 caches each document once, in the document layer's
     /// own entry, and keeps each range's ids in PrInT. Values in between are not built yet.
     pub beta: u8,
+    /// PrInT's log records (β = 100%): delete records are appended in batches of this many
+    /// per CMI (002 §3.1's α).
+    pub log_alpha: usize,
+    /// A CMI's log is compacted once it holds more than this many bytes.
+    pub log_compact_bytes: usize,
 }
 
 impl DendriteConfig {
@@ -125,6 +159,8 @@ impl DendriteConfig {
             max_results: 1000,
             lease_wait: Duration::from_secs(5),
             beta: 100,
+            log_alpha: 16,
+            log_compact_bytes: 256 * 1024,
         }
     }
 
@@ -155,6 +191,10 @@ pub struct DendriteStats {
     pub leases_held: usize,
     /// Points in BuWrInT now (write-back).
     pub buffered_points: usize,
+    /// PrInT's log records: their bytes in the CMIs now (as this Dendrite wrote them), and
+    /// what they cost (bytes appended, compactions and the bytes before and after them).
+    pub log_bytes: u64,
+    pub log: LogCounts,
 }
 
 /// The owner of the ranges of one attribute of one collection.
@@ -175,6 +215,11 @@ struct Inner {
     /// BuWrInT (write-back): at each point, the ids of documents written there (before or after
     /// the write) whose writes may still be buffered.
     buwrint: Mutex<IntervalTree<Point, Vec<String>>>,
+    /// PrInT's log records (β = 100% on CMIs).
+    log: Option<log::PrintLog>,
+    /// Intervals that left PrInT (with their keys) whose delete records are not given to the
+    /// log yet: the next get or write of the Dendrite does it (it has the client).
+    left: Mutex<Vec<(Vec<u8>, Interval<Point>)>>,
     gets: AtomicU64,
     misses: AtomicU64,
     writes: AtomicU64,
@@ -290,22 +335,57 @@ impl Dendrite {
         if config.max_results == 0 {
             return Err(Error::App("max_results must be at least 1".into()));
         }
-        let mut generation = [0u8; 8];
-        getrandom::fill(&mut generation).map_err(|e| Error::App(format!("no randomness: {e}")))?;
+        // Takeover (002 §3.1): the ranges of an earlier Dendrite of this attribute whose
+        // results may still be cached come back into PrInT from the logs, under its generation.
+        let attribute = attribute_name(&config);
+        let client = cads.cache().filter(|_| config.beta == 100);
+        let recovered = match client {
+            Some(client) => log::recover(client, collection.name(), &attribute)?,
+            None => None,
+        };
+        let generation = match &recovered {
+            Some(r) => r.generation,
+            None => {
+                let mut drawn = [0u8; 8];
+                getrandom::fill(&mut drawn)
+                    .map_err(|e| Error::App(format!("no randomness: {e}")))?;
+                u64::from_le_bytes(drawn)
+            }
+        };
+        let log = client.map(|client| {
+            log::PrintLog::new(
+                collection.name(),
+                &attribute,
+                client.cmis(),
+                generation,
+                recovered.as_ref(),
+                config.log_alpha,
+                config.log_compact_bytes,
+            )
+        });
+        let mut print = IntervalTree::new();
+        for interval in recovered.map_or_else(Vec::new, |r| r.intervals) {
+            let key = result_key(generation, collection.name(), &attribute, &interval);
+            print.insert(interval, Cached::Result(key));
+        }
+        let inner = Inner {
+            collection: collection.clone(),
+            config,
+            generation,
+            print: Mutex::new(print),
+            lemint: Arc::new(LeaseTable::default()),
+            buwrint: Mutex::new(IntervalTree::new()),
+            log,
+            left: Mutex::default(),
+            gets: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            results_changed: AtomicU64::new(0),
+            list_versions: AtomicU64::new(0),
+        };
+        inner.recover_buffered(cads)?;
         Ok(Dendrite {
-            inner: Arc::new(Inner {
-                collection: collection.clone(),
-                config,
-                generation: u64::from_le_bytes(generation),
-                print: Mutex::new(IntervalTree::new()),
-                lemint: Arc::new(LeaseTable::default()),
-                buwrint: Mutex::new(IntervalTree::new()),
-                gets: AtomicU64::new(0),
-                misses: AtomicU64::new(0),
-                writes: AtomicU64::new(0),
-                results_changed: AtomicU64::new(0),
-                list_versions: AtomicU64::new(0),
-            }),
+            inner: Arc::new(inner),
         })
     }
 
@@ -324,6 +404,11 @@ impl Dendrite {
             lease_waits: i.lemint.waits(),
             leases_held: i.lemint.len(),
             buffered_points: i.buwrint.lock().expect("BuWrInT poisoned").len(),
+            log_bytes: i.log.as_ref().map_or(0, log::PrintLog::bytes),
+            log: i
+                .log
+                .as_ref()
+                .map_or_else(Default::default, log::PrintLog::counts),
         }
     }
 
@@ -388,7 +473,8 @@ impl Dendrite {
         inner.after_get(query, result)
     }
 
-    /// Inserts a new document (the commit fails with a constraint error if its id exists).
+    /// Inserts a new document (the commit fails with a constraint error if its id exists; under
+    /// write-back the insert is buffered, and applied as a put).
     pub fn insert(&self, s: &mut Session<'_>, id: &str, document: Document) -> Result<()> {
         self.write(s, id, DocOp::Insert(document))
     }
@@ -423,6 +509,9 @@ impl Dendrite {
             return s.write(&inner.collection, &(id.to_string(), op));
         }
         inner.writes.fetch_add(1, Ordering::Relaxed);
+        if let Some(client) = s.framework().cache() {
+            inner.log_left(client)?;
+        }
         let (leases, after) = inner.lease_for_write(s, id, &op)?;
         // The cached results the write overlaps: whole ones (β = 100%) by key, lists of ids
         // (β = 0%) by interval.
@@ -452,12 +541,13 @@ impl Dendrite {
                 .map(|l| l.interval().lo.clone())
                 .filter(|p| !matches!(p, Point::Doc(_)))
                 .collect();
+            // Whatever the commit's outcome: under write-back a cache commit reported as failed
+            // may have left the buffered write on some replicas, and an entry whose write is
+            // not buffered costs a miss one round trip.
             let (inner, id) = (self.inner.clone(), id.to_string());
-            s.cpr().on_end.push(Box::new(move |ended| {
-                if ended != Ended::Failed {
-                    inner.note_buffered(points, &id);
-                }
-            }));
+            s.cpr()
+                .on_end
+                .push(Box::new(move |_| inner.note_buffered(points, &id)));
         }
         s.cpr().held.extend(leases);
         inner
@@ -481,13 +571,18 @@ impl Dendrite {
         s.write(&Ranges(inner), &write)?;
         if policy == Policy::WriteAround && !write.entries.is_empty() {
             // The results are deleted at commit; so are their intervals, before the lease goes.
-            let gone: Vec<Interval<Point>> = write.entries.into_iter().map(|(_, i)| i).collect();
+            // Their delete records go to the log with the Dendrite's next operation.
+            let gone = write.entries;
             let inner = self.inner.clone();
             s.cpr().on_end.push(Box::new(move |ended| {
                 if ended == Ended::Committed {
                     let mut print = inner.print.lock().expect("PrInT poisoned");
-                    for interval in &gone {
+                    for (_, interval) in &gone {
                         print.remove(interval);
+                    }
+                    drop(print);
+                    if inner.log.is_some() {
+                        inner.left.lock().expect("not poisoned").extend(gone);
                     }
                 }
             }));
@@ -740,16 +835,59 @@ impl Inner {
 
     /// The cache key of a range's result.
     fn key(&self, interval: &Interval<Point>) -> Vec<u8> {
-        let mut key = format!("cpr:{:x}:{}:", self.generation, self.collection.name());
-        match &self.config.field {
-            None => key.push_str("id"),
-            Some(f) => key.push_str(&format!("f{}.{f}", f.len())),
+        let attribute = attribute_name(&self.config);
+        result_key(
+            self.generation,
+            self.collection.name(),
+            &attribute,
+            interval,
+        )
+    }
+
+    /// Write-back: documents of the collection whose writes are buffered now, written before
+    /// this Dendrite (by one it replaces, or through the document layer), enter BuWrInT, so that
+    /// gets that miss apply them. By id a document's point is its id; by field the points its
+    /// buffered writes moved it between are not known without reading them, so its writes are
+    /// applied now instead.
+    fn recover_buffered(&self, cads: &Cads) -> Result<()> {
+        if cads.policy() != Policy::WriteBack || !cads.has_cache() {
+            return Ok(());
         }
-        key.push(':');
-        interval.lo.encode(&mut key);
-        key.push(':');
-        interval.hi.encode(&mut key);
-        key.into_bytes()
+        let partitions: Vec<usize> = (0..cads.buffer_partitions()).collect();
+        let listed = design1::pending_in(cads, &partitions)?;
+        for doc in listed.docs.into_iter().flatten() {
+            if doc.collection != self.collection.name() {
+                continue;
+            }
+            match self.config.field {
+                None => self.note_buffered(vec![Point::Text(doc.id.clone())], &doc.id),
+                Some(_) => {
+                    design1::apply_buffered(cads, &doc)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The log record of `interval` entering PrInT (with the delete records waiting).
+    fn log_insert(&self, cads: &Cads, key: &[u8], interval: &Interval<Point>) -> Result<()> {
+        let (Some(log), Some(client)) = (&self.log, cads.cache()) else {
+            return Ok(());
+        };
+        self.log_left(client)?;
+        log.insert(client, key, interval)
+    }
+
+    /// Hands the delete records of intervals that left PrInT to the log.
+    fn log_left(&self, client: &Client) -> Result<()> {
+        let Some(log) = &self.log else {
+            return Ok(());
+        };
+        let left = std::mem::take(&mut *self.left.lock().expect("not poisoned"));
+        for (key, interval) in &left {
+            log.delete(client, key, interval)?;
+        }
+        Ok(())
     }
 
     /// A miss's Shared lease on its interval (Fig. 3a line 6). A conflict that outlasts the
@@ -983,6 +1121,20 @@ impl CacheStore for Records<'_> {
             .collect()
     }
 
+    /// Write-back: documents read from the data store (a hit whose entries missed) may have
+    /// buffered writes, applied first as the document layer's reads apply them. A miss's
+    /// documents (`known`) come from its scan, after its range's buffered writes were applied.
+    fn buffered_reads(&self, query: &RecordsQuery) -> Vec<DocRef> {
+        match query.known {
+            Some(_) => Vec::new(),
+            None => query
+                .ids
+                .iter()
+                .map(|id| self.0.collection.doc_ref(id))
+                .collect(),
+        }
+    }
+
     fn keys_written(&self, _write: &()) -> Vec<Vec<u8>> {
         Vec::new()
     }
@@ -1028,25 +1180,30 @@ impl<'c> CacheStore for Ranges<'c> {
         query: &RangeQuery<'c>,
         tx: &mut StoreTx<'_>,
     ) -> Result<Self::Output, StoreError> {
+        // A failure that is not the data store's is kept for `after_get`, which reports it as
+        // it is; the session sees an error it does not retry, so no retry can fill a result
+        // that PrInT would not learn of.
+        let failed = || StoreError::Backend("CPR: see the range's own error".into());
+        let mut applied = query.applied.lock().expect("not poisoned");
+        if applied.is_err() {
+            return Err(failed());
+        }
         let mut shared = query.shared.lock().expect("not poisoned");
         if shared.is_none() {
             *shared = Some(self.0.shared_lease(&query.interval, query.owner)?);
+            // The interval's log record goes before its result is filled (002 §3.1).
+            if let Err(e) = self.0.log_insert(query.cads, &query.key, &query.interval) {
+                *applied = Err(e);
+                return Err(failed());
+            }
         }
         drop(shared);
-        let mut applied = query.applied.lock().expect("not poisoned");
         match self.0.apply_buffered(query.cads, &query.interval) {
-            Ok(seen) => {
-                if let Ok(all) = applied.as_mut() {
-                    all.extend(seen);
-                }
-            }
+            Ok(seen) => applied.as_mut().expect("checked above").extend(seen),
             Err(Error::Store(e)) => return Err(e),
             Err(e) => {
-                // Not the data store's failure: the get reports it as it is (`after_get`).
                 *applied = Err(e);
-                return Err(StoreError::Conflict(
-                    "CPR: the buffered writes of the range could not be applied".into(),
-                ));
+                return Err(failed());
             }
         }
         drop(applied);
@@ -1129,6 +1286,28 @@ impl<'c> CacheStore for Ranges<'c> {
             (result.len() <= max).then(|| encode(&result))
         }))
     }
+}
+
+/// How keys and logs name a Dendrite's attribute.
+fn attribute_name(config: &DendriteConfig) -> String {
+    match &config.field {
+        None => "id".to_string(),
+        Some(f) => format!("f{}.{f}", f.len()),
+    }
+}
+
+/// The cache key of the result of `interval` for a Dendrite of `generation`.
+fn result_key(
+    generation: u64,
+    collection: &str,
+    attribute: &str,
+    interval: &Interval<Point>,
+) -> Vec<u8> {
+    let mut key = format!("cpr:{generation:x}:{collection}:{attribute}:");
+    interval.lo.encode(&mut key);
+    key.push(':');
+    interval.hi.encode(&mut key);
+    key.into_bytes()
 }
 
 /// The point of a document on an attribute: its id, or the field's value if of the kind.
