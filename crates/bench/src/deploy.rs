@@ -109,7 +109,7 @@ const SAS_NODE_LEASE: Duration = Duration::from_secs(2);
 /// How long an AppNode of a run may take to register with the SAS core.
 const SAS_REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Settings of embedded CMIs, and how the framework reaches and trusts any CMIs.
+/// Settings of embedded CMIs, and how the framework reaches, trusts and uses any CMIs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CmiSettings {
     /// `--maxmemory` of each CMI (the server's default when None).
@@ -124,6 +124,9 @@ pub struct CmiSettings {
     pub tls: Option<TlsConfig>,
     /// Where write-back's MAC key comes from (`WriteBackConfig::mac_key`).
     pub write_back_key: MacKey,
+    /// Write-back's replicas of each buffered write (`WriteBackConfig::replicas`; the
+    /// framework's default when None).
+    pub write_back_replicas: Option<usize>,
 }
 
 impl CmiSettings {
@@ -132,6 +135,9 @@ impl CmiSettings {
         config.cache_password = self.password.clone();
         config.cache_tls = self.tls.clone();
         config.write_back.mac_key = self.write_back_key.clone();
+        if let Some(replicas) = self.write_back_replicas {
+            config.write_back.replicas = replicas;
+        }
         config
     }
 }

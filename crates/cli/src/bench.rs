@@ -128,6 +128,10 @@ pub struct Common {
     /// MACs: for CMIs only the benchmark can write to, and to measure what the MACs cost).
     #[arg(long, value_name = "stored|file:PATH|off", default_value = "stored", value_parser = MacKey::parse)]
     pub write_back_key: MacKey,
+    /// CMIs holding each of write-back's buffered writes (capped by the number of CMIs).
+    /// [default: 3]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub write_back_replicas: Option<u16>,
     /// maxmemory of each embedded CMI (e.g. 512mb). [default: the server's]
     #[arg(long, value_name = "BYTES")]
     pub maxmemory: Option<String>,
@@ -289,6 +293,7 @@ impl Common {
                 }
             }),
             write_back_key: self.write_back_key.clone(),
+            write_back_replicas: self.write_back_replicas.map(usize::from),
         }
     }
 }
