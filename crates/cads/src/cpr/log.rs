@@ -9,13 +9,15 @@
 //! appended in batches of `alpha` (a record lost with its Dendrite leaves an interval whose entry
 //! is gone, which costs a write a round trip and nothing else). Points are length-prefixed, so a
 //! record holds any text. LSNs rise across all of a Dendrite's logs; a Dendrite that takes over
-//! starts above the highest it read. A log grown past `compact_bytes` is compacted: records sorted
-//! by LSN, each interval's last record kept if it is an insert, the rest dropped (an insert and a
-//! later delete nullify each other).
+//! starts above the highest it read. A log grown past `compact_bytes`, and to twice what its last
+//! compaction left, is compacted: records sorted by LSN, each interval's last record kept if it
+//! is an insert, the rest dropped (an insert and a later delete nullify each other). The doubling
+//! keeps compaction's cost (reading and rewriting the log) to a constant per record appended when
+//! most of the log is live, as with many cached ranges.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use cads_client::Client;
 
@@ -33,17 +35,28 @@ pub(crate) struct PrintLog {
     alpha: usize,
     compact_bytes: usize,
     next_lsn: AtomicU64,
-    logs: Vec<Mutex<CmiLog>>,
+    logs: Vec<CmiLog>,
     counts: Mutex<LogCounts>,
+}
+
+/// One CMI's log.
+#[derive(Default)]
+struct CmiLog {
+    /// Appends hold it shared, and run side by side; compaction holds it exclusively, since an
+    /// append between its read and its rewrite would be lost.
+    gate: RwLock<()>,
+    state: Mutex<CmiState>,
 }
 
 /// One CMI's log as this Dendrite knows it.
 #[derive(Default)]
-struct CmiLog {
+struct CmiState {
     /// Whether the log holds this Dendrite's header (written, or read at takeover).
     started: bool,
     /// Its length in bytes.
     bytes: usize,
+    /// Its length when it was last compacted (or started, or adopted).
+    compacted: usize,
     /// Delete records not appended yet.
     deletes: String,
     deletes_pending: usize,
@@ -84,11 +97,12 @@ impl PrintLog {
         alpha: usize,
         compact_bytes: usize,
     ) -> PrintLog {
-        let logs: Vec<Mutex<CmiLog>> = (0..cmis).map(|_| Mutex::default()).collect();
+        let logs: Vec<CmiLog> = (0..cmis).map(|_| CmiLog::default()).collect();
         for &(cmi, bytes) in recovered.map_or(&[][..], |r| r.logs.as_slice()) {
-            let mut log = logs[cmi].lock().expect("not poisoned");
+            let mut log = logs[cmi].state.lock().expect("not poisoned");
             log.started = true;
             log.bytes = bytes;
+            log.compacted = bytes;
         }
         PrintLog {
             prefix: log_prefix(collection, attribute),
@@ -109,7 +123,7 @@ impl PrintLog {
     pub(crate) fn bytes(&self) -> u64 {
         self.logs
             .iter()
-            .map(|l| l.lock().expect("not poisoned").bytes as u64)
+            .map(|l| l.state.lock().expect("not poisoned").bytes as u64)
             .sum()
     }
 
@@ -123,11 +137,12 @@ impl PrintLog {
         interval: &Interval<Point>,
     ) -> Result<()> {
         let cmi = client.route(key);
-        let mut log = self.logs[cmi].lock().expect("not poisoned");
-        let mut records = std::mem::take(&mut log.deletes);
-        log.deletes_pending = 0;
+        let mut state = self.logs[cmi].state.lock().expect("not poisoned");
+        let mut records = std::mem::take(&mut state.deletes);
+        state.deletes_pending = 0;
         records.push_str(&self.record('+', interval));
-        self.append(client, cmi, &mut log, records)
+        drop(state);
+        self.append(client, cmi, records)
     }
 
     /// Records that `interval` (cached under `key`) left PrInT; appended once `alpha` of them
@@ -139,16 +154,17 @@ impl PrintLog {
         interval: &Interval<Point>,
     ) -> Result<()> {
         let cmi = client.route(key);
-        let mut log = self.logs[cmi].lock().expect("not poisoned");
+        let mut state = self.logs[cmi].state.lock().expect("not poisoned");
         let record = self.record('-', interval);
-        log.deletes.push_str(&record);
-        log.deletes_pending += 1;
-        if log.deletes_pending < self.alpha {
+        state.deletes.push_str(&record);
+        state.deletes_pending += 1;
+        if state.deletes_pending < self.alpha {
             return Ok(());
         }
-        let records = std::mem::take(&mut log.deletes);
-        log.deletes_pending = 0;
-        self.append(client, cmi, &mut log, records)
+        let records = std::mem::take(&mut state.deletes);
+        state.deletes_pending = 0;
+        drop(state);
+        self.append(client, cmi, records)
     }
 
     fn record(&self, action: char, interval: &Interval<Point>) -> String {
@@ -163,40 +179,60 @@ impl PrintLog {
 
     /// Appends `records` to CMI `cmi`'s log (starting it with the header, pinned, if this
     /// Dendrite has not yet), compacting it when it has grown past the bound.
-    fn append(&self, client: &Client, cmi: usize, log: &mut CmiLog, records: String) -> Result<()> {
+    fn append(&self, client: &Client, cmi: usize, records: String) -> Result<()> {
         let key = self.key(cmi);
-        if !log.started {
+        let log = &self.logs[cmi];
+        let shared = log.gate.read().expect("not poisoned");
+        let mut state = log.state.lock().expect("not poisoned");
+        self.counts.lock().expect("not poisoned").appended += records.len() as u64;
+        if !state.started {
+            // Under the state's lock, so that no other record goes before the header.
             let value = format!("{HEADER}{:x}\n{records}", self.generation);
             pin_set(client, cmi, &key, value.as_bytes())?;
-            log.started = true;
-            log.bytes = value.len();
-            self.counts.lock().expect("not poisoned").appended += value.len() as u64;
-        } else {
-            let appended = client
-                .append_at(&[(cmi, key.as_slice(), records.as_bytes())])
-                .pop()
-                .expect("one append, one answer")?;
-            log.bytes = appended;
-            self.counts.lock().expect("not poisoned").appended += records.len() as u64;
+            state.started = true;
+            state.bytes = value.len();
+            state.compacted = value.len();
+            return Ok(());
         }
-        if log.bytes > self.compact_bytes {
-            self.compact(client, cmi, log)?;
+        drop(state);
+        let appended = client
+            .append_at(&[(cmi, key.as_slice(), records.as_bytes())])
+            .pop()
+            .expect("one append, one answer")?;
+        let mut state = log.state.lock().expect("not poisoned");
+        state.bytes = state.bytes.max(appended);
+        // A log that held nothing before this append was gone (its CMI lost its content, and
+        // the results with it): the append made a new one, unpinned and without its header,
+        // which the compaction below rewrites as it should be.
+        let restart = appended == records.len();
+        let compact = restart || state.bytes > self.compact_bytes.max(2 * state.compacted);
+        drop(state);
+        drop(shared);
+        if compact {
+            let _alone = log.gate.write().expect("not poisoned");
+            let mut state = log.state.lock().expect("not poisoned");
+            self.compact(client, cmi, &mut state)?;
         }
         Ok(())
     }
 
-    /// Rewrites CMI `cmi`'s log as the inserts of the intervals its records leave in PrInT.
-    fn compact(&self, client: &Client, cmi: usize, log: &mut CmiLog) -> Result<()> {
+    /// Rewrites CMI `cmi`'s log, pinned, as its header and the inserts of the intervals its
+    /// records leave in PrInT. Appends wait meanwhile.
+    fn compact(&self, client: &Client, cmi: usize, state: &mut CmiState) -> Result<()> {
         let key = self.key(cmi);
         let Some(bytes) = client.get_from(cmi, &key)? else {
             // Gone with its CMI's content: the next record starts it again.
-            log.started = false;
-            log.bytes = 0;
+            state.started = false;
+            state.bytes = 0;
+            state.compacted = 0;
             return Ok(());
         };
-        let parsed = parse(&bytes).ok_or_else(|| corrupt(&key))?;
+        let records = parse(&bytes)
+            .map(|p| p.records)
+            .or_else(|| parse_records(std::str::from_utf8(&bytes).ok()?))
+            .ok_or_else(|| corrupt(&key))?;
         let mut value = format!("{HEADER}{:x}\n", self.generation);
-        for (lsn, interval) in live(parsed.records) {
+        for (lsn, interval) in live(records) {
             value.push_str(&format!("+{lsn} "));
             interval.lo.encode(&mut value);
             value.push(':');
@@ -208,7 +244,9 @@ impl PrintLog {
         counts.compactions += 1;
         counts.before_compaction += bytes.len() as u64;
         counts.after_compaction += value.len() as u64;
-        log.bytes = value.len();
+        state.started = true;
+        state.bytes = value.len();
+        state.compacted = value.len();
         Ok(())
     }
 
@@ -245,8 +283,15 @@ struct Parsed {
 fn parse(bytes: &[u8]) -> Option<Parsed> {
     let text = std::str::from_utf8(bytes).ok()?;
     let rest = text.strip_prefix(HEADER)?;
-    let (generation, mut rest) = rest.split_once('\n')?;
-    let generation = u64::from_str_radix(generation, 16).ok()?;
+    let (generation, rest) = rest.split_once('\n')?;
+    Some(Parsed {
+        generation: u64::from_str_radix(generation, 16).ok()?,
+        records: parse_records(rest)?,
+    })
+}
+
+/// The records of a log, after its header.
+fn parse_records(mut rest: &str) -> Option<Vec<(u64, bool, Interval<Point>)>> {
     let mut records = Vec::new();
     while !rest.is_empty() {
         let insert = match rest.as_bytes()[0] {
@@ -262,10 +307,7 @@ fn parse(bytes: &[u8]) -> Option<Parsed> {
         rest = after.strip_prefix('\n')?;
         records.push((lsn, insert, Interval::new(lo, hi)?));
     }
-    Some(Parsed {
-        generation,
-        records,
-    })
+    Some(records)
 }
 
 /// The intervals records leave in PrInT, each with its insert's LSN: in LSN order, an
@@ -299,33 +341,42 @@ pub(crate) fn recover(
         .enumerate()
         .map(|(c, k)| (c, k.as_slice()))
         .collect();
+    // Each log: its CMI, bytes, generation and records. A log without its header was begun
+    // again by an append after its CMI lost its content, and not yet rewritten: its records
+    // are the latest Dendrite's.
     let mut logs = Vec::new();
     for ((cmi, key), value) in places.iter().zip(client.get_at(&places)) {
         if let Some(bytes) = value? {
-            let parsed = parse(&bytes).ok_or_else(|| corrupt(key))?;
-            logs.push((*cmi, bytes.len(), parsed));
+            let (generation, records) = match parse(&bytes) {
+                Some(p) => (Some(p.generation), p.records),
+                None => (
+                    None,
+                    std::str::from_utf8(&bytes)
+                        .ok()
+                        .and_then(parse_records)
+                        .ok_or_else(|| corrupt(key))?,
+                ),
+            };
+            logs.push((*cmi, bytes.len(), generation, records));
         }
     }
+    let top = |records: &[(u64, bool, Interval<Point>)]| records.iter().map(|r| r.0).max();
     let newest = logs
         .iter()
-        .map(|(_, _, p)| {
-            (
-                p.records.iter().map(|r| r.0).max().unwrap_or(0),
-                p.generation,
-            )
-        })
+        .filter_map(|(_, _, g, r)| Some((top(r).unwrap_or(0), (*g)?)))
         .max();
-    let Some((top, generation)) = newest else {
+    let Some((_, generation)) = newest else {
         return Ok(None);
     };
     let mut records = Vec::new();
     let mut adopted = Vec::new();
-    for (cmi, bytes, parsed) in logs {
-        if parsed.generation == generation {
-            records.extend(parsed.records);
+    for (cmi, bytes, g, found) in logs {
+        if g.is_none_or(|g| g == generation) {
+            records.extend(found);
             adopted.push((cmi, bytes));
         }
     }
+    let top = top(&records).unwrap_or(0);
     let intervals = live(records).into_iter().map(|(_, i)| i).collect();
     Ok(Some(Recovered {
         generation,
