@@ -90,9 +90,7 @@ fn child() {
     });
     // Above every acknowledged value: under write-around and write-through its data-store
     // commit happens, and the test's check that nothing acknowledged was lost still holds.
-    let _ = cads.run(|s| {
-        ranges.update(s, &user(SPAN), changes(json!({"$set": {"v": 1_000_000}})))
-    });
+    let _ = cads.run(|s| ranges.update(s, &user(SPAN), changes(json!({"$set": {"v": 1_000_000}}))));
     unreachable!("the cache commit never happens");
 }
 

@@ -145,17 +145,17 @@ impl PrintLog {
         self.append(client, cmi, records)
     }
 
-    /// Records that `interval` (cached under `key`) left PrInT; appended once `alpha` of them
-    /// wait for this CMI.
-    pub(crate) fn delete(
-        &self,
-        client: &Client,
-        key: &[u8],
-        interval: &Interval<Point>,
-    ) -> Result<()> {
+    /// The record of `interval` leaving PrInT, its LSN drawn now: when it leaves, before any
+    /// miss can cache it again.
+    pub(crate) fn delete_record(&self, interval: &Interval<Point>) -> String {
+        self.record('-', interval)
+    }
+
+    /// Queues a [`delete_record`](Self::delete_record) of an interval cached under `key`;
+    /// appended once `alpha` of them wait for this CMI.
+    pub(crate) fn delete(&self, client: &Client, key: &[u8], record: String) -> Result<()> {
         let cmi = client.route(key);
         let mut state = self.logs[cmi].state.lock().expect("not poisoned");
-        let record = self.record('-', interval);
         state.deletes.push_str(&record);
         state.deletes_pending += 1;
         if state.deletes_pending < self.alpha {

@@ -217,9 +217,11 @@ struct Inner {
     buwrint: Mutex<IntervalTree<Point, Vec<String>>>,
     /// PrInT's log records (β = 100% on CMIs).
     log: Option<log::PrintLog>,
-    /// Intervals that left PrInT (with their keys) whose delete records are not given to the
-    /// log yet: the next get or write of the Dendrite does it (it has the client).
-    left: Mutex<Vec<(Vec<u8>, Interval<Point>)>>,
+    /// Delete records of intervals that left PrInT (with their results' keys), not given to the
+    /// log yet: the next get or write of the Dendrite does it (it has the client). Their LSNs
+    /// are drawn when the interval leaves, so an insert record of a miss that caches it again
+    /// afterwards always has a higher one.
+    left: Mutex<Vec<(Vec<u8>, String)>>,
     gets: AtomicU64,
     misses: AtomicU64,
     writes: AtomicU64,
@@ -581,8 +583,11 @@ impl Dendrite {
                         print.remove(interval);
                     }
                     drop(print);
-                    if inner.log.is_some() {
-                        inner.left.lock().expect("not poisoned").extend(gone);
+                    if let Some(log) = &inner.log {
+                        let records = gone
+                            .into_iter()
+                            .map(|(key, interval)| (key, log.delete_record(&interval)));
+                        inner.left.lock().expect("not poisoned").extend(records);
                     }
                 }
             }));
@@ -884,8 +889,8 @@ impl Inner {
             return Ok(());
         };
         let left = std::mem::take(&mut *self.left.lock().expect("not poisoned"));
-        for (key, interval) in &left {
-            log.delete(client, key, interval)?;
+        for (key, record) in left {
+            log.delete(client, &key, record)?;
         }
         Ok(())
     }
