@@ -615,8 +615,8 @@ fn logs_are_compacted_and_still_rebuild_print() {
     assert!(stats.log_bytes < stats.log.appended, "{stats:?}");
     drop(first);
     let second = Dendrite::new(&cads, &items, config).unwrap();
-    // (20, 35) was deleted by the last write; (0, 15) and (40, 55) were not cached since; the
-    // others are in PrInT, and maybe (20, 35) if its delete record was still in a batch.
+    // The last write deleted (20, 35); (0, 15), (40, 55) and (60, 75) are in PrInT, and maybe
+    // (20, 35) if its delete record was still in a batch.
     let rebuilt = second.stats().cached_intervals;
     assert!((3..=4).contains(&rebuilt), "{rebuilt} intervals");
     cads.run(|s| second.update(s, "i6", changes(json!({"$set": {"price": 1}}))))
@@ -694,4 +694,40 @@ fn under_write_back_a_list_hit_applies_a_missing_documents_buffered_write() {
         get(&cads, &items, int(10), int(30)),
         stored(&d, &cads, "price", 10, 30)
     );
+}
+
+/// A β = 0% Dendrite logs nothing and discards the logs it finds: its writes do not keep
+/// β = 100%'s results right, so a β = 100% Dendrite made after it must not take them over.
+#[test]
+fn a_beta_0_dendrite_discards_the_logs_of_results_it_will_not_keep() {
+    for policy in CACHING {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let whole = by_price(&cads, 100);
+        assert_eq!(
+            ids(&get(&cads, &whole, int(10), int(50))),
+            ["i0", "i1", "i2", "i3", "i4"]
+        );
+        let items = whole.collection().clone();
+        drop(whole);
+        let points = Dendrite::new(
+            &cads,
+            &items,
+            DendriteConfig {
+                beta: 0,
+                ..price_config(256 * 1024)
+            },
+        )
+        .unwrap();
+        cads.run(|s| points.update(s, "i3", changes(json!({"$set": {"price": 65}}))))
+            .unwrap();
+        drop(points);
+        let again = Dendrite::new(&cads, &items, price_config(256 * 1024)).unwrap();
+        assert_eq!(again.stats().cached_intervals, 0, "{policy:?}");
+        assert_eq!(
+            get(&cads, &again, int(10), int(50)),
+            stored(&d, &cads, "price", 10, 50),
+            "{policy:?}"
+        );
+    }
 }

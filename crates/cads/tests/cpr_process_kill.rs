@@ -156,6 +156,11 @@ fn survive_a_kill(policy: Policy) {
         cads.run(|s| ranges.get(s, &lo, &hi)).unwrap()
     };
     let read: Vec<_> = (0..USERS - SPAN).map(get).collect();
+    let stats = ranges.stats();
+    assert!(
+        stats.misses < stats.gets,
+        "{policy:?}: the dead process's results are hits ({stats:?})"
+    );
     if policy == Policy::WriteBack {
         cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
     }

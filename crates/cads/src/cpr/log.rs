@@ -55,8 +55,11 @@ struct CmiState {
     started: bool,
     /// Its length in bytes.
     bytes: usize,
-    /// Its length when it was last compacted (or started, or adopted).
+    /// Its length when it was last compacted (or started).
     compacted: usize,
+    /// Whether it must be compacted at the next append: re-created without its header (and
+    /// unpinned) after its CMI lost its content, and not yet rewritten.
+    must_compact: bool,
     /// Delete records not appended yet.
     deletes: String,
     deletes_pending: usize,
@@ -80,8 +83,8 @@ pub(crate) struct Recovered {
     pub intervals: Vec<Interval<Point>>,
     /// Above the highest LSN read.
     next_lsn: u64,
-    /// The logs of that generation: (CMI, bytes).
-    logs: Vec<(usize, usize)>,
+    /// The logs of that generation: (CMI, bytes, whether it has its header).
+    logs: Vec<(usize, usize, bool)>,
 }
 
 impl PrintLog {
@@ -98,11 +101,16 @@ impl PrintLog {
         compact_bytes: usize,
     ) -> PrintLog {
         let logs: Vec<CmiLog> = (0..cmis).map(|_| CmiLog::default()).collect();
-        for &(cmi, bytes) in recovered.map_or(&[][..], |r| r.logs.as_slice()) {
-            let mut log = logs[cmi].state.lock().expect("not poisoned");
+        for &(cmi, bytes, header) in recovered.map_or(&[][..], |r| r.logs.as_slice()) {
+            let Some(log) = logs.get(cmi) else {
+                continue;
+            };
+            let mut log = log.state.lock().expect("not poisoned");
             log.started = true;
             log.bytes = bytes;
-            log.compacted = bytes;
+            // Compacted once it passes the bound, whatever it held when adopted.
+            log.compacted = 0;
+            log.must_compact = !header;
         }
         PrintLog {
             prefix: log_prefix(collection, attribute),
@@ -137,7 +145,7 @@ impl PrintLog {
         interval: &Interval<Point>,
     ) -> Result<()> {
         let cmi = client.route(key);
-        let mut state = self.logs[cmi].state.lock().expect("not poisoned");
+        let mut state = self.log(cmi)?.state.lock().expect("not poisoned");
         let mut records = std::mem::take(&mut state.deletes);
         state.deletes_pending = 0;
         records.push_str(&self.record('+', interval));
@@ -155,7 +163,7 @@ impl PrintLog {
     /// appended once `alpha` of them wait for this CMI.
     pub(crate) fn delete(&self, client: &Client, key: &[u8], record: String) -> Result<()> {
         let cmi = client.route(key);
-        let mut state = self.logs[cmi].state.lock().expect("not poisoned");
+        let mut state = self.log(cmi)?.state.lock().expect("not poisoned");
         state.deletes.push_str(&record);
         state.deletes_pending += 1;
         if state.deletes_pending < self.alpha {
@@ -181,7 +189,7 @@ impl PrintLog {
     /// Dendrite has not yet), compacting it when it has grown past the bound.
     fn append(&self, client: &Client, cmi: usize, records: String) -> Result<()> {
         let key = self.key(cmi);
-        let log = &self.logs[cmi];
+        let log = self.log(cmi)?;
         let shared = log.gate.read().expect("not poisoned");
         let mut state = log.state.lock().expect("not poisoned");
         self.counts.lock().expect("not poisoned").appended += records.len() as u64;
@@ -204,8 +212,9 @@ impl PrintLog {
         // A log that held nothing before this append was gone (its CMI lost its content, and
         // the results with it): the append made a new one, unpinned and without its header,
         // which the compaction below rewrites as it should be.
-        let restart = appended == records.len();
-        let compact = restart || state.bytes > self.compact_bytes.max(2 * state.compacted);
+        state.must_compact |= appended == records.len();
+        let compact =
+            state.must_compact || state.bytes > self.compact_bytes.max(2 * state.compacted);
         drop(state);
         drop(shared);
         if compact {
@@ -247,7 +256,18 @@ impl PrintLog {
         state.started = true;
         state.bytes = value.len();
         state.compacted = value.len();
+        state.must_compact = false;
         Ok(())
+    }
+
+    /// CMI `cmi`'s log: the Dendrite was made for a framework of so many CMIs.
+    fn log(&self, cmi: usize) -> Result<&CmiLog> {
+        self.logs.get(cmi).ok_or_else(|| {
+            Error::App(format!(
+                "CPR: the Dendrite was made for {} CMIs and is used with more",
+                self.logs.len()
+            ))
+        })
     }
 
     fn key(&self, cmi: usize) -> Vec<u8> {
@@ -277,7 +297,7 @@ fn corrupt(key: &[u8]) -> Error {
 /// A log's content.
 struct Parsed {
     generation: u64,
-    records: Vec<(u64, bool, Interval<Point>)>,
+    records: Vec<Record>,
 }
 
 fn parse(bytes: &[u8]) -> Option<Parsed> {
@@ -291,7 +311,7 @@ fn parse(bytes: &[u8]) -> Option<Parsed> {
 }
 
 /// The records of a log, after its header.
-fn parse_records(mut rest: &str) -> Option<Vec<(u64, bool, Interval<Point>)>> {
+fn parse_records(mut rest: &str) -> Option<Vec<Record>> {
     let mut records = Vec::new();
     while !rest.is_empty() {
         let insert = match rest.as_bytes()[0] {
@@ -312,7 +332,7 @@ fn parse_records(mut rest: &str) -> Option<Vec<(u64, bool, Interval<Point>)>> {
 
 /// The intervals records leave in PrInT, each with its insert's LSN: in LSN order, an
 /// interval's last record decides.
-fn live(mut records: Vec<(u64, bool, Interval<Point>)>) -> Vec<(u64, Interval<Point>)> {
+fn live(mut records: Vec<Record>) -> Vec<(u64, Interval<Point>)> {
     records.sort_by_key(|(lsn, ..)| *lsn);
     let mut last: BTreeMap<(Point, Point), (u64, bool)> = BTreeMap::new();
     for (lsn, insert, interval) in records {
@@ -326,41 +346,16 @@ fn live(mut records: Vec<(u64, bool, Interval<Point>)>) -> Vec<(u64, Interval<Po
 
 /// Reads the logs of `collection`'s `attribute` on every CMI. The generation is the one whose
 /// records reach the highest LSN (logs of another generation, left by an older Dendrite, are
-/// ignored, and overwritten when this Dendrite first writes there). None when no log exists.
+/// ignored, and overwritten when this Dendrite first writes there). A log without its header
+/// was begun again by an append after its CMI lost its content and not yet rewritten: its
+/// records are the latest Dendrite's. None when no log exists.
 pub(crate) fn recover(
     client: &Client,
     collection: &str,
     attribute: &str,
 ) -> Result<Option<Recovered>> {
-    let prefix = log_prefix(collection, attribute);
-    let keys: Vec<Vec<u8>> = (0..client.cmis())
-        .map(|cmi| format!("{prefix}{cmi}").into_bytes())
-        .collect();
-    let places: Vec<(usize, &[u8])> = keys
-        .iter()
-        .enumerate()
-        .map(|(c, k)| (c, k.as_slice()))
-        .collect();
-    // Each log: its CMI, bytes, generation and records. A log without its header was begun
-    // again by an append after its CMI lost its content, and not yet rewritten: its records
-    // are the latest Dendrite's.
-    let mut logs = Vec::new();
-    for ((cmi, key), value) in places.iter().zip(client.get_at(&places)) {
-        if let Some(bytes) = value? {
-            let (generation, records) = match parse(&bytes) {
-                Some(p) => (Some(p.generation), p.records),
-                None => (
-                    None,
-                    std::str::from_utf8(&bytes)
-                        .ok()
-                        .and_then(parse_records)
-                        .ok_or_else(|| corrupt(key))?,
-                ),
-            };
-            logs.push((*cmi, bytes.len(), generation, records));
-        }
-    }
-    let top = |records: &[(u64, bool, Interval<Point>)]| records.iter().map(|r| r.0).max();
+    let logs = read_all(client, &log_prefix(collection, attribute))?;
+    let top = |records: &[Record]| records.iter().map(|r| r.0).max();
     let newest = logs
         .iter()
         .filter_map(|(_, _, g, r)| Some((top(r).unwrap_or(0), (*g)?)))
@@ -373,7 +368,7 @@ pub(crate) fn recover(
     for (cmi, bytes, g, found) in logs {
         if g.is_none_or(|g| g == generation) {
             records.extend(found);
-            adopted.push((cmi, bytes));
+            adopted.push((cmi, bytes, g.is_some()));
         }
     }
     let top = top(&records).unwrap_or(0);
@@ -384,6 +379,52 @@ pub(crate) fn recover(
         next_lsn: top + 1,
         logs: adopted,
     }))
+}
+
+/// Deletes the logs of `collection`'s `attribute` on every CMI: a Dendrite that does not take
+/// over them (β = 0%) makes sure no later one takes over results its writes did not keep right.
+pub(crate) fn discard(client: &Client, collection: &str, attribute: &str) -> Result<()> {
+    let prefix = log_prefix(collection, attribute);
+    for cmi in 0..client.cmis() {
+        client.delete_from(cmi, format!("{prefix}{cmi}").as_bytes())?;
+    }
+    Ok(())
+}
+
+/// A log record: LSN, insert (or delete), interval.
+type Record = (u64, bool, Interval<Point>);
+
+/// A CMI's log as read: CMI, bytes, generation (None without a header), records.
+type Found = (usize, usize, Option<u64>, Vec<Record>);
+
+/// Every CMI's log of an attribute.
+fn read_all(client: &Client, prefix: &str) -> Result<Vec<Found>> {
+    let keys: Vec<Vec<u8>> = (0..client.cmis())
+        .map(|cmi| format!("{prefix}{cmi}").into_bytes())
+        .collect();
+    let places: Vec<(usize, &[u8])> = keys
+        .iter()
+        .enumerate()
+        .map(|(c, k)| (c, k.as_slice()))
+        .collect();
+    let mut logs = Vec::new();
+    for ((cmi, key), value) in places.iter().zip(client.get_at(&places)) {
+        let Some(bytes) = value? else {
+            continue;
+        };
+        let (generation, records) = match parse(&bytes) {
+            Some(p) => (Some(p.generation), p.records),
+            None => (
+                None,
+                std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(parse_records)
+                    .ok_or_else(|| corrupt(key))?,
+            ),
+        };
+        logs.push((*cmi, bytes.len(), generation, records));
+    }
+    Ok(logs)
 }
 
 #[cfg(test)]

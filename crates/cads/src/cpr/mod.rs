@@ -144,7 +144,8 @@ pub struct DendriteConfig {
     /// PrInT's log records (β = 100%): delete records are appended in batches of this many
     /// per CMI (002 §3.1's α).
     pub log_alpha: usize,
-    /// A CMI's log is compacted once it holds more than this many bytes.
+    /// A CMI's log is compacted once it holds more than this many bytes and twice what its last
+    /// compaction left.
     pub log_compact_bytes: usize,
 }
 
@@ -340,6 +341,11 @@ impl Dendrite {
         // Takeover (002 §3.1): the ranges of an earlier Dendrite of this attribute whose
         // results may still be cached come back into PrInT from the logs, under its generation.
         let attribute = attribute_name(&config);
+        if let (Some(client), 0) = (cads.cache(), config.beta) {
+            // β = 0% logs nothing; its writes do not keep results of β = 100% right, so no
+            // later Dendrite may take those over.
+            log::discard(client, collection.name(), &attribute)?;
+        }
         let client = cads.cache().filter(|_| config.beta == 100);
         let recovered = match client {
             Some(client) => log::recover(client, collection.name(), &attribute)?,
@@ -512,7 +518,7 @@ impl Dendrite {
         }
         inner.writes.fetch_add(1, Ordering::Relaxed);
         if let Some(client) = s.framework().cache() {
-            inner.log_left(client)?;
+            inner.log_left(client);
         }
         let (leases, after) = inner.lease_for_write(s, id, &op)?;
         // The cached results the write overlaps: whole ones (β = 100%) by key, lists of ids
@@ -875,24 +881,31 @@ impl Inner {
     }
 
     /// The log record of `interval` entering PrInT (with the delete records waiting).
+    /// The record goes to the CMI the result would be filled on: if that CMI cannot be
+    /// reached, neither can the fill, and the get goes on without either.
     fn log_insert(&self, cads: &Cads, key: &[u8], interval: &Interval<Point>) -> Result<()> {
         let (Some(log), Some(client)) = (&self.log, cads.cache()) else {
             return Ok(());
         };
-        self.log_left(client)?;
-        log.insert(client, key, interval)
+        self.log_left(client);
+        match log.insert(client, key, interval) {
+            Err(Error::Cache(e)) if e.is_unavailable() => Ok(()),
+            other => other,
+        }
     }
 
-    /// Hands the delete records of intervals that left PrInT to the log.
-    fn log_left(&self, client: &Client) -> Result<()> {
+    /// Hands the delete records of intervals that left PrInT to the log. One that cannot be
+    /// written is dropped: it would only have removed an interval whose result is gone.
+    fn log_left(&self, client: &Client) {
         let Some(log) = &self.log else {
-            return Ok(());
+            return;
         };
         let left = std::mem::take(&mut *self.left.lock().expect("not poisoned"));
         for (key, record) in left {
-            log.delete(client, &key, record)?;
+            if let Err(e) = log.delete(client, &key, record) {
+                tracing::debug!(error = %e, "CPR: a delete record was not logged");
+            }
         }
-        Ok(())
     }
 
     /// A miss's Shared lease on its interval (Fig. 3a line 6). A conflict that outlasts the
@@ -1196,13 +1209,14 @@ impl<'c> CacheStore for Ranges<'c> {
         let mut shared = query.shared.lock().expect("not poisoned");
         if shared.is_none() {
             *shared = Some(self.0.shared_lease(&query.interval, query.owner)?);
-            // The interval's log record goes before its result is filled (002 §3.1).
-            if let Err(e) = self.0.log_insert(query.cads, &query.key, &query.interval) {
-                *applied = Err(e);
-                return Err(failed());
-            }
         }
         drop(shared);
+        // The interval's log record goes before its result is filled (002 §3.1), on every
+        // attempt: the CMI may have lost an earlier attempt's record with its content.
+        if let Err(e) = self.0.log_insert(query.cads, &query.key, &query.interval) {
+            *applied = Err(e);
+            return Err(failed());
+        }
         match self.0.apply_buffered(query.cads, &query.interval) {
             Ok(seen) => applied.as_mut().expect("checked above").extend(seen),
             Err(Error::Store(e)) => return Err(e),
