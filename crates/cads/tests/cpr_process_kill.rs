@@ -19,7 +19,6 @@ use cads::cpr::{Dendrite, DendriteConfig, Point};
 use cads::documents::Collection;
 use cads::{Cads, Config, Policy};
 use cads_store::{Document, StoreOptions};
-use cads_testkit::failpoints::{Scenario, CACHE_COMMIT};
 use common::{changes, doc, Deployment, PAST_A_LONG_LEASE};
 use serde_json::json;
 
@@ -80,14 +79,7 @@ fn child() {
         writeln!(out, "ack {id} {value}").unwrap();
         acknowledged += 1;
     }
-    let scenario = Scenario::setup();
-    scenario.on(CACHE_COMMIT, || {
-        println!("holding");
-        std::io::stdout().flush().unwrap();
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        }
-    });
+    let _holding = common::stop_for_good_before_the_cache_commit();
     // Above every acknowledged value: under write-around and write-through its data-store
     // commit happens, and the test's check that nothing acknowledged was lost still holds.
     let _ = cads.run(|s| ranges.update(s, &user(SPAN), changes(json!({"$set": {"v": 1_000_000}}))));

@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -16,7 +16,6 @@ use cads::{Cads, Config, Policy, SasConfig};
 use cads_coord::sas::leases::Settings;
 use cads_coord::sas::Core;
 use cads_store::StoreOptions;
-use cads_testkit::failpoints::{Scenario, CACHE_COMMIT};
 use common::{Counters, Deployment, LONG_LEASE_MS};
 
 /// The AppNode lease, as long as the leases of the other SAS tests.
@@ -44,14 +43,7 @@ fn child() {
     let store = cads_store::open(&url, &StoreOptions::default()).unwrap();
     let cads = appnode(store, &core);
     assert_eq!(cads.read(&Counters, &name).unwrap(), 0);
-    let scenario = Scenario::setup();
-    scenario.on(CACHE_COMMIT, || {
-        println!("holding");
-        std::io::stdout().flush().unwrap();
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        }
-    });
+    let _holding = common::stop_for_good_before_the_cache_commit();
     cads.run(|s| s.write(&Counters, &name)).unwrap();
     unreachable!("the commit never reaches the core");
 }

@@ -240,3 +240,20 @@ pub fn marked(cads: &Cads, key: &[u8]) -> bool {
         .map(|pair| pair[1] == cads_protocol::Reply::Int(1))
         .expect("INSPECT reports the marker")
 }
+
+/// For a process that a test kills (SIGKILL) with what it holds at its cache commit: the first
+/// session to reach the point between its data-store commit and its cache commit says
+/// `holding` on standard output and stops there for good. The scenario must live as long as
+/// the process runs.
+pub fn stop_for_good_before_the_cache_commit() -> cads_testkit::failpoints::Scenario {
+    use std::io::Write;
+    let scenario = cads_testkit::failpoints::Scenario::setup();
+    scenario.on(cads_testkit::failpoints::CACHE_COMMIT, || {
+        println!("holding");
+        std::io::stdout().flush().unwrap();
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    });
+    scenario
+}
