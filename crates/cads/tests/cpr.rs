@@ -731,3 +731,51 @@ fn a_beta_0_dendrite_discards_the_logs_of_results_it_will_not_keep() {
         );
     }
 }
+
+/// Ranges owned by one process and used from another (002 §3): a `RemoteDendrite` forwards
+/// gets and writes to the owner's `RangeService`, whose Dendrite keeps every range right; a
+/// client without the service's token is refused.
+#[test]
+fn a_remote_dendrite_forwards_gets_and_writes_to_the_owner() {
+    use cads::cpr::{RangeService, RemoteDendrite};
+    use cads_store::DocOp;
+    for policy in CACHING {
+        let d = Deployment::start(policy);
+        let cads = std::sync::Arc::new(d.cads(Config::default()));
+        let owner = by_price(&cads, 100);
+        let service = RangeService::start(
+            cads.clone(),
+            owner.clone(),
+            "127.0.0.1:0".parse().unwrap(),
+            "secret".into(),
+        )
+        .unwrap();
+        let remote = RemoteDendrite::new(service.addr(), "secret".into());
+        assert_eq!(
+            ids(&remote.read(&int(10), &int(50)).unwrap()),
+            ["i0", "i1", "i2", "i3", "i4"]
+        );
+        remote
+            .write("i3", DocOp::Update(changes(json!({"$set": {"price": 65}}))))
+            .unwrap();
+        remote
+            .write("new", DocOp::Insert(doc(json!({"price": 12}))))
+            .unwrap();
+        // The owner's cached range took the remote writes.
+        let misses = owner.stats().misses;
+        let seen = remote.read(&int(10), &int(50)).unwrap();
+        assert_eq!(ids(&seen), ["i0", "new", "i1", "i2", "i4"], "{policy:?}");
+        if policy != Policy::WriteAround {
+            assert_eq!(owner.stats().misses, misses, "{policy:?}: a hit");
+        }
+        assert_eq!(seen, stored(&d, &cads, "price", 10, 50), "{policy:?}");
+        // A write the owner refuses comes back as its error.
+        let refused = remote.write("new", DocOp::Insert(doc(json!({"price": 13}))));
+        if policy != Policy::WriteBack {
+            assert!(refused.is_err(), "{policy:?}: the id exists");
+        }
+        let wrong = RemoteDendrite::new(service.addr(), "guess".into());
+        let message = wrong.read(&int(10), &int(50)).unwrap_err().to_string();
+        assert!(message.contains("refused"), "{message}");
+    }
+}

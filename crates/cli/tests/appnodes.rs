@@ -97,6 +97,51 @@ fn ycsb_on_two_appnodes_validates_the_merged_history() {
     }
 }
 
+/// CPR on two AppNodes: the process that deployed owns the ranges and serves them; both
+/// AppNodes forward their scans and writes to it, and every scanned record is validated.
+#[test]
+fn cpr_on_two_appnodes_forwards_to_the_ranges_owner() {
+    let (out, records) = bench(&[
+        "ycsb",
+        "--appnodes",
+        "2",
+        "--threads",
+        "4",
+        "--workload",
+        "CPR",
+        "--scan-share",
+        "0.9",
+        "--records",
+        "300",
+        "--operations",
+        "600",
+        "--policy",
+        "write-around,write-through,write-back",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(records.len(), 3);
+    assert_clean_on_two_appnodes(&records, 4);
+    for r in &records {
+        let ranges = &r["ranges"];
+        assert!(
+            ranges["scans"].as_u64().unwrap() > 0,
+            "{}: the owner served the AppNodes' scans: {ranges}",
+            r["policy"]
+        );
+    }
+    let (out, _) = bench(&[
+        "ycsb",
+        "--appnodes",
+        "2",
+        "--workload",
+        "CPR",
+        "--policy",
+        "redis-zindex",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("redis-zindex"), "{}", stderr(&out));
+}
+
 #[test]
 fn bg_on_two_appnodes_validates_the_merged_history() {
     let (out, records) = bg_on_two_appnodes(&["--policy", "write-around,write-through,write-back"]);

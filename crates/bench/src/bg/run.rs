@@ -289,6 +289,7 @@ impl Benchmark for Bg {
         _run: &PolicyRun<'_>,
         dep: &Deployment,
         appnode: AppNode,
+        _handoff: Option<&serde_json::Value>,
     ) -> Result<LoadedGraph> {
         Ok(self.loaded(dep, appnode))
     }

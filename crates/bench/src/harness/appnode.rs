@@ -72,6 +72,9 @@ pub struct Job {
     clock: Clock,
     /// Where it writes its [`NodeReport`].
     result: PathBuf,
+    /// What the benchmark hands its AppNodes ([`Benchmark::handoff`]).
+    #[serde(default)]
+    handoff: Option<serde_json::Value>,
 }
 
 /// What an AppNode says on its standard output.
@@ -214,6 +217,7 @@ fn receive(stdout: &mut BufReader<ChildStdout>) -> Result<Option<Message>> {
 
 /// The run phase split over `--appnodes` processes started with `launcher`: what they measured,
 /// merged, with this process's samples and counters.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn measure<B: Benchmark>(
     bench: &B,
     run: &PolicyRun<'_>,
@@ -222,6 +226,7 @@ pub(crate) fn measure<B: Benchmark>(
     run_on_load: u64,
     launcher: &dyn Launcher,
     cut: Cut<'_>,
+    handoff: Option<serde_json::Value>,
 ) -> Result<Measured<B::Log>> {
     let opts = bench.options();
     let count = opts.appnodes;
@@ -251,6 +256,7 @@ pub(crate) fn measure<B: Benchmark>(
             store_url: run.store_url.to_string(),
             clock,
             result: dir.path().join(format!("result-{index}.json")),
+            handoff: handoff.clone(),
         };
         let path = dir.path().join(format!("job-{index}.json"));
         let text = serde_json::to_string(&job).expect("a job serializes");
@@ -479,7 +485,7 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
             progress: &quiet,
         },
     };
-    let loaded = bench.attach(&run, &dep, job.appnode)?;
+    let loaded = bench.attach(&run, &dep, job.appnode, job.handoff.as_ref())?;
     // Under SAS each AppNode's cache is its own: the parent's warm-up filled only the parent's.
     if job.sas_core.is_some() && opts.warm {
         bench.warm(&run, &dep, &loaded)?;

@@ -107,12 +107,19 @@ pub trait Benchmark: Sync + Sized {
     /// In AppNode `appnode` of a run: what the load built, without loading (the process that
     /// deployed loaded, and verifies). What it builds must keep the AppNodes apart where a
     /// process assumes it is alone (which inserts and which members' writes are its own).
+    /// `handoff` is what [`handoff`](Self::handoff) gave in the process that deployed.
     fn attach(
         &self,
         run: &PolicyRun<'_>,
         dep: &Deployment,
         appnode: AppNode,
+        handoff: Option<&serde_json::Value>,
     ) -> Result<Self::Loaded>;
+    /// What the process that deployed hands its AppNodes with their jobs, from what its load
+    /// built (YCSB's CPR workload: where the ranges' owner serves them).
+    fn handoff(&self, _loaded: &Self::Loaded) -> Option<serde_json::Value> {
+        None
+    }
     /// Reads the data through the cache.
     fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &Self::Loaded) -> Result<()>;
     /// A benchmark thread's state.
@@ -428,6 +435,7 @@ impl<B: Benchmark> Runner<'_, B> {
                 self.runs,
                 self.launcher,
                 self.cut(),
+                bench.handoff(self.loaded),
             )?
         } else {
             self.measure_here(&run, threads)?

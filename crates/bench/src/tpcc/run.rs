@@ -139,6 +139,7 @@ impl Benchmark for Tpcc {
         _run: &PolicyRun<'_>,
         dep: &Deployment,
         _appnode: AppNode,
+        _handoff: Option<&serde_json::Value>,
     ) -> Result<LoadedDatabase> {
         let tables = Tables::new(&self.opts.prefix, dep.cads.store().dialect());
         Ok(LoadedDatabase {

@@ -2,15 +2,16 @@
 //! validation of a run.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
-use cads::cpr::{Dendrite, DendriteConfig, DendriteStats, Point};
+use cads::cpr::{Dendrite, DendriteConfig, DendriteStats, Point, RangeService, RemoteDendrite};
 use cads::documents::Collection;
-use cads::store::{DataStore, Document, StoreOptions};
+use cads::store::{DataStore, DocOp, Document, StoreOptions};
 use cads::{Cads, Config, Policy};
 use serde_json::Value;
 
@@ -42,8 +43,11 @@ pub struct Ycsb {
 
 /// How the CPR workload's scans are served.
 enum Ranges {
-    /// Through a Dendrite that caches their results (CPR).
-    Dendrite(Dendrite),
+    /// Through a Dendrite that caches their results (CPR): in the process that deployed, which
+    /// owns the ranges, and which serves them to its AppNodes under `--appnodes`.
+    Dendrite(Dendrite, Option<Owner>),
+    /// In an AppNode: through the owner's Dendrite, every scan and write forwarded to it.
+    Remote(RemoteDendrite),
     /// Through a sorted set of ids on a real Redis, the baseline of 002 §4.5 (the cache-aside
     /// policy, `redis-zindex`): every operation of the run goes through it.
     Zindex {
@@ -61,13 +65,21 @@ struct RangeSnapshot {
     redis_round_trips: u64,
 }
 
+/// The ranges' owner's service to the AppNodes, and the token they open it with.
+struct Owner {
+    service: RangeService,
+    token: String,
+}
+
 impl Ranges {
     fn snapshot(&self) -> RangeSnapshot {
         match self {
-            Ranges::Dendrite(d) => RangeSnapshot {
+            Ranges::Dendrite(d, _) => RangeSnapshot {
                 stats: d.stats(),
                 redis_round_trips: 0,
             },
+            // Counted by the owner, which verifies.
+            Ranges::Remote(_) => RangeSnapshot::default(),
             Ranges::Zindex { zindex, .. } => {
                 let (gets, misses, redis_round_trips) = zindex.counts();
                 RangeSnapshot {
@@ -81,6 +93,24 @@ impl Ranges {
             }
         }
     }
+}
+
+/// Serves `dendrite`'s ranges to the AppNodes of a run, on loopback, behind a token drawn now.
+fn serve(cads: &Arc<Cads>, dendrite: &Dendrite) -> Result<Owner> {
+    use std::hash::{BuildHasher, Hasher};
+    let draw = || {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    };
+    let token = format!("{:016x}{:016x}", draw(), draw());
+    let service = RangeService::start(
+        cads.clone(),
+        dendrite.clone(),
+        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        token.clone(),
+    )?;
+    Ok(Owner { service, token })
 }
 
 /// The baseline's failures as the framework's (an application error: the record's outcome is
@@ -117,8 +147,15 @@ pub struct YcsbThread {
 
 impl Ycsb {
     /// The loaded table as `appnode` sees it: its inserts take every `count`-th key number after
-    /// the loaded records, from `records + index` (all of them in one process).
-    fn loaded(&self, cads: &Cads, appnode: AppNode) -> Result<LoadedTable> {
+    /// the loaded records, from `records + index` (all of them in one process). An AppNode
+    /// (`owner`: where the ranges' owner serves them) forwards the CPR workload's scans and
+    /// writes there; the process that deployed owns them, and serves them if it has AppNodes.
+    fn loaded(
+        &self,
+        cads: &Arc<Cads>,
+        appnode: AppNode,
+        owner: Option<(SocketAddr, String)>,
+    ) -> Result<LoadedTable> {
         let o = &self.opts;
         let expected_ops = o.operations.unwrap_or(o.records) as f64;
         let table = Collection::named(&o.table)?;
@@ -131,11 +168,17 @@ impl Ycsb {
                     _server: server,
                 })
             }
-            (true, _) => Some(Ranges::Dendrite(Dendrite::new(
-                cads,
-                &table,
-                self.range_config(),
-            )?)),
+            (true, _) => Some(match owner {
+                Some((addr, token)) => Ranges::Remote(RemoteDendrite::new(addr, token)),
+                None => {
+                    let dendrite = Dendrite::new(cads, &table, self.range_config())?;
+                    let service = match o.common.appnodes {
+                        1 => None,
+                        _ => Some(serve(cads, &dendrite)?),
+                    };
+                    Ranges::Dendrite(dendrite, service)
+                }
+            }),
         };
         Ok(LoadedTable {
             table,
@@ -195,7 +238,7 @@ impl Ycsb {
                     let id = self.id(k as i64);
                     let missing = || anyhow!("record {id} is missing after the load");
                     match (&loaded.ranges, range_length) {
-                        (Some(Ranges::Dendrite(ranges)), Some(n)) => {
+                        (Some(Ranges::Dendrite(ranges, _)), Some(n)) => {
                             let lo = Point::Text(id.clone());
                             let hi = Point::Text(self.id(k as i64 + n - 1));
                             ranges
@@ -412,7 +455,7 @@ impl Benchmark for Ycsb {
             },
         );
         results.into_iter().collect::<Result<()>>()?;
-        let loaded = self.loaded(&dep.cads, AppNode::ALONE)?;
+        let loaded = self.loaded(&dep.cads, AppNode::ALONE, None)?;
         if let Some(Ranges::Zindex { zindex, .. }) = &loaded.ranges {
             // The baseline's inserts index their ids; the load's records are indexed here.
             let ids: Vec<String> = (0..total as i64).map(|k| self.id(k)).collect();
@@ -433,8 +476,30 @@ impl Benchmark for Ycsb {
         _run: &PolicyRun<'_>,
         dep: &Deployment,
         appnode: AppNode,
+        handoff: Option<&Value>,
     ) -> Result<LoadedTable> {
-        self.loaded(&dep.cads, appnode)
+        let owner = match handoff {
+            Some(h) => {
+                let field = |name: &str| h.get(name).and_then(Value::as_str);
+                let addr = field("ranges")
+                    .and_then(|a| a.parse().ok())
+                    .ok_or_else(|| anyhow!("the job's handoff names no ranges' owner: {h}"))?;
+                Some((addr, field("token").unwrap_or_default().to_string()))
+            }
+            None => None,
+        };
+        self.loaded(&dep.cads, appnode, owner)
+    }
+
+    /// Under the CPR workload with AppNodes: where the ranges' owner (this process) serves them.
+    fn handoff(&self, loaded: &LoadedTable) -> Option<Value> {
+        match &loaded.ranges {
+            Some(Ranges::Dendrite(_, Some(owner))) => Some(serde_json::json!({
+                "ranges": owner.service.addr().to_string(),
+                "token": owner.token,
+            })),
+            _ => None,
+        }
     }
 
     /// Every record read once through the cache, so the run starts at a 100% hit rate
@@ -442,7 +507,7 @@ impl Benchmark for Ycsb {
     /// (002 §4.5 warms the cache the same way).
     fn warm(&self, run: &PolicyRun<'_>, dep: &Deployment, loaded: &LoadedTable) -> Result<()> {
         let range_length = match (&loaded.ranges, self.workload.scan_length) {
-            (Some(Ranges::Dendrite(_)), ScanLength::Fixed(n)) => Some(n as i64),
+            (Some(Ranges::Dendrite(..)), ScanLength::Fixed(n)) => Some(n as i64),
             _ => None,
         };
         // With β = 0% a range's miss caches its records under their I leases, which the
@@ -530,9 +595,10 @@ impl Benchmark for Ycsb {
                 } else {
                     match &loaded.ranges {
                         // Through the Dendrite, which changes the cached ranges holding it.
-                        Some(Ranges::Dendrite(ranges)) => {
+                        Some(Ranges::Dendrite(ranges, _)) => {
                             cads.run(|s| ranges.update(s, &id, changes.clone()))
                         }
+                        Some(Ranges::Remote(owner)) => owner.write(&id, DocOp::Update(changes)),
                         Some(Ranges::Zindex { zindex, .. }) => {
                             zindex.update(store, &id, &changes).map_err(baseline_error)
                         }
@@ -551,9 +617,10 @@ impl Benchmark for Ycsb {
                 let token = writer_token(t.index, t.writes);
                 let doc = record(token, o.field_count, o.field_length);
                 let result = match &loaded.ranges {
-                    Some(Ranges::Dendrite(ranges)) => {
+                    Some(Ranges::Dendrite(ranges, _)) => {
                         cads.run(|s| ranges.insert(s, &id, doc.clone()))
                     }
+                    Some(Ranges::Remote(owner)) => owner.write(&id, DocOp::Insert(doc)),
                     Some(Ranges::Zindex { zindex, .. }) => {
                         zindex.insert(store, &id, &doc).map_err(baseline_error)
                     }
@@ -572,12 +639,16 @@ impl Benchmark for Ycsb {
                 // With the records read from the data store: all of them when a Dendrite's
                 // range missed (None), those Redis lacked under the baseline.
                 let scanned = match loaded.ranges.as_ref().expect("matched") {
-                    Ranges::Dendrite(ranges) => {
+                    Ranges::Dendrite(ranges, _) => {
                         let calls = driver_store_calls();
                         let found = ranges.read(cads, &Point::Text(lo), &Point::Text(hi));
                         let missed = driver_store_calls() > calls;
                         found.map(|found| (found, (!missed).then_some(0)))
                     }
+                    // The owner counts its scans' misses.
+                    Ranges::Remote(owner) => owner
+                        .read(&Point::Text(lo), &Point::Text(hi))
+                        .map(|found| (found, Some(0))),
                     Ranges::Zindex { zindex, .. } => zindex
                         .scan(store, &lo, &hi)
                         .map(|(found, filled)| (found, Some(filled)))
@@ -662,10 +733,16 @@ impl Benchmark for Ycsb {
                         .read(store, &id)
                         .and_then(|doc| zindex.update(store, &id, &changes).map(|()| doc))
                         .map_err(baseline_error),
+                    // The read here, the write on the ranges' owner: not one session.
+                    Some(Ranges::Remote(owner)) => table.read(cads, &id).and_then(|doc| {
+                        owner
+                            .write(&id, DocOp::Update(changes.clone()))
+                            .map(|()| doc)
+                    }),
                     _ => cads.run(|s| {
                         let doc = table.get(s, &id)?;
                         match &loaded.ranges {
-                            Some(Ranges::Dendrite(ranges)) => {
+                            Some(Ranges::Dendrite(ranges, _)) => {
                                 ranges.update(s, &id, changes.clone())?
                             }
                             _ => table.update(s, &id, changes.clone())?,
@@ -736,7 +813,7 @@ impl Benchmark for Ycsb {
                     lost_examples: lost.examples,
                 },
                 scan: match &table.ranges {
-                    Some(Ranges::Dendrite(_)) => Some(RANGES_NOTE),
+                    Some(Ranges::Dendrite(..) | Ranges::Remote(_)) => Some(RANGES_NOTE),
                     Some(Ranges::Zindex { .. }) => Some(ZINDEX_NOTE),
                     None => (self.workload.scan > 0.0).then_some(SCAN_NOTE),
                 },

@@ -28,12 +28,16 @@
 //! take over from one that is gone: it rebuilds PrInT from them and keeps serving the results
 //! cached before; under write-back it rebuilds BuWrInT from write-back's PendingWrites lists.
 //!
-//! What is not built yet (issue 15): β between 0% and 100%, and ranges leased by the coordinator.
-//! Until then a Dendrite must be the only writer of its collection and lives in one process.
+//! Other processes reach the owner's Dendrite through a [`RemoteDendrite`] and the owner's
+//! [`RangeService`] (`cpr/remote.rs`).
+//!
+//! What is not built yet (issue 15): β between 0% and 100%, and ranges split among owners
+//! leased by the coordinator. Until then a Dendrite must be the only writer of its collection.
 
 pub(crate) mod intervals;
 pub(crate) mod lemint;
 pub(crate) mod log;
+mod remote;
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +57,7 @@ pub use intervals::Interval;
 use intervals::IntervalTree;
 use lemint::{LeaseGuard, LeaseTable, Mode, Owner};
 pub use log::LogCounts;
+pub use remote::{RangeService, RemoteDendrite};
 
 /// A value of a Dendrite's attribute. `Absent` stands for a document without the field (no
 /// range holds it); it orders before every value.
@@ -506,10 +511,12 @@ impl Dendrite {
         self.write(s, id, DocOp::Delete)
     }
 
-    /// Fig. 3b: eXclusive leases on the points the write touches (see `lease_for_write`), then
-    /// every cached result holding one deleted (write-around) or changed (write-through) with
-    /// the write, and under β = 0% the lists of ids changed when the session ends.
-    fn write(&self, s: &mut Session<'_>, id: &str, op: DocOp) -> Result<()> {
+    /// A write of document `id` (what [`insert`](Self::insert), [`put`](Self::put),
+    /// [`update`](Self::update) and [`delete`](Self::delete) do). Fig. 3b: eXclusive leases on
+    /// the points the write touches (see `lease_for_write`), then every cached result holding one
+    /// deleted (write-around) or changed (write-through, write-back) with the write, and under
+    /// β = 0% the lists of ids changed when the session ends.
+    pub fn write(&self, s: &mut Session<'_>, id: &str, op: DocOp) -> Result<()> {
         let inner = &self.inner;
         cads_store::validate_id(id)?;
         let policy = s.framework().policy();
