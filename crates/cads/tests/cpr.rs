@@ -743,14 +743,10 @@ fn a_remote_dendrite_forwards_gets_and_writes_to_the_owner() {
         let d = Deployment::start(policy);
         let cads = std::sync::Arc::new(d.cads(Config::default()));
         let owner = by_price(&cads, 100);
-        let service = RangeService::start(
-            cads.clone(),
-            owner.clone(),
-            "127.0.0.1:0".parse().unwrap(),
-            "secret".into(),
-        )
-        .unwrap();
-        let remote = RemoteDendrite::new(service.addr(), "secret".into());
+        let service =
+            RangeService::start(cads.clone(), owner.clone(), "127.0.0.1:0".parse().unwrap())
+                .unwrap();
+        let remote = RemoteDendrite::new(service.addr(), service.token().to_string());
         assert_eq!(
             ids(&remote.read(&int(10), &int(50)).unwrap()),
             ["i0", "i1", "i2", "i3", "i4"]
@@ -777,5 +773,23 @@ fn a_remote_dendrite_forwards_gets_and_writes_to_the_owner() {
         let wrong = RemoteDendrite::new(service.addr(), "guess".into());
         let message = wrong.read(&int(10), &int(50)).unwrap_err().to_string();
         assert!(message.contains("refused"), "{message}");
+        // A connection that opens with a long line instead of its token is answered and closed
+        // once the opening's bound is passed, without the owner reading the rest.
+        let mut hostile = std::net::TcpStream::connect(service.addr()).unwrap();
+        hostile
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        use std::io::{Read, Write};
+        let _ = hostile.write_all(&[b'['; 4096]);
+        let mut answer = String::new();
+        // The answer, then the end of the stream; or, if the close found bytes unread, a reset.
+        match hostile.read_to_string(&mut answer) {
+            Ok(_) => assert!(answer.contains("no valid token"), "{answer:?}"),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+        // The service still serves; once dropped, its open connections end with it.
+        assert_eq!(remote.read(&int(10), &int(10)).unwrap().len(), 1);
+        drop(service);
+        assert!(remote.read(&int(10), &int(10)).is_err(), "{policy:?}");
     }
 }

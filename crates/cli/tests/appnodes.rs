@@ -122,6 +122,7 @@ fn cpr_on_two_appnodes_forwards_to_the_ranges_owner() {
     assert_eq!(records.len(), 3);
     assert_clean_on_two_appnodes(&records, 4);
     for r in &records {
+        assert_eq!(r["failed"], 0, "{}: {}", r["policy"], r["errors"]);
         let ranges = &r["ranges"];
         assert!(
             ranges["scans"].as_u64().unwrap() > 0,

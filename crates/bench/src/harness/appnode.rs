@@ -235,6 +235,13 @@ pub(crate) fn measure<B: Benchmark>(
         .prefix("cads-appnodes-")
         .tempdir()
         .context("creating a directory for the AppNodes' jobs")?;
+    // The jobs name the data store (with its password) and what the benchmark hands over (the
+    // CPR ranges' owner's token): for this user only.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .context("making the AppNodes' job directory private")?;
+    }
     dep.faults.reset_counts();
     let before = Counters::take(dep);
     let clock = Clock::start();
@@ -329,7 +336,8 @@ pub(crate) fn measure<B: Benchmark>(
                             let p = p.lock().expect("not poisoned");
                             (done + p.0, wb + p.1)
                         });
-                sampler.tick(done, write_back.then_some(wb));
+                let own = dep.cads.write_back_stats().snapshot().since(&before.wb);
+                sampler.tick(done, write_back.then_some(wb + own));
                 next_tick += TICK;
             }
         }
@@ -426,7 +434,9 @@ pub(crate) fn measure<B: Benchmark>(
         keyspace.hits += hits;
         keyspace.misses += misses;
     }
-    measured.write_back = total.write_back;
+    // This process's own (the owner of YCSB's CPR ranges buffers the writes forwarded to it)
+    // and the AppNodes'.
+    measured.write_back = measured.write_back + total.write_back;
     if write_back {
         measured.pinned.close(dep.cads.pinned_bytes());
     }

@@ -9,8 +9,9 @@
 //! without it is closed. Then each request (`{"get": [lo, hi]}` or `{"write": {"id": ..., "op":
 //! ...}}`) gets one answer (`{"ok": ...}` or `{"error": ..., "aborted": bool}`), in order.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -27,48 +28,56 @@ use crate::Cads;
 /// `max_results`; this bounds what a connection can make the other side hold).
 const MAX_LINE: usize = 64 << 20;
 
-/// Connections a service serves at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 256;
+/// The longest opening line: the token is read with this bound, before anything else is.
+const MAX_OPENING: usize = 1024;
 
-/// How long a client waits for an answer.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a new connection has to send its token.
+const OPENING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections a service serves at once; one more is told so and closed.
+const MAX_CONNECTIONS: usize = 1024;
+
+/// How long the owner waits for a client to take an answer, and a client for an answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A Dendrite served to other processes.
 pub struct RangeService {
     addr: SocketAddr,
-    stopping: Arc<AtomicBool>,
+    token: String,
+    served: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
 }
 
 impl RangeService {
     /// Serves `dendrite` (over `cads`, the framework it was made with) on `bind` to clients that
-    /// open with `token`.
-    pub fn start(
-        cads: Arc<Cads>,
-        dendrite: Dendrite,
-        bind: SocketAddr,
-        token: String,
-    ) -> Result<RangeService> {
+    /// open with the service's [`token`](Self::token), drawn now. The protocol is plain text:
+    /// bind to loopback, or to a network only the trusted processes reach.
+    pub fn start(cads: Arc<Cads>, dendrite: Dendrite, bind: SocketAddr) -> Result<RangeService> {
+        let mut drawn = [0u8; 16];
+        getrandom::fill(&mut drawn).map_err(|e| Error::App(format!("no randomness: {e}")))?;
+        let token: String = drawn.iter().map(|b| format!("{b:02x}")).collect();
         let listener = TcpListener::bind(bind)
             .map_err(|e| Error::App(format!("CPR: cannot serve ranges on {bind}: {e}")))?;
         let addr = listener
             .local_addr()
             .map_err(|e| Error::App(format!("CPR: the range service's address: {e}")))?;
-        let stopping = Arc::new(AtomicBool::new(false));
         let served = Arc::new(Shared {
             cads,
             dendrite,
-            token,
-            connections: AtomicUsize::new(0),
+            token: token.clone(),
+            stopping: AtomicBool::new(false),
+            open: Mutex::default(),
+            next: AtomicUsize::new(0),
         });
-        let stop = stopping.clone();
+        let shared = served.clone();
         let acceptor = std::thread::Builder::new()
             .name("cpr-service".into())
-            .spawn(move || accept(listener, served, stop))
+            .spawn(move || accept(listener, shared))
             .map_err(|e| Error::App(format!("CPR: cannot start the range service: {e}")))?;
         Ok(RangeService {
             addr,
-            stopping,
+            token,
+            served,
             acceptor: Some(acceptor),
         })
     }
@@ -76,13 +85,24 @@ impl RangeService {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// What a client opens a connection with: hand it only to processes trusted to write the
+    /// collection (a forwarded write goes to the cache and the data store as the owner's own).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
 }
 
 impl Drop for RangeService {
+    /// Stops accepting and ends every connection (a request being served finishes first): no
+    /// client writes through this Dendrite once the service is gone.
     fn drop(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
+        self.served.stopping.store(true, Ordering::SeqCst);
         // Wakes the acceptor, which sees the flag.
         let _ = TcpStream::connect(self.addr);
+        for stream in self.served.open.lock().expect("not poisoned").values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
         }
@@ -93,58 +113,113 @@ struct Shared {
     cads: Arc<Cads>,
     dendrite: Dendrite,
     token: String,
-    connections: AtomicUsize,
+    stopping: AtomicBool,
+    /// The connections being served, to end them when the service goes.
+    open: Mutex<HashMap<usize, TcpStream>>,
+    next: AtomicUsize,
 }
 
-fn accept(listener: TcpListener, served: Arc<Shared>, stopping: Arc<AtomicBool>) {
+/// A connection's place in [`Shared::open`], given back when its thread ends, however it ends.
+struct Slot<'a> {
+    served: &'a Shared,
+    id: usize,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.served
+            .open
+            .lock()
+            .expect("not poisoned")
+            .remove(&self.id);
+    }
+}
+
+fn accept(listener: TcpListener, served: Arc<Shared>) {
     for stream in listener.incoming() {
-        if stopping.load(Ordering::SeqCst) {
+        if served.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(stream) = stream else {
-            continue;
+        let mut stream = match stream {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Out of file descriptors, say: wait instead of spinning on the same error.
+                tracing::warn!(error = %e, "CPR: the range service cannot accept a connection");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
         };
-        while served.connections.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-            std::thread::sleep(Duration::from_millis(10));
+        let id = served.next.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut open = served.open.lock().expect("not poisoned");
+            if open.len() >= MAX_CONNECTIONS {
+                drop(open);
+                let busy = json!({"error": "the ranges' owner serves too many connections", "aborted": false});
+                let _ = answer(&mut stream, &busy);
+                continue;
+            }
+            match stream.try_clone() {
+                Ok(clone) => {
+                    open.insert(id, clone);
+                }
+                Err(_) => continue,
+            }
         }
-        served.connections.fetch_add(1, Ordering::SeqCst);
-        let served = served.clone();
+        let shared = served.clone();
         let spawned = std::thread::Builder::new()
             .name("cpr-connection".into())
             .spawn(move || {
-                serve(&served, stream);
-                served.connections.fetch_sub(1, Ordering::SeqCst);
+                let _slot = Slot {
+                    served: &shared,
+                    id,
+                };
+                serve(&shared, stream);
             });
         if let Err(e) = spawned {
+            served.open.lock().expect("not poisoned").remove(&id);
             tracing::warn!(error = %e, "CPR: cannot serve a connection");
         }
     }
 }
 
-/// One connection: the token, then requests until it closes or sends something malformed.
+/// Whether two tokens are equal, in time that does not depend on where they differ.
+fn same_token(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |differ, (x, y)| differ | (x ^ y))
+            == 0
+}
+
+/// One connection: the token (read with a small bound and a timeout), then requests until it
+/// closes, sends something malformed, or the service stops.
 fn serve(served: &Shared, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(ANSWER_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(OPENING_TIMEOUT));
     let Ok(mut writer) = stream.try_clone() else {
         return;
     };
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
-    let opened = read_line(&mut reader, &mut line)
+    let opened = read_line(&mut reader, &mut line, MAX_OPENING)
         .ok()
         .flatten()
         .and_then(|v| v.get("token").and_then(Value::as_str).map(str::to_owned));
-    if opened.as_deref() != Some(served.token.as_str()) {
+    if !opened.is_some_and(|t| same_token(&t, &served.token)) {
         let _ = answer(
             &mut writer,
             &json!({"error": "no valid token", "aborted": false}),
         );
         return;
     }
+    // An authenticated client keeps its connection between requests, for as long as it likes.
+    let _ = reader.get_ref().set_read_timeout(None);
     if answer(&mut writer, &json!({"ok": null})).is_err() {
         return;
     }
     loop {
-        let request = match read_line(&mut reader, &mut line) {
+        let request = match read_line(&mut reader, &mut line, MAX_LINE) {
             Ok(Some(request)) => request,
             Ok(None) => return,
             Err(e) => {
@@ -152,6 +227,9 @@ fn serve(served: &Shared, stream: TcpStream) {
                 return;
             }
         };
+        if served.stopping.load(Ordering::SeqCst) {
+            return;
+        }
         let reply = match handle(served, &request) {
             Ok(result) => json!({ "ok": result }),
             Err(e) => json!({
@@ -223,18 +301,19 @@ fn point_from(value: &Value) -> Result<Point> {
 fn read_line(
     reader: &mut BufReader<TcpStream>,
     line: &mut Vec<u8>,
+    limit: usize,
 ) -> std::result::Result<Option<Value>, String> {
     line.clear();
     let read = reader
         .by_ref()
-        .take(MAX_LINE as u64 + 1)
+        .take(limit as u64 + 1)
         .read_until(b'\n', line)
         .map_err(|e| e.to_string())?;
     if read == 0 {
         return Ok(None);
     }
-    if line.len() > MAX_LINE {
-        return Err(format!("a line longer than {MAX_LINE} bytes"));
+    if line.len() > limit {
+        return Err(format!("a line longer than {limit} bytes"));
     }
     serde_json::from_slice(line)
         .map(Some)
@@ -351,8 +430,16 @@ impl Connection {
     /// Sends one request and reads its answer. A connection that fails here is dropped.
     fn exchange(&mut self, request: &Value) -> Result<Value> {
         let lost = |what: String| Error::App(format!("CPR: the ranges' owner: {what}"));
-        answer(&mut self.writer, request).map_err(|e| lost(e.to_string()))?;
-        read_line(&mut self.reader, &mut self.line)
+        let mut bytes = serde_json::to_vec(request).expect("JSON serializes");
+        if bytes.len() > MAX_LINE {
+            // Not sent: the owner would close the connection on it.
+            return Err(bad(&format!("a request longer than {MAX_LINE} bytes")));
+        }
+        bytes.push(b'\n');
+        self.writer
+            .write_all(&bytes)
+            .map_err(|e| lost(e.to_string()))?;
+        read_line(&mut self.reader, &mut self.line, MAX_LINE)
             .map_err(lost)?
             .ok_or_else(|| lost("it closed the connection".into()))
     }
