@@ -793,3 +793,32 @@ fn a_remote_dendrite_forwards_gets_and_writes_to_the_owner() {
         assert!(remote.read(&int(10), &int(10)).is_err(), "{policy:?}");
     }
 }
+
+/// With no room left in the CMIs' pinned memory for log records, gets return their results
+/// without caching them (002 §4.1: CPR stops caching results while pinned memory is full), and
+/// writes go on.
+#[test]
+fn with_pinned_memory_full_results_are_not_cached() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start_with(policy, 2, |o| o.max_pinned_memory = Some("1".into()));
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads, 100);
+        for _ in 0..2 {
+            assert_eq!(
+                ids(&get(&cads, &items, int(10), int(30))),
+                ["i0", "i1", "i2"],
+                "{policy:?}"
+            );
+        }
+        let stats = items.stats();
+        assert_eq!((stats.gets, stats.misses), (2, 2), "{policy:?}");
+        assert_eq!(stats.cached_intervals, 0, "{policy:?}");
+        cads.run(|s| items.update(s, "i1", changes(json!({"$set": {"price": 99}}))))
+            .unwrap();
+        assert_eq!(
+            get(&cads, &items, int(10), int(30)),
+            stored(&d, &cads, "price", 10, 30),
+            "{policy:?}"
+        );
+    }
+}

@@ -40,7 +40,7 @@ pub(crate) mod log;
 mod remote;
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ use crate::documents::{self, Collection};
 use crate::error::{Error, Result};
 use crate::tx::StoreTx;
 use crate::writeback::design1;
-use crate::{Cads, Client, Policy, Session};
+use crate::{Cads, Client, ClientError, Policy, Session};
 pub use intervals::Interval;
 use intervals::IntervalTree;
 use lemint::{LeaseGuard, LeaseTable, Mode, Owner};
@@ -678,6 +678,7 @@ impl Inner {
             key,
             shared,
             applied,
+            uncached,
             ..
         } = query;
         let applied = applied.into_inner().expect("not poisoned");
@@ -693,10 +694,12 @@ impl Inner {
         };
         if let (Some(lease), Ok(_)) = (lease, &result) {
             self.misses.fetch_add(1, Ordering::Relaxed);
-            self.print
-                .lock()
-                .expect("PrInT poisoned")
-                .insert(interval, Cached::Result(key));
+            if !uncached.into_inner() {
+                self.print
+                    .lock()
+                    .expect("PrInT poisoned")
+                    .insert(interval, Cached::Result(key));
+            }
             drop(lease);
         }
         result
@@ -1060,6 +1063,9 @@ struct RangeQuery<'c> {
     cads: &'c Cads,
     shared: Mutex<Option<LeaseGuard<Point>>>,
     applied: Mutex<Result<Vec<(Point, String)>>>,
+    /// Its log record found no room in the CMI's pinned memory: the result is returned, not
+    /// cached (002 §4.1).
+    uncached: AtomicBool,
 }
 
 impl<'c> RangeQuery<'c> {
@@ -1071,6 +1077,7 @@ impl<'c> RangeQuery<'c> {
             cads,
             shared: Mutex::new(None),
             applied: Mutex::new(Ok(Vec::new())),
+            uncached: AtomicBool::new(false),
         }
     }
 }
@@ -1220,9 +1227,16 @@ impl<'c> CacheStore for Ranges<'c> {
         drop(shared);
         // The interval's log record goes before its result is filled (002 §3.1), on every
         // attempt: the CMI may have lost an earlier attempt's record with its content.
-        if let Err(e) = self.0.log_insert(query.cads, &query.key, &query.interval) {
-            *applied = Err(e);
-            return Err(failed());
+        match self.0.log_insert(query.cads, &query.key, &query.interval) {
+            Ok(()) => {}
+            // Pinned memory is full: no result is cached until it has room again.
+            Err(Error::Cache(ClientError::NotStored)) => {
+                query.uncached.store(true, Ordering::Relaxed);
+            }
+            Err(e) => {
+                *applied = Err(e);
+                return Err(failed());
+            }
         }
         match self.0.apply_buffered(query.cads, &query.interval) {
             Ok(seen) => applied.as_mut().expect("checked above").extend(seen),
@@ -1242,6 +1256,9 @@ impl<'c> CacheStore for Ranges<'c> {
     }
 
     fn entries(&self, query: &RangeQuery<'c>, output: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)> {
+        if query.uncached.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
         vec![(query.key.clone(), encode(output))]
     }
 
