@@ -20,9 +20,13 @@ const POLICIES: [Policy; 4] = [
 ];
 const CACHING: [Policy; 3] = [Policy::WriteAround, Policy::WriteThrough, Policy::WriteBack];
 
-/// Each policy with β = 100% (whole results cached) and 0% (each document cached once).
+/// Each policy with β = 100% (whole results cached), 0% (each document cached once) and 50%
+/// (ranges cached whole or as lists, by how much they share).
 fn with_betas(policies: &[Policy]) -> Vec<(Policy, u8)> {
-    policies.iter().flat_map(|&p| [(p, 100), (p, 0)]).collect()
+    policies
+        .iter()
+        .flat_map(|&p| [(p, 100), (p, 0), (p, 50)])
+        .collect()
 }
 
 fn int(n: i64) -> Point {
@@ -418,15 +422,15 @@ fn bad_ranges_and_settings_are_refused() {
         .unwrap()
         .to_string();
     assert!(message.contains("is a path"), "{message}");
-    let halfway = DendriteConfig {
-        beta: 50,
+    let too_much = DendriteConfig {
+        beta: 101,
         ..DendriteConfig::by_id()
     };
-    let message = Dendrite::new(&cads, &coll, halfway)
+    let message = Dendrite::new(&cads, &coll, too_much)
         .err()
         .unwrap()
         .to_string();
-    assert!(message.contains("not the values between"), "{message}");
+    assert!(message.contains("between 0% and 100%"), "{message}");
     let aside = Deployment::start(Policy::CacheAside);
     let aside_cads = aside.cads(Config::default());
     let message = Dendrite::new(&aside_cads, &coll, DendriteConfig::by_id())
@@ -819,6 +823,49 @@ fn with_pinned_memory_full_results_are_not_cached() {
             get(&cads, &items, int(10), int(30)),
             stored(&d, &cads, "price", 10, 30),
             "{policy:?}"
+        );
+    }
+}
+
+/// 0% < β < 100%: a range is cached whole unless it would share more than β% of the smaller
+/// result's documents with one cached whole, and then as a list of ids; writes keep both kinds
+/// right, and both are hits.
+#[test]
+fn a_beta_between_caches_ranges_whole_or_as_lists() {
+    for policy in CACHING {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let items = by_price(&cads, 50);
+        // [10, 50] first: whole. [30, 70] shares 3 of its 5 documents with it (60% > 50%): a
+        // list. [50, 60] shares 1 of 2 (50%, not more): whole.
+        for (lo, hi) in [(10, 50), (30, 70), (50, 60)] {
+            get(&cads, &items, int(lo), int(hi));
+        }
+        let stats = items.stats();
+        assert_eq!(
+            (stats.cached_intervals, stats.cached_lists),
+            (3, 1),
+            "{policy:?}"
+        );
+        for (lo, hi) in [(10, 50), (30, 70), (50, 60)] {
+            get(&cads, &items, int(lo), int(hi));
+        }
+        assert_eq!(items.stats().misses, stats.misses, "{policy:?}: hits");
+        cads.run(|s| items.update(s, "i3", changes(json!({"$set": {"price": 55}}))))
+            .unwrap();
+        cads.run(|s| items.insert(s, "new", doc(json!({"price": 35}))))
+            .unwrap();
+        for (lo, hi) in [(10, 50), (30, 70), (50, 60)] {
+            assert_eq!(
+                get(&cads, &items, int(lo), int(hi)),
+                stored(&d, &cads, "price", lo, hi),
+                "{policy:?} [{lo}, {hi}]"
+            );
+        }
+        assert_eq!(
+            items.stats().cached_lists,
+            1,
+            "{policy:?}: a range keeps its kind"
         );
     }
 }

@@ -25,14 +25,16 @@ use serde_json::json;
 /// by releasing what it waits for.
 const LONG_WAIT: Duration = Duration::from_secs(600);
 
-/// The three policies, with β = 100% (whole results) and 0% (documents cached once).
-const CASES: [(Policy, u8); 6] = [
+/// The three policies, with β = 100% (whole results), 0% (documents cached once) and 50%.
+const CASES: [(Policy, u8); 8] = [
     (Policy::WriteAround, 100),
     (Policy::WriteAround, 0),
     (Policy::WriteThrough, 100),
     (Policy::WriteThrough, 0),
+    (Policy::WriteThrough, 50),
     (Policy::WriteBack, 100),
     (Policy::WriteBack, 0),
+    (Policy::WriteBack, 50),
 ];
 
 fn by_price(cads: &Cads, beta: u8) -> Dendrite {

@@ -339,8 +339,9 @@ pub struct YcsbArgs {
     #[arg(long, value_name = "all|one", value_parser = Fields::parse)]
     pub projection: Option<Fields>,
     /// CPR's β in percent: 100 caches each range's whole result, 0 each record once (the
-    /// Dendrite keeps each range's ids). Values between are not built.
-    #[arg(long, value_name = "0|100", default_value_t = YcsbOptions::default().beta)]
+    /// Dendrite keeps each range's ids); between, a range is cached whole unless it would share
+    /// more than β% of its records with a range cached whole, and then as 0 caches it.
+    #[arg(long, value_name = "0..100", default_value_t = YcsbOptions::default().beta)]
     pub beta: u8,
     /// Fields per record.
     #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().field_count)]

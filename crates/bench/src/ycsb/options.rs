@@ -36,8 +36,9 @@ pub struct YcsbOptions {
     pub scan_share: Option<f64>,
     /// `--projection all|one`: fields a scan returns of each record (CPR's YCSB* and YCSB^1).
     pub projection: Option<Fields>,
-    /// `--beta 0|100`: CPR's β, the Dendrite's (100: each range's whole result cached; 0: each
-    /// record cached once, the ranges' ids kept by the Dendrite).
+    /// `--beta 0..100`: CPR's β, the Dendrite's (100: each range's whole result cached; 0: each
+    /// record cached once, the ranges' ids kept by the Dendrite; between: each range one way or
+    /// the other by how much it shares with ranges cached whole).
     pub beta: u8,
     /// `--field-count` (`fieldcount`, 10).
     pub field_count: usize,
@@ -138,8 +139,8 @@ impl YcsbOptions {
         }
         cads::store::validate_collection_name(&self.table).map_err(|e| anyhow!("--table: {e}"))?;
         let workload = self.resolved_workload()?;
-        if self.beta != 0 && self.beta != 100 {
-            bail!("--beta must be 0 or 100 (CPR is not built for the values between)");
+        if self.beta > 100 {
+            bail!("--beta is a percentage, 0 to 100");
         }
         let baseline = self.common.policies.contains(&cads::Policy::CacheAside);
         if workload.ranges && self.common.appnodes > 1 && baseline {

@@ -31,14 +31,14 @@
 //! Other processes reach the owner's Dendrite through a [`RemoteDendrite`] and the owner's
 //! [`RangeService`] (`cpr/remote.rs`).
 //!
-//! What is not built yet (issue 15): β between 0% and 100%, and ranges split among owners
-//! leased by the coordinator. Until then a Dendrite must be the only writer of its collection.
+//! What is not built yet (issue 15): ranges split among owners leased by the coordinator. Until then a Dendrite must be the only writer of its collection.
 
 pub(crate) mod intervals;
 pub(crate) mod lemint;
 pub(crate) mod log;
 mod remote;
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -144,9 +144,12 @@ pub struct DendriteConfig {
     pub lease_wait: Duration,
     /// β (002 §2), the most data two cached results may share, in percent: 100 caches each
     /// range's whole result in one entry; 0 caches each document once, in the document layer's
-    /// own entry, and keeps each range's ids in PrInT. Values in between are not built yet.
+    /// own entry, and keeps each range's ids in PrInT. In between, a range is cached whole
+    /// unless its result would share more than β% of the smaller one's documents with a result
+    /// already cached whole, and then as 0% caches it; which of the two a range is decided
+    /// when it is first cached, for as long as the Dendrite lives.
     pub beta: u8,
-    /// PrInT's log records (β = 100%): delete records are appended in batches of this many
+    /// PrInT's log records (β > 0%): delete records are appended in batches of this many
     /// per CMI (002 §3.1's α).
     pub log_alpha: usize,
     /// A CMI's log is compacted once it holds more than this many bytes and twice what its last
@@ -188,6 +191,8 @@ pub struct DendriteStats {
     pub misses: u64,
     /// Intervals in PrInT now.
     pub cached_intervals: usize,
+    /// Of those, the ones kept as lists of ids (β = 0%, or ranges 0% < β < 100% keeps so).
+    pub cached_lists: usize,
     /// Writes, and the cached results they changed or deleted.
     pub writes: u64,
     pub results_changed: u64,
@@ -234,6 +239,20 @@ struct Inner {
     results_changed: AtomicU64,
     /// Where the versions of β = 0%'s lists come from.
     list_versions: AtomicU64,
+    /// 0% < β < 100%: how each range cached so far is cached, decided when it was first cached
+    /// and kept for the Dendrite's life. A range's result key is filled only if the range is
+    /// cached whole, so a range kept as a list never has a result that writes would not change.
+    shapes: Mutex<BTreeMap<Interval<Point>, Shape>>,
+}
+
+/// How a range is cached under 0% < β < 100%.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// Whole, as β = 100% caches it; the number of documents when first cached (None: taken
+    /// over from the logs).
+    Whole(Option<usize>),
+    /// As a list of ids, as β = 0% caches it.
+    Listed,
 }
 
 /// What PrInT keeps of a cached interval.
@@ -334,9 +353,9 @@ impl Dendrite {
                 )));
             }
         }
-        if config.beta != 0 && config.beta != 100 {
+        if config.beta > 100 {
             return Err(Error::App(format!(
-                "beta {}%: CPR is built for 0% and 100%, not the values between",
+                "beta {}%: a share of a result, between 0% and 100%",
                 config.beta
             )));
         }
@@ -351,7 +370,7 @@ impl Dendrite {
             // later Dendrite may take those over.
             log::discard(client, collection.name(), &attribute)?;
         }
-        let client = cads.cache().filter(|_| config.beta == 100);
+        let client = cads.cache().filter(|_| config.beta > 0);
         let recovered = match client {
             Some(client) => log::recover(client, collection.name(), &attribute)?,
             None => None,
@@ -377,8 +396,10 @@ impl Dendrite {
             )
         });
         let mut print = IntervalTree::new();
+        let mut shapes = BTreeMap::new();
         for interval in recovered.map_or_else(Vec::new, |r| r.intervals) {
             let key = result_key(generation, collection.name(), &attribute, &interval);
+            shapes.insert(interval.clone(), Shape::Whole(None));
             print.insert(interval, Cached::Result(key));
         }
         let inner = Inner {
@@ -395,6 +416,7 @@ impl Dendrite {
             writes: AtomicU64::new(0),
             results_changed: AtomicU64::new(0),
             list_versions: AtomicU64::new(0),
+            shapes: Mutex::new(shapes),
         };
         inner.recover_buffered(cads)?;
         Ok(Dendrite {
@@ -408,10 +430,20 @@ impl Dendrite {
 
     pub fn stats(&self) -> DendriteStats {
         let i = &self.inner;
+        let (cached_intervals, cached_lists) = {
+            let print = i.print.lock().expect("PrInT poisoned");
+            let lists = print
+                .iter()
+                .into_iter()
+                .filter(|(_, cached)| matches!(cached, Cached::Ids(..)))
+                .count();
+            (print.len(), lists)
+        };
         DendriteStats {
             gets: i.gets.load(Ordering::Relaxed),
             misses: i.misses.load(Ordering::Relaxed),
-            cached_intervals: i.print.lock().expect("PrInT poisoned").len(),
+            cached_intervals,
+            cached_lists,
             writes: i.writes.load(Ordering::Relaxed),
             results_changed: i.results_changed.load(Ordering::Relaxed),
             lease_waits: i.lemint.waits(),
@@ -455,7 +487,7 @@ impl Dendrite {
             inner.misses.fetch_add(1, Ordering::Relaxed);
             return Ok(inner.scan(s.tx(), &interval)?);
         }
-        if inner.config.beta == 0 {
+        if inner.listed(&interval) {
             return inner.get_points(s, interval, owner);
         }
         let cads = s.framework();
@@ -475,7 +507,7 @@ impl Dendrite {
             inner.misses.fetch_add(1, Ordering::Relaxed);
             return cads.run(|s| Ok(inner.scan(s.tx(), &interval)?));
         }
-        if inner.config.beta == 0 {
+        if inner.listed(&interval) {
             return cads.run(|s| {
                 let owner = s.cpr().owner();
                 inner.get_points(s, interval.clone(), owner)
@@ -679,6 +711,7 @@ impl Inner {
             shared,
             applied,
             uncached,
+            listed,
             ..
         } = query;
         let applied = applied.into_inner().expect("not poisoned");
@@ -694,15 +727,74 @@ impl Inner {
         };
         if let (Some(lease), Ok(_)) = (lease, &result) {
             self.misses.fetch_add(1, Ordering::Relaxed);
+            let cached = match (&result, listed.into_inner()) {
+                (Ok(rows), true) => Cached::Ids(
+                    rows.iter()
+                        .map(|(id, d)| (self.point_of(id, d), id.clone()))
+                        .collect(),
+                    self.list_versions.fetch_add(1, Ordering::Relaxed),
+                ),
+                _ => Cached::Result(key),
+            };
             if !uncached.into_inner() {
                 self.print
                     .lock()
                     .expect("PrInT poisoned")
-                    .insert(interval, Cached::Result(key));
+                    .insert(interval, cached);
             }
             drop(lease);
         }
         result
+    }
+
+    /// Whether gets of `interval` read a list of ids (β = 0%, or a range kept as one).
+    fn listed(&self, interval: &Interval<Point>) -> bool {
+        match self.config.beta {
+            0 => true,
+            100 => false,
+            _ => {
+                let shapes = self.shapes.lock().expect("not poisoned");
+                shapes.get(interval) == Some(&Shape::Listed)
+            }
+        }
+    }
+
+    /// How a range whose result is `rows` is cached: whole, unless (0% < β < 100%) it would
+    /// share more than β% of the smaller one's documents with a result already cached whole.
+    /// Decided the first time, under the shapes' lock, so concurrent misses agree.
+    fn shape(&self, interval: &Interval<Point>, rows: &[(String, Document)]) -> Shape {
+        if self.config.beta == 100 {
+            return Shape::Whole(Some(rows.len()));
+        }
+        let mut shapes = self.shapes.lock().expect("not poisoned");
+        if let Some(shape) = shapes.get(interval) {
+            return *shape;
+        }
+        let points: Vec<Point> = rows.iter().map(|(id, d)| self.point_of(id, d)).collect();
+        let beta = self.config.beta as usize;
+        let shares_too_much = self
+            .print
+            .lock()
+            .expect("PrInT poisoned")
+            .overlapping(interval)
+            .into_iter()
+            .filter(|(other, cached)| *other != interval && matches!(cached, Cached::Result(_)))
+            .any(|(other, _)| {
+                let shared = points.iter().filter(|p| other.contains(p)).count();
+                let theirs = match shapes.get(other) {
+                    Some(Shape::Whole(Some(n))) => *n,
+                    _ => rows.len(),
+                };
+                let smaller = rows.len().min(theirs);
+                smaller > 0 && shared * 100 > beta * smaller
+            });
+        let shape = if shares_too_much {
+            Shape::Listed
+        } else {
+            Shape::Whole(Some(rows.len()))
+        };
+        shapes.insert(interval.clone(), shape);
+        shape
     }
 
     /// Write-back: `id` was written at `points` by a session that committed (or may have).
@@ -1066,6 +1158,8 @@ struct RangeQuery<'c> {
     /// Its log record found no room in the CMI's pinned memory: the result is returned, not
     /// cached (002 §4.1).
     uncached: AtomicBool,
+    /// 0% < β < 100%: the range is kept as a list of ids, not cached whole.
+    listed: AtomicBool,
 }
 
 impl<'c> RangeQuery<'c> {
@@ -1078,6 +1172,7 @@ impl<'c> RangeQuery<'c> {
             shared: Mutex::new(None),
             applied: Mutex::new(Ok(Vec::new())),
             uncached: AtomicBool::new(false),
+            listed: AtomicBool::new(false),
         }
     }
 }
@@ -1257,6 +1352,11 @@ impl<'c> CacheStore for Ranges<'c> {
 
     fn entries(&self, query: &RangeQuery<'c>, output: &Self::Output) -> Vec<(Vec<u8>, Vec<u8>)> {
         if query.uncached.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        if self.0.shape(&query.interval, output) == Shape::Listed {
+            // Kept as a list of ids (`after_get`), its documents in their own entries.
+            query.listed.store(true, Ordering::Relaxed);
             return Vec::new();
         }
         vec![(query.key.clone(), encode(output))]
