@@ -214,6 +214,11 @@ mod tests {
             beta: 50,
             ..o.clone()
         };
-        assert!(halfway.check().is_err());
+        assert!(halfway.check().is_ok());
+        let past = YcsbOptions {
+            beta: 101,
+            ..o.clone()
+        };
+        assert!(past.check().is_err());
     }
 }
