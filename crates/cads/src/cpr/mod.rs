@@ -727,7 +727,11 @@ impl Inner {
         };
         if let (Some(lease), Ok(_)) = (lease, &result) {
             self.misses.fetch_add(1, Ordering::Relaxed);
-            let cached = match (&result, listed.into_inner()) {
+            let listed = listed.into_inner();
+            // A miss that filled nothing (its read went around the cache) did not ask the
+            // range's shape: one kept as a list must not enter PrInT as a whole result.
+            let uncached = uncached.into_inner() || (!listed && self.listed(&interval));
+            let cached = match (&result, listed) {
                 (Ok(rows), true) => Cached::Ids(
                     rows.iter()
                         .map(|(id, d)| (self.point_of(id, d), id.clone()))
@@ -736,7 +740,7 @@ impl Inner {
                 ),
                 _ => Cached::Result(key),
             };
-            if !uncached.into_inner() {
+            if !uncached {
                 self.print
                     .lock()
                     .expect("PrInT poisoned")
@@ -1355,7 +1359,8 @@ impl<'c> CacheStore for Ranges<'c> {
             return Vec::new();
         }
         if self.0.shape(&query.interval, output) == Shape::Listed {
-            // Kept as a list of ids (`after_get`), its documents in their own entries.
+            // Kept as a list of ids (`after_get`); its first hit reads the documents into their
+            // own entries.
             query.listed.store(true, Ordering::Relaxed);
             return Vec::new();
         }
