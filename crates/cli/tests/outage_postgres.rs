@@ -23,26 +23,24 @@ enum Fault {
 /// How long the server stays away: well past the benchmark's 1 s data-store timeout.
 const AWAY: Duration = Duration::from_secs(3);
 
-fn two_appnodes_through(fault: Fault, appnodes: &str) {
-    let Some(pg) = PrivatePostgres::start() else {
-        return;
-    };
-    let pg = Arc::new(pg);
-    let dir = ScratchDir::new("cli-outage-pg");
-    let json = dir.path().join("runs.json");
+/// Runs `cads bench <args> --store <pg> --json <json>`, with `fault` on the server for [`AWAY`]
+/// from each run phase's first progress line (a second into it); returns how the benchmark
+/// exited, what it printed, and how many faults it went through.
+fn bench_through_faults(
+    pg: &Arc<PrivatePostgres>,
+    fault: Fault,
+    args: &[&str],
+    json: &std::path::Path,
+) -> (std::process::ExitStatus, String, usize) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cads"))
-        .args(["bench", "ycsb", "--appnodes", "2", "--threads", "4"])
-        .args(["--records", "300", "--workload", "A", "--duration", "7s"])
-        .args(["--policy", "write-through,write-around"])
-        .args(["--tardis", "tardis", "--tardis-appnodes", appnodes])
-        .args(["--ar-workers", "2", "--store-timeout", "1s"])
+        .arg("bench")
+        .args(args)
         .args(["--store", &pg.url(), "--json", json.to_str().unwrap()])
         .env("TERM", "dumb")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run cads");
-    // The fault begins with each run phase's first progress line (a second into it).
     let mut log = String::new();
     let mut faulted: Vec<String> = Vec::new();
     let mut faults = Vec::new();
@@ -73,9 +71,43 @@ fn two_appnodes_through(fault: Fault, appnodes: &str) {
     for f in faults {
         f.join().unwrap();
     }
+    (status, log, faulted.len())
+}
+
+fn two_appnodes_through(fault: Fault, appnodes: &str) {
+    let Some(pg) = PrivatePostgres::start() else {
+        return;
+    };
+    let pg = Arc::new(pg);
+    let dir = ScratchDir::new("cli-outage-pg");
+    let json = dir.path().join("runs.json");
+    let args = [
+        "ycsb",
+        "--appnodes",
+        "2",
+        "--threads",
+        "4",
+        "--records",
+        "300",
+        "--workload",
+        "A",
+        "--duration",
+        "7s",
+        "--policy",
+        "write-through,write-around",
+        "--tardis",
+        "tardis",
+        "--tardis-appnodes",
+        appnodes,
+        "--ar-workers",
+        "2",
+        "--store-timeout",
+        "1s",
+    ];
+    let (status, log, faulted) = bench_through_faults(&pg, fault, &args, &json);
     let what = format!("{fault:?} {appnodes}");
     assert!(status.success(), "{what}: {log}");
-    assert_eq!(faulted.len(), 2, "{what}: a fault per run phase: {log}");
+    assert_eq!(faulted, 2, "{what}: a fault per run phase: {log}");
     let text = std::fs::read_to_string(&json).unwrap();
     let records: Vec<Value> = serde_json::from_str(&text).unwrap();
     assert_eq!(records.len(), 2);
@@ -129,43 +161,23 @@ fn write_back_survives_postgres_stopped() {
     let pg = Arc::new(pg);
     let dir = ScratchDir::new("cli-wb-pg-stopped");
     let json = dir.path().join("runs.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cads"))
-        .args(["bench", "ycsb", "--threads", "4", "--records", "300"])
-        .args([
-            "--workload",
-            "A",
-            "--duration",
-            "7s",
-            "--policy",
-            "write-back",
-        ])
-        .args(["--store-timeout", "1s"])
-        .args(["--store", &pg.url(), "--json", json.to_str().unwrap()])
-        .env("TERM", "dumb")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run cads");
-    let mut log = String::new();
-    let mut fault = None;
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if fault.is_none() && line.contains("] run ") {
-            let pg = pg.clone();
-            fault = Some(std::thread::spawn(move || {
-                pg.stop();
-                std::thread::sleep(AWAY);
-                pg.start_again();
-            }));
-        }
-        log.push_str(&line);
-        log.push('\n');
-    }
-    let status = child.wait().unwrap();
-    fault
-        .expect("the run phase reported progress")
-        .join()
-        .unwrap();
+    let args = [
+        "ycsb",
+        "--threads",
+        "4",
+        "--records",
+        "300",
+        "--workload",
+        "A",
+        "--duration",
+        "7s",
+        "--policy",
+        "write-back",
+        "--store-timeout",
+        "1s",
+    ];
+    let (status, log, faulted) = bench_through_faults(&pg, Fault::Stop, &args, &json);
+    assert_eq!(faulted, 1, "the run phase reported progress: {log}");
     assert!(status.success(), "{log}");
     let text = std::fs::read_to_string(&json).unwrap();
     let records: Vec<Value> = serde_json::from_str(&text).unwrap();
