@@ -183,7 +183,7 @@ fn a_teleported_write_committed_on_some_cmis_only_leaves_no_stale_fill() {
         let (a, flushed) = (a.clone(), flushed.clone());
         scenario.on(CACHE_COMMIT, move || {
             if !flushed.swap(true, Ordering::SeqCst) {
-                let flush = cads_protocol::Command::FlushAll { unpinned: true };
+                let flush = cads_protocol::Command::FlushAll(cads_protocol::FlushScope::Unpinned);
                 a.cache().unwrap().execute(dropped_at, &flush).unwrap();
             }
         });

@@ -1,7 +1,9 @@
 //! A CMI process killed (SIGKILL) mid-run under write-around and write-through, with four CMI
 //! processes, writers appending tokens to documents and readers reading them: no read misses a
 //! write acknowledged before the read began, and every acknowledged write is in the data store
-//! exactly once. (Write-back's case is `writeback_durability.rs`.)
+//! exactly once. (Write-back's case is `writeback_durability.rs`.) And a persistent CMI killed
+//! and restarted from its log serves nothing overwritten while it was down, even to an
+//! application process that never saw it go.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,6 +13,7 @@ use cads::documents::Collection;
 use cads::store::{Changes, StoreOptions};
 use cads::{Cads, Client, ClientConfig, Config, Coordinator, Policy};
 use cads_testkit::cmis::Program;
+use cads_testkit::resp::RespConn;
 use cads_testkit::{ScratchDir, ServerProcess};
 use serde_json::{json, Value};
 
@@ -152,4 +155,106 @@ fn a_cmi_killed_under_write_around_loses_nothing_and_serves_nothing_stale() {
 #[test]
 fn a_cmi_killed_under_write_through_loses_nothing_and_serves_nothing_stale() {
     survive_a_killed_cmi(Policy::WriteThrough);
+}
+
+/// An application process of its own: a client with its own connections, and no memory of what
+/// another process's client saw.
+fn appnode(
+    store: &Arc<dyn cads::store::DataStore>,
+    cmis: &[&ServerProcess],
+    policy: Policy,
+) -> Cads {
+    let mut config = ClientConfig::new(cmis.iter().map(|c| c.addr(0)).collect());
+    config.connect_timeout = Duration::from_millis(200);
+    config.io_timeout = Duration::from_millis(500);
+    let client = Client::new(config, Coordinator::process());
+    Cads::new(store.clone(), Some(client), policy, Config::default())
+}
+
+/// Process A writes while the persistent CMI is down (it skips the CMI and would flush it on its
+/// own next visit); process B, which cached the old value there and was idle meanwhile, must not
+/// read it back once the CMI is restored from its log. The restored value is still in the CMI
+/// for plain Redis clients, so the test sees the hazard it guards against.
+fn restored_cmi_serves_nothing_overwritten(policy: Policy) {
+    let dir = ScratchDir::new("cads-cmi-restore");
+    let store = dir.sqlite(&StoreOptions::default());
+    let program = Program::cads(env!("CARGO_BIN_EXE_cads"));
+    let aof = dir.path().join("aof").display().to_string();
+    let flags = [
+        "--mode",
+        policy.cmi_mode(),
+        "--appendonly",
+        "true",
+        "--appendfsync",
+        "always",
+        "--dir",
+        &aof,
+    ];
+    let mut cmis = vec![
+        ServerProcess::start_cmis(&program, 1, &["--mode", policy.cmi_mode()]),
+        ServerProcess::start_cmis(&program, 1, &flags),
+    ];
+    let writer = appnode(&store, &[&cmis[0], &cmis[1]], policy);
+    let reader = appnode(&store, &[&cmis[0], &cmis[1]], policy);
+    let docs = Collection::create(&writer, "tallies").unwrap();
+    let probe = writer.cache().unwrap();
+    let id = (0..100)
+        .map(|i| format!("d{i}"))
+        .find(|id| probe.route(&docs.key(id)) == 1)
+        .unwrap();
+    store
+        .put("tallies", &id, json!({"n": 0}).as_object().unwrap())
+        .unwrap();
+    let n = |cads: &Cads| loop {
+        // A process's first operation after the kill may find its old connection broken.
+        if let Ok(Some(doc)) = docs.read(cads, &id) {
+            break doc["n"].as_i64().unwrap();
+        }
+    };
+    assert_eq!(n(&reader), 0, "the reader caches n = 0 on CMI 1");
+    let port = cmis[1].port;
+    cmis[1].kill();
+    let set = Changes::from_json(&json!({"$set": {"n": 1}})).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while writer.run(|s| docs.update(s, &id, set.clone())).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no write succeeded without CMI 1"
+        );
+    }
+    cmis[1] = ServerProcess::start_cmis_on(&program, port, 1, &flags)
+        .expect("the CMI restarts on its port with its log");
+    // A plain Redis client's GET, without the handshake of a cads client: RESP's nil is `$-1`.
+    let mut plain = RespConn::connect(port);
+    let mut plain_get = || plain.raw(&[b"GET".as_slice(), &docs.key(&id)]).unwrap();
+    let restored = plain_get();
+    assert!(
+        !restored.starts_with(b"$-1"),
+        "{policy:?}: the CMI restored the old cached value"
+    );
+    // The first read may find its connection broken and read around the cache; the next ones
+    // open a new connection and read the CMI.
+    for _ in 0..3 {
+        assert_eq!(
+            n(&reader),
+            1,
+            "{policy:?}: the restored CMI served an overwritten value"
+        );
+    }
+    assert_ne!(
+        plain_get(),
+        restored,
+        "{policy:?}: the old value is gone (the reader cached the new one, or nothing)"
+    );
+    drop(cmis);
+}
+
+#[test]
+fn a_cmi_restored_from_its_log_under_write_around_serves_nothing_overwritten() {
+    restored_cmi_serves_nothing_overwritten(Policy::WriteAround);
+}
+
+#[test]
+fn a_cmi_restored_from_its_log_under_write_through_serves_nothing_overwritten() {
+    restored_cmi_serves_nothing_overwritten(Policy::WriteThrough);
 }

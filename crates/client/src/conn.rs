@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use cads_protocol::resp::parse_reply;
-use cads_protocol::{Command, ErrorKind, Reply};
+use cads_protocol::{Command, ErrorKind, FlushScope, Reply};
 
 use crate::error::{ClientError, Result};
 use crate::tls::{self, TlsConfig};
@@ -95,6 +95,11 @@ impl Connection {
                     reason: e.to_string(),
                 });
             }
+        }
+        // A CMI restored from its log may hold values overwritten while it was down: before
+        // this connection reads anything, they go (a no-op once any client has dropped them).
+        if let Reply::Error(e) = conn.call(&Command::FlushAll(FlushScope::Restored))? {
+            return Err(ClientError::Server(e));
         }
         Ok(conn)
     }

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cads_protocol::{Command, Reply};
+use cads_protocol::{Command, FlushScope, Reply};
 
 pub use cads_protocol::MarkOp;
 pub use cads_protocol::SessionId;
@@ -341,9 +341,11 @@ impl Client {
     pub fn flush_cmi(&self, cmi: usize, unpinned_only: bool) -> Result<()> {
         match self.execute(
             cmi,
-            &Command::FlushAll {
-                unpinned: unpinned_only,
-            },
+            &Command::FlushAll(if unpinned_only {
+                FlushScope::Unpinned
+            } else {
+                FlushScope::Everything
+            }),
         )? {
             Reply::Error(e) => Err(ClientError::Server(e)),
             _ => Ok(()),

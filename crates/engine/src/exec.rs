@@ -4,8 +4,8 @@
 use std::ops::Range;
 
 use cads_protocol::{
-    expire_ms, parse_i64, Command, ErrorReply, ExpireCondition, GetExExpiry, MarkOp, Reply,
-    SessionId, SetCondition, SetExpiry, TimeUnit,
+    expire_ms, parse_i64, Command, ErrorReply, ExpireCondition, FlushScope, GetExExpiry, MarkOp,
+    Reply, SessionId, SetCondition, SetExpiry, TimeUnit,
 };
 
 use crate::lease::{EndCause, LeaseKind, Pending, Requester};
@@ -225,8 +225,13 @@ impl Engine {
                 }
             }
             C::DbSize => Ok(Reply::Int(self.store.len() as i64)),
-            C::FlushAll { unpinned } => {
-                self.flush_all(now, unpinned);
+            C::FlushAll(scope) => {
+                match scope {
+                    FlushScope::Everything => self.flush_all(now, false),
+                    FlushScope::Unpinned => self.flush_all(now, true),
+                    FlushScope::Restored if self.holds_restored_values => self.flush_all(now, true),
+                    FlushScope::Restored => {}
+                }
                 Ok(Reply::OK)
             }
             C::FlushDb => {

@@ -204,6 +204,9 @@ pub struct Engine {
     pub(crate) instance_lease_until: u64,
     /// This process's incarnation of the CMI, named by the coordinator's grants (`fencing`).
     pub(crate) boot_id: u64,
+    /// Whether the cached values include ones restored from the log that `FLUSHALL RESTORED`
+    /// has not dropped yet (see [`Engine::hold_restored_values`]).
+    pub(crate) holds_restored_values: bool,
 }
 
 /// Bytes charged per marker beyond its key.
@@ -231,6 +234,7 @@ impl Engine {
             recency: Recency::Touch,
             instance_lease_until: 0,
             boot_id: 0,
+            holds_restored_values: false,
         }
     }
 
@@ -297,6 +301,23 @@ impl Engine {
 
     pub fn fragments(&self) -> u32 {
         self.store.config.fragments()
+    }
+
+    /// Called once the log is replayed at start. Cached values restored outside a Gemini
+    /// configuration may have been overwritten in the data store while this CMI was down, by
+    /// application processes that could not reach it, and nothing here says which: they are held
+    /// until a cads client's `FLUSHALL RESTORED` drops them, which every cads client sends on
+    /// every connection before anything else. Plain Redis clients keep reading them. Under a
+    /// Gemini configuration the CMI is fenced until its coordinator has decided what to repair
+    /// or discard (004), so its values are kept. Pinned entries (buffered writes) always stay:
+    /// they may be the last copy of an acknowledged write.
+    pub fn hold_restored_values(&mut self) {
+        self.holds_restored_values = self.fragments() == 0 && !self.store.is_empty();
+    }
+
+    /// Whether cached values restored from the log wait for `FLUSHALL RESTORED`.
+    pub fn holds_restored_values(&self) -> bool {
+        self.holds_restored_values
     }
 
     /// Changes `maxmemory` (0: no limit), evicting at once if the new limit is below what is used.
@@ -366,6 +387,7 @@ impl Engine {
     /// already there stay for their time: forgetting one would let a late call of its session
     /// start a new session under the old id.
     pub fn flush_all(&mut self, now: Now, unpinned: bool) {
+        self.holds_restored_values = false;
         let sids: Vec<SessionId> = self
             .sessions
             .iter()

@@ -53,6 +53,21 @@ pub enum TimeUnit {
     Millis,
 }
 
+/// What `FLUSHALL` drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushScope {
+    /// Every entry, marker, lease and session (Redis's FLUSHALL).
+    Everything,
+    /// `UNPINNED`: cached values, leases and sessions; pinned entries (buffered writes and what
+    /// lists them) and markers stay.
+    Unpinned,
+    /// `RESTORED`: what `UNPINNED` drops, but only if the CMI still holds cached values it
+    /// restored from its append-only log outside a Gemini configuration. Such values may have
+    /// been overwritten in the data store while the CMI was down, so a cads client sends this
+    /// on every connection it opens, before anything else.
+    Restored,
+}
+
 /// What a committing write does to the key's TARDIS marker (000 §4.4.2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MarkOp {
@@ -169,11 +184,8 @@ pub enum Command<'a> {
     Client(ClientSub<'a>),
     Info(Args<'a>),
     DbSize,
-    /// `FLUSHALL [ASYNC|SYNC] [UNPINNED]`: with `unpinned`, pinned entries (buffered writes and
-    /// what lists them) and markers stay; cached values, leases and sessions go.
-    FlushAll {
-        unpinned: bool,
-    },
+    /// `FLUSHALL [ASYNC|SYNC] [UNPINNED|RESTORED]`: what goes is the scope's.
+    FlushAll(FlushScope),
     FlushDb,
     BgRewriteAof,
 
@@ -764,11 +776,11 @@ impl<'a> Command<'a> {
                 }
             }
             Select(db) => out.push(n(*db)),
-            FlushAll { unpinned } => {
-                if *unpinned {
-                    out.push(w("UNPINNED"));
-                }
-            }
+            FlushAll(scope) => match scope {
+                FlushScope::Everything => {}
+                FlushScope::Unpinned => out.push(w("UNPINNED")),
+                FlushScope::Restored => out.push(w("RESTORED")),
+            },
             Quit | DbSize | FlushDb | BgRewriteAof | Time => {}
             Commands(sub) => match sub {
                 CommandSub::All => {}
@@ -1079,20 +1091,29 @@ fn parse_with<'a>(
         "info" => C::Info(&a[1..]),
         "dbsize" => C::DbSize,
         "flushall" | "flushdb" => {
-            // At most one ASYNC or SYNC, as Redis (both flush at once), and for FLUSHALL cads's
-            // UNPINNED.
-            let (mut mode, mut unpinned) = (false, false);
+            // At most one ASYNC or SYNC, as Redis (both flush at once), and for FLUSHALL one of
+            // cads's UNPINNED or RESTORED.
+            let (mut mode, mut scope) = (false, FlushScope::Everything);
             for opt in &a[1..] {
+                let cads_scope = if eq(opt, "UNPINNED") {
+                    Some(FlushScope::Unpinned)
+                } else if eq(opt, "RESTORED") {
+                    Some(FlushScope::Restored)
+                } else {
+                    None
+                };
                 if !mode && (eq(opt, "ASYNC") || eq(opt, "SYNC")) {
                     mode = true;
-                } else if !unpinned && spec.name == "flushall" && eq(opt, "UNPINNED") {
-                    unpinned = true;
+                } else if let (Some(s), FlushScope::Everything, "flushall") =
+                    (cads_scope, scope, spec.name)
+                {
+                    scope = s;
                 } else {
                     return Err(ErrorReply::syntax());
                 }
             }
             if spec.name == "flushall" {
-                C::FlushAll { unpinned }
+                C::FlushAll(scope)
             } else {
                 C::FlushDb
             }
@@ -1848,9 +1869,14 @@ mod tests {
         assert!(parse("LMSET 1 PIN a 1 b").is_err());
         assert_eq!(
             parse("FLUSHALL ASYNC UNPINNED").unwrap(),
-            Command::FlushAll { unpinned: true }
+            Command::FlushAll(FlushScope::Unpinned)
+        );
+        assert_eq!(
+            parse("FLUSHALL RESTORED").unwrap(),
+            Command::FlushAll(FlushScope::Restored)
         );
         assert!(parse("FLUSHALL UNPINNED UNPINNED").is_err());
+        assert!(parse("FLUSHALL UNPINNED RESTORED").is_err());
         assert!(parse("FLUSHALL SYNC ASYNC").is_err());
         assert!(parse("FLUSHDB UNPINNED").is_err());
     }
@@ -1893,6 +1919,7 @@ mod tests {
             "DBSIZE",
             "FLUSHALL",
             "FLUSHALL UNPINNED",
+            "FLUSHALL RESTORED",
             "FLUSHDB",
             "BGREWRITEAOF",
             "GET k",

@@ -19,8 +19,8 @@ pub mod spec;
 
 pub use command::{
     expire_ms, parse_i64, Args, ClientAttr, ClientFilter, ClientSub, ClientType, Command,
-    CommandSub, ConfigSub, ExpireCondition, GetExExpiry, MarkOp, SessionId, SetCondition,
-    SetExpiry, TimeUnit,
+    CommandSub, ConfigSub, ExpireCondition, FlushScope, GetExExpiry, MarkOp, SessionId,
+    SetCondition, SetExpiry, TimeUnit,
 };
 pub use reply::{printable_key, ErrorKind, ErrorReply, Reply};
 pub use resp::{Limits, Parsed, Protocol, ProtocolError};

@@ -261,7 +261,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         WS,
         NONE,
         Server,
-        "Deletes every key (with UNPINNED, every unpinned key) and aborts every session.",
+        "Deletes every key (with UNPINNED, every unpinned key; with RESTORED, the same if the CMI \
+         still holds cached values restored from its log) and aborts every session.",
     ),
     spec(
         "flushdb",

@@ -107,6 +107,15 @@ impl Aof {
                 "restored from the append-only log"
             );
         }
+        engine.hold_restored_values();
+        if engine.holds_restored_values() {
+            tracing::info!(
+                path = %path.display(),
+                "cached values restored outside a Gemini configuration are held until a cads \
+                 client connects and drops them (FLUSHALL RESTORED): the data store may have \
+                 changed while this CMI was down; plain Redis clients still read them"
+            );
+        }
         engine.enable_log();
         let size = replayed.valid_bytes as u64;
         let sync_target = Arc::new(Mutex::new(file.try_clone()?));

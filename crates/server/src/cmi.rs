@@ -622,6 +622,11 @@ impl Cmi {
                 ),
                 ("aof_current_size", aof.size().to_string()),
                 ("aof_base_size", aof.base_size().to_string()),
+                // Cached values restored from the log that no cads client has dropped yet.
+                (
+                    "restored_values_held",
+                    (self.engine.holds_restored_values() as u8).to_string(),
+                ),
             ],
         });
         section("Persistence", persistence);

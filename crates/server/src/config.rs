@@ -122,7 +122,9 @@ pub struct Options {
     #[arg(long, value_name = "SECONDS")]
     pub idle_timeout: Option<u64>,
 
-    /// Keep an append-only log per CMI and restore from it at start. [default: false]
+    /// Keep an append-only log per CMI and restore from it at start. Outside a Gemini
+    /// configuration, the first cads client to connect drops the restored cached values (they
+    /// may be stale); buffered writes stay. [default: false]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub appendonly: Option<bool>,
 

@@ -352,6 +352,45 @@ fn a_restarted_cmi_comes_back_with_entries_pins_markers_and_ids() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// Cached values restored outside a Gemini configuration wait for a cads client's
+/// `FLUSHALL RESTORED`, which drops them once and keeps pinned entries; values cached after it
+/// stay, and a CMI restored under a configuration with fragments keeps its values (its
+/// coordinator decides).
+#[test]
+fn flushall_restored_drops_restored_values_once() {
+    let dir = temp_dir("restored");
+    let server = start(persistent(&dir));
+    let mut c = Conn::open(server.addrs()[0]);
+    assert_eq!(info_field(&mut c, "restored_values_held"), "0");
+    c.cmd("SET old v");
+    c.cmd("LSET 1 pinned bw PIN");
+    c.cmd("LCOMMIT 1");
+    server.stop();
+    server.join().unwrap();
+
+    let server = start(persistent(&dir));
+    let mut c = Conn::open(server.addrs()[0]);
+    assert_eq!(info_field(&mut c, "restored_values_held"), "1");
+    assert_eq!(c.cmd("GET old"), bulk("v"), "plain clients still read it");
+    assert_eq!(c.cmd("FLUSHALL RESTORED"), Reply::OK);
+    assert_eq!(info_field(&mut c, "restored_values_held"), "0");
+    assert_eq!(c.cmd("GET old"), Reply::Nil);
+    assert_eq!(c.cmd("GET pinned"), bulk("bw"), "pinned entries stay");
+    c.cmd("SET new v");
+    assert_eq!(c.cmd("FLUSHALL RESTORED"), Reply::OK);
+    assert_eq!(c.cmd("GET new"), bulk("v"), "a second one drops nothing");
+    c.cmd("FRAGMENTS 4");
+    server.stop();
+    server.join().unwrap();
+
+    let server = start(persistent(&dir));
+    let mut c = Conn::open(server.addrs()[0]);
+    assert_eq!(info_field(&mut c, "restored_values_held"), "0");
+    server.stop();
+    server.join().unwrap();
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn sigterm_stops_gracefully_and_keeps_acknowledged_writes() {
     let dir = temp_dir("sigterm");
