@@ -174,6 +174,99 @@ fn an_instance_back_with_its_content_serves_no_stale_value() {
     coordinator.join().unwrap();
 }
 
+/// One AppNode (A) is cut off from one instance by the relay while the coordinator and the
+/// other AppNode (B) still reach it: A must not write around the instance, since B keeps reading
+/// it and would read what A's write replaced. A's writes to the instance's fragments wait and
+/// are not acknowledged while the cut lasts (the coordinator sees the instance alive and moves
+/// nothing); A's reads go to the data store; B reads nothing older than a write acknowledged
+/// before its read began. Once the cut heals, A's writes go through and both read them.
+#[test]
+fn a_process_cut_from_an_instance_others_reach_reads_and_writes_nothing_stale() {
+    let d = Deployment::start_with(Policy::WriteAround, 3, |_| {});
+    let relay = Relay::new(d.cmis.addrs()[2]);
+    let direct = d.cmis.addrs().to_vec();
+    let options = ServiceOptions {
+        fragments: 12,
+        lease: Duration::from_millis(1_000),
+        probe_every: Duration::from_millis(50),
+        state_file: None,
+        repair: Repair::Invalidate,
+    };
+    let (stop, coordinator) = start_coordinator(direct.clone(), options);
+    wait_until("every instance serves", || {
+        direct.iter().all(|&a| serves(a))
+    });
+    let a = Cads::connect(
+        d.store.clone(),
+        &[direct[0], direct[1], relay.addr()],
+        Policy::WriteAround,
+        Config {
+            gemini: true,
+            // A write that cannot reach its instance gives up within this, unacknowledged.
+            give_up_after: Duration::from_secs(2),
+            ..Config::default()
+        },
+    );
+    let b = gemini_appnode(&d, &direct);
+    let mut model = Model::incremented(&d, 30, &a);
+    model.check_all(&b, "B");
+    let configuration = config_id(direct[0]);
+    let on_cut: Vec<usize> = (0..model.names.len())
+        .filter(|&i| {
+            a.cache()
+                .unwrap()
+                .route(&common::counter_key(&model.names[i]))
+                == 2
+        })
+        .collect();
+    assert!(!on_cut.is_empty(), "instance 2 holds some counters");
+
+    relay.set_cut(true);
+    // Each write to instance 2 from A: acknowledged (counted in the model) or failed (in the
+    // data store or not, if its outcome is unknown; `attempts` bounds the value from above).
+    let mut attempts = model.values.clone();
+    for &i in on_cut.iter().take(2) {
+        attempts[i] += 1;
+        let name = model.names[i].clone();
+        if a.run(|s| s.write(&Counters, &name)).is_ok() {
+            model.values[i] += 1;
+        }
+        for (j, name) in model.names.iter().enumerate() {
+            for (who, cads) in [("A (cut)", &a), ("B (while A is cut)", &b)] {
+                let read = cads.read(&Counters, name).unwrap();
+                assert!(
+                    (model.values[j]..=attempts[j]).contains(&read),
+                    "{who} read {name} = {read}: acknowledged {}, attempted {}",
+                    model.values[j],
+                    attempts[j]
+                );
+            }
+        }
+    }
+    assert_eq!(
+        config_id(direct[0]),
+        configuration,
+        "the coordinator, which reaches instance 2, moved nothing"
+    );
+
+    relay.set_cut(false);
+    for &i in &on_cut {
+        model.increment(&a, i);
+    }
+    // What a failed write left in the data store is the truth from here.
+    for (i, name) in model.names.iter().enumerate() {
+        model.values[i] = d.stored(name);
+        assert!(
+            model.values[i] <= attempts[i] + 1,
+            "{name} written more than asked"
+        );
+    }
+    model.check_all(&a, "A (healed)");
+    model.check_all(&b, "B (healed)");
+    stop.store(true, Ordering::Release);
+    coordinator.join().unwrap();
+}
+
 /// Cache hits an instance has served.
 fn hits(addr: SocketAddr) -> u64 {
     let Reply::Bulk(info) = call(addr, &["INFO", "stats"]) else {
