@@ -12,6 +12,7 @@
 //! | point | where | what a configured action does |
 //! | --- | --- | --- |
 //! | [`FILL`] | between a miss's data-store query and its cache fill | a callback or `pause`/`sleep` holds the reader in the window of the read-write race (001 §3.3) |
+//! | [`STORE_COMMIT`] | between a session's pre-commit and its data-store commit | a callback can flush a CMI the session skipped, and read, before the write reaches the data store |
 //! | [`CACHE_COMMIT`] | between a session's data-store commit and its cache commit | a callback can make a CMI drop the session (`FLUSHALL UNPINNED`), so that its commit reaches some CMIs only |
 //! | [`LEASES_OFF`] | every session | `return` makes sessions use the cache without leases: the broken baseline of the race tests |
 //! | [`UNLIST`] | in a Design 1 applier, after its data-store commit and before it removes the applied documents from PendingWrites (TeleW): Step 6 of 000 Algorithm 6 | a callback writes to a document there, the race Step 6 must survive |
@@ -32,6 +33,10 @@ pub const UNLIST: &str = "cads::apply::unlist";
 /// A session's data-store transaction committed (under TARDIS's failed mode, one without
 /// writes); its cache session is not committed yet.
 pub const CACHE_COMMIT: &str = "cads::cache-commit";
+
+/// A session's cache changes are staged (or its writes skipped CMIs it could not reach); its
+/// data-store transaction is not committed yet.
+pub const STORE_COMMIT: &str = "cads::store-commit";
 
 /// Sessions run without leases.
 pub const LEASES_OFF: &str = "cads::leases-off";
@@ -265,6 +270,13 @@ pub(crate) fn cpr_list_read() {
 pub(crate) fn before_fill() {
     #[cfg(feature = "failpoints")]
     fail::fail_point!(FILL);
+}
+
+/// Between a session's pre-commit and its data-store commit.
+#[inline(always)]
+pub(crate) fn before_store_commit() {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!(STORE_COMMIT);
 }
 
 /// Between a session's data-store commit and its cache commit.

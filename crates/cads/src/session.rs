@@ -52,6 +52,8 @@ pub struct Session<'a> {
     /// Set when the cache could not be reached and the session went on with the data store
     /// alone: the CMI that failed and how.
     degraded: Option<(usize, String)>,
+    /// CMIs this session's writes skipped (see [`Session::missed`]).
+    missed_cmis: Vec<usize>,
     /// TARDIS: the AppNode's mode when the session started.
     mode: Option<Mode>,
     /// TARDIS: the session's document writes are buffered in the cache (teleported) instead of
@@ -110,6 +112,7 @@ impl<'a> Session<'a> {
             refused: Refused::default(),
             write_through,
             degraded: None,
+            missed_cmis: Vec::new(),
             mode,
             teleport,
             marked_cmis: Vec::new(),
@@ -1129,23 +1132,29 @@ impl<'a> Session<'a> {
         let Some(client) = self.cads.cache() else {
             return;
         };
-        for key in &self.written_keys {
-            self.cads.missed_cmi(client.route(key), Missed::Values);
+        let cmis: Vec<usize> = self.written_keys.iter().map(|k| client.route(k)).collect();
+        for cmi in cmis {
+            self.missed(cmi);
         }
     }
 
-    /// Leaves out keys on CMIs that just failed: the session goes on without them, and the CMI is
-    /// recorded as having missed this session's write (see `Cads::missed_cmi`).
-    fn reachable(&self, key: &[u8]) -> bool {
-        let Some(client) = self.cads.cache() else {
-            return true;
-        };
-        let cmi = client.route(key);
-        if client.is_down(cmi) {
-            self.cads.missed_cmi(cmi, Missed::Values);
-            return false;
+    /// Records that CMI `cmi` missed this session's writes (see `Cads::missed_cmi`): at once, so
+    /// that this process reads around it from now on, and again once the data store has
+    /// committed ([`Session::commit`]). A flush of the CMI between the two covers nothing of this
+    /// write: a reader may have filled the CMI with the value the commit then replaced, and no
+    /// lease of this session stops it there.
+    fn missed(&mut self, cmi: usize) {
+        self.cads.missed_cmi(cmi, Missed::Values);
+        if !self.missed_cmis.contains(&cmi) {
+            self.missed_cmis.push(cmi);
         }
-        true
+    }
+
+    /// The CMI of `key` if it just failed: the session goes on without it.
+    fn down_cmi(&self, key: &[u8]) -> Option<usize> {
+        let client = self.cads.cache()?;
+        let cmi = client.route(key);
+        client.is_down(cmi).then_some(cmi)
     }
 
     /// Stages the session's cache changes (write-around's deletes, write-through's new values)
@@ -1169,7 +1178,17 @@ impl<'a> Session<'a> {
             }
         }
         if self.routes.is_none() {
-            per_key.retain(|(key, _)| self.reachable(key));
+            let mut skipped = Vec::new();
+            per_key.retain(|(key, _)| match self.down_cmi(key) {
+                Some(cmi) => {
+                    skipped.push(cmi);
+                    false
+                }
+                None => true,
+            });
+            for cmi in skipped {
+                self.missed(cmi);
+            }
         }
         // Keys in order, so that sessions writing the same keys list them alike.
         per_key.sort_by(|a, b| a.0.cmp(&b.0));
@@ -1281,7 +1300,18 @@ impl<'a> Session<'a> {
             &mut self.tx,
             StoreTx::new(self.cads.store().as_ref(), self.cads.config().isolation),
         );
-        if let Err(e) = tx.commit() {
+        failpoints::before_store_commit();
+        let stored = tx.commit();
+        if matches!(
+            stored,
+            Ok(()) | Err(StoreError::Timeout(_) | StoreError::Unavailable(_))
+        ) {
+            // The commit happened or may have: the CMIs it skipped missed it from now on.
+            for cmi in std::mem::take(&mut self.missed_cmis) {
+                self.cads.missed_cmi(cmi, Missed::Values);
+            }
+        }
+        if let Err(e) = stored {
             if let Some(cache) = self.cache.as_mut() {
                 cache.abort();
             }
