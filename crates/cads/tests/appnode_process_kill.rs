@@ -163,7 +163,11 @@ fn survive_a_killed_appnode(policy: Policy) {
     // write-back its buffered write was never made): once its leases have run out, no CMI
     // serves the value it replaced.
     let held = read(0).2.contains(&"held".to_string());
-    assert_eq!(held, policy != Policy::WriteBack, "{policy:?}: the held write");
+    assert_eq!(
+        held,
+        policy != Policy::WriteBack,
+        "{policy:?}: the held write"
+    );
     let _workers = (policy == Policy::WriteBack).then(|| Workers::start(survivor.clone(), 2));
 
     // The survivor and a restarted process finish the work; the survivor also reads.

@@ -8,6 +8,7 @@ use cads_protocol::{
     Reply, SessionId, SetCondition, SetExpiry, TimeUnit,
 };
 
+use crate::failpoints;
 use crate::lease::{EndCause, LeaseKind, Pending, Requester};
 use crate::long_double::LongDouble;
 use crate::store::{entry_charge, Budget, PutOptions, SlotId, Ttl};
@@ -435,7 +436,7 @@ impl Engine {
             C::IqSet { sid, key, value } => {
                 let filling = self.live_session(sid).is_ok()
                     && self.holds(sid, key) == Some(LeaseKind::Shared);
-                if !filling {
+                if !filling && !failpoints::fill_after_void() {
                     // The I lease was voided by a writer (or expired): the value may be stale.
                     return Ok(Reply::Int(0));
                 }
@@ -1028,6 +1029,19 @@ impl Engine {
             }
             // Write-around fills a missing value under the session's S lease and stores it at once
             // (000 §5.1.1.1 LSet); writes never set values.
+            if self.sessions.contains_key(&sid)
+                && self.live_session(sid).is_err()
+                && failpoints::fill_after_void()
+            {
+                // Broken on purpose: the fill of a reader a writer wounded.
+                let leased = self.leases.contains_key(key);
+                let options = PutOptions {
+                    leased,
+                    ..unpinned(Ttl::At(0))
+                };
+                let _ = self.store.put(key, value.to_vec(), options);
+                return Ok(Reply::OK);
+            }
             self.live_session(sid)?;
             return match self.holds(sid, key) {
                 Some(LeaseKind::Shared) => {

@@ -22,6 +22,7 @@ pub mod config_ids;
 pub mod contention;
 pub mod eviction;
 pub mod exec;
+pub mod failpoints;
 pub mod fencing;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -1,6 +1,7 @@
 //! Failpoints in tests: a [`Scenario`] holds the process-wide failpoint lock and clears every
 //! point when it ends; a [`Stall`] holds up the first thread reaching a point until the test lets
-//! it go on. The points themselves are `cads::failpoints`' (re-exported here).
+//! it go on. The points themselves are `cads::failpoints`' and `cads_engine::failpoints`'
+//! (re-exported here).
 //!
 //! Failpoints are process-wide, so a test that configures one affects every thread of its test
 //! binary: such tests live in test files of their own, and each holds a scenario from its first
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use cads::failpoints::*;
+pub use cads_engine::failpoints::*;
 
 /// The failpoint configuration of one test: taken in turn by the tests of a binary, and cleared
 /// (every point off, stalled threads let go) when dropped.
