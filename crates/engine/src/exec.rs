@@ -1034,12 +1034,7 @@ impl Engine {
                 && failpoints::fill_after_void()
             {
                 // Broken on purpose: the fill of a reader a writer wounded.
-                let leased = self.leases.contains_key(key);
-                let options = PutOptions {
-                    leased,
-                    ..unpinned(Ttl::At(0))
-                };
-                let _ = self.store.put(key, value.to_vec(), options);
+                let _ = self.store.put(key, value.to_vec(), unpinned(Ttl::At(0)));
                 return Ok(Reply::OK);
             }
             self.live_session(sid)?;
