@@ -1139,14 +1139,23 @@ impl<'a> Session<'a> {
     }
 
     /// Records that CMI `cmi` missed this session's writes (see `Cads::missed_cmi`): at once, so
-    /// that this process reads around it from now on, and again once the data store has
-    /// committed ([`Session::commit`]). A flush of the CMI between the two covers nothing of this
-    /// write: a reader may have filled the CMI with the value the commit then replaced, and no
-    /// lease of this session stops it there.
+    /// that this process reads around it from now on, and again once the write has taken effect
+    /// (after the data-store commit, and after the cache commit, where write-back's writes take
+    /// effect). A flush of the CMI in between covers nothing of this write: a reader may have
+    /// filled the CMI with the value the write then replaced, and no lease of this session
+    /// stops it there.
     fn missed(&mut self, cmi: usize) {
         self.cads.missed_cmi(cmi, Missed::Values);
         if !self.missed_cmis.contains(&cmi) {
             self.missed_cmis.push(cmi);
+        }
+    }
+
+    /// Records again, now, that the CMIs this session's writes skipped missed them: called once
+    /// a write has taken effect (or may have), so that a flush made before covers nothing of it.
+    fn note_skipped_cmis(&self) {
+        for &cmi in &self.missed_cmis {
+            self.cads.missed_cmi(cmi, Missed::Values);
         }
     }
 
@@ -1307,9 +1316,7 @@ impl<'a> Session<'a> {
             Ok(()) | Err(StoreError::Timeout(_) | StoreError::Unavailable(_))
         ) {
             // The commit happened or may have: the CMIs it skipped missed it from now on.
-            for cmi in std::mem::take(&mut self.missed_cmis) {
-                self.cads.missed_cmi(cmi, Missed::Values);
-            }
+            self.note_skipped_cmis();
         }
         if let Err(e) = stored {
             if let Some(cache) = self.cache.as_mut() {
@@ -1369,7 +1376,12 @@ impl<'a> Session<'a> {
         };
         // The markers first: were a CMI of marked keys to fail its commit, the buffered writes
         // must not become visible without them (a miss there would not know to apply them).
-        match cache.commit_first(&self.marked_cmis) {
+        let committed = cache.commit_first(&self.marked_cmis);
+        // Under write-back (and TARDIS's teleported writes) the write takes effect here, not at
+        // the data-store commit: a flush of a skipped CMI since the last record covers nothing
+        // of it either.
+        self.note_skipped_cmis();
+        match committed {
             Ok(()) => {
                 let stats = self.cads.write_back_stats();
                 std::mem::take(&mut self.refused).discarded(stats);

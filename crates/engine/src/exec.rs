@@ -436,7 +436,12 @@ impl Engine {
             C::IqSet { sid, key, value } => {
                 let filling = self.live_session(sid).is_ok()
                     && self.holds(sid, key) == Some(LeaseKind::Shared);
-                if !filling && !failpoints::fill_after_void() {
+                if !filling {
+                    if failpoints::fill_after_void() {
+                        // Broken on purpose: the fill is stored all the same.
+                        let _ = self.store.put(key, value.to_vec(), unpinned(Ttl::At(0)));
+                        return Ok(Reply::Int(1));
+                    }
                     // The I lease was voided by a writer (or expired): the value may be stale.
                     return Ok(Reply::Int(0));
                 }
@@ -1029,9 +1034,9 @@ impl Engine {
             }
             // Write-around fills a missing value under the session's S lease and stores it at once
             // (000 §5.1.1.1 LSet); writes never set values.
-            if self.sessions.contains_key(&sid)
+            if failpoints::fill_after_void()
+                && self.sessions.contains_key(&sid)
                 && self.live_session(sid).is_err()
-                && failpoints::fill_after_void()
             {
                 // Broken on purpose: the fill of a reader a writer wounded.
                 let _ = self.store.put(key, value.to_vec(), unpinned(Ttl::At(0)));

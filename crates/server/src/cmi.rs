@@ -15,7 +15,7 @@ use cads_protocol::resp::{
 use cads_protocol::spec::{self, CommandSpec};
 use cads_protocol::{
     ClientAttr, ClientFilter, ClientSub, ClientType, Command, CommandSub, ConfigSub, ErrorKind,
-    ErrorReply, Reply,
+    ErrorReply, FlushScope, Reply,
 };
 
 use crate::aof::Aof;
@@ -188,6 +188,13 @@ impl Cmi {
     /// While the log cannot be written, writes are refused rather than acknowledged and lost.
     fn refuse_write(&self, cmd: &Command<'_>) -> Option<ErrorReply> {
         let error = self.aof.as_ref()?.write_error.as_ref()?;
+        // Every cads connection opens with it, so refusing it would refuse every connection;
+        // unless restored values are held it changes nothing and writes no log record.
+        if matches!(cmd, Command::FlushAll(FlushScope::Restored))
+            && !self.engine.holds_restored_values()
+        {
+            return None;
+        }
         let spec = cmd.spec();
         let writes = spec.flags.contains(&"write") || spec.group != spec::Group::Plain;
         writes.then(|| {
