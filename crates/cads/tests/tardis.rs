@@ -185,7 +185,18 @@ fn each_technique_treats_misses_and_writes_in_recovery_as_table_4_3_says() {
             // 0, or 1 if a probe of the monitor applied the first buffered write.
             assert_ne!(stored["n"], json!(11), "{technique:?}");
         }
-        assert_eq!(cads.mode(), Some(Mode::Recovery), "{technique:?}");
+        // Recovery lasts while a buffered write is left. On a busy machine the monitor's probes
+        // may have applied every one left (d0's alone under TARD and TARDIS); then recovery is
+        // rightly over, and the data store must show it. (The mode first: what was applied
+        // before recovery ended is in the data store by then.)
+        let mode = cads.mode();
+        if mode != Some(Mode::Recovery) {
+            assert_eq!(mode, Some(Mode::Normal), "{technique:?}");
+            for (i, expected) in [1, 1, 11].into_iter().enumerate() {
+                let stored = d.store.get("docs", &format!("d{i}")).unwrap().unwrap();
+                assert_eq!(stored["n"], json!(expected), "{technique:?}: d{i}");
+            }
+        }
 
         // Touching every dirty document ends recovery for TARD and TARDIS; TAR and DIS end it
         // once AR workers run, which is what `writes_during_an_outage...` shows.
