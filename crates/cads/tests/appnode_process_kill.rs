@@ -21,6 +21,7 @@ use cads::documents::Collection;
 use cads::writeback::Buffering;
 use cads::{Cads, Policy, Workers};
 use cads_store::StoreOptions;
+use cads_testkit::tokens::{self, assert_fresh, assert_stored_once};
 use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
 use serde_json::{json, Value};
 
@@ -28,14 +29,13 @@ const DOCS: usize = 8;
 /// Writes the killed process has acknowledged before it stops; the restarted one makes as many.
 const WRITES: usize = 60;
 
-/// A write acknowledged: document, token, when the test learnt of it.
-type Ack = (usize, String, Instant);
+type Ack = tokens::Ack<Instant>;
 
 fn id(d: usize) -> String {
     format!("d{d}")
 }
 
-fn tokens(doc: &Value) -> Vec<String> {
+fn log(doc: &Value) -> Vec<String> {
     doc["log"]
         .as_array()
         .unwrap()
@@ -106,18 +106,6 @@ fn collect_acks(child: &mut Child, acks: &Mutex<Vec<Ack>>) -> String {
     panic!("the process ended without a word");
 }
 
-/// Every read against every acknowledgement the test had before the read began.
-fn assert_fresh(what: &str, acks: &[Ack], reads: &[(usize, Instant, Vec<String>)]) {
-    for (d, start, seen) in reads {
-        for (_, token, _) in acks.iter().filter(|(ad, _, at)| ad == d && at < start) {
-            assert!(
-                seen.contains(token),
-                "{what}: a read of d{d} misses {token}"
-            );
-        }
-    }
-}
-
 fn survive_a_killed_appnode(policy: Policy) {
     let d = Deployment::start_with(policy, 3, |o| o.lease_ms = Some(LONG_LEASE_MS));
     d.store.create_collection("logs", &[]).unwrap();
@@ -139,7 +127,7 @@ fn survive_a_killed_appnode(policy: Policy) {
             .iter()
             .filter(|(k, token, _)| {
                 let stored = d.store.get("logs", &id(*k)).unwrap().unwrap();
-                !tokens(&Value::Object(stored)).contains(token)
+                !log(&Value::Object(stored)).contains(token)
             })
             .count();
         assert!(unapplied > 0, "the killed process left buffered writes");
@@ -149,7 +137,7 @@ fn survive_a_killed_appnode(policy: Policy) {
     let read = |k: usize| {
         let start = Instant::now();
         let doc = docs.read(&survivor, &id(k)).unwrap().unwrap();
-        (k, start, tokens(&Value::Object(doc)))
+        (k, start, log(&Value::Object(doc)))
     };
     // Before the dead session's leases run out, its buffered writes are read like any other.
     let reads: Vec<_> = (1..DOCS).map(read).collect();
@@ -209,20 +197,10 @@ fn survive_a_killed_appnode(policy: Policy) {
         cads::writeback::drain(&survivor, Duration::from_secs(60)).unwrap();
     }
     for k in 0..DOCS {
-        let stored = tokens(&Value::Object(
+        let stored = log(&Value::Object(
             d.store.get("logs", &id(k)).unwrap().unwrap(),
         ));
-        let mut unique = stored.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(
-            unique.len(),
-            stored.len(),
-            "{policy:?} d{k}: a write applied twice"
-        );
-        for (_, token, _) in acks.iter().filter(|(ad, ..)| *ad == k) {
-            assert!(stored.contains(token), "{policy:?} d{k}: {token} lost");
-        }
+        assert_stored_once(&format!("{policy:?}"), k, &stored, &acks);
     }
     println!(
         "{policy:?}: {} writes acknowledged by three processes, one killed holding leases: \

@@ -108,13 +108,7 @@ fn an_instance_back_with_its_content_serves_no_stale_value() {
     let relay = Relay::new(d.cmis.addrs()[2]);
     // Everyone reaches instance 2 through the relay: cutting it is a failure for all.
     let addrs = vec![d.cmis.addrs()[0], d.cmis.addrs()[1], relay.addr()];
-    let options = ServiceOptions {
-        fragments: 12,
-        lease: Duration::from_millis(1_000),
-        probe_every: Duration::from_millis(50),
-        state_file: None,
-        repair: Repair::Invalidate,
-    };
+    let options = service_options(12);
     let (stop, coordinator) = start_coordinator(addrs.clone(), options);
     wait_until("every instance serves", || {
         d.cmis.addrs().iter().all(|&a| serves(a))
@@ -185,13 +179,7 @@ fn a_process_cut_from_an_instance_others_reach_reads_and_writes_nothing_stale() 
     let d = Deployment::start_with(Policy::WriteAround, 3, |_| {});
     let relay = Relay::new(d.cmis.addrs()[2]);
     let direct = d.cmis.addrs().to_vec();
-    let options = ServiceOptions {
-        fragments: 12,
-        lease: Duration::from_millis(1_000),
-        probe_every: Duration::from_millis(50),
-        state_file: None,
-        repair: Repair::Invalidate,
-    };
+    let options = service_options(12);
     let (stop, coordinator) = start_coordinator(direct.clone(), options);
     wait_until("every instance serves", || {
         direct.iter().all(|&a| serves(a))
@@ -414,11 +402,8 @@ fn a_coordinator_restarted_from_its_state_file_loses_nothing_and_clients_go_on()
     let addrs = d.cmis.addrs().to_vec();
     let state = cads_testkit::ScratchDir::new("coordinator");
     let options = ServiceOptions {
-        fragments: 8,
-        lease: Duration::from_millis(1_000),
-        probe_every: Duration::from_millis(50),
         state_file: Some(state.path().join("coord.json")),
-        repair: Repair::Invalidate,
+        ..service_options(8)
     };
     let (stop, first) = start_coordinator(addrs.clone(), options.clone());
     wait_until("every instance serves", || addrs.iter().all(|&a| serves(a)));
@@ -452,6 +437,18 @@ fn a_coordinator_restarted_from_its_state_file_loses_nothing_and_clients_go_on()
     }
     stop.store(true, Ordering::Release);
     second.join().unwrap();
+}
+
+/// The coordinator's settings in these tests: instance leases of a second, probed every 50 ms,
+/// state in memory, dirty keys invalidated (Gemini-I).
+fn service_options(fragments: u32) -> ServiceOptions {
+    ServiceOptions {
+        fragments,
+        lease: Duration::from_millis(1_000),
+        probe_every: Duration::from_millis(50),
+        state_file: None,
+        repair: Repair::Invalidate,
+    }
 }
 
 /// The coordinator's service over `addrs`, running in a thread until its flag is set.

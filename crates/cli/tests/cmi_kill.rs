@@ -14,6 +14,7 @@ use cads::store::{Changes, StoreOptions};
 use cads::{Cads, Client, ClientConfig, Config, Coordinator, Policy};
 use cads_testkit::cmis::Program;
 use cads_testkit::resp::RespConn;
+use cads_testkit::tokens::{self, assert_fresh, assert_stored_once};
 use cads_testkit::{ScratchDir, ServerProcess};
 use serde_json::{json, Value};
 
@@ -22,12 +23,10 @@ const WRITERS: usize = 3;
 /// Updates per writer; the CMI dies once a third of them all are acknowledged.
 const WRITES: usize = 150;
 
-/// A write acknowledged: document, token, when it returned.
-type Ack = (usize, String, Duration);
-/// A read: document, when it began, the tokens it saw.
-type Read = (usize, Duration, Vec<String>);
+type Ack = tokens::Ack<Duration>;
+type Read = tokens::Read<Duration>;
 
-fn tokens(doc: &Value) -> Vec<String> {
+fn log(doc: &Value) -> Vec<String> {
     doc["log"]
         .as_array()
         .unwrap()
@@ -95,7 +94,7 @@ fn survive_a_killed_cmi(policy: Policy) {
                         reads
                             .lock()
                             .unwrap()
-                            .push((d, start, tokens(&Value::Object(doc))));
+                            .push((d, start, log(&Value::Object(doc))));
                     }
                     i += 1;
                 }
@@ -115,29 +114,10 @@ fn survive_a_killed_cmi(policy: Policy) {
     });
     let acks = acks.into_inner().unwrap();
     let reads = reads.into_inner().unwrap();
-    let mut stale = 0;
-    for (d, start, seen) in &reads {
-        for (_, token, _) in acks.iter().filter(|(ad, _, end)| ad == d && end < start) {
-            if !seen.contains(token) {
-                stale += 1;
-                eprintln!("{policy:?}: a read of d{d} at {start:?} misses {token}");
-            }
-        }
-    }
-    assert_eq!(stale, 0, "{policy:?}: stale reads");
+    assert_fresh(&format!("{policy:?}"), &acks, &reads);
     for (d, id) in ids.iter().enumerate() {
-        let stored = tokens(&Value::Object(store.get("tallies", id).unwrap().unwrap()));
-        let mut unique = stored.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(
-            unique.len(),
-            stored.len(),
-            "{policy:?} {id}: a write applied twice"
-        );
-        for (_, token, _) in acks.iter().filter(|(ad, ..)| *ad == d) {
-            assert!(stored.contains(token), "{policy:?} {id}: {token} lost");
-        }
+        let stored = log(&Value::Object(store.get("tallies", id).unwrap().unwrap()));
+        assert_stored_once(&format!("{policy:?}"), d, &stored, &acks);
     }
     eprintln!(
         "{policy:?}: {} writes acknowledged, {} reads, a CMI killed: nothing stale or lost",

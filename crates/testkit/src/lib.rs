@@ -22,6 +22,7 @@ pub mod resp;
 pub mod scratch;
 pub mod services;
 pub mod tls;
+pub mod tokens;
 
 pub use cads_store::Relay;
 pub use cmis::{free_port, free_ports, Cmis, ServerProcess};
