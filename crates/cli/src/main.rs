@@ -71,7 +71,7 @@ fn run(command: Commands) -> Result<bool> {
         Commands::Server { options } => {
             let config = Config::resolve(options.with_file()?)?;
             init_logging(&config.log_level);
-            Server::start(config)?.run_until_signal()?;
+            Server::serve_until_signal(config)?;
             Ok(true)
         }
         Commands::Coord(args) => coord::run(&args),

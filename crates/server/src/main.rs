@@ -26,5 +26,5 @@ fn main() -> Result<()> {
     let options = Cli::parse().options.with_file()?;
     let config = Config::resolve(options)?;
     init_logging(&config.log_level);
-    Server::start(config)?.run_until_signal()
+    Server::serve_until_signal(config)
 }

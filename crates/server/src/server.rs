@@ -148,6 +148,15 @@ impl Server {
         result
     }
 
+    /// Starts a server for `config` and serves until SIGTERM or SIGINT (see
+    /// [`Server::run_until_signal`]). The handlers are installed before the CMIs serve: a signal
+    /// that arrives while the server starts is not lost (on a busy machine a client could be
+    /// served before the starting thread ran again, and a SIGTERM then killed the process).
+    pub fn serve_until_signal(config: Config) -> Result<()> {
+        install_signal_handlers();
+        Server::start(config)?.run_until_signal()
+    }
+
     /// Serves until SIGTERM or SIGINT, then stops gracefully: pending replies are flushed and the
     /// logs synced.
     pub fn run_until_signal(self) -> Result<()> {
