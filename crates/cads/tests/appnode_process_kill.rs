@@ -21,9 +21,10 @@ use cads::documents::Collection;
 use cads::writeback::Buffering;
 use cads::{Cads, Policy, Workers};
 use cads_store::StoreOptions;
+use cads_testkit::documents::logged;
 use cads_testkit::tokens::{self, assert_fresh, assert_stored_once};
 use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const DOCS: usize = 8;
 /// Writes the killed process has acknowledged before it stops; the restarted one makes as many.
@@ -33,15 +34,6 @@ type Ack = tokens::Ack<Instant>;
 
 fn id(d: usize) -> String {
     format!("d{d}")
-}
-
-fn log(doc: &Value) -> Vec<String> {
-    doc["log"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect()
 }
 
 fn push(token: &str) -> cads::store::Changes {
@@ -127,7 +119,7 @@ fn survive_a_killed_appnode(policy: Policy) {
             .iter()
             .filter(|(k, token, _)| {
                 let stored = d.store.get("logs", &id(*k)).unwrap().unwrap();
-                !log(&Value::Object(stored)).contains(token)
+                !logged(&stored).contains(token)
             })
             .count();
         assert!(unapplied > 0, "the killed process left buffered writes");
@@ -137,7 +129,7 @@ fn survive_a_killed_appnode(policy: Policy) {
     let read = |k: usize| {
         let start = Instant::now();
         let doc = docs.read(&survivor, &id(k)).unwrap().unwrap();
-        (k, start, log(&Value::Object(doc)))
+        (k, start, logged(&doc))
     };
     // Before the dead session's leases run out, its buffered writes are read like any other.
     let reads: Vec<_> = (1..DOCS).map(read).collect();
@@ -197,9 +189,7 @@ fn survive_a_killed_appnode(policy: Policy) {
         cads::writeback::drain(&survivor, Duration::from_secs(60)).unwrap();
     }
     for k in 0..DOCS {
-        let stored = log(&Value::Object(
-            d.store.get("logs", &id(k)).unwrap().unwrap(),
-        ));
+        let stored = logged(&d.store.get("logs", &id(k)).unwrap().unwrap());
         assert_stored_once(&format!("{policy:?}"), k, &stored, &acks);
     }
     println!(

@@ -14,9 +14,10 @@ use cads::documents::Collection;
 use cads::writeback::Buffering;
 use cads::{Cads, Config, Policy};
 use cads_server::Options;
+use cads_testkit::documents::counter_on_cmi;
 use cads_testkit::failpoints::{Scenario, CACHE_COMMIT, STORE_COMMIT};
 use cads_testkit::{free_port, Cmis};
-use common::{changes, counter_key, doc, documents_config, Counters, Deployment, LONG_LEASE_MS};
+use common::{changes, counter_key, documents_config, Counters, Deployment, LONG_LEASE_MS};
 use serde_json::json;
 
 fn write_through(o: &mut Options) {
@@ -104,11 +105,7 @@ fn under_write_back_a_flush_before_the_cache_commit_does_not_cover_the_write() {
         documents_config(Buffering::Append),
     ));
     let docs = Collection::create(&cads, "tallies").unwrap();
-    let id = (0..100)
-        .map(|i| format!("d{i}"))
-        .find(|id| cads.cache().unwrap().route(&docs.key(id)) == 1)
-        .unwrap();
-    d.store.put("tallies", &id, &doc(json!({"n": 0}))).unwrap();
+    let id = counter_on_cmi(&cads, d.store.as_ref(), &docs, 1);
     let n = |cads: &Cads| {
         docs.read(cads, &id).unwrap().unwrap()["n"]
             .as_i64()

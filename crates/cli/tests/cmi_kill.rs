@@ -13,10 +13,11 @@ use cads::documents::Collection;
 use cads::store::{Changes, StoreOptions};
 use cads::{Cads, Client, ClientConfig, Config, Coordinator, Policy};
 use cads_testkit::cmis::Program;
+use cads_testkit::documents::{counter_on_cmi, logged};
 use cads_testkit::resp::RespConn;
 use cads_testkit::tokens::{self, assert_fresh, assert_stored_once};
 use cads_testkit::{ScratchDir, ServerProcess};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const DOCS: usize = 12;
 const WRITERS: usize = 3;
@@ -25,15 +26,6 @@ const WRITES: usize = 150;
 
 type Ack = tokens::Ack<Duration>;
 type Read = tokens::Read<Duration>;
-
-fn log(doc: &Value) -> Vec<String> {
-    doc["log"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect()
-}
 
 fn survive_a_killed_cmi(policy: Policy) {
     let dir = ScratchDir::new("cads-cmi-kill");
@@ -91,10 +83,7 @@ fn survive_a_killed_cmi(policy: Policy) {
                     let d = i % DOCS;
                     let start = clock.elapsed();
                     if let Ok(Some(doc)) = docs.read(cads, &ids[d]) {
-                        reads
-                            .lock()
-                            .unwrap()
-                            .push((d, start, log(&Value::Object(doc))));
+                        reads.lock().unwrap().push((d, start, logged(&doc)));
                     }
                     i += 1;
                 }
@@ -116,7 +105,7 @@ fn survive_a_killed_cmi(policy: Policy) {
     let reads = reads.into_inner().unwrap();
     assert_fresh(&format!("{policy:?}"), &acks, &reads);
     for (d, id) in ids.iter().enumerate() {
-        let stored = log(&Value::Object(store.get("tallies", id).unwrap().unwrap()));
+        let stored = logged(&store.get("tallies", id).unwrap().unwrap());
         assert_stored_once(&format!("{policy:?}"), d, &stored, &acks);
     }
     eprintln!(
@@ -177,14 +166,7 @@ fn restored_cmi_serves_nothing_overwritten(policy: Policy) {
     let writer = appnode(&store, &[&cmis[0], &cmis[1]], policy);
     let reader = appnode(&store, &[&cmis[0], &cmis[1]], policy);
     let docs = Collection::create(&writer, "tallies").unwrap();
-    let probe = writer.cache().unwrap();
-    let id = (0..100)
-        .map(|i| format!("d{i}"))
-        .find(|id| probe.route(&docs.key(id)) == 1)
-        .unwrap();
-    store
-        .put("tallies", &id, json!({"n": 0}).as_object().unwrap())
-        .unwrap();
+    let id = counter_on_cmi(&writer, store.as_ref(), &docs, 1);
     let n = |cads: &Cads| loop {
         // A process's first operation after the kill may find its old connection broken.
         if let Ok(Some(doc)) = docs.read(cads, &id) {

@@ -14,6 +14,7 @@ use cads::writeback::Buffering;
 use cads::{Cads, Config, Policy, Workers, WriteBackConfig};
 use cads::{Client, ClientConfig, Coordinator};
 use cads_testkit::cmis::Program;
+use cads_testkit::documents::counter_on_cmi;
 use cads_testkit::{ScratchDir, ServerProcess};
 use serde_json::json;
 
@@ -178,14 +179,7 @@ fn write_back_over(
         },
     );
     let docs = Collection::create(&cads, "tallies").unwrap();
-    let client = cads.cache().unwrap();
-    let id = (0..100)
-        .map(|i| format!("d{i}"))
-        .find(|id| client.route(&docs.key(id)) == 0)
-        .unwrap();
-    store
-        .put("tallies", &id, json!({"n": 0}).as_object().unwrap())
-        .unwrap();
+    let id = counter_on_cmi(&cads, store.as_ref(), &docs, 0);
     (cads, docs, id)
 }
 

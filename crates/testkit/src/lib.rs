@@ -16,6 +16,7 @@
 //! It is a dev-dependency only: it turns on cads' `failpoints` feature.
 
 pub mod cmis;
+pub mod documents;
 pub mod failpoints;
 pub mod private_postgres;
 pub mod resp;
