@@ -1,8 +1,9 @@
 //! Write-back appliers broken on purpose (cads' `APPLY_BROKEN` failpoint): one that drops a
 //! buffered write, one that writes every batch again after each later one (an older write landing
-//! after newer ones). The cache goes on as if each applied correctly, so nothing a read sees
-//! betrays them during the run; YCSB's and BG's checks of the data store after the drain must
-//! find the acknowledged writes they lost or undid.
+//! after newer ones), and one that applies two writes out of order, each once (it holds one back
+//! and applies it when the drain finds nothing else). The cache goes on as if each applied
+//! correctly, so nothing a read sees betrays them during the run; YCSB's and BG's checks of the
+//! data store after the drain must find the acknowledged writes they lost or undid.
 //!
 //! Failpoints are process-wide: every test here holds the failpoint scenario (see
 //! `cads_testkit::failpoints`), and no test of another file sees them.
@@ -22,7 +23,7 @@ use support::InProcess;
 fn quiet(_: Progress) {}
 
 /// The appliers' ways of breaking.
-const BROKEN: [&str; 2] = ["drop", "twice"];
+const BROKEN: [&str; 3] = ["drop", "twice", "reorder"];
 
 /// YCSB A under write-back on a handful of records, so that every batch a worker applies holds
 /// most of them and consecutive batches share documents. Long enough that the worker applies
@@ -100,10 +101,11 @@ fn bg_counts_catch_every_broken_applier() {
     });
 }
 
-/// TPC-C under write-back (Design 2, sessions of SQL statements): a session dropped, or whose
-/// updates ran twice, is caught either by the appliers themselves, whose conditional statements
-/// (New-Order's `d_next_o_id` guard) then match no row, which stops the queue and fails the drain,
-/// or by the checks after the run (the consistency conditions, the cache against the data store).
+/// TPC-C under write-back (Design 2, sessions of SQL statements): a session dropped, whose
+/// updates ran twice, or held back behind later sessions of its queue, is caught either by the
+/// appliers themselves, whose conditional statements (New-Order's `d_next_o_id` guard) then match
+/// no row, which stops the queue and fails the drain, or by the checks after the run (the
+/// consistency conditions, the cache against the data store).
 #[test]
 fn tpcc_checks_catch_every_broken_applier() {
     let scenario = Scenario::setup();

@@ -17,7 +17,7 @@
 //! | [`LEASES_OFF`] | every session | `return` makes sessions use the cache without leases: the broken baseline of the race tests |
 //! | [`UNLIST`] | in a Design 1 applier, after its data-store commit and before it removes the applied documents from PendingWrites (TeleW): Step 6 of 000 Algorithm 6 | a callback writes to a document there, the race Step 6 must survive |
 //! | [`APPLY_STEPS`] | inside a write-back applier (000 Algorithms 2 and 4) | `return` makes the applier die there (it abandons its cache session without releasing anything; its leases expire); a callback may stall it, or call [`die`] to make it die conditionally |
-//! | [`APPLY_BROKEN`] | a write-back applier, once it knows what it will write to the data store | `return(drop)` or `return(twice)` makes it a broken applier ([`Broken`]), to show that the benchmarks' validation catches one |
+//! | [`APPLY_BROKEN`] | a write-back applier, once it knows what it will write to the data store | `return(drop)`, `return(twice)` or `return(reorder)` makes it a broken applier ([`Broken`]), to show that the benchmarks' validation catches one |
 //! | [`CPR_WRITE_LEASING`] | a write through a Dendrite by field, between reading the document and taking its leases | a callback lets another write change the document there |
 //! | [`CPR_LIST_READ`] | a get through a β = 0% Dendrite, between reading a range's ids and reading its documents | a callback lets a write move a document there |
 //! | [`CPR_LEASES_OFF`] | a Dendrite's LeMInT | `return` makes it grant every interval lease: CPR without its read-write exclusion, the broken baseline of the range race tests |
@@ -70,8 +70,9 @@ pub const APPLY_APPLIED: &str = "cads::apply::applied";
 /// (Design 2) it applies.
 pub const APPLY_BROKEN: &str = "cads::apply::broken";
 
-/// How [`APPLY_BROKEN`] breaks an applier. Each loses or repeats acknowledged writes in the data
-/// store while the cache goes on as if they were applied (the buffered writes are deleted).
+/// How [`APPLY_BROKEN`] breaks an applier. Each loses, repeats or reorders acknowledged writes in
+/// the data store while the cache goes on as if they were applied (the buffered writes are
+/// deleted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Broken {
     /// Design 1: the first document's buffered write never reaches the data store. Design 2: the
@@ -82,6 +83,13 @@ pub enum Broken {
     /// idempotent). Design 2: the first session's UPDATE statements run twice (a second INSERT
     /// the data store's keys would refuse, a catch of its own).
     Twice,
+    /// Two writes applied out of order, each once: the applier holds one write back and applies
+    /// it last, when a drain finds nothing else to apply, after every newer write of its
+    /// document. Design 1: the first document of the first batch. Design 2: the first session
+    /// with a change guarded by what it read (New-Order's next order id), whose place in its
+    /// queue matters; sessions whose changes commute with the others' (deltas, inserts) may run
+    /// in any order, and delaying one is no bug. One write per run (until the point is cleared).
+    Reorder,
 }
 
 impl Broken {
@@ -89,8 +97,38 @@ impl Broken {
         match name {
             "drop" => Some(Broken::Drop),
             "twice" => Some(Broken::Twice),
+            "reorder" => Some(Broken::Reorder),
             _ => None,
         }
+    }
+}
+
+/// What a broken applier keeps between batches. Type-erased: Design 1 keeps document writes,
+/// Design 2 statements.
+#[cfg(feature = "failpoints")]
+mod kept {
+    use std::any::Any;
+    use std::sync::{Mutex, MutexGuard};
+
+    /// A write or session held back by a `reorder` applier.
+    pub(super) enum Delayed {
+        Held(Box<dyn Any + Send>),
+        /// Applied: the run has had its reordered write.
+        Released,
+    }
+
+    /// What a `twice` applier wrote so far.
+    pub(super) static LATER: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+    /// A `reorder` applier's write, before and after it is applied.
+    pub(super) static DELAYED: Mutex<Option<Delayed>> = Mutex::new(None);
+
+    pub(super) fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn forget() {
+        lock(&LATER).take();
+        lock(&DELAYED).take();
     }
 }
 
@@ -100,18 +138,75 @@ fn broken_applier() -> Option<Broken> {
     fail::fail_point!(APPLY_BROKEN, |arg: Option<String>| arg
         .as_deref()
         .and_then(Broken::parse));
+    forget_broken_applier();
     None
 }
 
-/// Breaks the statements of the first session of a Design 2 applier's batch as [`APPLY_BROKEN`]
-/// says, if it is set.
+/// Forgets what a broken applier kept: set again (or cleared), [`APPLY_BROKEN`] starts another
+/// run, perhaps on another data store, where a held write of the last one does not belong.
 #[cfg(feature = "failpoints")]
-pub(crate) fn break_session(statements: &mut Vec<crate::Statement>) {
-    match broken_applier() {
-        None => {}
-        Some(Broken::Drop) => statements.clear(),
-        Some(Broken::Twice) => {
-            let updates: Vec<crate::Statement> = statements
+pub fn forget_broken_applier() {
+    kept::forget();
+}
+
+/// A `reorder` applier holds `writes` back, if it has not held a write in this run yet; gives
+/// them back otherwise.
+#[cfg(feature = "failpoints")]
+fn delay<W: Send + 'static>(writes: Vec<W>) -> Result<(), Vec<W>> {
+    let mut delayed = kept::lock(&kept::DELAYED);
+    if delayed.is_some() {
+        return Err(writes);
+    }
+    *delayed = Some(kept::Delayed::Held(Box::new(writes)));
+    Ok(())
+}
+
+/// The writes a `reorder` applier held back, if they are of type `W` and not applied yet: the
+/// caller applies them now.
+#[cfg(feature = "failpoints")]
+pub(crate) fn take_delayed<W: 'static>() -> Vec<W> {
+    let mut delayed = kept::lock(&kept::DELAYED);
+    match delayed.take() {
+        Some(kept::Delayed::Held(held)) => match held.downcast::<Vec<W>>() {
+            Ok(writes) => {
+                *delayed = Some(kept::Delayed::Released);
+                *writes
+            }
+            Err(other) => {
+                *delayed = Some(kept::Delayed::Held(other));
+                Vec::new()
+            }
+        },
+        other => {
+            *delayed = other;
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn take_delayed<W>() -> Vec<W> {
+    Vec::new()
+}
+
+/// Breaks the statements of a Design 2 applier's batch of sessions (in queue order) as
+/// [`APPLY_BROKEN`] says, if it is set. `statements` gives a session's statements.
+#[cfg(feature = "failpoints")]
+pub(crate) fn break_sessions<S>(
+    sessions: &mut [S],
+    statements: impl Fn(&mut S) -> &mut Vec<crate::Statement>,
+) {
+    let Some(broken) = broken_applier() else {
+        return;
+    };
+    let Some(first) = sessions.first_mut().map(&statements) else {
+        return;
+    };
+    match broken {
+        Broken::Drop => first.clear(),
+        Broken::Twice => {
+            let updates: Vec<crate::Statement> = first
                 .iter()
                 .filter(|s| {
                     s.sql
@@ -121,14 +216,29 @@ pub(crate) fn break_session(statements: &mut Vec<crate::Statement>) {
                 })
                 .cloned()
                 .collect();
-            statements.extend(updates);
+            first.extend(updates);
+        }
+        Broken::Reorder => {
+            let guarded = sessions
+                .iter_mut()
+                .map(statements)
+                .find(|statements| statements.iter().any(|s| s.rows.is_some()));
+            if let Some(guarded) = guarded {
+                if let Err(back) = delay(std::mem::take(guarded)) {
+                    *guarded = back;
+                }
+            }
         }
     }
 }
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-pub(crate) fn break_session(_statements: &mut Vec<crate::Statement>) {}
+pub(crate) fn break_sessions<S>(
+    _sessions: &mut [S],
+    _statements: impl Fn(&mut S) -> &mut Vec<crate::Statement>,
+) {
+}
 
 /// Breaks a Design 1 applier's data-store writes as [`APPLY_BROKEN`] says, if it is set.
 /// `doc_of` names a write's document.
@@ -137,37 +247,34 @@ pub(crate) fn break_applier<W: Clone + Send + 'static>(
     writes: &mut Vec<W>,
     doc_of: impl Fn(&W) -> String,
 ) {
-    use std::any::Any;
-    use std::sync::Mutex;
-    /// What a `twice` applier wrote so far.
-    static LATER: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
-
     let Some(broken) = broken_applier() else {
-        // A run without the point forgets what a broken one wrote (it wrote to another store,
-        // perhaps).
-        LATER.lock().unwrap_or_else(|e| e.into_inner()).take();
         return;
     };
-    if writes.is_empty() {
+    let Some(first) = writes.first().map(&doc_of) else {
         // Nothing applied now: nothing to break (and a replay alone would put things right).
         return;
-    }
-    let mut later = LATER.lock().unwrap_or_else(|e| e.into_inner());
-    let earlier: Vec<W> = later
-        .take()
-        .and_then(|b| b.downcast::<Vec<W>>().ok())
-        .map_or_else(Vec::new, |b| *b);
+    };
     match broken {
-        Broken::Drop => {
-            if let Some(first) = writes.first().map(&doc_of) {
-                writes.retain(|w| doc_of(w) != first);
-            }
-        }
+        Broken::Drop => writes.retain(|w| doc_of(w) != first),
         Broken::Twice => {
+            let mut later = kept::lock(&kept::LATER);
+            let earlier: Vec<W> = later
+                .take()
+                .and_then(|b| b.downcast::<Vec<W>>().ok())
+                .map_or_else(Vec::new, |b| *b);
             let mut written = earlier.clone();
             written.extend(writes.iter().cloned());
             writes.extend(earlier);
             *later = Some(Box::new(written));
+        }
+        Broken::Reorder => {
+            let (held, rest): (Vec<W>, Vec<W>) = std::mem::take(writes)
+                .into_iter()
+                .partition(|w| doc_of(w) == first);
+            *writes = rest;
+            if let Err(back) = delay(held) {
+                writes.extend(back);
+            }
         }
     }
 }

@@ -31,6 +31,9 @@ impl Scenario {
 
     /// Configures `point` with `fail`'s action syntax (`return`, `25%return`, `pause`, `off`...).
     pub fn set(&self, point: &str, actions: &str) {
+        if point == APPLY_BROKEN {
+            forget_broken_applier();
+        }
         fail::cfg(point, actions).unwrap_or_else(|e| panic!("failpoint {point}={actions}: {e}"));
     }
 
@@ -50,6 +53,9 @@ impl Scenario {
 
     /// Turns `point` off.
     pub fn clear(&self, point: &str) {
+        if point == APPLY_BROKEN {
+            forget_broken_applier();
+        }
         fail::remove(point);
     }
 

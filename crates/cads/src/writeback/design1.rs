@@ -602,6 +602,16 @@ fn apply_once(
     })
 }
 
+/// Writes what a broken `reorder` applier held back (see [`failpoints::Broken::Reorder`]), if
+/// it held something: last, after every newer write of its document.
+pub(crate) fn apply_delayed(cads: &Cads) -> Result<()> {
+    let writes: Vec<DocWrite> = failpoints::take_delayed();
+    if !writes.is_empty() {
+        cads.store().write_batch(&writes)?;
+    }
+    Ok(())
+}
+
 /// The PendingWrites partitions listing these buffered writes.
 fn partitions_listing(cads: &Cads, bw_keys: &HashSet<&[u8]>) -> Vec<Vec<u8>> {
     let partitions: BTreeSet<usize> = bw_keys.iter().map(|k| partition_of(cads, k)).collect();

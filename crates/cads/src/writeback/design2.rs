@@ -741,9 +741,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         std::mem::forget(session);
         return Err(crashed());
     }
-    if let Some((_, first)) = objects.first_mut() {
-        failpoints::break_session(&mut first.statements);
-    }
+    failpoints::break_sessions(&mut objects, |(_, writes)| &mut writes.statements);
     let mut tx = store.begin(cads.config().isolation)?;
     let object_ids: Vec<&str> = objects.iter().map(|(id, _)| id.as_str()).collect();
     let applied_before = applied_among(tx.as_mut(), &object_ids)?;
@@ -756,23 +754,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
             &format!("INSERT INTO {APPLIED_SESSIONS} (id) VALUES (?)"),
             &[SqlValue::Text(id.to_string())],
         )?;
-        for statement in &writes.statements {
-            let changed = tx
-                .execute(&statement.sql, &statement.params)
-                .map_err(|e| apply_error(id, statement, e))?;
-            if statement.rows.is_some_and(|rows| rows != changed) {
-                return Err(apply_error(
-                    id,
-                    statement,
-                    StoreError::Invalid(format!(
-                        "buffered session {id}: `{}` changed {changed} rows where the session \
-                         counted on {}: the data store does not hold what the session read",
-                        statement.sql,
-                        statement.rows.unwrap_or_default()
-                    )),
-                ));
-            }
-        }
+        run_statements(tx.as_mut(), id, &writes.statements)?;
         applied += 1;
     }
     if failpoints::dies_at(failpoints::APPLY_RUNNING) {
@@ -826,6 +808,41 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         .applied_sessions
         .fetch_add(applied as u64, Ordering::Relaxed);
     Ok(applied)
+}
+
+/// Runs a buffered session's statements in `tx`, each changing the rows the session counted on.
+fn run_statements(tx: &mut dyn SqlTransaction, id: &str, statements: &[Statement]) -> Result<()> {
+    for statement in statements {
+        let changed = tx
+            .execute(&statement.sql, &statement.params)
+            .map_err(|e| apply_error(id, statement, e))?;
+        if statement.rows.is_some_and(|rows| rows != changed) {
+            return Err(apply_error(
+                id,
+                statement,
+                StoreError::Invalid(format!(
+                    "buffered session {id}: `{}` changed {changed} rows where the session \
+                     counted on {}: the data store does not hold what the session read",
+                    statement.sql,
+                    statement.rows.unwrap_or_default()
+                )),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the statements a broken `reorder` applier held back (see
+/// [`failpoints::Broken::Reorder`]), if it held some: last, after every session of their queue.
+pub(crate) fn apply_delayed(cads: &Cads) -> Result<()> {
+    let statements: Vec<Statement> = failpoints::take_delayed();
+    if statements.is_empty() {
+        return Ok(());
+    }
+    let mut tx = cads.store().begin(cads.config().isolation)?;
+    run_statements(tx.as_mut(), "held back", &statements)?;
+    tx.commit()?;
+    Ok(())
 }
 
 /// A statement the data store refused: the session's changes cannot be applied as buffered.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::design1::{apply_docs, pending_in, purge, Patience};
+use super::design1::{self, apply_docs, pending_in, purge, Patience};
 use super::design2;
 use crate::background::Background;
 use crate::cache_store::DocRef;
@@ -70,6 +70,8 @@ pub fn drain(cads: &Cads, timeout: Duration) -> Result<()> {
         let queues = design2::queues(cads)?;
         let sessions = design2::pending_sessions(cads)?;
         if documents.is_empty() && sessions == 0 {
+            design1::apply_delayed(cads)?;
+            design2::apply_delayed(cads)?;
             return Ok(());
         }
         if Instant::now() >= deadline {
