@@ -597,7 +597,7 @@ impl Cads {
             return SingleRead::SessionPath;
         };
         self.heal();
-        if self.any_missed(&keys) {
+        if self.missed_among(&keys).is_some() {
             return SingleRead::SessionPath;
         }
         match client.get(key) {
@@ -688,12 +688,15 @@ impl Cads {
         self.missed.is_missed(cmi)
     }
 
-    /// Whether any of these keys lives on a CMI that missed writes.
-    pub(crate) fn any_missed(&self, keys: &[Vec<u8>]) -> bool {
-        let Some(client) = &self.cache else {
-            return false;
-        };
-        self.missed.any() && keys.iter().any(|k| self.is_missed(client.route(k)))
+    /// The CMI that missed writes on which one of these keys lives, if any.
+    pub(crate) fn missed_among(&self, keys: &[Vec<u8>]) -> Option<usize> {
+        let client = self.cache.as_ref()?;
+        if !self.missed.any() {
+            return None;
+        }
+        keys.iter()
+            .map(|k| client.route(k))
+            .find(|&cmi| self.is_missed(cmi))
     }
 
     /// How many lost cache commits left keys this process could not invalidate: each made it

@@ -224,4 +224,70 @@ mod tests {
         crate::writeback::drain(&cads, Duration::from_secs(10)).unwrap();
         assert_eq!(store.get("tallies", "d").unwrap().unwrap()["n"], json!(1));
     }
+
+    /// Write-back: a session that read a key of a CMI that missed writes read it from the data
+    /// store without a lease, so that a writer could change it unseen before this session's
+    /// writes are buffered (and no data-store transaction orders buffered writes): it must not
+    /// write. (The CMI is recorded missed inside each run of the session, after the flush a
+    /// session's start may do.) A read-only one reads, and once the CMI is flushed the same
+    /// session writes.
+    #[test]
+    fn a_write_back_session_that_read_a_missed_cmi_writes_nothing() {
+        use cads_client::ClientError;
+        use cads_store::{Changes, StoreOptions};
+        use cads_testkit::{Cmis, ScratchDir};
+        use serde_json::json;
+
+        use crate::documents::Collection;
+        use crate::{Cads, Config, Error, Policy, Session};
+
+        let dir = ScratchDir::new("missed-read");
+        let store = dir.sqlite(&StoreOptions::default());
+        let cmis = Cmis::start(2, Policy::WriteBack.cmi_mode());
+        let cads = Cads::connect(
+            store.clone(),
+            cmis.addrs(),
+            Policy::WriteBack,
+            Config::default(),
+        );
+        let docs = Collection::create(&cads, "tallies").unwrap();
+        store
+            .put("tallies", "d", json!({"n": 0}).as_object().unwrap())
+            .unwrap();
+        docs.read(&cads, "d").unwrap(); // cached
+        let cmi = cads.cache().unwrap().route(&docs.key("d"));
+        let count = |s: &mut Session<'_>| -> crate::Result<i64> {
+            Ok(docs.get(s, "d")?.expect("the document")["n"]
+                .as_i64()
+                .unwrap())
+        };
+        let increment = |s: &mut Session<'_>| {
+            let n = count(s)?;
+            docs.update(
+                s,
+                "d",
+                Changes::from_json(&json!({"$set": {"n": n + 1}})).unwrap(),
+            )
+        };
+
+        let refused = cads.run(|s| {
+            cads.missed_cmi(cmi, Missed::Values);
+            increment(s)
+        });
+        assert!(
+            matches!(refused, Err(Error::Cache(ClientError::Unavailable { .. }))),
+            "{refused:?}"
+        );
+        assert!(!crate::writeback::design1::has_buffered(&cads, &docs.doc_ref("d")).unwrap());
+        let read = cads.run(|s| {
+            cads.missed_cmi(cmi, Missed::Values);
+            count(s)
+        });
+        assert_eq!(read.unwrap(), 0);
+
+        cads.flush_missed_cmis();
+        cads.run(increment).unwrap();
+        crate::writeback::drain(&cads, std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!(store.get("tallies", "d").unwrap().unwrap()["n"], json!(1));
+    }
 }

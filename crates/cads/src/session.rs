@@ -388,7 +388,20 @@ impl<'a> Session<'a> {
         }
         let keys = cs.keys_read(query);
         // Without the keys' markers, a Contextual read must assume some key is marked.
-        if !self.use_cache() || keys.is_empty() || self.cads.any_missed(&keys) {
+        if !self.use_cache() || keys.is_empty() {
+            return self.query_store(cs, query, &keys, false, true);
+        }
+        if let Some(cmi) = self.cads.missed_among(&keys) {
+            if self.cads.policy() == Policy::WriteBack {
+                // Read without a lease, the value may change before this session's writes are
+                // buffered, and no data-store transaction orders them as it would a
+                // write-through's: the session must not write (see `pre_commit`).
+                self.degrade(&ClientError::Unavailable {
+                    cmi,
+                    reason: "it missed writes of this process and is not flushed yet".into(),
+                    refused: false,
+                });
+            }
             return self.query_store(cs, query, &keys, false, true);
         }
         // Gemini: keys of a fragment no instance can serve now are read around the cache, and
