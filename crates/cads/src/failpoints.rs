@@ -18,6 +18,7 @@
 //! | [`UNLIST`] | in a Design 1 applier, after its data-store commit and before it removes the applied documents from PendingWrites (TeleW): Step 6 of 000 Algorithm 6 | a callback writes to a document there, the race Step 6 must survive |
 //! | [`APPLY_STEPS`] | inside a write-back applier (000 Algorithms 2 and 4) | `return` makes the applier die there (it abandons its cache session without releasing anything; its leases expire); a callback may stall it, or call [`die`] to make it die conditionally |
 //! | [`APPLY_BROKEN`] | a write-back applier, once it knows what it will write to the data store | `return(drop)`, `return(twice)` or `return(reorder)` makes it a broken applier ([`Broken`]), to show that the benchmarks' validation catches one |
+//! | [`UNREPLICATED`] | a write-back session staging its buffered writes (Design 1) or its session object (Design 2) | `return` makes it write only the copy on its lowest-numbered replica and acknowledge: a writer that acknowledges before replicating, never replicating, to show that a CMI lost then loses acknowledged writes and the benchmarks' validation catches it |
 //! | [`CPR_WRITE_LEASING`] | a write through a Dendrite by field, between reading the document and taking its leases | a callback lets another write change the document there |
 //! | [`CPR_LIST_READ`] | a get through a β = 0% Dendrite, between reading a range's ids and reading its documents | a callback lets a write move a document there |
 //! | [`CPR_LEASES_OFF`] | a Dendrite's LeMInT | `return` makes it grant every interval lease: CPR without its read-write exclusion, the broken baseline of the range race tests |
@@ -69,6 +70,26 @@ pub const APPLY_APPLIED: &str = "cads::apply::applied";
 /// The applier has built the data-store writes of the buffered writes (Design 1) or sessions
 /// (Design 2) it applies.
 pub const APPLY_BROKEN: &str = "cads::apply::broken";
+
+/// A write-back session stages its buffered writes or session object on their replicas.
+pub const UNREPLICATED: &str = "cads::write-back::unreplicated";
+
+/// The replicas a write-back session writes a buffered write or session object to: all of
+/// `replicas`, or with [`UNREPLICATED`] set only the lowest-numbered one.
+#[cfg(feature = "failpoints")]
+pub(crate) fn replicas_written(replicas: &[usize]) -> &[usize] {
+    fail::fail_point!(UNREPLICATED, |_| {
+        let lowest = (0..replicas.len()).min_by_key(|&i| replicas[i]);
+        lowest.map_or(replicas, |i| &replicas[i..=i])
+    });
+    replicas
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn replicas_written(replicas: &[usize]) -> &[usize] {
+    replicas
+}
 
 /// How [`APPLY_BROKEN`] breaks an applier. Each loses, repeats or reorders acknowledged writes in
 /// the data store while the cache goes on as if they were applied (the buffered writes are

@@ -25,6 +25,7 @@ pub mod services;
 pub mod tls;
 pub mod tokens;
 
+pub use cads_server::Options as CmiOptions;
 pub use cads_store::Relay;
 pub use cmis::{free_port, free_ports, Cmis, ServerProcess};
 pub use private_postgres::PrivatePostgres;

@@ -4,13 +4,14 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cads::Policy;
 use cads_bench::bg::{BgOptions, LayoutKind};
 use cads_bench::harness::{CommonOptions, Validated};
 use cads_bench::{CmiSettings, Launcher, RunningCmis};
-use cads_testkit::Cmis;
+use cads_testkit::{CmiOptions, Cmis};
 use serde_json::Value;
 
 /// Starts embedded CMIs in this process (the test kit's).
@@ -24,10 +25,71 @@ impl Launcher for InProcess {
         settings: &CmiSettings,
     ) -> anyhow::Result<Box<dyn RunningCmis>> {
         Ok(Box::new(Running(Cmis::start_with(count, |o| {
-            o.mode = Some(mode.to_string());
-            o.maxmemory = settings.maxmemory.clone();
-            o.max_pinned_memory = settings.max_pinned_memory.clone();
+            configure(o, mode, settings)
         }))))
+    }
+}
+
+/// A run's CMI options in the lease `mode` with `settings`.
+fn configure(o: &mut CmiOptions, mode: &str, settings: &CmiSettings) {
+    o.mode = Some(mode.to_string());
+    o.maxmemory = settings.maxmemory.clone();
+    o.max_pinned_memory = settings.max_pinned_memory.clone();
+}
+
+/// Embedded CMIs served one per server, so that a test can kill one during a run (its entries
+/// are lost, every connection to it breaks) and start it again, empty, on its port.
+#[derive(Clone, Default)]
+pub struct Killable(Arc<Mutex<Option<KillableCmis>>>);
+
+struct KillableCmis {
+    cmis: Vec<Cmis>,
+    mode: String,
+    settings: CmiSettings,
+}
+
+impl Killable {
+    /// Kills CMI `index` of the run's CMIs and starts it again, empty, where it was.
+    pub fn kill_and_restart(&self, index: usize) {
+        let mut started = self.0.lock().unwrap();
+        let started = started.as_mut().expect("the run has started its CMIs");
+        let port = started.cmis[index].addrs()[0].port();
+        started.cmis[index].stop();
+        started.cmis[index] =
+            Cmis::start_on(port, 1, |o| configure(o, &started.mode, &started.settings));
+    }
+}
+
+impl Launcher for Killable {
+    fn start_cmis(
+        &self,
+        count: usize,
+        mode: &str,
+        settings: &CmiSettings,
+    ) -> anyhow::Result<Box<dyn RunningCmis>> {
+        let cmis = (0..count)
+            .map(|_| Cmis::start_with(1, |o| configure(o, mode, settings)))
+            .collect();
+        *self.0.lock().unwrap() = Some(KillableCmis {
+            cmis,
+            mode: mode.to_string(),
+            settings: settings.clone(),
+        });
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl RunningCmis for Killable {
+    fn addrs(&self) -> Vec<SocketAddr> {
+        let started = self.0.lock().unwrap();
+        let started = started.as_ref().expect("the run has started its CMIs");
+        started.cmis.iter().map(|c| c.addrs()[0]).collect()
+    }
+
+    fn stop(self: Box<Self>) -> anyhow::Result<()> {
+        // Dropping them stops them.
+        self.0.lock().unwrap().take();
+        Ok(())
     }
 }
 

@@ -113,7 +113,8 @@ impl Staging {
         for doc in &self.docs {
             if self.buffering == Buffering::Append {
                 let lines = buffer::encode(&self.seal, &doc.key, &doc.ops);
-                writes.extend(doc.cmis.iter().map(|&cmi| {
+                let cmis = failpoints::replicas_written(&doc.cmis);
+                writes.extend(cmis.iter().map(|&cmi| {
                     let append = Write::Append {
                         key: doc.key.clone(),
                         bytes: lines.clone(),
@@ -154,7 +155,8 @@ impl Staging {
                 count,
                 &buffer::compact(all),
             );
-            writes.extend(doc.cmis.iter().map(|&cmi| {
+            let cmis = failpoints::replicas_written(&doc.cmis);
+            writes.extend(cmis.iter().map(|&cmi| {
                 let set = Write::Set {
                     key: doc.key.clone(),
                     value: value.clone(),
@@ -188,7 +190,8 @@ impl Staging {
         for doc in &self.docs {
             let mut missing = Vec::new();
             let mut holder = None;
-            for (&cmi, result) in doc.cmis.iter().zip(written.by_ref()) {
+            let cmis = failpoints::replicas_written(&doc.cmis);
+            for (&cmi, result) in cmis.iter().zip(written.by_ref()) {
                 match result {
                     Written::Length(None) => missing.push(cmi),
                     _ if holder.is_none() => holder = Some(cmi),

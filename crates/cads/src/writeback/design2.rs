@@ -285,8 +285,12 @@ pub(crate) fn stage(
     let id = new_session_id();
     let object = seal.seal(&session_key(&id), &writes.encode()?);
     let object_key = [session_key(&id)];
-    let sets: Vec<(usize, &[u8], &[u8])> = placed(cads, client, &object_key)
+    let replicas = placed(cads, client, &object_key);
+    let cmis: Vec<usize> = replicas.iter().map(|&(cmi, _)| cmi).collect();
+    let written = failpoints::replicas_written(&cmis);
+    let sets: Vec<(usize, &[u8], &[u8])> = replicas
         .into_iter()
+        .filter(|(cmi, _)| written.contains(cmi))
         .map(|(cmi, key)| (cmi, key, object.as_slice()))
         .collect();
     session.mset_at(&sets, true).map_err(buffer_error)?;
