@@ -7,12 +7,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cads::documents::Collection;
 use cads::{Cads, Config, Error, Policy};
-use cads_client::{Client, ClientConfig, ConsistentHash};
+use cads_client::{Client, ClientConfig, ClientError, ConsistentHash};
 use cads_coord::Coordinator;
-use cads_store::{FaultMode, StoreError};
+use cads_store::{Changes, FaultMode, Isolation, SqlValue, StoreError};
 use cads_testkit::Relay;
 use common::{counter_key, Counters, Deployment};
+use serde_json::json;
 
 #[test]
 fn a_data_store_that_is_down_gives_a_typed_error_and_leaves_the_cache_consistent() {
@@ -142,4 +144,101 @@ fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values
             "{after:?}"
         );
     }
+}
+
+/// Clients through relays (one per CMI, so that a test can cut any) with short timeouts, and the
+/// relays.
+fn relayed(d: &Deployment) -> (Client, Vec<Relay>) {
+    let relays: Vec<Relay> = d.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
+    let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
+    config.connect_timeout = Duration::from_millis(300);
+    config.io_timeout = Duration::from_millis(500);
+    (Client::new(config, Coordinator::process()), relays)
+}
+
+/// The first of `names` whose key `key` routes to CMI `cmi`.
+fn on_cmi(cads: &Cads, names: &[String], key: impl Fn(&str) -> Vec<u8>, cmi: usize) -> String {
+    let client = cads.cache().unwrap();
+    names
+        .iter()
+        .find(|n| client.route(&key(n)) == cmi)
+        .expect("a name on every CMI")
+        .clone()
+}
+
+/// A session that finds a CMI down works on the data store alone for the rest of its run, for
+/// the keys of every CMI: `degraded()` says so, and a key of a CMI it still reaches is read from
+/// the data store (which holds a value the cache does not: set behind the cache's back here).
+/// Under write-back such a session writes nothing, and its error names the CMI it could not
+/// reach.
+#[test]
+fn a_session_that_found_a_cmi_down_uses_the_data_store_alone() {
+    let d = Deployment::start(Policy::WriteThrough);
+    let names = d.counters(8);
+    let (client, relays) = relayed(&d);
+    let cads = Cads::new(
+        d.store.clone(),
+        Some(client),
+        Policy::WriteThrough,
+        Config::default(),
+    );
+    let down = on_cmi(&cads, &names, counter_key, 0);
+    let up = on_cmi(&cads, &names, counter_key, 1);
+    for n in [&down, &up] {
+        assert_eq!(cads.run(|s| s.read(&Counters, n)).unwrap(), 0, "cached");
+    }
+    let mut tx = d.store.begin(Isolation::ReadCommitted).unwrap();
+    tx.execute(
+        "UPDATE counters SET value = 5 WHERE name = ?",
+        &[SqlValue::Text(up.clone())],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    relays[0].set_cut(true);
+    let read = cads
+        .run(|s| {
+            assert!(!s.degraded(), "nothing failed yet");
+            let first = s.read(&Counters, &down)?;
+            assert!(s.degraded(), "CMI 0 could not be reached");
+            Ok((first, s.read(&Counters, &up)?))
+        })
+        .unwrap();
+    assert_eq!(read, (0, 5), "both from the data store");
+    relays[0].set_cut(false);
+
+    let d = Deployment::start(Policy::WriteBack);
+    let (client, relays) = relayed(&d);
+    let cads = Cads::new(
+        d.store.clone(),
+        Some(client),
+        Policy::WriteBack,
+        Config::default(),
+    );
+    let docs = Collection::create(&cads, "tallies").unwrap();
+    let ids: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
+    for id in &ids {
+        d.store
+            .put("tallies", id, json!({"n": 0}).as_object().unwrap())
+            .unwrap();
+    }
+    let id = on_cmi(&cads, &ids, |i| docs.key(i), 1);
+    relays[1].set_cut(true);
+    let refused = cads.run(|s| {
+        docs.get(s, &id)?;
+        docs.update(
+            s,
+            &id,
+            Changes::from_json(&json!({"$set": {"n": 1}})).unwrap(),
+        )
+    });
+    match refused {
+        Err(Error::Cache(ClientError::Unavailable { cmi, .. })) => assert_eq!(cmi, 1),
+        other => panic!("{other:?}"),
+    }
+    relays[1].set_cut(false);
+    assert_eq!(
+        d.store.get("tallies", &id).unwrap().unwrap()["n"],
+        json!(0),
+        "nothing written"
+    );
 }
