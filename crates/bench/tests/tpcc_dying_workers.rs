@@ -9,7 +9,7 @@ mod tpcc_support;
 use cads::Policy;
 use cads_bench::tpcc::BenchmarkOptions;
 use cads_testkit::failpoints::{DyingWorkers, Scenario};
-use support::InProcess;
+use support::InProcessWithLease;
 use tpcc_support::{assert_consistent, options, sqlite_url};
 
 /// Write-back runs with workers that die at every step of Algorithm 4 (and carry on, as a
@@ -26,7 +26,11 @@ fn sessions_that_insert_rows_are_applied_exactly_once_despite_dying_workers() {
     // Only the workers die (a terminal applying a queue for its read would fail its transaction
     // instead), at most a dozen: each stalls a queue until the dead worker's leases expire.
     let dying = DyingWorkers::start(&scenario, 0x2545_F491_4F6C_DD1D, 8, 12);
-    let records = opts.run(&InProcess, &|_| {}).expect("the run completes");
+    // The server's default lease: a dead worker's stall lasts that long, a dozen of them in a
+    // run, and a live one outrunning it applies nothing twice either.
+    let records = opts
+        .run(&InProcessWithLease(500), &|_| {})
+        .expect("the run completes");
     let r = &records[0];
     assert!(dying.deaths() > 0, "no worker died");
     assert_consistent(r);

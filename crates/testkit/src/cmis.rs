@@ -13,6 +13,12 @@ use cads_server::{Config, Options, Server};
 use crate::resp::RespConn;
 use crate::services::require_redis_tool;
 
+/// The CMIs' lease in tests unless one sets its own: long enough that no step of a test outlives
+/// one by accident, however loaded the machine (the server's default, 500 ms, is not). A test
+/// that needs leases to run out moves the CMIs' clock ([`Cmis::advance_clock`]) or sets a lease
+/// of its own.
+pub const TEST_LEASE_MS: u64 = 10_000;
+
 /// How long a started server gets to answer PING.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -39,6 +45,7 @@ impl Cmis {
     pub fn start_on(port: u16, count: usize, configure: impl FnOnce(&mut Options)) -> Cmis {
         let mut options = Options {
             log_level: Some("warn".into()),
+            lease_ms: Some(TEST_LEASE_MS),
             ..Options::default()
         };
         configure(&mut options);

@@ -30,6 +30,25 @@ impl Launcher for InProcess {
     }
 }
 
+/// Embedded CMIs with leases of this many milliseconds, for runs that count on leases running
+/// out (a dead applier's, which stall its queue until they do) more often than the test kit's
+/// long leases would let them.
+pub struct InProcessWithLease(pub u64);
+
+impl Launcher for InProcessWithLease {
+    fn start_cmis(
+        &self,
+        count: usize,
+        mode: &str,
+        settings: &CmiSettings,
+    ) -> anyhow::Result<Box<dyn RunningCmis>> {
+        Ok(Box::new(Running(Cmis::start_with(count, |o| {
+            configure(o, mode, settings);
+            o.lease_ms = Some(self.0);
+        }))))
+    }
+}
+
 /// A run's CMI options in the lease `mode` with `settings`.
 fn configure(o: &mut CmiOptions, mode: &str, settings: &CmiSettings) {
     o.mode = Some(mode.to_string());
