@@ -742,9 +742,10 @@ impl Counters {
     fn until(&self, later: &Counters, wall_s: f64) -> CountersDelta {
         CountersDelta {
             round_trips: later.round_trips - self.round_trips,
+            // A CMI restarted during the run counts from zero again (see `Contention::until`).
             keyspace: self.keyspace.zip(later.keyspace).map(|(a, b)| Keyspace {
-                hits: b.0 - a.0,
-                misses: b.1 - a.1,
+                hits: b.0.saturating_sub(a.0),
+                misses: b.1.saturating_sub(a.1),
             }),
             contention: self
                 .contention

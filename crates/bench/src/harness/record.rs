@@ -98,16 +98,21 @@ pub struct Contention {
 }
 
 impl Contention {
-    /// The counters from `self` to `later`; the keys of `later`.
+    /// The counters from `self` to `later`; the keys of `later`. A CMI restarted in between
+    /// counts from zero again: its share is undercounted, never negative.
     pub fn until(&self, later: &Contention) -> Contention {
         Contention {
-            lease_conflicts: later.lease_conflicts - self.lease_conflicts,
-            lease_waits: later.lease_waits - self.lease_waits,
-            sessions_conflicted: later.sessions_conflicted - self.sessions_conflicted,
-            sessions_wounded: later.sessions_wounded - self.sessions_wounded,
-            sessions_expired: later.sessions_expired - self.sessions_expired,
-            combined_sessions: later.combined_sessions - self.combined_sessions,
-            combined_writes: later.combined_writes - self.combined_writes,
+            lease_conflicts: later.lease_conflicts.saturating_sub(self.lease_conflicts),
+            lease_waits: later.lease_waits.saturating_sub(self.lease_waits),
+            sessions_conflicted: later
+                .sessions_conflicted
+                .saturating_sub(self.sessions_conflicted),
+            sessions_wounded: later.sessions_wounded.saturating_sub(self.sessions_wounded),
+            sessions_expired: later.sessions_expired.saturating_sub(self.sessions_expired),
+            combined_sessions: later
+                .combined_sessions
+                .saturating_sub(self.combined_sessions),
+            combined_writes: later.combined_writes.saturating_sub(self.combined_writes),
             contended_keys: later.contended_keys.clone(),
         }
     }
