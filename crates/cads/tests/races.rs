@@ -8,10 +8,14 @@
 mod common;
 
 use std::sync::mpsc;
-use std::sync::{Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
 
-use cads::{Config, Policy};
+use cads::{Cads, Config, Policy};
+use cads_client::{Client, ClientConfig};
+use cads_coord::Coordinator;
 use cads_testkit::failpoints::{Scenario, FILL, LEASES_OFF};
+use cads_testkit::Relay;
 use common::{counter_key, Counters, Deployment};
 
 /// Holds the first reader to reach the fill: it tells the test it has queried the data store,
@@ -131,4 +135,40 @@ fn concurrent_misses_on_one_key_query_the_data_store_once() {
             "{policy:?}: {threads} concurrent misses, {queries} queries"
         );
     }
+}
+
+/// A fill that finds its CMI gone (cut between the miss's data-store query and the fill) is
+/// dropped, not returned as an error: the read returns the data store's value at its first try,
+/// and the session goes on without the cache (so that under write-back it would write nothing).
+#[test]
+fn a_read_whose_cmi_goes_away_before_the_fill_returns_the_data_stores_value() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start(Policy::WriteThrough);
+    let name = d.counters(1).remove(0);
+    let relays: Vec<Relay> = d.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
+    let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
+    config.connect_timeout = Duration::from_millis(300);
+    config.io_timeout = Duration::from_millis(500);
+    let client = Client::new(config, Coordinator::process());
+    let cmi = client.route(&counter_key(&name));
+    let cads = Cads::new(
+        d.store.clone(),
+        Some(client),
+        Policy::WriteThrough,
+        Config::default(),
+    );
+    let relays = Arc::new(relays);
+    let cut = relays.clone();
+    scenario.on(FILL, move || cut[cmi].set_cut(true));
+    let mut tries = 0;
+    let (value, degraded) = cads
+        .run(|s| {
+            tries += 1;
+            let value = s.read(&Counters, &name)?;
+            Ok((value, s.degraded()))
+        })
+        .unwrap();
+    scenario.clear(FILL);
+    relays[cmi].set_cut(false);
+    assert_eq!((value, degraded, tries), (0, true, 1));
 }
