@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
+use cads_client::{Client, ClientConfig};
+use cads_coord::Coordinator;
 use cads_store::{Changes, Document, FaultMode};
+use cads_testkit::Relay;
 use common::{marked, Deployment};
 use serde_json::json;
 
@@ -369,6 +372,51 @@ fn a_second_appnode_in_normal_mode_sees_every_write_buffered_by_a_failed_one() {
                 assert_eq!(stored["n"], json!(n), "{what} {id}");
                 assert_eq!(docs.read(&b, id).unwrap().unwrap(), stored, "{what} {id}");
             }
+        }
+    }
+}
+
+/// A miss that must know whether the data store lacks buffered writes of its document, with no
+/// CMI reachable to tell, is refused as the data store's unavailability (what TARDIS reports for
+/// a read it cannot serve), not returned as a cache error: in normal mode with other AppNodes
+/// (Recon: apply first) and in failed mode (TARDIS: query if clean).
+#[test]
+fn a_miss_whose_buffered_writes_cannot_be_checked_is_refused() {
+    for (appnodes, fail) in [(AppNodes::Recon, false), (AppNodes::One, true)] {
+        let d = deployment(Policy::WriteThrough);
+        let relays: Vec<Relay> = d.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
+        let mut client = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
+        client.connect_timeout = Duration::from_millis(300);
+        client.io_timeout = Duration::from_millis(500);
+        let mut config = config(Technique::Tardis, 0);
+        if let Some(t) = config.tardis.as_mut() {
+            t.appnodes = appnodes;
+        }
+        let cads = Cads::new(
+            d.store.clone(),
+            Some(Client::new(client, Coordinator::process())),
+            Policy::WriteThrough,
+            config,
+        );
+        let docs = documents(&cads, 2, 0);
+        if fail {
+            fail_store(&d, &cads, &docs, "d1");
+        }
+        for r in &relays {
+            r.set_cut(true);
+        }
+        let refused = docs.read(&cads, "d0");
+        for r in &relays {
+            r.set_cut(false);
+        }
+        match refused {
+            Err(Error::StoreUnavailable { reason }) => {
+                assert!(
+                    reason.contains("cannot be checked"),
+                    "{appnodes:?}: {reason}"
+                )
+            }
+            other => panic!("{appnodes:?}: {other:?}"),
         }
     }
 }
