@@ -4,15 +4,16 @@
 
 mod common;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cads::{Cads, Config, Policy, SasConfig};
+use cads::{CacheChange, CacheStore, Cads, Config, Policy, SasConfig, StoreTx};
 use cads_coord::sas::leases::Settings;
 use cads_coord::sas::wire::Framed;
 use cads_coord::sas::Core;
-use cads_store::Relay;
+use cads_store::{Relay, StoreError};
 use common::{counter_key, Counters, Deployment, History, LONG_LEASE_MS};
 
 /// An AppNode lease no step of a test outlives by accident; tests that need one to run out move
@@ -634,4 +635,68 @@ fn a_write_through_writer_never_computes_from_a_copy_older_than_a_dead_writers_w
     increment(&a, &name);
     assert_eq!(d.stored(&name), 11);
     assert_eq!(read(&a, &name), 11);
+}
+
+/// The sum of two counters, read as one query of both keys.
+struct SumOfTwo;
+
+impl CacheStore for SumOfTwo {
+    type Query = (String, String);
+    type Write = Infallible;
+    type Output = i64;
+
+    fn keys_read(&self, (a, b): &(String, String)) -> Vec<Vec<u8>> {
+        vec![counter_key(a), counter_key(b)]
+    }
+
+    fn result_from_cache(&self, _: &(String, String), values: &[Vec<u8>]) -> Option<i64> {
+        values
+            .iter()
+            .map(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok())
+            .sum()
+    }
+
+    fn query_store(
+        &self,
+        (a, b): &(String, String),
+        tx: &mut StoreTx<'_>,
+    ) -> Result<i64, StoreError> {
+        Ok(Counters.query_store(a, tx)? + Counters.query_store(b, tx)?)
+    }
+
+    fn entries(&self, _: &(String, String), _: &i64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        // The sum tells neither counter: nothing to cache.
+        Vec::new()
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+/// An ingest AppNode asks its peers only when every key it missed is held by one: a read of two
+/// keys, one of which no AppNode holds, goes to the data store without fetching the other.
+#[test]
+fn ingest_asks_peers_only_when_they_hold_every_missed_key() {
+    let d = Deployment::start_with(Policy::WriteAround, 1, |_| {});
+    let core = core(Policy::WriteAround);
+    let (a, b) = (
+        ingest_appnode(&d, core.addr()),
+        ingest_appnode(&d, core.addr()),
+    );
+    let names = d.counters(2);
+    assert_eq!(read(&a, &names[0]), 0, "a holds the first counter");
+    let reads = d.faults.counts().reads;
+    let pair = (names[0].clone(), names[1].clone());
+    assert_eq!(b.read(&SumOfTwo, &pair).unwrap(), 0);
+    assert!(d.faults.counts().reads > reads, "b queried the data store");
+    assert_eq!(b.sas_stats().unwrap().peer_fetches, 0, "and asked no peer");
 }
