@@ -12,7 +12,6 @@ use cads::{Cads, Config, Error, Policy};
 use cads_client::{Client, ClientConfig, ClientError, ConsistentHash};
 use cads_coord::Coordinator;
 use cads_store::{Changes, FaultMode, Isolation, SqlValue, StoreError};
-use cads_testkit::Relay;
 use common::{counter_key, Counters, Deployment};
 use serde_json::json;
 
@@ -89,11 +88,7 @@ fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values
         let d = Deployment::start(policy);
         d.counters(4);
         let addrs = d.cmis.addrs().to_vec();
-        let relays: Vec<Relay> = addrs.iter().map(|a| Relay::new(*a)).collect();
-        let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
-        config.connect_timeout = Duration::from_millis(300);
-        config.io_timeout = Duration::from_millis(500);
-        let client = Client::new(config, Coordinator::process());
+        let (client, relays) = d.relayed_client();
         let cads = Cads::new(d.store.clone(), Some(client), policy, Config::default());
         let names: Vec<String> = (0..4).map(|i| format!("c{i}")).collect();
         for n in &names {
@@ -146,16 +141,6 @@ fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values
     }
 }
 
-/// Clients through relays (one per CMI, so that a test can cut any) with short timeouts, and the
-/// relays.
-fn relayed(d: &Deployment) -> (Client, Vec<Relay>) {
-    let relays: Vec<Relay> = d.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
-    let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
-    config.connect_timeout = Duration::from_millis(300);
-    config.io_timeout = Duration::from_millis(500);
-    (Client::new(config, Coordinator::process()), relays)
-}
-
 /// The first of `names` whose key `key` routes to CMI `cmi`.
 fn on_cmi(cads: &Cads, names: &[String], key: impl Fn(&str) -> Vec<u8>, cmi: usize) -> String {
     let client = cads.cache().unwrap();
@@ -175,7 +160,7 @@ fn on_cmi(cads: &Cads, names: &[String], key: impl Fn(&str) -> Vec<u8>, cmi: usi
 fn a_session_that_found_a_cmi_down_uses_the_data_store_alone() {
     let d = Deployment::start(Policy::WriteThrough);
     let names = d.counters(8);
-    let (client, relays) = relayed(&d);
+    let (client, relays) = d.relayed_client();
     let cads = Cads::new(
         d.store.clone(),
         Some(client),
@@ -207,7 +192,7 @@ fn a_session_that_found_a_cmi_down_uses_the_data_store_alone() {
     relays[0].set_cut(false);
 
     let d = Deployment::start(Policy::WriteBack);
-    let (client, relays) = relayed(&d);
+    let (client, relays) = d.relayed_client();
     let cads = Cads::new(
         d.store.clone(),
         Some(client),

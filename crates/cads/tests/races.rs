@@ -9,13 +9,9 @@ mod common;
 
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
-use std::time::Duration;
 
 use cads::{Cads, Config, Policy};
-use cads_client::{Client, ClientConfig};
-use cads_coord::Coordinator;
 use cads_testkit::failpoints::{Scenario, FILL, LEASES_OFF};
-use cads_testkit::Relay;
 use common::{counter_key, Counters, Deployment};
 
 /// Holds the first reader to reach the fill: it tells the test it has queried the data store,
@@ -145,11 +141,7 @@ fn a_read_whose_cmi_goes_away_before_the_fill_returns_the_data_stores_value() {
     let scenario = Scenario::setup();
     let d = Deployment::start(Policy::WriteThrough);
     let name = d.counters(1).remove(0);
-    let relays: Vec<Relay> = d.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
-    let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
-    config.connect_timeout = Duration::from_millis(300);
-    config.io_timeout = Duration::from_millis(500);
-    let client = Client::new(config, Coordinator::process());
+    let (client, relays) = d.relayed_client();
     let cmi = client.route(&counter_key(&name));
     let cads = Cads::new(
         d.store.clone(),

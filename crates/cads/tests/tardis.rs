@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
-use cads_client::{Client, ClientConfig};
-use cads_coord::Coordinator;
 use cads_store::{Changes, Document, FaultMode};
-use cads_testkit::Relay;
 use common::{marked, Deployment};
 use serde_json::json;
 
@@ -384,20 +381,12 @@ fn a_second_appnode_in_normal_mode_sees_every_write_buffered_by_a_failed_one() {
 fn a_miss_whose_buffered_writes_cannot_be_checked_is_refused() {
     for (appnodes, fail) in [(AppNodes::Recon, false), (AppNodes::One, true)] {
         let d = deployment(Policy::WriteThrough);
-        let relays: Vec<Relay> = d.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
-        let mut client = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
-        client.connect_timeout = Duration::from_millis(300);
-        client.io_timeout = Duration::from_millis(500);
+        let (client, relays) = d.relayed_client();
         let mut config = config(Technique::Tardis, 0);
         if let Some(t) = config.tardis.as_mut() {
             t.appnodes = appnodes;
         }
-        let cads = Cads::new(
-            d.store.clone(),
-            Some(Client::new(client, Coordinator::process())),
-            Policy::WriteThrough,
-            config,
-        );
+        let cads = Cads::new(d.store.clone(), Some(client), Policy::WriteThrough, config);
         let docs = documents(&cads, 2, 0);
         if fail {
             fail_store(&d, &cads, &docs, "d1");

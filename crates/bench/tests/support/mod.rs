@@ -24,9 +24,7 @@ impl Launcher for InProcess {
         mode: &str,
         settings: &CmiSettings,
     ) -> anyhow::Result<Box<dyn RunningCmis>> {
-        Ok(Box::new(Running(Cmis::start_with(count, |o| {
-            configure(o, mode, settings)
-        }))))
+        InProcessWithLease(cads_testkit::cmis::TEST_LEASE_MS).start_cmis(count, mode, settings)
     }
 }
 

@@ -10,11 +10,13 @@ use std::time::Instant;
 
 use cads::writeback::Buffering;
 use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx, WriteBackConfig};
+use cads_client::{Client, ClientConfig};
+use cads_coord::Coordinator;
 use cads_server::Options;
 use cads_store::{
     Changes, DataStore, Document, Faults, FaultyStore, SqlValue, StoreError, StoreOptions,
 };
-use cads_testkit::{Cmis, ScratchDir};
+use cads_testkit::{Cmis, Relay, ScratchDir};
 
 pub struct Deployment {
     pub cmis: Cmis,
@@ -79,6 +81,16 @@ impl Deployment {
 
     pub fn cads(&self, config: Config) -> Cads {
         Cads::connect(self.store.clone(), self.cmis.addrs(), self.policy, config)
+    }
+
+    /// A client of the CMIs through relays, one per CMI so that a test can cut any, with short
+    /// timeouts; and the relays, in CMI order.
+    pub fn relayed_client(&self) -> (Client, Vec<Relay>) {
+        let relays: Vec<Relay> = self.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
+        let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
+        config.connect_timeout = std::time::Duration::from_millis(300);
+        config.io_timeout = std::time::Duration::from_millis(500);
+        (Client::new(config, Coordinator::process()), relays)
     }
 
     pub fn stop_cache(&mut self) {
