@@ -409,3 +409,48 @@ fn a_miss_whose_buffered_writes_cannot_be_checked_is_refused() {
         }
     }
 }
+
+/// In failed mode, a session that found a CMI down (it read a document there) cannot teleport
+/// its writes: only the cache could hold them, and it went on without the cache. It is refused,
+/// counted as a refused write, and writes nothing; a read-only one reads.
+#[test]
+fn a_session_without_the_cache_cannot_teleport_its_writes() {
+    let d = deployment(Policy::WriteThrough);
+    let (client, relays) = d.relayed_client();
+    let cads = Cads::new(
+        d.store.clone(),
+        Some(client),
+        Policy::WriteThrough,
+        // TARDIS itself: a miss in failed mode queries the data store when nothing is buffered.
+        config(Technique::Tardis, 0),
+    );
+    let docs = documents(&cads, 8, 8);
+    let ids: Vec<String> = (0..8).map(|i| format!("d{i}")).collect();
+    let client = cads.cache().unwrap();
+    let on = |cmi: usize| {
+        ids.iter()
+            .find(|id| client.route(&docs.key(id)) == cmi)
+            .expect("a document on every CMI")
+            .clone()
+    };
+    let (down, up) = (on(0), on(1));
+    fail_store(&d, &cads, &docs, &up);
+    // The data store answers again, but no monitor runs: the AppNode stays in failed mode.
+    d.faults.set(FaultMode::Healthy);
+    relays[0].set_cut(true);
+    let refused = cads.run(|s| {
+        docs.get(s, &down)?;
+        docs.update(s, &up, inc(1))
+    });
+    assert!(
+        matches!(refused, Err(Error::StoreUnavailable { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(cads.tardis_counts().unwrap().writes_refused, 1);
+    let read = cads.run(|s| docs.get(s, &down)).unwrap().unwrap();
+    assert_eq!(read["n"], json!(0));
+    relays[0].set_cut(false);
+    assert_eq!(cads.mode(), Some(Mode::Failed));
+    assert_eq!(d.store.get("docs", &up).unwrap().unwrap()["n"], json!(0));
+    assert_eq!(cads.dirty_documents().unwrap(), 0, "nothing buffered");
+}
