@@ -272,3 +272,21 @@ fn a_reader_filling_after_a_lost_cache_commit_leaves_no_stale_value() {
         );
     }
 }
+
+/// A session that wrote (its data-store transaction's snapshot is then fixed) still reads: a miss
+/// after its write queries the data store in that transaction and sees the write.
+#[test]
+fn a_session_reads_what_it_missed_after_writing() {
+    for policy in [Policy::WriteAround, Policy::WriteThrough] {
+        let d = Deployment::start(policy);
+        d.counters(2);
+        let cads = d.cads(Config::default());
+        let (c0, c1) = ("c0".to_string(), "c1".to_string());
+        let mut s = cads.session();
+        s.write(&Counters, &c0).unwrap();
+        assert_eq!(s.read(&Counters, &c1).unwrap(), 0, "{policy:?}");
+        assert_eq!(s.read(&Counters, &c0).unwrap(), 1, "{policy:?}");
+        s.commit().unwrap();
+        assert_eq!((d.stored("c0"), d.stored("c1")), (1, 0));
+    }
+}
