@@ -376,10 +376,16 @@ fn a_second_appnode_in_normal_mode_sees_every_write_buffered_by_a_failed_one() {
 /// A miss that must know whether the data store lacks buffered writes of its document, with no
 /// CMI reachable to tell, is refused as the data store's unavailability (what TARDIS reports for
 /// a read it cannot serve), not returned as a cache error: in normal mode with other AppNodes
-/// (Recon: apply first) and in failed mode (TARDIS: query if clean).
+/// (Recon: apply first, also in a session whose write transaction fixed its snapshot) and in
+/// failed mode (TARDIS: query if clean).
 #[test]
 fn a_miss_whose_buffered_writes_cannot_be_checked_is_refused() {
-    for (appnodes, fail) in [(AppNodes::Recon, false), (AppNodes::One, true)] {
+    let cases = [
+        (AppNodes::Recon, false, false),
+        (AppNodes::Recon, false, true),
+        (AppNodes::One, true, false),
+    ];
+    for (appnodes, fail, write_first) in cases {
         let d = deployment(Policy::WriteThrough);
         let (client, relays) = d.relayed_client();
         let mut config = config(Technique::Tardis, 0);
@@ -394,7 +400,15 @@ fn a_miss_whose_buffered_writes_cannot_be_checked_is_refused() {
         for r in &relays {
             r.set_cut(true);
         }
-        let refused = docs.read(&cads, "d0");
+        let refused = if write_first {
+            cads.run(|s| {
+                // The session's write transaction begins: its snapshot is fixed.
+                s.tx().sql()?;
+                docs.get(s, "d0")
+            })
+        } else {
+            docs.read(&cads, "d0")
+        };
         for r in &relays {
             r.set_cut(false);
         }
