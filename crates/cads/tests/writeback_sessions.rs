@@ -295,3 +295,28 @@ fn a_new_process_applies_what_an_old_one_left() {
     assert_nothing_left(&new, &["a", "b"]);
     bank.drop_tables(d.store.as_ref());
 }
+
+/// A session that read from the data store (its read snapshot taken) and then misses on a key
+/// with pending sessions applies them first, and its next read sees them: the applied writes
+/// are newer than its snapshot, which is taken again.
+#[test]
+fn a_miss_after_applying_reads_past_the_sessions_snapshot() {
+    let d = Deployment::start(Policy::WriteBack);
+    let bank = Bank::new("snapshot", Queues::PerAccount);
+    bank.create(d.store.as_ref());
+    let cads = d.cads(config(8));
+    let client = cads.cache().unwrap();
+    open_account(&cads, &bank, "a");
+    open_account(&cads, &bank, "b");
+    Workers::start(Arc::new(d.cads(config(8))), 1)
+        .drain(Duration::from_secs(20))
+        .unwrap();
+    client.delete(&balance_key("b")).unwrap();
+    let mut s = cads.session();
+    assert_eq!(s.read(&bank, &Query::Balance("b".into())).unwrap(), 0);
+    deposit(&cads, &bank, "a", 10).unwrap();
+    client.delete(&balance_key("a")).unwrap();
+    assert_eq!(s.read(&bank, &Query::Balance("a".into())).unwrap(), 10);
+    s.commit().unwrap();
+    bank.drop_tables(d.store.as_ref());
+}
