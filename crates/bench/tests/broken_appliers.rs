@@ -143,15 +143,18 @@ impl KillMidRun {
 
 /// Runs `run` (given the launcher and a progress callback) on two CMIs, CMI 0 killed during the
 /// run, first with writers that acknowledge before replicating (`UNREPLICATED`: each buffered
-/// write only on its lowest-numbered replica, CMI 0 with two CMIs), expecting `check` to find
-/// what the kill lost, then with writers that write every replica, expecting it to find nothing:
-/// the copies on CMI 1 are applied.
+/// write only on its lowest-numbered replica, CMI 0 with two CMIs), expecting `found` to report
+/// what the kill lost, then with writers that write every replica, expecting it to report
+/// nothing: the copies on CMI 1 are applied. `found` describes what the checks found, if
+/// anything. A kill loses the writes pending at that moment, which later writes may overwrite or
+/// undo before the end (a BG invitation rejected afterwards, say): the broken writer must be
+/// caught in one of three runs, and the correct one in none.
 fn each_writer_with_cmi_0_killed<T>(
     run: impl Fn(&Killable, &(dyn Fn(Progress) + Sync)) -> T,
-    check: impl Fn(bool, T),
+    found: impl Fn(T) -> Option<String>,
 ) {
     let scenario = Scenario::setup();
-    for unreplicated in [true, false] {
+    let once = |unreplicated: bool| {
         let cmis = Killable::default();
         let kill = KillMidRun::install(&scenario, &cmis);
         if unreplicated {
@@ -165,23 +168,27 @@ fn each_writer_with_cmi_0_killed<T>(
             "the run applied fewer than {} times",
             KillMidRun::AT_APPLY
         );
-        check(unreplicated, outcome);
+        found(outcome)
+    };
+    assert!(
+        (0..3).any(|_| once(true).is_some()),
+        "three runs with writers acknowledging before replicating, and the checks found nothing"
+    );
+    if let Some(what) = once(false) {
+        panic!("every replica written, and the checks found {what}");
     }
 }
 
-/// The YCSB and BG check: stale reads or lost writes when writers acknowledged before
-/// replicating, none otherwise. (The writes lost with CMI 0 show as reads older than them, of
-/// values that were cached there too, or as a data store that never got them.)
-fn lost_only_unreplicated(unreplicated: bool, (stale, validated): (u64, Validated)) {
-    if unreplicated {
-        assert!(
-            stale > 0 || validated.lost_writes > 0,
-            "the checks found nothing ({} reads validated)",
-            validated.reads,
-        );
-    } else {
-        support::assert_nothing_stale_or_lost("every replica written", stale, &validated);
-    }
+/// What YCSB's and BG's checks found: stale reads or lost writes. (The writes lost with CMI 0
+/// show as reads older than them, of values that were cached there too, or as a data store that
+/// never got them.)
+fn stale_or_lost((stale, validated): (u64, Validated)) -> Option<String> {
+    (stale > 0 || validated.lost_writes > 0).then(|| {
+        format!(
+            "{stale} stale reads {:?}, {} lost writes {:?}",
+            validated.stale_examples, validated.lost_writes, validated.lost_examples
+        )
+    })
 }
 
 #[test]
@@ -196,7 +203,7 @@ fn ycsb_finds_the_writes_a_writer_acknowledging_before_replicating_loses() {
             let r = opts.run(cmis, progress).unwrap().remove(0);
             (r.stale_reads, r.detail.validated)
         },
-        lost_only_unreplicated,
+        stale_or_lost,
     );
 }
 
@@ -207,7 +214,7 @@ fn bg_finds_the_writes_a_writer_acknowledging_before_replicating_loses() {
             let r = small_graph().run(cmis, progress).unwrap().remove(0);
             (r.stale_reads, r.detail.validated)
         },
-        lost_only_unreplicated,
+        stale_or_lost,
     );
 }
 
@@ -261,22 +268,19 @@ fn tpcc_checks_catch_a_writer_acknowledging_before_replicating() {
             opts.common.drain_timeout = Duration::from_secs(5);
             (opts.run(cmis, progress), dir)
         },
-        |unreplicated, (outcome, _dir)| match outcome {
+        |(outcome, _dir)| match outcome {
             Err(e) => {
                 let e = format!("{e:#}");
                 assert!(
-                    unreplicated && e.contains("does not hold what the session read"),
-                    "unreplicated: {unreplicated}: the run failed: {e}"
+                    e.contains("does not hold what the session read"),
+                    "the run failed for another reason: {e}"
                 );
+                Some(e)
             }
             Ok(records) => {
                 let r = &records[0];
-                let found = !r.detail.consistent || r.stale_reads > 0;
-                assert_eq!(
-                    found, unreplicated,
-                    "unreplicated: {unreplicated}: {} stale, {:#?}",
-                    r.stale_reads, r.detail.consistency
-                );
+                (!r.detail.consistent || r.stale_reads > 0)
+                    .then(|| format!("{} stale, {:#?}", r.stale_reads, r.detail.consistency))
             }
         },
     );
