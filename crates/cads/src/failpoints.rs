@@ -75,11 +75,12 @@ pub const APPLY_BROKEN: &str = "cads::apply::broken";
 pub const UNREPLICATED: &str = "cads::write-back::unreplicated";
 
 /// The replicas a write-back session writes a buffered write or session object to: all of
-/// `replicas`, or with [`UNREPLICATED`] set only the lowest-numbered one.
+/// `replicas`, or with [`UNREPLICATED`] set only the one on the lowest-numbered CMI (`cmi`
+/// names a replica's CMI).
 #[cfg(feature = "failpoints")]
-pub(crate) fn replicas_written(replicas: &[usize]) -> &[usize] {
+pub(crate) fn replicas_written<T>(replicas: &[T], cmi: impl Fn(&T) -> usize) -> &[T] {
     fail::fail_point!(UNREPLICATED, |_| {
-        let lowest = (0..replicas.len()).min_by_key(|&i| replicas[i]);
+        let lowest = (0..replicas.len()).min_by_key(|&i| cmi(&replicas[i]));
         lowest.map_or(replicas, |i| &replicas[i..=i])
     });
     replicas
@@ -87,7 +88,7 @@ pub(crate) fn replicas_written(replicas: &[usize]) -> &[usize] {
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-pub(crate) fn replicas_written(replicas: &[usize]) -> &[usize] {
+pub(crate) fn replicas_written<T>(replicas: &[T], _cmi: impl Fn(&T) -> usize) -> &[T] {
     replicas
 }
 

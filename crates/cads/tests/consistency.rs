@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use cads::{Config, Policy};
 use common::{
-    counter_key, sessions_expired, Counters, Deployment, History, LONG_LEASE_MS, PAST_A_LONG_LEASE,
+    counter_key, on_cmi, sessions_expired, Counters, Deployment, History, LONG_LEASE_MS,
+    PAST_A_LONG_LEASE,
 };
 
 /// Thousands of sessions from many threads over counters on two CMIs: single reads, single
@@ -119,14 +120,10 @@ fn a_session_aborted_on_one_cmi_commits_nowhere() {
         let names = d.counters(64);
         let cads = d.cads(Config::default());
         let client = cads.cache().unwrap();
-        let on = |cmi| {
-            names
-                .iter()
-                .find(|n| client.route(&counter_key(n)) == cmi)
-                .unwrap()
-                .clone()
-        };
-        let (a, b) = (on(0), on(1));
+        let (a, b) = (
+            on_cmi(&cads, &names, counter_key, 0),
+            on_cmi(&cads, &names, counter_key, 1),
+        );
         for n in [&a, &b] {
             assert_eq!(cads.run(|s| s.read(&Counters, n)).unwrap(), 0);
         }

@@ -12,7 +12,7 @@ use cads::{Cads, Config, Error, Policy};
 use cads_client::{Client, ClientConfig, ClientError, ConsistentHash};
 use cads_coord::Coordinator;
 use cads_store::{Changes, FaultMode, Isolation, SqlValue, StoreError};
-use common::{counter_key, Counters, Deployment};
+use common::{counter_key, on_cmi, Counters, Deployment};
 use serde_json::json;
 
 #[test]
@@ -139,16 +139,6 @@ fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values
             "{after:?}"
         );
     }
-}
-
-/// The first of `names` whose key `key` routes to CMI `cmi`.
-fn on_cmi(cads: &Cads, names: &[String], key: impl Fn(&str) -> Vec<u8>, cmi: usize) -> String {
-    let client = cads.cache().unwrap();
-    names
-        .iter()
-        .find(|n| client.route(&key(n)) == cmi)
-        .expect("a name on every CMI")
-        .clone()
 }
 
 /// A session that finds a CMI down works on the data store alone for the rest of its run, for

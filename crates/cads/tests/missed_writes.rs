@@ -17,7 +17,7 @@ use cads_server::Options;
 use cads_testkit::documents::counter_on_cmi;
 use cads_testkit::failpoints::{Scenario, CACHE_COMMIT, STORE_COMMIT};
 use cads_testkit::{free_port, Cmis};
-use common::{changes, counter_key, documents_config, Counters, Deployment, LONG_LEASE_MS};
+use common::{changes, counter_key, documents_config, on_cmi, Counters, Deployment, LONG_LEASE_MS};
 use serde_json::json;
 
 fn write_through(o: &mut Options) {
@@ -45,12 +45,7 @@ fn a_flush_between_a_skip_and_the_commit_does_not_cover_the_write() {
         Policy::WriteThrough,
         Config::default(),
     ));
-    let client = cads.cache().unwrap();
-    let name = d
-        .counters(50)
-        .into_iter()
-        .find(|n| client.route(&counter_key(n)) == 1)
-        .unwrap();
+    let name = on_cmi(&cads, &d.counters(50), counter_key, 1);
     let scenario = Scenario::setup();
     let mut acknowledged = 0;
     loop {

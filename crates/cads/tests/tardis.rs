@@ -12,7 +12,7 @@ use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
 use cads_store::{Changes, Document, FaultMode};
-use common::{marked, Deployment};
+use common::{marked, on_cmi, Deployment};
 use serde_json::json;
 
 fn doc(v: serde_json::Value) -> Document {
@@ -440,13 +440,7 @@ fn a_session_without_the_cache_cannot_teleport_its_writes() {
     );
     let docs = documents(&cads, 8, 8);
     let ids: Vec<String> = (0..8).map(|i| format!("d{i}")).collect();
-    let client = cads.cache().unwrap();
-    let on = |cmi: usize| {
-        ids.iter()
-            .find(|id| client.route(&docs.key(id)) == cmi)
-            .expect("a document on every CMI")
-            .clone()
-    };
+    let on = |cmi| on_cmi(&cads, &ids, |id| docs.key(id), cmi);
     let (down, up) = (on(0), on(1));
     fail_store(&d, &cads, &docs, &up);
     // The data store answers again, but no monitor runs: the AppNode stays in failed mode.

@@ -113,7 +113,7 @@ impl Staging {
         for doc in &self.docs {
             if self.buffering == Buffering::Append {
                 let lines = buffer::encode(&self.seal, &doc.key, &doc.ops);
-                let cmis = failpoints::replicas_written(&doc.cmis);
+                let cmis = failpoints::replicas_written(&doc.cmis, |&cmi| cmi);
                 writes.extend(cmis.iter().map(|&cmi| {
                     let append = Write::Append {
                         key: doc.key.clone(),
@@ -155,7 +155,7 @@ impl Staging {
                 count,
                 &buffer::compact(all),
             );
-            let cmis = failpoints::replicas_written(&doc.cmis);
+            let cmis = failpoints::replicas_written(&doc.cmis, |&cmi| cmi);
             writes.extend(cmis.iter().map(|&cmi| {
                 let set = Write::Set {
                     key: doc.key.clone(),
@@ -190,7 +190,7 @@ impl Staging {
         for doc in &self.docs {
             let mut missing = Vec::new();
             let mut holder = None;
-            let cmis = failpoints::replicas_written(&doc.cmis);
+            let cmis = failpoints::replicas_written(&doc.cmis, |&cmi| cmi);
             for (&cmi, result) in cmis.iter().zip(written.by_ref()) {
                 match result {
                     Written::Length(None) => missing.push(cmi),

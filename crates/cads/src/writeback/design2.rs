@@ -286,12 +286,9 @@ pub(crate) fn stage(
     let object = seal.seal(&session_key(&id), &writes.encode()?);
     let object_key = [session_key(&id)];
     let replicas = placed(cads, client, &object_key);
-    let cmis: Vec<usize> = replicas.iter().map(|&(cmi, _)| cmi).collect();
-    let written = failpoints::replicas_written(&cmis);
-    let sets: Vec<(usize, &[u8], &[u8])> = replicas
-        .into_iter()
-        .filter(|(cmi, _)| written.contains(cmi))
-        .map(|(cmi, key)| (cmi, key, object.as_slice()))
+    let sets: Vec<(usize, &[u8], &[u8])> = failpoints::replicas_written(&replicas, |r| r.0)
+        .iter()
+        .map(|&(cmi, key)| (cmi, key, object.as_slice()))
         .collect();
     session.mset_at(&sets, true).map_err(buffer_error)?;
 

@@ -131,6 +131,16 @@ impl Deployment {
     }
 }
 
+/// The first of `names` whose key (`key` of the name) `cads` routes to CMI `cmi`.
+pub fn on_cmi(cads: &Cads, names: &[String], key: impl Fn(&str) -> Vec<u8>, cmi: usize) -> String {
+    let client = cads.cache().unwrap();
+    names
+        .iter()
+        .find(|n| client.route(&key(n)) == cmi)
+        .expect("a name on every CMI")
+        .clone()
+}
+
 /// Counters in SQL, cached one entry per counter (`counter:<name>` holding the decimal value).
 pub struct Counters;
 
