@@ -287,3 +287,17 @@ fn a_session_reads_what_it_missed_after_writing() {
         assert_eq!((d.stored("c0"), d.stored("c1")), (1, 0));
     }
 }
+
+/// Cache-aside, the baseline without leases, still deletes the keys a write changes once the
+/// data store has committed it: a read after the write (with no race) sees it.
+#[test]
+fn cache_aside_deletes_what_it_writes() {
+    let d = Deployment::start(Policy::CacheAside);
+    d.counters(1);
+    let cads = d.cads(Config::default());
+    let c0 = "c0".to_string();
+    assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 0);
+    cads.run(|s| s.write(&Counters, &c0)).unwrap();
+    assert_eq!(cads.cache().unwrap().get(&counter_key("c0")).unwrap(), None);
+    assert_eq!(cads.run(|s| s.read(&Counters, &c0)).unwrap(), 1);
+}

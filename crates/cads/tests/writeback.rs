@@ -157,3 +157,69 @@ fn a_first_session_writing_straight_to_the_store_commits() {
     cads.run(|s| s.write(&common::Counters, &names[0])).unwrap();
     assert_eq!(d.stored(&names[0]), 1);
 }
+
+/// A write-back write is acknowledged by its cache commit: one that fails (here the session's
+/// leases run out between pre-commit and commit, taking its staged buffered write with them)
+/// returns the error, and nothing of the write is ever applied.
+#[test]
+fn a_buffered_write_whose_cache_commit_fails_is_not_acknowledged() {
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| {
+        o.lease_ms = Some(common::LONG_LEASE_MS)
+    });
+    let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
+    let users = Collection::create(&cads, "users").unwrap();
+    cads.run(|s| users.insert(s, "alice", doc(json!({"n": 0}))))
+        .unwrap();
+    let mut session = cads.session();
+    users
+        .update(&mut session, "alice", changes(json!({"$inc": {"n": 1}})))
+        .unwrap();
+    session.pre_commit().unwrap();
+    d.cmis.advance_clock(common::PAST_A_LONG_LEASE);
+    let outcome = session.commit();
+    assert!(outcome.is_err(), "acknowledged: {outcome:?}");
+    writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        d.store.get("users", "alice").unwrap().unwrap()["n"],
+        json!(0)
+    );
+    assert_eq!(users.read(&cads, "alice").unwrap().unwrap()["n"], json!(0));
+}
+
+/// A session that falls back to write-through (pinned memory full) writes a document whose
+/// earlier write is still buffered: that write reaches the data store first, then the session's.
+#[test]
+fn a_fallback_session_applies_its_documents_buffered_writes_first() {
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| {
+        o.max_pinned_memory = Some("2kb".into());
+    });
+    let cads: Cads = d.cads(documents_config(Buffering::ReadModifyWrite));
+    let notes = Collection::create(&cads, "notes").unwrap();
+    cads.run(|s| notes.put(s, "first", doc(json!({"log": []}))))
+        .unwrap();
+    let push = |entry: &str| changes(json!({"$push": {"log": entry}}));
+    cads.run(|s| notes.update(s, "first", push("buffered")))
+        .unwrap();
+    let body = "x".repeat(300);
+    let mut others = 0;
+    while cads.write_back_stats().snapshot().fallbacks == 0 {
+        cads.run(|s| notes.put(s, &format!("other{others}"), doc(json!({"body": body}))))
+            .unwrap();
+        others += 1;
+        assert!(others < 1000, "pinned memory never filled");
+    }
+    assert_eq!(
+        d.store.get("notes", "first").unwrap(),
+        None,
+        "still buffered"
+    );
+    // Too large to buffer now.
+    let through = "y".repeat(1000);
+    cads.run(|s| notes.update(s, "first", push(&through)))
+        .unwrap();
+    assert_eq!(cads.write_back_stats().snapshot().fallbacks, 2);
+    assert_eq!(
+        d.store.get("notes", "first").unwrap().unwrap()["log"],
+        json!(["buffered", through])
+    );
+}

@@ -320,3 +320,32 @@ fn a_miss_after_applying_reads_past_the_sessions_snapshot() {
     s.commit().unwrap();
     bank.drop_tables(d.store.as_ref());
 }
+
+/// A buffered session is acknowledged by its cache commit: one that fails (its leases run out
+/// between pre-commit and commit, taking the staged session with them) returns the error, and
+/// the deposit is never applied.
+#[test]
+fn a_buffered_session_whose_cache_commit_fails_is_not_acknowledged() {
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| {
+        o.lease_ms = Some(common::LONG_LEASE_MS)
+    });
+    let bank = Bank::new("lost_commit", Queues::PerAccount);
+    bank.create(d.store.as_ref());
+    let cads = d.cads(config(8));
+    open_account(&cads, &bank, "a");
+    let mut session = cads.session();
+    let deposit = Write::Deposit {
+        account: "a".into(),
+        amount: 10,
+        entry: 1,
+    };
+    session.write(&bank, &deposit).unwrap();
+    session.pre_commit().unwrap();
+    d.cmis.advance_clock(common::PAST_A_LONG_LEASE);
+    let outcome = session.commit();
+    assert!(outcome.is_err(), "acknowledged: {outcome:?}");
+    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    let balance = Query::Balance("a".into());
+    assert_eq!(bank.stored(d.store.as_ref(), &balance), 0);
+    assert_eq!(read(&cads, &bank, &balance), 0);
+}

@@ -1,0 +1,223 @@
+//! What a session costs in cache round trips, counted by the client: a write whose change needs
+//! no cached value (a set, an append, an increment) is staged and validated in one round trip and
+//! committed in another; a change computed from the cached value reads it first; write-back
+//! validates once, after its last staged write. The counts are the design's (see
+//! `Session::stage`), and each test also checks what the cache then holds.
+
+mod common;
+
+use cads::documents::Collection;
+use cads::writeback::Buffering;
+use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx};
+use cads_store::{Isolation, SqlValue, StoreError};
+use common::{changes, counter_key, doc, documents_config, Counters, Deployment};
+use serde_json::json;
+use std::time::Duration;
+
+/// Notes in SQL, cached one entry per note (`note:<name>` holding its text): a write replaces a
+/// note's text or appends to it, and the cache changes the same way without reading the value.
+struct Notes;
+
+enum Note {
+    Replace(&'static str, &'static str),
+    Append(&'static str, &'static str),
+}
+
+fn note_key(name: &str) -> Vec<u8> {
+    format!("note:{name}").into_bytes()
+}
+
+impl Notes {
+    fn create(d: &Deployment, names: &[&str]) {
+        d.store
+            .execute_batch("CREATE TABLE notes (name TEXT PRIMARY KEY, body TEXT NOT NULL)")
+            .unwrap();
+        let mut tx = d.store.begin(Isolation::ReadCommitted).unwrap();
+        for name in names {
+            tx.execute(
+                "INSERT INTO notes (name, body) VALUES (?, '')",
+                &[SqlValue::Text((*name).into())],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+}
+
+impl CacheStore for Notes {
+    type Query = &'static str;
+    type Write = Note;
+    type Output = String;
+
+    fn keys_read(&self, name: &&'static str) -> Vec<Vec<u8>> {
+        vec![note_key(name)]
+    }
+
+    fn result_from_cache(&self, _: &&'static str, values: &[Vec<u8>]) -> Option<String> {
+        String::from_utf8(values[0].clone()).ok()
+    }
+
+    fn query_store(&self, name: &&'static str, tx: &mut StoreTx<'_>) -> Result<String, StoreError> {
+        let rows = tx.read_sql()?.query(
+            "SELECT body FROM notes WHERE name = ?",
+            &[SqlValue::Text((*name).into())],
+        )?;
+        rows[0].get::<String>(0)
+    }
+
+    fn entries(&self, name: &&'static str, body: &String) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![(note_key(name), body.clone().into_bytes())]
+    }
+
+    fn keys_written(&self, write: &Note) -> Vec<Vec<u8>> {
+        match write {
+            Note::Replace(name, _) | Note::Append(name, _) => vec![note_key(name)],
+        }
+    }
+
+    fn write_store(&self, write: &Note, tx: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        let (sql, name, text) = match write {
+            Note::Replace(name, text) => ("UPDATE notes SET body = ? WHERE name = ?", name, text),
+            Note::Append(name, text) => (
+                "UPDATE notes SET body = body || ? WHERE name = ?",
+                name,
+                text,
+            ),
+        };
+        tx.sql()?.execute(
+            sql,
+            &[
+                SqlValue::Text((*text).into()),
+                SqlValue::Text((*name).into()),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn cache_change(&self, write: &Note, _key: &[u8]) -> CacheChange {
+        match write {
+            Note::Replace(_, text) => CacheChange::Set(text.as_bytes().to_vec()),
+            Note::Append(_, text) => CacheChange::Append(text.as_bytes().to_vec()),
+        }
+    }
+}
+
+/// The cache round trips `work` takes in a session of its own, from start to commit.
+fn round_trips(cads: &Cads, work: impl FnOnce(&mut cads::Session<'_>)) -> u64 {
+    let client = cads.cache().unwrap();
+    let before = client.round_trips();
+    let mut session = cads.session();
+    work(&mut session);
+    session.commit().unwrap();
+    client.round_trips() - before
+}
+
+/// Write-through: a write that sets, appends to or increments one cached value is staged (with
+/// its validation) in one round trip and committed in a second, without reading the value; a set
+/// installs the new value even where none was cached.
+#[test]
+fn a_write_through_change_of_one_key_takes_two_round_trips() {
+    let d = Deployment::start(Policy::WriteThrough);
+    d.counters(1);
+    Notes::create(&d, &["cached", "uncached"]);
+    let cads = d.cads(Config::default());
+    let client = cads.cache().unwrap();
+    let c0 = "c0".to_string();
+    cads.run(|s| s.read(&Notes, &"cached")).unwrap();
+    cads.run(|s| s.read(&Counters, &c0)).unwrap();
+
+    let trips = round_trips(&cads, |s| {
+        s.write(&Notes, &Note::Replace("uncached", "new")).unwrap()
+    });
+    assert_eq!(trips, 2, "a set of a value not cached");
+    assert_eq!(
+        client.get(&note_key("uncached")).unwrap(),
+        Some(b"new".to_vec())
+    );
+
+    let trips = round_trips(&cads, |s| {
+        s.write(&Notes, &Note::Replace("cached", "a")).unwrap()
+    });
+    assert_eq!(trips, 2, "a set of a cached value");
+    let trips = round_trips(&cads, |s| {
+        s.write(&Notes, &Note::Append("cached", "b")).unwrap()
+    });
+    assert_eq!(trips, 2, "an append");
+    assert_eq!(
+        client.get(&note_key("cached")).unwrap(),
+        Some(b"ab".to_vec())
+    );
+
+    let trips = round_trips(&cads, |s| s.write(&Counters, &c0).unwrap());
+    assert_eq!(trips, 2, "an increment");
+    assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"1".to_vec()));
+    assert_eq!(cads.run(|s| s.read(&Notes, &"cached")).unwrap(), "ab");
+    assert_eq!(d.stored("c0"), 1);
+}
+
+/// Write-through: two changes of one key in a session are applied to the cached value, read
+/// under the exclusive lease first (three round trips); with no value cached there is nothing to
+/// change, and the session still validates before it commits (three as well).
+#[test]
+fn a_write_through_change_computed_from_the_cached_value_reads_it_first() {
+    let d = Deployment::start(Policy::WriteThrough);
+    d.counters(2);
+    let cads = d.cads(Config::default());
+    let client = cads.cache().unwrap();
+    let (c0, c1) = ("c0".to_string(), "c1".to_string());
+    cads.run(|s| s.read(&Counters, &c0)).unwrap();
+    let twice = |name: &String| {
+        round_trips(&cads, |s| {
+            s.write(&Counters, name).unwrap();
+            s.write(&Counters, name).unwrap();
+        })
+    };
+    assert_eq!(twice(&c0), 3, "cached");
+    assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"2".to_vec()));
+    assert_eq!(twice(&c1), 3, "not cached");
+    assert_eq!(client.get(&counter_key("c1")).unwrap(), None);
+    assert_eq!((d.stored("c0"), d.stored("c1")), (2, 2));
+}
+
+/// Write-back: a document's update reads the cached document (and, buffering by
+/// read-modify-write, its buffered write) under exclusive leases, stages the new document and
+/// buffered write with the validation, and commits: three round trips. With append buffering the
+/// first write of a document also writes the new buffered write whole and registers it, and only
+/// then validates (five); later writes append (three).
+#[test]
+fn a_write_back_session_validates_once_after_its_last_staged_write() {
+    for (buffering, first, later) in [
+        (Buffering::ReadModifyWrite, 3, 3),
+        (Buffering::Append, 5, 3),
+    ] {
+        let d = Deployment::start(Policy::WriteBack);
+        let cads = d.cads(documents_config(buffering));
+        let users = Collection::create(&cads, "users").unwrap();
+        cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
+            .unwrap();
+        cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+        let visit = |cads: &Cads| {
+            round_trips(cads, |s| {
+                users
+                    .update(s, "alice", changes(json!({"$inc": {"visits": 1}})))
+                    .unwrap()
+            })
+        };
+        assert_eq!(
+            visit(&cads),
+            first,
+            "{buffering:?}: the first buffered write"
+        );
+        assert_eq!(visit(&cads), later, "{buffering:?}: a later one");
+        assert_eq!(
+            users.read(&cads, "alice").unwrap().unwrap()["visits"],
+            json!(2)
+        );
+        cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            d.store.get("users", "alice").unwrap().unwrap()["visits"],
+            json!(2),
+            "{buffering:?}"
+        );
+    }
+}
