@@ -521,13 +521,16 @@ impl Cads {
     pub fn run<T>(&self, mut work: impl FnMut(&mut Session<'_>) -> Result<T>) -> Result<T> {
         let mut attempts = Attempts::new(&self.config);
         let mut write_through = false;
+        let mut queues_first = Vec::new();
         loop {
             let ticket = attempts.start();
             self.heal();
             let mut session = Session::new(self, write_through, ticket);
+            session.hold_first(std::mem::take(&mut queues_first));
             let outcome = match work(&mut session) {
                 Ok(value) => session.commit().map(|()| value),
                 Err(e) => {
+                    queues_first = session.queues_to_hold_first();
                     session.abort();
                     Err(e)
                 }

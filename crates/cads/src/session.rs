@@ -43,6 +43,11 @@ pub struct Session<'a> {
     sql_writes: SessionWrites,
     /// Write-back's fallback to write-through: queues this session holds and has applied.
     held_queues: Vec<String>,
+    /// Write-back's fallback: queues to hold before the session's first statement, which an
+    /// earlier run of the same work met only after it had begun writing the data store.
+    queues_first: Vec<String>,
+    /// Write-back's fallback: a queue met after the session began writing (see `hold_queue`).
+    late_queue: Option<String>,
     /// Write-back: what this session's writes leave out of the entries they rewrite (refused
     /// lines of buffered writes and queues), counted if it commits.
     refused: Refused,
@@ -109,6 +114,8 @@ impl<'a> Session<'a> {
             written_docs: Vec::new(),
             sql_writes: SessionWrites::default(),
             held_queues: Vec::new(),
+            queues_first: Vec::new(),
+            late_queue: None,
             refused: Refused::default(),
             write_through,
             degraded: None,
@@ -801,16 +808,48 @@ impl<'a> Session<'a> {
     }
 
     /// Write-back's fallback for a Design 2 write: before it goes to the data store, its queue is
-    /// held and emptied (see `design2::hold_and_apply`).
+    /// held and emptied (see `design2::hold_and_apply`), and so are the queues an earlier run of
+    /// the same work met later. A queue met once the session has begun writing the data store
+    /// cannot be emptied first: that takes a data-store transaction of its own, which on SQLite
+    /// waits for the single writer this session holds. The session then runs again
+    /// ([`Session::queues_to_hold_first`]).
     fn hold_queue(&mut self, queue: &str) -> Result<()> {
         if self.held_queues.iter().any(|q| q == queue) || !self.use_cache() {
             return Ok(());
         }
-        let cache = self.cache.as_mut().expect("use_cache checked it");
-        let refused = design2::hold_and_apply(self.cads, cache, queue)?;
-        self.refused.extend(refused);
-        self.held_queues.push(queue.to_string());
+        if self.tx.writing() {
+            self.late_queue = Some(queue.to_string());
+            return Err(Error::Aborted {
+                reason: format!(
+                    "write-back's fallback to write-through met queue {queue} after writing the \
+                     data store; it runs again, emptying that queue first"
+                ),
+            });
+        }
+        let mut queues = std::mem::take(&mut self.queues_first);
+        queues.push(queue.to_string());
+        queues.sort();
+        queues.dedup();
+        for queue in queues {
+            let cache = self.cache.as_mut().expect("use_cache checked it");
+            let refused = design2::hold_and_apply(self.cads, cache, &queue)?;
+            self.refused.extend(refused);
+            self.held_queues.push(queue);
+        }
         Ok(())
+    }
+
+    /// Write-back's fallback: the queues a run of the same work after this one must hold before
+    /// its first statement (those this session held, and the one it met too late).
+    pub(crate) fn queues_to_hold_first(&self) -> Vec<String> {
+        let mut queues = self.held_queues.clone();
+        queues.extend(self.late_queue.clone());
+        queues
+    }
+
+    /// Write-back's fallback: see [`Session::queues_to_hold_first`].
+    pub(crate) fn hold_first(&mut self, queues: Vec<String>) {
+        self.queues_first = queues;
     }
 
     /// A session that gave up its transaction (`rerun_after_applying`) only aborts.

@@ -99,6 +99,12 @@ impl<'s> StoreTx<'s> {
         }
     }
 
+    /// Whether the session has begun its write transaction (on SQLite it then holds the data
+    /// store's single writer until it ends).
+    pub(crate) fn writing(&self) -> bool {
+        self.sql.is_some()
+    }
+
     /// Whether the session's write transaction reads from a snapshot fixed when it began, which
     /// cannot be moved forward.
     pub(crate) fn write_snapshot_fixed(&self) -> bool {

@@ -349,3 +349,53 @@ fn a_buffered_session_whose_cache_commit_fails_is_not_acknowledged() {
     assert_eq!(bank.stored(d.store.as_ref(), &balance), 0);
     assert_eq!(read(&cads, &bank, &balance), 0);
 }
+
+/// A session that falls back to write-through (pinned memory full) writes the data store
+/// directly, so every queue it writes to is held and emptied first, the second as well as the
+/// first: here the deposit into `b` must follow `b`'s buffered opening (its entry references
+/// the account).
+#[test]
+fn a_fallback_session_applies_every_queue_it_writes_first() {
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| {
+        o.max_pinned_memory = Some("4kb".into());
+    });
+    let bank = Bank::new("fallback_queues", Queues::PerAccount);
+    bank.create(d.store.as_ref());
+    let cads = d.cads(config(8));
+    open_account(&cads, &bank, "a");
+    open_account(&cads, &bank, "b");
+    // Fill pinned memory with the openings of other accounts, until one finds it full.
+    let mut others = 0;
+    while cads.write_back_stats().snapshot().fallbacks == 0 {
+        open_account(&cads, &bank, &format!("other{others}"));
+        others += 1;
+        assert!(others < 1000, "pinned memory never filled");
+    }
+    let balance = |account: &str| Query::Balance(account.into());
+    assert_eq!(
+        Bank::applied_sessions(d.store.as_ref()),
+        0,
+        "the openings of a and b are still buffered"
+    );
+    cads.run(|s| {
+        for (account, entry) in [("a", 1), ("b", 2)] {
+            let write = Write::Deposit {
+                account: account.into(),
+                amount: 5,
+                entry,
+            };
+            s.write(&bank, &write)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(cads.write_back_stats().snapshot().fallbacks, 2);
+    for account in ["a", "b"] {
+        assert_eq!(
+            bank.stored(d.store.as_ref(), &balance(account)),
+            5,
+            "{account}"
+        );
+        assert_eq!(read(&cads, &bank, &balance(account)), 5, "{account}");
+    }
+}
