@@ -700,3 +700,102 @@ fn ingest_asks_peers_only_when_they_hold_every_missed_key() {
     assert!(d.faults.counts().reads > reads, "b queried the data store");
     assert_eq!(b.sas_stats().unwrap().peer_fetches, 0, "and asked no peer");
 }
+
+/// A session that read one copy and writes another key aborts if a writer on another AppNode
+/// changed what it read before it commits: its read and its write must fit together, as CS's
+/// shared leases make them.
+#[test]
+fn a_session_whose_only_read_was_overwritten_writes_nothing() {
+    for policy in POLICIES {
+        let d = Deployment::start_with(policy, 1, |_| {});
+        let core = core(policy);
+        let (a, b) = (appnode(&d, core.addr()), appnode(&d, core.addr()));
+        let names = d.counters(2);
+        assert_eq!(read(&a, &names[0]), 0);
+        let mut session = a.session();
+        assert_eq!(session.read(&Counters, &names[0]).unwrap(), 0);
+        increment(&b, &names[0]);
+        session.write(&Counters, &names[1]).unwrap();
+        let outcome = session.commit();
+        assert!(
+            matches!(outcome, Err(cads::Error::Aborted { .. })),
+            "{policy:?}: {outcome:?}"
+        );
+        assert_eq!(d.stored(&names[1]), 0, "{policy:?}");
+    }
+}
+
+/// A miss on a key another session is filling waits for that fill for as long as the retry
+/// budget allows, asking again after each backoff, and then fills its own copy.
+#[test]
+fn a_miss_on_a_key_being_filled_waits_for_it() {
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core(policy);
+    let mut config = Config {
+        sas: Some(SasConfig::new(core.addr())),
+        ..Config::default()
+    };
+    config.retry.budget = Duration::from_secs(600);
+    let a = Cads::connect(d.store.clone(), &[], policy, config);
+    assert!(a.sas_ready(Duration::from_secs(30)));
+    let name = d.counters(1).remove(0);
+    let key = counter_key(&name);
+    // Another AppNode's session computes the key.
+    let mut other = raw(&core);
+    let reply = other.call(&[b"IGET".as_slice(), b"0", b"1", &key]).unwrap();
+    assert_eq!(reply, vec![b"G".to_vec()]);
+    let busy = || {
+        core.stats()
+            .into_iter()
+            .find(|(n, _)| *n == "i_busy")
+            .unwrap()
+            .1
+    };
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(|| read(&a, &name));
+        until(|| busy() >= 2 || reader.is_finished());
+        other
+            .call(&[b"RELEASE".as_slice(), b"0", b"1", &key])
+            .unwrap();
+        assert_eq!(reader.join().unwrap(), 0);
+    });
+    assert_eq!(
+        a.sas_stats().unwrap().local.keys,
+        1,
+        "the reader filled a copy"
+    );
+}
+
+/// Ingest with one replica a key: a copy fetched from a peer that this AppNode may not keep is
+/// read under its I lease alone, which the session checks at commit: it commits when nothing
+/// changed the key, and aborts when a writer did.
+#[test]
+fn a_copy_fetched_but_not_kept_is_checked_at_commit() {
+    let policy = Policy::WriteAround;
+    let d = Deployment::start_with(policy, 1, |_| {});
+    let core = core_with(policy, |s| s.max_replicas = 1);
+    let (a, b) = (
+        ingest_appnode(&d, core.addr()),
+        ingest_appnode(&d, core.addr()),
+    );
+    let names = d.counters(2);
+    assert_eq!(read(&a, &names[0]), 0);
+    for overwritten in [false, true] {
+        let mut session = b.session();
+        let seen = session.read(&Counters, &names[0]).unwrap();
+        if overwritten {
+            increment(&a, &names[0]);
+        }
+        session.write(&Counters, &names[1]).unwrap();
+        let outcome = session.commit();
+        assert_eq!(
+            outcome.is_ok(),
+            !overwritten,
+            "overwritten {overwritten}: {outcome:?}"
+        );
+        assert_eq!(seen, 0);
+    }
+    assert_eq!(b.sas_stats().unwrap().local.keys, 0, "b kept no replica");
+    assert_eq!(d.stored(&names[1]), 1, "only the first session wrote");
+}
