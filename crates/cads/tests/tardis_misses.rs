@@ -1,0 +1,183 @@
+//! TARDIS misses that must first deal with buffered writes (000 §4.4), mostly at an AppNode in
+//! normal mode reading what another AppNode, in failed mode, left in the cache: when a miss applies
+//! them in place and when its session runs again, which failures refuse the read as the data
+//! store's unavailability and which are reported as they are, what becomes of a Contextual marker
+//! the read cannot clear, and what a session that gave up its data-store transaction may still do.
+
+mod common;
+
+use std::sync::Arc;
+
+use cads::documents::Collection;
+use cads::tardis::{AppNodes, Recovery};
+use cads::{
+    Cads, Client, ClientConfig, ClientError, Config, Coordinator, Error, Mode, Policy,
+    TardisConfig, Technique,
+};
+use cads_store::{Changes, FaultMode};
+use cads_testkit::Cmis;
+use common::{doc, on_cmi, Deployment};
+use serde_json::json;
+
+fn inc(n: i64) -> Changes {
+    Changes::from_json(&json!({"$inc": {"n": n}, "$push": {"log": n}})).unwrap()
+}
+
+fn config(appnodes: AppNodes) -> Config {
+    Config {
+        tardis: Some(TardisConfig {
+            technique: Technique::Tardis,
+            ar_workers: 0,
+            alpha: 4,
+            telew: 8,
+            recover_after: 2,
+            appnodes,
+        }),
+        ..Config::default()
+    }
+}
+
+/// Two CMIs in write-through lease mode, as TARDIS needs.
+fn deployment() -> Deployment {
+    Deployment::start_with(Policy::WriteThrough, 2, |o| {
+        o.mode = Some("write-through".into())
+    })
+}
+
+/// Documents `d0..d2` (`n: 0`, an empty log) that AppNode `a` reads into the cache, then, in
+/// failed mode (its monitor stopped, so it stays there), changes with `changes`; the data store
+/// answers again. Each has a buffered write in the cache, and under Contextual a marked key; none
+/// is cached, so that another AppNode's read of one misses. A fourth document, `spare`, has
+/// neither: its write is the one that found the data store down.
+fn buffered_by_a_failed_appnode(
+    d: &Deployment,
+    a: &Arc<Cads>,
+    changes: impl Fn(&mut cads::Session<'_>, &Collection, &str) -> cads::Result<()>,
+) -> Collection {
+    let docs = Collection::create(a, "docs").unwrap();
+    for id in ["d0", "d1", "d2", "spare"] {
+        d.store
+            .put("docs", id, &doc(json!({"n": 0, "log": []})))
+            .unwrap();
+        docs.read(a, id).unwrap().unwrap();
+    }
+    // Started (loading what buffering needs) and stopped.
+    drop(Recovery::start(a.clone()).unwrap());
+    d.faults.set(FaultMode::FailAll);
+    a.run(|s| docs.update(s, "spare", inc(1000))).unwrap_err();
+    assert_eq!(a.mode(), Some(Mode::Failed));
+    for id in ["d0", "d1", "d2"] {
+        a.run(|s| changes(s, &docs, id)).unwrap();
+    }
+    d.faults.set(FaultMode::Healthy);
+    for id in ["d0", "d1", "d2"] {
+        a.cache().unwrap().delete(&docs.key(id)).unwrap();
+    }
+    docs
+}
+
+fn inc_one(s: &mut cads::Session<'_>, docs: &Collection, id: &str) -> cads::Result<()> {
+    docs.update(s, id, inc(1))
+}
+
+/// Recon: a miss in a session without a write transaction applies the buffered write it depends
+/// on and reads in the same run; a miss in a session whose write transaction fixed its snapshot
+/// (SQLite's) gives the transaction up, has the buffered write applied outside it (its write lock
+/// would hold the applier up), and runs again. Either way the AppNode stays in normal mode.
+#[test]
+fn a_recon_miss_reruns_only_when_its_snapshot_is_fixed() {
+    let d = deployment();
+    let a = Arc::new(d.cads(config(AppNodes::Recon)));
+    let b = d.cads(config(AppNodes::Recon));
+    let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
+
+    let mut runs = 0;
+    let read = b
+        .run(|s| {
+            runs += 1;
+            docs.get(s, "d0")
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(read["n"], json!(1));
+    assert_eq!(runs, 1, "applied in place");
+
+    let mut runs = 0;
+    let read = b
+        .run(|s| {
+            runs += 1;
+            s.tx().sql()?;
+            docs.get(s, "d1")
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(read["n"], json!(1));
+    assert_eq!(runs, 2, "the first run gave up its snapshot");
+
+    assert_eq!(b.mode(), Some(Mode::Normal));
+    let counts = b.tardis_counts().unwrap();
+    assert_eq!((counts.applied_on_demand, counts.misses_refused), (2, 0));
+    for id in ["d0", "d1"] {
+        assert_eq!(d.store.get("docs", id).unwrap().unwrap()["log"], json!([1]));
+    }
+}
+
+/// A miss that must check whether the data store lacks buffered writes of its document, and whose
+/// check fails for a reason other than an unreachable CMI (here a CMI that wants a password this
+/// client lacks), reports that error: it is not the data store's unavailability, and retrying
+/// later will not help. In normal mode with other AppNodes (Recon: apply first, also in a session
+/// whose write transaction fixed its snapshot) and in failed mode (TARDIS: query if clean).
+#[test]
+fn a_miss_whose_check_of_buffered_writes_fails_reports_the_caches_error() {
+    let cases = [
+        (AppNodes::Recon, false, false),
+        (AppNodes::Recon, false, true),
+        (AppNodes::One, true, false),
+    ];
+    for (appnodes, fail, write_first) in cases {
+        let what = format!("{appnodes:?}, failed mode {fail}, write transaction {write_first}");
+        let d = Deployment::start_with(Policy::WriteThrough, 1, |o| {
+            o.mode = Some("write-through".into())
+        });
+        // The second CMI, where buffered writes have replicas, refuses this client.
+        let locked = Cmis::start_with(1, |o| {
+            o.mode = Some("write-through".into());
+            o.requirepass = Some("not this client's".into());
+        });
+        let addrs = vec![d.cmis.addrs()[0], locked.addrs()[0]];
+        let client = Client::new(ClientConfig::new(addrs), Coordinator::process());
+        let cads = Cads::new(
+            d.store.clone(),
+            Some(client),
+            Policy::WriteThrough,
+            config(appnodes),
+        );
+        let docs = Collection::create(&cads, "docs").unwrap();
+        let ids: Vec<String> = (0..16).map(|i| format!("d{i}")).collect();
+        // A document the read itself finds on the CMI that serves this client.
+        let id = on_cmi(&cads, &ids, |id| docs.key(id), 0);
+        d.store
+            .put("docs", &id, &doc(json!({"n": 0, "log": []})))
+            .unwrap();
+        if fail {
+            d.faults.set(FaultMode::FailAll);
+            let refused = docs.read(&cads, &id);
+            assert!(
+                matches!(refused, Err(Error::StoreUnavailable { .. })),
+                "{refused:?}"
+            );
+            d.faults.set(FaultMode::Healthy);
+            assert_eq!(cads.mode(), Some(Mode::Failed), "no monitor brings it back");
+        }
+        let read = cads.run(|s| {
+            if write_first {
+                s.tx().sql()?;
+            }
+            docs.get(s, &id)
+        });
+        assert!(
+            matches!(read, Err(Error::Cache(ClientError::Auth { cmi: 1, .. }))),
+            "{what}: {read:?}"
+        );
+    }
+}
