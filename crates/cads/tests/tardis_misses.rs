@@ -14,9 +14,9 @@ use cads::{
     Cads, Client, ClientConfig, ClientError, Config, Coordinator, Error, Mode, Policy,
     TardisConfig, Technique,
 };
-use cads_store::{Changes, FaultMode};
+use cads_store::{Changes, FaultMode, StoreError};
 use cads_testkit::Cmis;
-use common::{doc, on_cmi, Deployment};
+use common::{doc, marked, on_cmi, Deployment};
 use serde_json::json;
 
 fn inc(n: i64) -> Changes {
@@ -179,5 +179,68 @@ fn a_miss_whose_check_of_buffered_writes_fails_reports_the_caches_error() {
             matches!(read, Err(Error::Cache(ClientError::Auth { cmi: 1, .. }))),
             "{what}: {read:?}"
         );
+    }
+}
+
+/// Contextual: a miss on a marked key whose buffered write the data store rejects (an `$inc` of a
+/// field that became a string meanwhile) reports the data store's error, whether it applies in
+/// place or after giving up a write transaction whose snapshot is fixed: the data store is not
+/// down, and the AppNode stays in normal mode.
+#[test]
+fn a_miss_whose_buffered_write_the_store_rejects_reports_the_stores_error() {
+    let d = deployment();
+    let a = Arc::new(d.cads(config(AppNodes::Contextual)));
+    let b = d.cads(config(AppNodes::Contextual));
+    let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
+    d.store
+        .put("docs", "d0", &doc(json!({"n": "many", "log": []})))
+        .unwrap();
+    for write_first in [false, true] {
+        let read = b.run(|s| {
+            if write_first {
+                s.tx().sql()?;
+            }
+            docs.get(s, "d0")
+        });
+        assert!(
+            matches!(read, Err(Error::Store(StoreError::Invalid(_)))),
+            "write transaction {write_first}: {read:?}"
+        );
+    }
+    assert_eq!(b.mode(), Some(Mode::Normal));
+    assert_eq!(b.tardis_counts().unwrap().misses_refused, 0);
+    assert!(marked(&a, &docs.key("d0")), "nothing was applied");
+}
+
+/// Contextual: a miss on a marked key whose buffered write cannot be applied because the data
+/// store is down is refused as the data store's unavailability, saying that the buffered writes
+/// the read depends on cannot be applied; so is one whose session gives up a write transaction
+/// with a fixed snapshot to apply them. Each refusal is counted once, and the AppNode is in failed
+/// mode.
+#[test]
+fn a_miss_whose_buffered_writes_cannot_be_applied_is_refused() {
+    let d = deployment();
+    let a = Arc::new(d.cads(config(AppNodes::Contextual)));
+    let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
+    for (id, write_first) in [("d0", false), ("d1", true)] {
+        let b = d.cads(config(AppNodes::Contextual));
+        let read = b.run(|s| {
+            if write_first {
+                s.tx().sql()?;
+            }
+            d.faults.set(FaultMode::FailAll);
+            docs.get(s, id)
+        });
+        d.faults.set(FaultMode::Healthy);
+        match read {
+            Err(Error::StoreUnavailable { reason }) => assert!(
+                reason.contains("buffered writes it depends on cannot be applied"),
+                "write transaction {write_first}: {reason}"
+            ),
+            other => panic!("write transaction {write_first}: {other:?}"),
+        }
+        assert_eq!(b.tardis_counts().unwrap().misses_refused, 1);
+        assert_eq!(b.mode(), Some(Mode::Failed));
+        assert!(marked(&a, &docs.key(id)));
     }
 }
