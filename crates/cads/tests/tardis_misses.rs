@@ -6,16 +6,18 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{
-    Cads, Client, ClientConfig, ClientError, Config, Coordinator, Error, Mode, Policy,
-    TardisConfig, Technique,
+    CacheChange, CacheStore, Cads, Client, ClientConfig, ClientError, Config, Coordinator, DocRef,
+    Error, Mode, Policy, StoreTx, TardisConfig, Technique,
 };
-use cads_store::{Changes, FaultMode, StoreError};
-use cads_testkit::Cmis;
+use cads_client::{ConsistentHash, Write};
+use cads_store::{Changes, DocOp, Document, FaultMode, StoreError};
+use cads_testkit::{Cmis, Relay};
 use common::{doc, marked, on_cmi, Deployment};
 use serde_json::json;
 
@@ -78,6 +80,90 @@ fn buffered_by_a_failed_appnode(
 
 fn inc_one(s: &mut cads::Session<'_>, docs: &Collection, id: &str) -> cads::Result<()> {
     docs.update(s, id, inc(1))
+}
+
+/// A client of the deployment's CMIs through relays, one per CMI so that a test can cut any,
+/// that places keys as a direct client does (by the CMIs' own addresses), so that it shares the
+/// cache with the deployment's other AppNodes; and the relays, in CMI order. Its timeouts are
+/// long: a cut relay fails requests at once, and a busy machine must not.
+fn relayed_client(d: &Deployment) -> (Client, Vec<Relay>) {
+    let addrs = d.cmis.addrs();
+    let relays: Vec<Relay> = addrs.iter().map(|a| Relay::new(*a)).collect();
+    let mut config = ClientConfig::new(relays.iter().map(Relay::addr).collect());
+    config.connect_timeout = Duration::from_secs(10);
+    config.io_timeout = Duration::from_secs(10);
+    let names: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    let router = Arc::new(ConsistentHash::new(&names));
+    (
+        Client::with_router(config, router, Coordinator::process()),
+        relays,
+    )
+}
+
+/// A collection whose data-store query first runs a hook, once: it acts between a miss's check of
+/// buffered writes (and its lease on the key) and what the read does after the data store
+/// answered.
+struct Hooked<'h> {
+    docs: Collection,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send + 'h>>>,
+}
+
+impl<'h> Hooked<'h> {
+    fn new(docs: &Collection, hook: impl FnOnce() + Send + 'h) -> Hooked<'h> {
+        Hooked {
+            docs: docs.clone(),
+            hook: Mutex::new(Some(Box::new(hook))),
+        }
+    }
+}
+
+impl CacheStore for Hooked<'_> {
+    type Query = String;
+    type Write = (String, DocOp);
+    type Output = Option<Document>;
+
+    fn keys_read(&self, id: &String) -> Vec<Vec<u8>> {
+        self.docs.keys_read(id)
+    }
+
+    fn result_from_cache(&self, id: &String, values: &[Vec<u8>]) -> Option<Option<Document>> {
+        self.docs.result_from_cache(id, values)
+    }
+
+    fn query_store(
+        &self,
+        id: &String,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Option<Document>, StoreError> {
+        if let Some(hook) = self.hook.lock().unwrap().take() {
+            hook();
+        }
+        self.docs.query_store(id, tx)
+    }
+
+    fn entries(&self, id: &String, output: &Option<Document>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.docs.entries(id, output)
+    }
+
+    fn keys_written(&self, write: &(String, DocOp)) -> Vec<Vec<u8>> {
+        self.docs.keys_written(write)
+    }
+
+    fn write_store(&self, write: &(String, DocOp), tx: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        self.docs.write_store(write, tx)
+    }
+
+    fn cache_change(&self, write: &(String, DocOp), key: &[u8]) -> CacheChange {
+        self.docs.cache_change(write, key)
+    }
+
+    fn buffer(&self, write: &(String, DocOp)) -> Vec<(DocRef, DocOp)> {
+        self.docs.buffer(write)
+    }
+
+    fn buffered_reads(&self, id: &String) -> Vec<DocRef> {
+        self.docs.buffered_reads(id)
+    }
 }
 
 /// Recon: a miss in a session without a write transaction applies the buffered write it depends
@@ -243,4 +329,65 @@ fn a_miss_whose_buffered_writes_cannot_be_applied_is_refused() {
         assert_eq!(b.mode(), Some(Mode::Failed));
         assert!(marked(&a, &docs.key(id)));
     }
+}
+
+/// Contextual: a miss on a marked key applies the buffered write, reads, and then clears the
+/// marker; a CMI of the key lost just before the clearing degrades the session, which reads the
+/// applied value all the same, and the marker stays (the next miss finds nothing to apply).
+#[test]
+fn a_miss_that_cannot_clear_its_marker_for_a_lost_cmi_still_reads() {
+    let d = deployment();
+    let a = Arc::new(d.cads(config(AppNodes::Contextual)));
+    let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
+    let (client, relays) = relayed_client(&d);
+    let b = Cads::new(
+        d.store.clone(),
+        Some(client),
+        Policy::WriteThrough,
+        config(AppNodes::Contextual),
+    );
+    let key = docs.key("d0");
+    let relay = &relays[a.cache().unwrap().route(&key)];
+    let cut = Hooked::new(&docs, || relay.set_cut(true));
+    let mut s = b.session();
+    let read = s.read(&cut, &"d0".to_string());
+    assert_eq!(read.unwrap().unwrap()["log"], json!([1]));
+    assert!(s.degraded());
+    s.commit().unwrap();
+    relay.set_cut(false);
+    assert!(marked(&a, &key), "the marker stays");
+    assert_eq!(
+        d.store.get("docs", "d0").unwrap().unwrap()["log"],
+        json!([1])
+    );
+}
+
+/// Contextual: a miss whose lease on its marked key a writer wounds before the marker is cleared
+/// fails as an aborted session, to be run again, and leaves the marker: the session cannot clear
+/// it, and going on without the cache would hide that another session is changing the key.
+#[test]
+fn a_miss_whose_lease_is_wounded_before_it_clears_its_marker_is_aborted() {
+    let d = deployment();
+    let a = Arc::new(d.cads(config(AppNodes::Contextual)));
+    // Deleted documents: the read has nothing to fill, so the clearing is its last cache request.
+    let docs = buffered_by_a_failed_appnode(&d, &a, |s, docs, id| docs.delete(s, id));
+    let b = d.cads(config(AppNodes::Contextual));
+    let key = docs.key("d0");
+    let wound = Hooked::new(&docs, || {
+        let client = a.cache().unwrap();
+        let mut writer = client.session();
+        let delete = Write::Delete { key: key.clone() };
+        writer
+            .write_at(&[(client.route(&key), delete)], false)
+            .unwrap();
+        writer.abort();
+    });
+    let mut s = b.session();
+    let read = s.read(&wound, &"d0".to_string());
+    assert!(matches!(read, Err(Error::Aborted { .. })), "{read:?}");
+    assert!(!s.degraded());
+    s.abort();
+    assert!(marked(&a, &key));
+    assert_eq!(b.run(|s| docs.get(s, "d0")).unwrap(), None);
+    assert!(!marked(&a, &key), "the next run cleared it");
 }
