@@ -391,3 +391,32 @@ fn a_miss_whose_lease_is_wounded_before_it_clears_its_marker_is_aborted() {
     assert_eq!(b.run(|s| docs.get(s, "d0")).unwrap(), None);
     assert!(!marked(&a, &key), "the next run cleared it");
 }
+
+/// A session whose read gave up its data-store transaction (a marked key read in a write
+/// transaction whose snapshot is fixed: Contextual) can only be aborted: a later write and its
+/// commit are refused, since what it wrote before was rolled back and only the rest would land.
+#[test]
+fn a_session_that_gave_up_its_transaction_refuses_every_later_call() {
+    let d = deployment();
+    let a = Arc::new(d.cads(config(AppNodes::Contextual)));
+    let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
+    let b = d.cads(config(AppNodes::Contextual));
+    let mut s = b.session();
+    s.tx().sql().unwrap();
+    docs.update(&mut s, "spare", inc(5)).unwrap();
+    let read = docs.get(&mut s, "d0");
+    assert!(matches!(read, Err(Error::Aborted { .. })), "{read:?}");
+    let write = docs.update(&mut s, "spare", inc(7));
+    assert!(matches!(write, Err(Error::Aborted { .. })), "{write:?}");
+    let again = docs.get(&mut s, "d1");
+    assert!(matches!(again, Err(Error::Aborted { .. })), "{again:?}");
+    let commit = s.commit();
+    assert!(matches!(commit, Err(Error::Aborted { .. })), "{commit:?}");
+    let spare = d.store.get("docs", "spare").unwrap().unwrap();
+    assert_eq!(spare["log"], json!([]), "nothing of the session landed");
+    // The buffered write it read was applied meanwhile.
+    assert_eq!(
+        d.store.get("docs", "d0").unwrap().unwrap()["log"],
+        json!([1])
+    );
+}
