@@ -465,3 +465,41 @@ fn start_coordinator(
     };
     (stop, running)
 }
+
+/// A cache error that says nothing of the configuration — here the CMIs' cap on session memory
+/// refuses the leases of a write's deletes (NOTSTORED) — ends the session with that error as it
+/// is: not a retryable abort "to run again by the newest configuration", which would only meet
+/// the same refusal again. Nothing is written.
+#[test]
+fn a_cache_error_unrelated_to_the_configuration_is_not_an_abort() {
+    use cads::Error;
+    use cads_client::ClientError;
+    use cads_coord::configuration::Configuration;
+    use cads_coord::publish::publish;
+    use cads_coord::service::CONFIGURATION_KEY;
+
+    let d = Deployment::start_with(Policy::WriteAround, 2, |o| {
+        o.max_session_memory = Some("1".into())
+    });
+    let addrs = d.cmis.addrs().to_vec();
+    let admin = Client::new(ClientConfig::new(addrs.clone()), ranges());
+    let configuration = Configuration::new(2, 8);
+    let entry = String::from_utf8(serde_json::to_vec(&configuration).unwrap()).unwrap();
+    let key = std::str::from_utf8(CONFIGURATION_KEY).unwrap();
+    for (i, &addr) in addrs.iter().enumerate() {
+        publish(&admin, &configuration, i).unwrap();
+        let lease = i64::MAX.to_string();
+        assert_eq!(call(addr, &["INSTANCELEASE", &lease]), Reply::OK);
+        assert_eq!(call(addr, &["PINSET", key, &entry]), Reply::OK);
+    }
+    let a = gemini_appnode(&d, &addrs);
+    assert_eq!(a.gemini().unwrap().configuration_id(), 1);
+    d.counters(1);
+
+    let mut session = a.session();
+    session.write(&Counters, &"c0".to_string()).unwrap();
+    let err = session.commit().unwrap_err();
+    assert!(matches!(err, Error::Cache(ClientError::NotStored)), "{err}");
+    assert!(!err.is_retryable());
+    assert_eq!(d.stored("c0"), 0);
+}
