@@ -61,16 +61,27 @@ fn until(mut done: impl FnMut() -> bool) {
 
 /// An AppNode over `d`'s data store with the core at `core`, registered.
 fn appnode(d: &Deployment, core: SocketAddr) -> Cads {
-    let config = Config {
+    appnode_with(d, core, |_| {})
+}
+
+/// [`appnode`], with what `change` sets in its configuration.
+fn appnode_with(d: &Deployment, core: SocketAddr, change: impl FnOnce(&mut Config)) -> Cads {
+    let mut config = Config {
         sas: Some(SasConfig::new(core)),
         ..Config::default()
     };
+    change(&mut config);
     let cads = Cads::connect(d.store.clone(), &[], d.policy, config);
     assert!(
         cads.sas_ready(Duration::from_secs(30)),
         "the AppNode registers"
     );
     cads
+}
+
+/// An AppNode whose reads wait for another session's fill for as long as a test takes.
+fn patient_appnode(d: &Deployment, core: SocketAddr) -> Cads {
+    appnode_with(d, core, |c| c.retry.budget = Duration::from_secs(600))
 }
 
 fn increment(cads: &Cads, name: &str) {
@@ -342,18 +353,9 @@ fn without_the_core_reads_go_to_the_data_store_and_writes_fail_cleanly() {
 
 /// An AppNode that serves its copies to the others (Ingest).
 fn ingest_appnode(d: &Deployment, core: SocketAddr) -> Cads {
-    let mut sas = SasConfig::new(core);
-    sas.ingest = Some("127.0.0.1:0".parse().unwrap());
-    let config = Config {
-        sas: Some(sas),
-        ..Config::default()
-    };
-    let cads = Cads::connect(d.store.clone(), &[], d.policy, config);
-    assert!(
-        cads.sas_ready(Duration::from_secs(30)),
-        "the AppNode registers"
-    );
-    cads
+    appnode_with(d, core, |c| {
+        c.sas.as_mut().expect("SAS").ingest = Some("127.0.0.1:0".parse().unwrap());
+    })
 }
 
 #[test]
@@ -489,13 +491,7 @@ fn a_reader_waiting_for_one_key_holds_no_lease_on_the_others() {
     let policy = Policy::WriteAround;
     let d = Deployment::start_with(policy, 1, |_| {});
     let core = core(policy);
-    let mut config = Config {
-        sas: Some(SasConfig::new(core.addr())),
-        ..Config::default()
-    };
-    config.retry.budget = Duration::from_secs(600);
-    let a = Cads::connect(d.store.clone(), &[], policy, config);
-    assert!(a.sas_ready(Duration::from_secs(30)));
+    let a = patient_appnode(&d, core.addr());
     let names = d.counters(2);
     let (k0, k1) = (counter_key(&names[0]), counter_key(&names[1]));
     // Another AppNode's session computes k1.
@@ -732,13 +728,7 @@ fn a_miss_on_a_key_being_filled_waits_for_it() {
     let policy = Policy::WriteAround;
     let d = Deployment::start_with(policy, 1, |_| {});
     let core = core(policy);
-    let mut config = Config {
-        sas: Some(SasConfig::new(core.addr())),
-        ..Config::default()
-    };
-    config.retry.budget = Duration::from_secs(600);
-    let a = Cads::connect(d.store.clone(), &[], policy, config);
-    assert!(a.sas_ready(Duration::from_secs(30)));
+    let a = patient_appnode(&d, core.addr());
     let name = d.counters(1).remove(0);
     let key = counter_key(&name);
     // Another AppNode's session computes the key.

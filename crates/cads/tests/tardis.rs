@@ -6,26 +6,18 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
-use cads_store::{Changes, Document, FaultMode};
+use cads_store::{Document, FaultMode};
+use common::tardis::{deployment, inc, wait_for};
 use common::{marked, on_cmi, Deployment};
 use serde_json::json;
 
 fn doc(v: serde_json::Value) -> Document {
     v.as_object().unwrap().clone()
-}
-
-fn inc(n: i64) -> Changes {
-    Changes::from_json(&json!({"$inc": {"n": n}, "$push": {"log": n}})).unwrap()
-}
-
-/// A deployment whose CMIs run in write-through lease mode, as TARDIS needs under both policies.
-fn deployment(policy: Policy) -> Deployment {
-    Deployment::start_with(policy, 2, |o| o.mode = Some("write-through".into()))
 }
 
 fn config(technique: Technique, ar_workers: usize) -> Config {
@@ -39,20 +31,6 @@ fn config(technique: Technique, ar_workers: usize) -> Config {
             appnodes: AppNodes::One,
         }),
         ..Config::default()
-    }
-}
-
-/// Waits (for a long bound, so that a slow machine does not fail it) until `cads` is in `mode`.
-fn wait_for(cads: &Cads, mode: Mode) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cads.mode() != Some(mode) {
-        assert!(
-            Instant::now() < deadline,
-            "still {:?} instead of {mode:?}: {:?}",
-            cads.mode(),
-            cads.tardis_counts()
-        );
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -16,14 +16,11 @@ use cads::{
     Error, Mode, Policy, StoreTx, TardisConfig, Technique,
 };
 use cads_client::{ConsistentHash, Write};
-use cads_store::{Changes, DocOp, Document, FaultMode, StoreError};
+use cads_store::{DocOp, Document, FaultMode, StoreError};
 use cads_testkit::{Cmis, Relay};
+use common::tardis::{deployment, inc};
 use common::{doc, marked, on_cmi, Deployment};
 use serde_json::json;
-
-fn inc(n: i64) -> Changes {
-    Changes::from_json(&json!({"$inc": {"n": n}, "$push": {"log": n}})).unwrap()
-}
 
 fn config(appnodes: AppNodes) -> Config {
     Config {
@@ -37,13 +34,6 @@ fn config(appnodes: AppNodes) -> Config {
         }),
         ..Config::default()
     }
-}
-
-/// Two CMIs in write-through lease mode, as TARDIS needs.
-fn deployment() -> Deployment {
-    Deployment::start_with(Policy::WriteThrough, 2, |o| {
-        o.mode = Some("write-through".into())
-    })
 }
 
 /// Documents `d0..d2` (`n: 0`, an empty log) that AppNode `a` reads into the cache, then, in
@@ -172,7 +162,7 @@ impl CacheStore for Hooked<'_> {
 /// would hold the applier up), and runs again. Either way the AppNode stays in normal mode.
 #[test]
 fn a_recon_miss_reruns_only_when_its_snapshot_is_fixed() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(AppNodes::Recon)));
     let b = d.cads(config(AppNodes::Recon));
     let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
@@ -274,7 +264,7 @@ fn a_miss_whose_check_of_buffered_writes_fails_reports_the_caches_error() {
 /// down, and the AppNode stays in normal mode.
 #[test]
 fn a_miss_whose_buffered_write_the_store_rejects_reports_the_stores_error() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(AppNodes::Contextual)));
     let b = d.cads(config(AppNodes::Contextual));
     let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
@@ -305,7 +295,7 @@ fn a_miss_whose_buffered_write_the_store_rejects_reports_the_stores_error() {
 /// mode.
 #[test]
 fn a_miss_whose_buffered_writes_cannot_be_applied_is_refused() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(AppNodes::Contextual)));
     let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
     for (id, write_first) in [("d0", false), ("d1", true)] {
@@ -336,7 +326,7 @@ fn a_miss_whose_buffered_writes_cannot_be_applied_is_refused() {
 /// applied value all the same, and the marker stays (the next miss finds nothing to apply).
 #[test]
 fn a_miss_that_cannot_clear_its_marker_for_a_lost_cmi_still_reads() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(AppNodes::Contextual)));
     let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
     let (client, relays) = relayed_client(&d);
@@ -367,7 +357,7 @@ fn a_miss_that_cannot_clear_its_marker_for_a_lost_cmi_still_reads() {
 /// it, and going on without the cache would hide that another session is changing the key.
 #[test]
 fn a_miss_whose_lease_is_wounded_before_it_clears_its_marker_is_aborted() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(AppNodes::Contextual)));
     // Deleted documents: the read has nothing to fill, so the clearing is its last cache request.
     let docs = buffered_by_a_failed_appnode(&d, &a, |s, docs, id| docs.delete(s, id));
@@ -397,7 +387,7 @@ fn a_miss_whose_lease_is_wounded_before_it_clears_its_marker_is_aborted() {
 /// commit are refused, since what it wrote before was rolled back and only the rest would land.
 #[test]
 fn a_session_that_gave_up_its_transaction_refuses_every_later_call() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(AppNodes::Contextual)));
     let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
     let b = d.cads(config(AppNodes::Contextual));

@@ -6,13 +6,13 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
 use cads_store::{Changes, FaultMode};
 use cads_testkit::failpoints::{DyingWorkers, Scenario, CACHE_COMMIT, UNLIST};
+use common::tardis::wait_for;
 use common::{doc, marked, Deployment};
 use serde_json::json;
 
@@ -32,14 +32,6 @@ fn config(technique: Technique, ar_workers: usize) -> Config {
 
 fn push(entry: &str) -> Changes {
     Changes::from_json(&json!({"$inc": {"n": 1}, "$push": {"log": entry}})).unwrap()
-}
-
-fn wait_for(cads: &Cads, mode: Mode) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while cads.mode() != Some(mode) {
-        assert!(Instant::now() < deadline, "still {:?}", cads.mode());
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Documents stored around the cache, and an AppNode in failed mode.

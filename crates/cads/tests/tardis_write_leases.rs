@@ -6,27 +6,15 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
-use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
-use cads_store::{Changes, FaultMode};
+use cads::{Config, Error, Mode, Policy, TardisConfig, Technique};
+use cads_store::FaultMode;
 use cads_testkit::failpoints::{Scenario, UNLIST};
-use common::{changes, doc, Deployment, PAST_A_LONG_LEASE};
+use common::tardis::{inc, wait_for};
+use common::{doc, Deployment, PAST_A_LONG_LEASE};
 use serde_json::json;
-
-fn inc(by: i64) -> Changes {
-    changes(json!({"$inc": {"n": by}, "$push": {"log": by}}))
-}
-
-fn wait_for(cads: &Cads, mode: Mode) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cads.mode() != Some(mode) {
-        assert!(Instant::now() < deadline, "still {:?}", cads.mode());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// A session in recovery (TARDIS, no AR workers) writes a document with a buffered write: it
 /// takes its leases, applies the buffered write, and the CMIs' clocks move past its leases just

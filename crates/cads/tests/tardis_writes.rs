@@ -6,12 +6,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
-use cads_store::{Changes, DocOp, FaultMode};
+use cads_store::{DocOp, FaultMode};
+use common::tardis::{deployment, inc, wait_for};
 use common::{changes, counter_key, doc, marked, Counters, Deployment};
 use serde_json::json;
 
@@ -28,27 +28,6 @@ fn config(technique: Technique, appnodes: AppNodes) -> Config {
             appnodes,
         }),
         ..Config::default()
-    }
-}
-
-/// Two CMIs in write-through lease mode, as TARDIS needs.
-fn deployment() -> Deployment {
-    Deployment::start_with(Policy::WriteThrough, 2, |o| {
-        o.mode = Some("write-through".into())
-    })
-}
-
-/// `$inc` of `n` by `by`, and `by` pushed onto `log`: the log shows the order writes landed in.
-fn inc(by: i64) -> Changes {
-    changes(json!({"$inc": {"n": by}, "$push": {"log": by}}))
-}
-
-/// Waits (for a long bound, so that a slow machine does not fail it) until `cads` is in `mode`.
-fn wait_for(cads: &Cads, mode: Mode) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cads.mode() != Some(mode) {
-        assert!(Instant::now() < deadline, "still {:?}", cads.mode());
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -113,7 +92,7 @@ fn still_buffered(d: &Deployment, ids: &[&str]) -> String {
 /// after it, and both land once.
 #[test]
 fn a_write_in_a_session_older_than_the_outage_lands_after_the_buffered_write() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let cads = Arc::new(d.cads(config(Technique::Tar, AppNodes::One)));
     let ids = ["d0", "d1"];
     let docs = documents(&cads, &["d0", "d1", "lost"]);
@@ -136,7 +115,7 @@ fn a_write_in_a_session_older_than_the_outage_lands_after_the_buffered_write() {
 /// failed mode, and the write's next run is teleported.
 #[test]
 fn a_store_failure_while_applying_before_a_write_aborts_it_to_run_again() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let cads = Arc::new(d.cads(config(Technique::Tardis, AppNodes::One)));
     let ids = ["d0", "d1"];
     let docs = documents(&cads, &["d0", "d1", "lost"]);
@@ -165,7 +144,7 @@ fn a_store_failure_while_applying_before_a_write_aborts_it_to_run_again() {
 /// abort that would run it again and again.
 #[test]
 fn a_refused_buffered_write_fails_the_write_that_applies_it() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let cads = Arc::new(d.cads(config(Technique::Tardis, AppNodes::One)));
     let docs = documents(&cads, &["d0", "lost"]);
     let text = doc(json!({"n": "text", "log": []}));
@@ -193,7 +172,7 @@ fn a_refused_buffered_write_fails_the_write_that_applies_it() {
 /// session is acknowledged without checking leases with the cache it could not reach.
 #[test]
 fn a_write_that_lost_its_cmi_applies_buffered_writes_and_goes_on_without_the_cache() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let (client, relays) = d.relayed_client();
     let cads = Arc::new(Cads::new(
         d.store.clone(),
@@ -229,7 +208,7 @@ fn a_write_that_lost_its_cmi_applies_buffered_writes_and_goes_on_without_the_cac
 /// buffered for it, and under Contextual leases it marks none of its keys.
 #[test]
 fn a_write_without_document_operations_in_recovery_writes_through_unmarked() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     d.counters(1);
     let cads = Arc::new(d.cads(config(Technique::Tar, AppNodes::Contextual)));
     let docs = documents(&cads, &["d0", "d1", "lost"]);
@@ -276,7 +255,7 @@ fn without_tardis_the_data_store_refuses_a_document_past_its_bounds_at_commit() 
 /// failed mode: it stays buffered, for the first AppNode's recovery.)
 #[test]
 fn with_one_appnode_a_write_in_normal_mode_applies_nothing() {
-    let d = deployment();
+    let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(Technique::Tardis, AppNodes::One)));
     let b = d.cads(config(Technique::Tardis, AppNodes::One));
     let docs = documents(&a, &["d0", "lost"]);

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod bank;
+pub mod tardis;
 
 use std::sync::Arc;
 use std::time::Instant;
