@@ -4,12 +4,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::{Cads, Config, Error, Policy};
-use cads_client::{Client, ClientConfig, ClientError, ConsistentHash};
+use cads_client::{Client, ClientConfig, ClientError};
 use cads_coord::Coordinator;
 use cads_store::{Changes, FaultMode, Isolation, SqlValue, StoreError};
 use common::{counter_key, on_cmi, Counters, Deployment};
@@ -111,13 +110,8 @@ fn an_unreachable_cache_degrades_to_the_data_store_and_never_serves_stale_values
         for r in &relays {
             r.set_cut(false);
         }
-        // A client straight to the CMIs, routing keys as the relayed one does.
-        let relay_names: Vec<String> = relays.iter().map(|r| r.addr().to_string()).collect();
-        let direct = Client::with_router(
-            ClientConfig::new(addrs.clone()),
-            Arc::new(ConsistentHash::new(&relay_names)),
-            Coordinator::process(),
-        );
+        // A client straight to the CMIs (it places keys as the relayed one does).
+        let direct = Client::new(ClientConfig::new(addrs.clone()), Coordinator::process());
         assert_eq!(
             direct.get(&counter_key("c0")).unwrap(),
             Some(b"0".to_vec()),

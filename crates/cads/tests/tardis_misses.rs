@@ -7,7 +7,6 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
@@ -15,9 +14,9 @@ use cads::{
     CacheChange, CacheStore, Cads, Client, ClientConfig, ClientError, Config, Coordinator, DocRef,
     Error, Mode, Policy, StoreTx, TardisConfig, Technique,
 };
-use cads_client::{ConsistentHash, Write};
+use cads_client::Write;
 use cads_store::{DocOp, Document, FaultMode, StoreError};
-use cads_testkit::{Cmis, Relay};
+use cads_testkit::Cmis;
 use common::tardis::{deployment, inc};
 use common::{doc, marked, on_cmi, Deployment};
 use serde_json::json;
@@ -70,24 +69,6 @@ fn buffered_by_a_failed_appnode(
 
 fn inc_one(s: &mut cads::Session<'_>, docs: &Collection, id: &str) -> cads::Result<()> {
     docs.update(s, id, inc(1))
-}
-
-/// A client of the deployment's CMIs through relays, one per CMI so that a test can cut any,
-/// that places keys as a direct client does (by the CMIs' own addresses), so that it shares the
-/// cache with the deployment's other AppNodes; and the relays, in CMI order. Its timeouts are
-/// long: a cut relay fails requests at once, and a busy machine must not.
-fn relayed_client(d: &Deployment) -> (Client, Vec<Relay>) {
-    let addrs = d.cmis.addrs();
-    let relays: Vec<Relay> = addrs.iter().map(|a| Relay::new(*a)).collect();
-    let mut config = ClientConfig::new(relays.iter().map(Relay::addr).collect());
-    config.connect_timeout = Duration::from_secs(10);
-    config.io_timeout = Duration::from_secs(10);
-    let names: Vec<String> = addrs.iter().map(ToString::to_string).collect();
-    let router = Arc::new(ConsistentHash::new(&names));
-    (
-        Client::with_router(config, router, Coordinator::process()),
-        relays,
-    )
 }
 
 /// A collection whose data-store query first runs a hook, once: it acts between a miss's check of
@@ -329,7 +310,7 @@ fn a_miss_that_cannot_clear_its_marker_for_a_lost_cmi_still_reads() {
     let d = deployment(Policy::WriteThrough);
     let a = Arc::new(d.cads(config(AppNodes::Contextual)));
     let docs = buffered_by_a_failed_appnode(&d, &a, inc_one);
-    let (client, relays) = relayed_client(&d);
+    let (client, relays) = d.relayed_client();
     let b = Cads::new(
         d.store.clone(),
         Some(client),

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use cads::writeback::Buffering;
 use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx, WriteBackConfig};
-use cads_client::{Client, ClientConfig};
+use cads_client::{Client, ClientConfig, ConsistentHash};
 use cads_coord::Coordinator;
 use cads_server::Options;
 use cads_store::{
@@ -84,14 +84,22 @@ impl Deployment {
         Cads::connect(self.store.clone(), self.cmis.addrs(), self.policy, config)
     }
 
-    /// A client of the CMIs through relays, one per CMI so that a test can cut any, with short
-    /// timeouts; and the relays, in CMI order.
+    /// A client of the CMIs through relays, one per CMI so that a test can cut any, and the
+    /// relays, in CMI order. It places keys by the CMIs' own addresses, as a direct client does,
+    /// so that it shares the cache with the deployment's other AppNodes. Its timeouts are long: a
+    /// cut relay fails requests at once, and a busy machine must not.
     pub fn relayed_client(&self) -> (Client, Vec<Relay>) {
-        let relays: Vec<Relay> = self.cmis.addrs().iter().map(|a| Relay::new(*a)).collect();
-        let mut config = ClientConfig::new(relays.iter().map(|r| r.addr()).collect());
-        config.connect_timeout = std::time::Duration::from_millis(300);
-        config.io_timeout = std::time::Duration::from_millis(500);
-        (Client::new(config, Coordinator::process()), relays)
+        let addrs = self.cmis.addrs();
+        let relays: Vec<Relay> = addrs.iter().map(|a| Relay::new(*a)).collect();
+        let mut config = ClientConfig::new(relays.iter().map(Relay::addr).collect());
+        config.connect_timeout = std::time::Duration::from_secs(10);
+        config.io_timeout = std::time::Duration::from_secs(10);
+        let names: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        let router = Arc::new(ConsistentHash::new(&names));
+        (
+            Client::with_router(config, router, Coordinator::process()),
+            relays,
+        )
     }
 
     pub fn stop_cache(&mut self) {
