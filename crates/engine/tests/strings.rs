@@ -115,6 +115,23 @@ fn ranges() {
     assert_eq!(c.int("TTL t"), 100, "SETRANGE keeps the time to live");
 }
 
+/// GETRANGE with both offsets negative, as Redis computes it: a start after the end gives an empty
+/// string even when both lie before the value's first byte (clamping them would give that byte);
+/// otherwise offsets before the first byte are clamped to it, and equal offsets give one byte.
+#[test]
+fn getrange_with_negative_offsets() {
+    let mut c = Cmi::wt();
+    c.ok("SET s hello");
+    for (line, expected) in [
+        ("GETRANGE s -10 -20", ""),
+        ("GETRANGE s -10 -10", "h"),
+        ("GETRANGE s -1 -1", "o"),
+        ("GETRANGE s -20 -4", "he"),
+    ] {
+        assert_eq!(c.value(line), expected, "{line}");
+    }
+}
+
 #[test]
 fn setrange_is_bounded_by_the_largest_value() {
     let mut c = Cmi::with(EngineConfig {
