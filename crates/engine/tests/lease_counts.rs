@@ -146,3 +146,20 @@ fn wounding_a_holder_is_a_conflict_and_upgrading_ones_own_lease_is_not() {
     cmi.ok("LCOMMIT 3");
     assert_eq!(cmi.engine.hot_keys(), vec![(&b"k"[..], 1)]);
 }
+
+/// INFO's command count counts every command the engine runs, refused ones included, and an IQ
+/// read counts as a hit or a miss, as GET does.
+#[test]
+fn commands_hits_and_misses_are_counted_once_each() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET k v");
+    assert_eq!(cmi.value_or_nil("GET nothing"), None);
+    assert_eq!(cmi.err("INCR k"), ErrorKind::Err);
+    assert_eq!(cmi.int("IQGET 1 m"), 0, "a miss");
+    assert_eq!(cmi.int("IQGET 2 n"), 0, "another miss");
+    assert_eq!(cmi.value("IQGET 3 k"), "v", "a hit");
+    let stats = cmi.engine.stats();
+    assert_eq!(stats.commands, 6);
+    assert_eq!(stats.misses, 3);
+    assert_eq!(stats.hits, 1);
+}
