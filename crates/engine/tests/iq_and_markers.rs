@@ -3,7 +3,7 @@
 
 mod common;
 
-use cads_engine::EngineConfig;
+use cads_engine::{EngineConfig, ENTRY_OVERHEAD};
 use cads_protocol::{ErrorKind, Reply};
 use common::Cmi;
 
@@ -236,4 +236,47 @@ fn a_fill_over_a_pinned_value_keeps_the_pin() {
     assert_eq!(cmi.int("IQSET 2 k filled"), 1);
     assert_eq!(cmi.cached("k").as_deref(), Some("filled"));
     assert_eq!(cmi.inspect("k", "pinned"), Reply::Int(1));
+}
+
+/// A value filled by IQSET while another session still holds a shared lease on the key stays
+/// under that lease: it is no eviction candidate until the lease ends, when it becomes the most
+/// recently used entry.
+#[test]
+fn a_fill_stays_out_of_eviction_while_another_session_holds_the_key() {
+    // Room for two entries of a 2-byte key and a 10-byte value.
+    let mut cmi = Cmi::with(EngineConfig {
+        maxmemory: 2 * (2 + 10 + ENTRY_OVERHEAD),
+        ..EngineConfig::default()
+    });
+    // A repair (ISET, then IQSET) of a key a reading session holds.
+    cmi.ok("SET k0 stale");
+    assert_eq!(cmi.value("LGET 2 k0"), "stale");
+    assert_eq!(cmi.int("ISET 1 k0"), 0);
+    assert_eq!(cmi.int("IQSET 1 k0 0123456789"), 1);
+    cmi.ok("SET k1 0123456789");
+    cmi.ok("SET k2 0123456789");
+    assert_eq!(cmi.cached("k0").as_deref(), Some("0123456789"));
+    assert_eq!(
+        cmi.cached("k1"),
+        None,
+        "evicted in place of the leased fill"
+    );
+    cmi.ok("LCOMMIT 2");
+    cmi.ok("SET k3 0123456789");
+    assert_eq!(cmi.cached("k2"), None, "older than the released fill");
+    assert_eq!(cmi.cached("k0").as_deref(), Some("0123456789"));
+}
+
+/// IDELETE releases only an I lease the session holds on that very key: a live session asking
+/// for another key, or for a key it holds under a Q lease, gets 0 and its leases stay.
+#[test]
+fn idelete_releases_nothing_but_the_sessions_i_lease_on_the_key() {
+    let mut cmi = Cmi::wt();
+    assert_eq!(cmi.int("IQGET 1 a"), 0);
+    assert_eq!(cmi.int("IDELETE 1 b"), 0, "session 1 holds no lease on b");
+    assert_eq!(cmi.int("QAREG 2 q"), 0);
+    assert_eq!(cmi.int("IDELETE 2 q"), 0, "a Q lease is no I lease");
+    assert_eq!(cmi.engine.lease_count(), 2, "both leases stay");
+    assert_eq!(cmi.int("IDELETE 1 a"), 1);
+    assert_eq!(cmi.engine.lease_count(), 1);
 }
