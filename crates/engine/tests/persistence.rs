@@ -290,3 +290,29 @@ fn flushall_unpinned_keeps_pinned_entries_and_markers_in_the_cmi_and_its_logs() 
         assert_eq!(back.inspect("marked", "marker"), Reply::Int(1));
     }
 }
+
+/// A CMI restarted from its log holds the cached values it restored until the first `FLUSHALL
+/// RESTORED`, which drops them and keeps the buffered writes; later ones, and any on a CMI that
+/// restored nothing, drop nothing.
+#[test]
+fn flushall_restored_drops_restored_cached_values_once() {
+    let mut c = logged();
+    c.ok("SET cached x");
+    c.ok("LSET 1 buffered bw PIN");
+    c.ok("LCOMMIT 1");
+    let mut log = Vec::new();
+    c.engine.drain_log(&mut log);
+    c.ok("FLUSHALL RESTORED");
+    assert_eq!(c.cached("cached").as_deref(), Some("x"), "nothing restored");
+
+    let mut back = restart(&log, c.now);
+    back.engine.hold_restored_values();
+    assert!(back.engine.holds_restored_values());
+    back.ok("FLUSHALL RESTORED");
+    assert!(!back.engine.holds_restored_values());
+    assert_eq!(back.cached("cached"), None);
+    assert_eq!(back.cached("buffered").as_deref(), Some("bw"));
+    back.ok("SET cached y");
+    back.ok("FLUSHALL RESTORED");
+    assert_eq!(back.cached("cached").as_deref(), Some("y"), "dropped once");
+}
