@@ -526,8 +526,8 @@ impl Cads {
             let ticket = attempts.start();
             self.heal();
             let mut session = Session::new(self, write_through, ticket);
-            session.hold_first(std::mem::take(&mut queues_first));
-            let outcome = match work(&mut session) {
+            let held = session.hold_first(std::mem::take(&mut queues_first));
+            let outcome = match held.and_then(|()| work(&mut session)) {
                 Ok(value) => session.commit().map(|()| value),
                 Err(e) => {
                     queues_first = session.queues_to_hold_first();

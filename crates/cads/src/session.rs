@@ -43,8 +43,8 @@ pub struct Session<'a> {
     sql_writes: SessionWrites,
     /// Write-back's fallback to write-through: queues this session holds and has applied.
     held_queues: Vec<String>,
-    /// Write-back's fallback: queues to hold before the session's first statement, which an
-    /// earlier run of the same work met only after it had begun writing the data store.
+    /// Write-back's fallback: queues held from the session's start, which an earlier run of the
+    /// same work held or met only after it had begun writing the data store.
     queues_first: Vec<String>,
     /// Write-back's fallback: a queue met after the session began writing (see `hold_queue`).
     late_queue: Option<String>,
@@ -808,11 +808,10 @@ impl<'a> Session<'a> {
     }
 
     /// Write-back's fallback for a Design 2 write: before it goes to the data store, its queue is
-    /// held and emptied (see `design2::hold_and_apply`), and so are the queues an earlier run of
-    /// the same work met later. A queue met once the session has begun writing the data store
-    /// cannot be emptied first: that takes a data-store transaction of its own, which on SQLite
-    /// waits for the single writer this session holds. The session then runs again
-    /// ([`Session::queues_to_hold_first`]).
+    /// held and emptied (see `design2::hold_and_apply`). A queue met once the session has begun
+    /// writing the data store cannot be emptied first: that takes a data-store transaction of
+    /// its own, which on SQLite waits for the single writer this session holds. The session then
+    /// runs again, holding that queue from its start ([`Session::hold_first`]).
     fn hold_queue(&mut self, queue: &str) -> Result<()> {
         if self.held_queues.iter().any(|q| q == queue) || !self.use_cache() {
             return Ok(());
@@ -826,30 +825,32 @@ impl<'a> Session<'a> {
                 ),
             });
         }
-        let mut queues = std::mem::take(&mut self.queues_first);
-        queues.push(queue.to_string());
-        queues.sort();
-        queues.dedup();
-        for queue in queues {
-            let cache = self.cache.as_mut().expect("use_cache checked it");
-            let refused = design2::hold_and_apply(self.cads, cache, &queue)?;
-            self.refused.extend(refused);
-            self.held_queues.push(queue);
+        let cache = self.cache.as_mut().expect("use_cache checked it");
+        let refused = design2::hold_and_apply(self.cads, cache, queue)?;
+        self.refused.extend(refused);
+        self.held_queues.push(queue.to_string());
+        Ok(())
+    }
+
+    /// Write-back's fallback, before the work of a session runs: holds and empties `queues`, those
+    /// an earlier run of the same work held or met too late ([`Session::queues_to_hold_first`]).
+    pub(crate) fn hold_first(&mut self, queues: Vec<String>) -> Result<()> {
+        self.queues_first = queues;
+        for queue in self.queues_first.clone() {
+            self.hold_queue(&queue)?;
         }
         Ok(())
     }
 
-    /// Write-back's fallback: the queues a run of the same work after this one must hold before
-    /// its first statement (those this session held, and the one it met too late).
+    /// Write-back's fallback: the queues a run of the same work after this one is to hold from
+    /// its start (those this session held or was to hold, and the one it met too late).
     pub(crate) fn queues_to_hold_first(&self) -> Vec<String> {
         let mut queues = self.held_queues.clone();
+        queues.extend(self.queues_first.iter().cloned());
         queues.extend(self.late_queue.clone());
+        queues.sort();
+        queues.dedup();
         queues
-    }
-
-    /// Write-back's fallback: see [`Session::queues_to_hold_first`].
-    pub(crate) fn hold_first(&mut self, queues: Vec<String>) {
-        self.queues_first = queues;
     }
 
     /// A session that gave up its transaction (`rerun_after_applying`) only aborts.

@@ -353,9 +353,15 @@ fn a_buffered_session_whose_cache_commit_fails_is_not_acknowledged() {
 /// A session that falls back to write-through (pinned memory full) writes the data store
 /// directly, so every queue it writes to is held and emptied first, the second as well as the
 /// first: here the deposit into `b` must follow `b`'s buffered opening (its entry references
-/// the account).
+/// the account). Also when the session's first statement is the application's own.
 #[test]
 fn a_fallback_session_applies_every_queue_it_writes_first() {
+    for own_statement_first in [false, true] {
+        fallback_session_with_two_queues(own_statement_first);
+    }
+}
+
+fn fallback_session_with_two_queues(own_statement_first: bool) {
     let d = Deployment::start_with(Policy::WriteBack, 2, |o| {
         o.max_pinned_memory = Some("4kb".into());
     });
@@ -378,6 +384,13 @@ fn a_fallback_session_applies_every_queue_it_writes_first() {
         "the openings of a and b are still buffered"
     );
     cads.run(|s| {
+        if own_statement_first {
+            let touch = format!(
+                "UPDATE {} SET balance = balance WHERE id = 'a'",
+                bank.accounts
+            );
+            s.tx().sql()?.execute(&touch, &[])?;
+        }
         for (account, entry) in [("a", 1), ("b", 2)] {
             let write = Write::Deposit {
                 account: account.into(),
@@ -391,11 +404,12 @@ fn a_fallback_session_applies_every_queue_it_writes_first() {
     .unwrap();
     assert_eq!(cads.write_back_stats().snapshot().fallbacks, 2);
     for account in ["a", "b"] {
+        let what = format!("{account}, own statement first: {own_statement_first}");
         assert_eq!(
             bank.stored(d.store.as_ref(), &balance(account)),
             5,
-            "{account}"
+            "{what}"
         );
-        assert_eq!(read(&cads, &bank, &balance(account)), 5, "{account}");
+        assert_eq!(read(&cads, &bank, &balance(account)), 5, "{what}");
     }
 }
