@@ -267,3 +267,34 @@ impl WriteBackCounts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffering_is_named_as_the_command_line_names_it() {
+        assert_eq!(Buffering::parse("append"), Some(Buffering::Append));
+        for name in ["rmw", "read-modify-write"] {
+            assert_eq!(Buffering::parse(name), Some(Buffering::ReadModifyWrite));
+        }
+        assert_eq!(Buffering::parse("Append"), None);
+    }
+
+    /// Each count of several AppNodes is the sum of theirs, field by field.
+    #[test]
+    fn counts_of_processes_add_up_field_by_field() {
+        let counts = |n: u64| WriteBackCounts {
+            buffered: n,
+            applied_writes: 2 * n,
+            applied_ops: 3 * n,
+            conversions: 4 * n,
+            buffered_sessions: 5 * n,
+            applied_sessions: 6 * n,
+            fallbacks: 7 * n,
+            refused_unauthenticated: 8 * n,
+            refused_malformed: 9 * n,
+        };
+        assert_eq!(counts(3) + counts(4), counts(7));
+    }
+}
