@@ -281,7 +281,8 @@ mod tests {
         assert_eq!(Buffering::parse("Append"), None);
     }
 
-    /// Each count of several AppNodes is the sum of theirs, field by field.
+    /// Each count of several AppNodes is the sum of theirs, and a count since a snapshot the
+    /// difference, field by field.
     #[test]
     fn counts_of_processes_add_up_field_by_field() {
         let counts = |n: u64| WriteBackCounts {
@@ -296,5 +297,24 @@ mod tests {
             refused_malformed: 9 * n,
         };
         assert_eq!(counts(3) + counts(4), counts(7));
+        assert_eq!(counts(7).since(&counts(3)), counts(4));
+    }
+
+    /// Refusals gathered by several pieces of work count once per key and item when discarded.
+    #[test]
+    fn refusals_count_once_per_key_and_item() {
+        let mut first = Refused::default();
+        first.add(b"k", b"line", Refusal::Unauthenticated);
+        let mut second = Refused::default();
+        second.add(b"k", b"line", Refusal::Unauthenticated);
+        second.add(b"k", b"other", Refusal::Malformed("truncated".into()));
+        first.extend(second);
+        let stats = WriteBackStats::default();
+        first.discarded(&stats);
+        let counts = stats.snapshot();
+        assert_eq!(
+            (counts.refused_unauthenticated, counts.refused_malformed),
+            (1, 1)
+        );
     }
 }
