@@ -300,6 +300,22 @@ mod tests {
         assert_eq!(counts(7).since(&counts(3)), counts(4));
     }
 
+    /// The share of buffered writes applied: Design 1's operations and Design 2's sessions
+    /// together, all of them when nothing was buffered, and never more than all.
+    #[test]
+    fn the_applied_share_counts_both_designs() {
+        let counts = |buffered, buffered_sessions, applied_ops, applied_sessions| WriteBackCounts {
+            buffered,
+            buffered_sessions,
+            applied_ops,
+            applied_sessions,
+            ..WriteBackCounts::default()
+        };
+        assert_eq!(counts(0, 0, 0, 0).applied_share(), 1.0);
+        assert_eq!(counts(4, 6, 2, 3).applied_share(), 0.5);
+        assert_eq!(counts(4, 0, 5, 0).applied_share(), 1.0);
+    }
+
     /// Refusals gathered by several pieces of work count once per key and item when discarded.
     #[test]
     fn refusals_count_once_per_key_and_item() {
