@@ -51,19 +51,32 @@ fn few_hot_records() -> YcsbOptions {
 }
 
 /// Runs `run` (a run's stale reads and validation) with each broken applier, expecting the
-/// final check to find lost writes, then with a correct one, expecting none.
+/// final check to find lost writes, then with a correct one, expecting none. What a broken
+/// applier undoes shows only if a later write of the same document reached the data store
+/// before it (the write held back by `reorder` is the first of the first batch): a run of fixed
+/// length on a loaded machine may make too few writes for that, so each broken applier must be
+/// caught in one of three runs, and the correct one in none.
 fn each_broken_applier_loses_writes(run: impl Fn() -> (u64, Validated)) {
     let scenario = Scenario::setup();
     for broken in BROKEN {
-        scenario.set(APPLY_BROKEN, &format!("return({broken})"));
-        let (stale, validated) = run();
-        scenario.clear(APPLY_BROKEN);
+        let mut found = Vec::new();
+        for _ in 0..3 {
+            scenario.set(APPLY_BROKEN, &format!("return({broken})"));
+            let (stale, validated) = run();
+            scenario.clear(APPLY_BROKEN);
+            if validated.lost_writes > 0 {
+                assert!(!validated.lost_examples.is_empty(), "{broken}");
+                break;
+            }
+            found.push(format!(
+                "{} reads validated, {stale} stale",
+                validated.reads
+            ));
+        }
         assert!(
-            validated.lost_writes > 0,
-            "{broken}: the check found no lost write ({} reads validated, {stale} stale)",
-            validated.reads,
+            found.len() < 3,
+            "{broken}: three runs, and the check found no lost write ({found:?})"
         );
-        assert!(!validated.lost_examples.is_empty(), "{broken}");
     }
     let (stale, validated) = run();
     support::assert_nothing_stale_or_lost("a correct applier", stale, &validated);
