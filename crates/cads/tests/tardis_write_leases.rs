@@ -12,8 +12,8 @@ use cads::tardis::{AppNodes, Recovery};
 use cads::{Config, Error, Mode, Policy, TardisConfig, Technique};
 use cads_store::FaultMode;
 use cads_testkit::failpoints::{Scenario, UNLIST};
-use common::tardis::{inc, wait_for};
-use common::{doc, Deployment, PAST_A_LONG_LEASE};
+use common::tardis::{deployment, inc, wait_for};
+use common::{doc, PAST_A_LONG_LEASE};
 use serde_json::json;
 
 /// A session in recovery (TARDIS, no AR workers) writes a document with a buffered write: it
@@ -24,9 +24,7 @@ use serde_json::json;
 #[test]
 fn a_write_whose_leases_ran_out_while_applying_buffered_writes_is_not_acknowledged() {
     let scenario = Scenario::setup();
-    let d = Arc::new(Deployment::start_with(Policy::WriteThrough, 2, |o| {
-        o.mode = Some("write-through".into())
-    }));
+    let d = Arc::new(deployment(Policy::WriteThrough));
     let config = Config {
         tardis: Some(TardisConfig {
             technique: Technique::Tardis,
