@@ -380,6 +380,79 @@ mod tests {
     }
 
     #[test]
+    fn compaction_sees_a_change_to_a_path_inside_or_around_another() {
+        // `$set a` between two increments of `a.b`: they do not add up across it.
+        let ops = vec![update(json!([
+            {"$inc": {"a.b": 1}},
+            {"$set": {"a": {"b": 10}}},
+            {"$inc": {"a.b": 2}}
+        ]))];
+        // `$inc a.b` between two sets of `a`: the first set makes `a` an object to increment in,
+        // so it stays (without it the increment fails on the number `a` was).
+        let around = vec![update(json!([
+            {"$set": {"a": {"b": 1}}},
+            {"$inc": {"a.b": 1}},
+            {"$set": {"a": {"b": 5}}}
+        ]))];
+        // `ab` is not inside `a`: the sets of `a` merge across it.
+        let beside = vec![update(json!([
+            {"$set": {"a": 1}},
+            {"$set": {"ab": 1}},
+            {"$set": {"a": 2}}
+        ]))];
+        for (ops, kept) in [(ops, 3), (around, 3), (beside, 2)] {
+            let compacted = compact(ops.clone());
+            let DocOp::Update(changes) = &compacted[0] else {
+                panic!()
+            };
+            assert_eq!(changes.len(), kept, "{changes:?}");
+            for before in [doc(json!({})), doc(json!({"a": 5}))] {
+                assert_eq!(
+                    final_state(&compacted, Some(before.clone())).map_err(|e| e.to_string()),
+                    final_state(&ops, Some(before)).map_err(|e| e.to_string()),
+                    "{changes:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_pull_cancels_only_a_push_or_add_of_the_same_value() {
+        for (first, kept) in [
+            (
+                json!({"$set": {"l": [1, 2]}}),
+                json!({"$set": {"l": [1, 2]}}),
+            ),
+            (json!({"$push": {"l": 2}}), json!({"$push": {"l": 2}})),
+            (
+                json!({"$push": {"l": 1}}),
+                json!({"$addToSet": {"l": {"$each": []}}}),
+            ),
+            (
+                json!({"$addToSet": {"l": 1}}),
+                json!({"$addToSet": {"l": {"$each": []}}}),
+            ),
+        ] {
+            let ops = vec![update(first.clone()), update(json!({"$pull": {"l": 1}}))];
+            let compacted = compact(ops.clone());
+            let DocOp::Update(changes) = &compacted[0] else {
+                panic!()
+            };
+            assert_eq!(
+                changes.changes()[0],
+                Changes::from_json(&kept).unwrap().changes()[0],
+                "{first}"
+            );
+            let before = Some(doc(json!({"l": [1]})));
+            assert_eq!(
+                final_state(&compacted, before.clone()).unwrap(),
+                final_state(&ops, before).unwrap(),
+                "{first}"
+            );
+        }
+    }
+
+    #[test]
     fn idempotent_forms() {
         let inc = vec![update(json!({"$inc": {"n": 1}, "$push": {"l": 1}}))];
         assert!(!is_idempotent(&inc));
@@ -390,6 +463,9 @@ mod tests {
         let twice = final_state(&form, once.clone()).unwrap();
         assert_eq!(once, twice);
         assert_eq!(once, final_state(&inc, before).unwrap());
+        assert!(is_idempotent(&[]), "nothing to apply");
+        assert!(is_idempotent(&[update(json!({"$set": {"a": 1}}))]));
+        assert!(!is_idempotent(&[update(json!({"$inc": {"a": 1}}))]));
         assert!(is_idempotent(&[
             DocOp::Put(doc(json!({}))),
             update(json!({"$set": {"a": 1}}))
