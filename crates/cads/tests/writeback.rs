@@ -64,6 +64,7 @@ fn workers_apply_everything_and_drain_cleans_up() {
         cads.run(|s| items.put(s, &format!("i{i}"), doc(json!({"v": i}))))
             .unwrap();
     }
+    assert_eq!(cads.dirty_documents().unwrap(), 20, "each listed once");
     let workers = Workers::start(cads.clone(), 2);
     workers.drain(Duration::from_secs(20)).unwrap();
     workers.stop();
