@@ -7,13 +7,16 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::writeback::{self, Buffering};
 use cads::{Cads, DocRef, Policy};
-use cads_testkit::failpoints::{Scenario, UNREPLICATED};
-use common::{changes, doc, documents_config, Deployment};
+use cads_testkit::failpoints::{Scenario, APPLY_APPLIED, UNREPLICATED};
+use cads_testkit::{CmiOptions, Cmis};
+use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
 use serde_json::json;
 
 /// A document of `collection` whose buffered write's first replica is CMI 1: the lagging copy
@@ -75,7 +78,77 @@ fn the_newest_copy_of_a_buffered_write_is_the_one_written_and_applied() {
         Some(log(&["a", "b", "c", "d", "e"])),
         "the last write added to CMI 1's older copy"
     );
-    // Two buffered writes applied, which held every write once: the last counts the lagging one.
+    // Two buffered writes applied, which held every write once (the last counts the lagging
+    // one), each turned into its idempotent form first (`$push` is not idempotent).
     let counts = cads.write_back_stats().snapshot();
-    assert_eq!((counts.applied_writes, counts.applied_ops), (2, 5));
+    assert_eq!(
+        (
+            counts.applied_writes,
+            counts.applied_ops,
+            counts.conversions
+        ),
+        (2, 5, 2)
+    );
+}
+
+/// Append buffering: a replica without a copy while another has one (here, the first write
+/// reached CMI 0 only; a CMI that restarted empty is the same) gets the whole buffered write
+/// from the one that has it at the next write, not a new one holding that write alone.
+#[test]
+fn a_replica_missing_an_appended_buffered_write_gets_all_of_it() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start(Policy::WriteBack);
+    let cads = d.cads(documents_config(Buffering::Append));
+    let docs = Collection::create(&cads, "logs").unwrap();
+    let id = document_first_on_cmi_1(&cads, "logs");
+    d.store
+        .put("logs", &id, &doc(json!({ "log": [] })))
+        .unwrap();
+    scenario.set(UNREPLICATED, "return");
+    push(&cads, &docs, &id, "a");
+    scenario.clear(UNREPLICATED);
+    push(&cads, &docs, &id, "b");
+    drain(&cads);
+    assert_eq!(
+        d.store.get("logs", &id).unwrap(),
+        Some(doc(json!({ "log": ["a", "b"] }))),
+        "CMI 1 got a buffered write of its own"
+    );
+}
+
+/// An applier whose commit reaches one replica only (the other's leases ran out after the data
+/// store took the write: its clock is moved past them) deletes the copy left on the other, and
+/// the buffered write is applied once.
+#[test]
+fn an_applier_whose_commit_reaches_one_replica_deletes_the_other_copy() {
+    let scenario = Scenario::setup();
+    let long_leases = |o: &mut CmiOptions| o.lease_ms = Some(LONG_LEASE_MS);
+    let d = Deployment::start_with(Policy::WriteBack, 1, long_leases);
+    // CMI 1 in a server of its own, so that its clock moves alone.
+    let other = Arc::new(Cmis::start_with(1, |o| {
+        o.mode = Some(Policy::WriteBack.cmi_mode().into());
+        long_leases(o);
+    }));
+    let addrs = [d.cmis.addrs()[0], other.addrs()[0]];
+    let config = documents_config(Buffering::ReadModifyWrite);
+    let cads = Cads::connect(d.store.clone(), &addrs, Policy::WriteBack, config);
+    let docs = Collection::create(&cads, "logs").unwrap();
+    let id = "d0";
+    cads.run(|s| docs.put(s, id, doc(json!({"v": 1})))).unwrap();
+    let moved = Arc::new(AtomicBool::new(false));
+    {
+        let (other, moved) = (other.clone(), moved.clone());
+        scenario.on(APPLY_APPLIED, move || {
+            if !moved.swap(true, Ordering::SeqCst) {
+                other.advance_clock(PAST_A_LONG_LEASE);
+            }
+        });
+    }
+    drain(&cads);
+    assert!(moved.load(Ordering::SeqCst), "the applier applied nothing");
+    assert_eq!(d.store.get("logs", id).unwrap(), Some(doc(json!({"v": 1}))));
+    // Left there, the copy would stay listed in PendingWrites (the applier keeps the line of a
+    // buffered write it finds again) and be applied a second time.
+    assert_eq!(cads.write_back_stats().snapshot().applied_writes, 1);
+    assert_eq!(cads.pinned_bytes(), 0);
 }
