@@ -85,6 +85,29 @@ fn workers_apply_everything_and_drain_cleans_up() {
     );
 }
 
+/// With a single PendingWrites partition (0), every buffered write is listed there and applied.
+#[test]
+fn one_pending_writes_partition_holds_every_buffered_write() {
+    let d = Deployment::start(Policy::WriteBack);
+    let mut config = documents_config(Buffering::ReadModifyWrite);
+    config.write_back.partitions = 1;
+    let cads = d.cads(config);
+    let items = Collection::create(&cads, "items").unwrap();
+    for i in 0..5 {
+        cads.run(|s| items.put(s, &format!("i{i}"), doc(json!({"v": i}))))
+            .unwrap();
+    }
+    assert_eq!(cads.dirty_documents().unwrap(), 5);
+    writeback::drain(&cads, Duration::from_secs(20)).unwrap();
+    for i in 0..5 {
+        assert_eq!(
+            d.store.get("items", &format!("i{i}")).unwrap().unwrap()["v"],
+            json!(i)
+        );
+    }
+    assert_eq!(cads.pinned_bytes(), 0);
+}
+
 #[test]
 fn full_pinned_memory_falls_back_to_write_through_and_loses_nothing() {
     let d = Deployment::start_with(Policy::WriteBack, 2, |o| {
