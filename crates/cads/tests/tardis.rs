@@ -116,6 +116,39 @@ fn writes_during_an_outage_land_exactly_once_and_no_read_is_stale() {
     }
 }
 
+/// One TeleW key, so that the AR workers take the documents in one batch: three buffered writes
+/// are idempotent (`$set`) and applied in the batch's first round, three (`$inc`) are turned into
+/// their idempotent form first and applied in the second. (The monitor's probes apply at most
+/// two on their own first, which leaves both kinds in the batch.) Each counts once.
+#[test]
+fn a_batch_of_idempotent_and_other_buffered_writes_counts_each_once() {
+    let d = deployment(Policy::WriteThrough);
+    let mut config = config(Technique::ALL[0], 1);
+    config.tardis.as_mut().unwrap().telew = 1;
+    let cads = Arc::new(d.cads(config));
+    let docs = documents(&cads, 6, 0);
+    let recovery = Recovery::start(cads.clone()).unwrap();
+    fail_store(&d, &cads, &docs, "d5");
+    for i in 0..6 {
+        let change = if i < 3 {
+            common::changes(json!({"$set": {"n": 7}}))
+        } else {
+            inc(1)
+        };
+        cads.run(|s| docs.update(s, &format!("d{i}"), change.clone()))
+            .unwrap();
+    }
+    d.faults.set(FaultMode::Healthy);
+    wait_for(&cads, Mode::Normal);
+    drop(recovery);
+    for i in 0..6 {
+        let stored = d.store.get("docs", &format!("d{i}")).unwrap().unwrap();
+        assert_eq!(stored["n"], json!(if i < 3 { 7 } else { 1 }), "d{i}");
+    }
+    let counts = cads.tardis_counts().unwrap();
+    assert_eq!(counts.applied_on_demand + counts.applied_by_workers, 6);
+}
+
 /// 000 Table 4.3, in recovery mode. Without AR workers nothing is applied unless a request
 /// applies it (or the monitor's probes, which apply a buffered write each), so the AppNode stays
 /// in recovery while the techniques show their switches.
