@@ -166,6 +166,47 @@ fn a_refused_buffered_write_fails_the_write_that_applies_it() {
     assert!(stored.get("m").is_none(), "the write did not land");
 }
 
+/// A buffered write the data store refuses does not hold up the others: the AR workers' batch
+/// that holds it is split until it stands alone, and every other buffered write in it is applied.
+#[test]
+fn a_refused_buffered_write_does_not_hold_up_the_rest_of_its_batch() {
+    let d = deployment(Policy::WriteThrough);
+    let mut config = config(Technique::Tardis, AppNodes::One);
+    let tardis = config.tardis.as_mut().unwrap();
+    // One TeleW key: one batch.
+    (tardis.ar_workers, tardis.telew) = (1, 1);
+    let cads = Arc::new(d.cads(config));
+    let good = ["g1", "g2", "g3", "g4"];
+    let docs = documents(&cads, &["g1", "g2", "g3", "g4", "refused", "lost"]);
+    let text = doc(json!({"n": "text", "log": []}));
+    cads.run(|s| docs.put(s, "refused", text.clone())).unwrap();
+    let recovery = Recovery::start(cads.clone()).unwrap();
+    d.faults.set(FaultMode::FailAll);
+    cads.run(|s| docs.update(s, "lost", inc(1000))).unwrap_err();
+    // `g1` is listed first, so the monitor's probe (which takes the first) applies it and moves
+    // the AppNode to recovery, where the AR worker takes the rest.
+    for id in ["g1", "refused", "g2", "g3", "g4"] {
+        cads.run(|s| docs.update(s, id, inc(1))).unwrap();
+    }
+    d.faults.set(FaultMode::Healthy);
+    let applied = || {
+        good.iter()
+            .all(|id| d.store.get("docs", id).unwrap().unwrap()["n"] == json!(1))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !applied() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the good buffered writes are not all applied: {:?}",
+            cads.tardis_counts()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    drop(recovery);
+    assert_eq!(d.store.get("docs", "refused").unwrap().unwrap(), text);
+    assert_eq!(cads.mode(), Some(Mode::Recovery), "one is left");
+}
+
 /// In recovery under TARDIS, a session that read a document and then finds the CMI holding it
 /// unreachable when it stages its write goes on with the data store alone: the document's
 /// buffered write (on a replica it reaches) is applied, then its write lands after it, and the
