@@ -245,13 +245,22 @@ fn new_session_id() -> String {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let local = 0u8;
-        let mut h = nanos ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64);
-        // splitmix64's finalizer: spreads nearby inputs over the whole range.
-        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        h ^ (h >> 31)
+        process_tag(nanos, std::process::id(), &local as *const u8 as u64)
     });
     format!("{tag:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The tag of a process's session ids, from its start time, its id and a stack address: each
+/// input matters, and nearby inputs give unrelated tags.
+fn process_tag(nanos: u64, pid: u32, address: u64) -> u64 {
+    spread(nanos ^ (u64::from(pid) << 32) ^ address)
+}
+
+/// splitmix64's finalizer: spreads nearby inputs over the whole range.
+fn spread(mut h: u64) -> u64 {
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 /// A session object read back from the cache key `key`: refused if its seal does not open or it
@@ -1029,6 +1038,41 @@ mod tests {
         let b = new_session_id();
         assert_ne!(a, b);
         assert!(a.len() < 64);
+    }
+
+    #[test]
+    fn the_tag_spreads_as_splitmix64_does() {
+        // splitmix64 from seed 1234567: its state advances by the golden gamma before each
+        // output, and its first three outputs are these (the reference implementation's).
+        let mut state = 1_234_567u64;
+        for expected in [
+            6_457_827_717_110_365_317u64,
+            3_203_168_211_198_807_973,
+            9_817_491_932_198_370_423,
+        ] {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            assert_eq!(spread(state), expected);
+        }
+    }
+
+    #[test]
+    fn every_input_of_the_tag_matters() {
+        // Chosen so that or-ing or and-ing the inputs instead of xor-ing them, or shifting the
+        // process id the wrong way, makes two of them collide.
+        let nanos = (3 << 32) | 0b1100;
+        let inputs = [
+            (nanos, 1, 0b0100),
+            (nanos, 2, 0b0100),
+            (nanos + 1, 1, 0b0100),
+            (nanos, 1, 0b1000),
+            (nanos, 1, 0b0001),
+            (nanos, 1, 0b0010),
+        ];
+        let tags: std::collections::HashSet<u64> = inputs
+            .iter()
+            .map(|&(n, pid, address)| process_tag(n, pid, address))
+            .collect();
+        assert_eq!(tags.len(), inputs.len());
     }
 
     #[test]
