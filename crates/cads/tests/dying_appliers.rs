@@ -152,6 +152,44 @@ fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
     assert_eq!(users.read(&cads, "u1").unwrap().unwrap()["n"], json!(2));
 }
 
+/// An apply on demand (as a miss makes) that finds an applier holding the document's buffered
+/// write waits for it rather than leaving it: when it returns, the write is in the data store, and
+/// the miss reads it there.
+#[test]
+fn an_apply_on_demand_waits_for_the_applier_holding_the_buffered_write() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
+    let stall = Stall::at(&scenario, APPLY_LEASED);
+    let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
+    let users = Collection::create(&cads, "users").unwrap();
+    d.store.put("users", "u1", &doc(json!({"n": 0}))).unwrap();
+    cads.run(|s| users.update(s, "u1", changes(json!({"$set": {"n": 1}}))))
+        .unwrap();
+    let stored = || d.store.get("users", "u1").unwrap().unwrap()["n"].clone();
+    std::thread::scope(|scope| {
+        let stalled = scope.spawn(|| writeback::apply_buffered(&cads, &users.doc_ref("u1")));
+        stall.wait_stalled();
+        let waiting = scope.spawn(|| {
+            let applied = writeback::apply_buffered(&cads, &users.doc_ref("u1"));
+            (applied, stored())
+        });
+        // The stalled applier goes on once the second returned (it must not), or after a while.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !waiting.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stall.release();
+        assert!(stalled.join().unwrap().unwrap());
+        let (applied, seen) = waiting.join().unwrap();
+        applied.unwrap();
+        assert_eq!(
+            seen,
+            json!(1),
+            "the second apply returned before the write was applied"
+        );
+    });
+}
+
 /// Deposits by concurrent sessions while workers die at every step of Algorithm 4 and carry on,
 /// and readers delete cached values and read them back: every read is validated against the
 /// deposits that finished before it began and those begun before it ended, and once everything

@@ -1080,7 +1080,9 @@ mod tests {
         assert!(check_queue_name("w1").is_ok());
         assert!(check_queue_name("").is_err());
         assert!(check_queue_name("a\nb").is_err());
+        assert!(check_queue_name(&"x".repeat(MAX_QUEUE_NAME)).is_ok());
         assert!(check_queue_name(&"x".repeat(MAX_QUEUE_NAME + 1)).is_err());
+        assert!(check_queue_name("a\rb").is_err());
     }
 
     #[test]
