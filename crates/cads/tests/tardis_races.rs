@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use cads::documents::Collection;
 use cads::tardis::{AppNodes, Recovery};
+use cads::writeback;
 use cads::{Cads, Config, Error, Mode, Policy, TardisConfig, Technique};
 use cads_store::{Changes, FaultMode};
 use cads_testkit::failpoints::{DyingWorkers, Scenario, CACHE_COMMIT, UNLIST};
@@ -220,4 +221,65 @@ fn a_teleported_write_committed_on_some_cmis_only_leaves_no_stale_fill() {
         assert_eq!(stored["log"], json!(["both"]), "{id}: applied once");
         assert_eq!(docs.read(&b, id).unwrap().unwrap(), stored, "{id}");
     }
+}
+
+/// A teleported write whose cache commit reached the CMI of its document (the marked one, which
+/// commits first) but not the two that hold the TeleW key listing its new buffered write: the
+/// buffered write is visible on CMI 0 while no TeleW key lists it. The AppNode lists it again
+/// (`tardis::LostTeleport`), so recovery does not end before an AR worker has applied it.
+#[test]
+fn a_teleported_write_whose_listing_missed_its_commit_is_listed_again() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteThrough, 3, |o| {
+        o.mode = Some("write-through".into())
+    });
+    let mut config = config(Technique::Tardis, 1);
+    config.write_back.replicas = 2;
+    // A document on CMI 0 whose buffered write has a replica there, listed in a TeleW key kept on
+    // CMIs 1 and 2 only.
+    let probe = d.cads(config.clone());
+    let client = probe.cache().unwrap();
+    let named = Collection::named("docs").unwrap();
+    let (id, telew) = (1..=8)
+        .flat_map(|telew| (0..64).map(move |i| (format!("x{i}"), telew)))
+        .find(|(id, telew)| {
+            let bw = writeback::bw_key(&named.doc_ref(id));
+            let partition = cads_client::stable_hash(&bw) % *telew as u64;
+            let mut listing = client.replicas(format!("PW:{partition}").as_bytes(), 2);
+            listing.sort();
+            client.route(&named.key(id)) == 0
+                && client.replicas(&bw, 2).contains(&0)
+                && listing == [1, 2]
+        })
+        .expect("a document placed so");
+    config.tardis.as_mut().unwrap().telew = telew;
+    let cads = Arc::new(d.cads(config));
+    // Started (loading the key of buffered writes) and stopped: the AppNode stays failed.
+    drop(Recovery::start(cads.clone()).unwrap());
+    let docs = outage(&d, &cads, &["lost", &id]);
+    {
+        let cads = cads.clone();
+        let flushed = AtomicBool::new(false);
+        scenario.on(CACHE_COMMIT, move || {
+            if !flushed.swap(true, Ordering::SeqCst) {
+                let flush = cads_protocol::Command::FlushAll(cads_protocol::FlushScope::Unpinned);
+                for cmi in [1, 2] {
+                    cads.cache().unwrap().execute(cmi, &flush).unwrap();
+                }
+            }
+        });
+    }
+    let err = cads.run(|s| docs.update(s, &id, push("w"))).unwrap_err();
+    assert!(matches!(err, Error::Cache(_)), "a partial commit: {err}");
+    scenario.clear(CACHE_COMMIT);
+    d.faults.set(FaultMode::Healthy);
+    let recovery = Recovery::start(cads.clone()).unwrap();
+    wait_for(&cads, Mode::Normal);
+    drop(recovery);
+    let stored = d.store.get("docs", &id).unwrap().unwrap();
+    assert_eq!(
+        stored["log"],
+        json!(["w"]),
+        "recovery ended with it unapplied"
+    );
 }
