@@ -14,7 +14,7 @@ use std::time::Duration;
 use cads::documents::Collection;
 use cads::writeback::{self, Buffering};
 use cads::{Cads, DocRef, Policy};
-use cads_testkit::failpoints::{Scenario, APPLY_APPLIED, UNREPLICATED};
+use cads_testkit::failpoints::{Scenario, Stall, APPLY_APPLIED, UNREPLICATED};
 use cads_testkit::{CmiOptions, Cmis};
 use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
 use serde_json::json;
@@ -151,4 +151,64 @@ fn an_applier_whose_commit_reaches_one_replica_deletes_the_other_copy() {
     // buffered write it finds again) and be applied a second time.
     assert_eq!(cads.write_back_stats().snapshot().applied_writes, 1);
     assert_eq!(cads.pinned_bytes(), 0);
+}
+
+/// A new buffered write is newer than any copy of an applied one left behind. Here the applier's
+/// commit reaches CMI 0 only (CMI 1's clock moves past its leases) and its clean-up of CMI 1
+/// gives up (a session holds the copy's lease there), so CMI 1 keeps the applied copy; then a
+/// write that reaches CMI 0 only (`UNREPLICATED`) finds no copy there and starts a new buffered
+/// write. The next apply reads the applied copy first (CMI 1 comes first for this document) and
+/// must take the new one: taking the old would apply `a` twice and lose `b`.
+#[test]
+fn a_new_buffered_write_is_newer_than_an_applied_copy_left_behind() {
+    let scenario = Scenario::setup();
+    let long_leases = |o: &mut CmiOptions| o.lease_ms = Some(LONG_LEASE_MS);
+    let d = Deployment::start_with(Policy::WriteBack, 1, long_leases);
+    let other = Cmis::start_with(1, |o| {
+        o.mode = Some(Policy::WriteBack.cmi_mode().into());
+        long_leases(o);
+    });
+    let addrs = [d.cmis.addrs()[0], other.addrs()[0]];
+    let mut config = documents_config(Buffering::Append);
+    config.give_up_after = Duration::from_millis(500);
+    let cads = Cads::connect(d.store.clone(), &addrs, Policy::WriteBack, config);
+    let docs = Collection::create(&cads, "logs").unwrap();
+    let id = document_first_on_cmi_1(&cads, "logs");
+    let doc_ref = DocRef {
+        collection: "logs".into(),
+        id: id.clone(),
+    };
+    let key = writeback::bw_key(&doc_ref);
+    d.store
+        .put("logs", &id, &doc(json!({ "log": [] })))
+        .unwrap();
+    push(&cads, &docs, &id, "a");
+
+    let stall = Stall::at(&scenario, APPLY_APPLIED);
+    std::thread::scope(|scope| {
+        let applier = scope.spawn(|| writeback::apply_buffered(&cads, &doc_ref));
+        stall.wait_stalled();
+        other.advance_clock(PAST_A_LONG_LEASE);
+        let client = cads.cache().unwrap();
+        let mut holder = client.session();
+        holder.on(1, |s| s.get(&key, true)).unwrap().unwrap();
+        stall.release();
+        let gave_up = applier.join().unwrap();
+        assert!(gave_up.is_err(), "the clean-up went through: {gave_up:?}");
+        holder.abort();
+    });
+    scenario.clear(APPLY_APPLIED);
+    assert_eq!(
+        d.store.get("logs", &id).unwrap(),
+        Some(doc(json!({ "log": ["a"] })))
+    );
+
+    scenario.set(UNREPLICATED, "return");
+    push(&cads, &docs, &id, "b");
+    scenario.clear(UNREPLICATED);
+    assert!(writeback::apply_buffered(&cads, &doc_ref).unwrap());
+    assert_eq!(
+        d.store.get("logs", &id).unwrap(),
+        Some(doc(json!({ "log": ["a", "b"] })))
+    );
 }
