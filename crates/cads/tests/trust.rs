@@ -189,6 +189,21 @@ fn a_forged_session_and_queue_line_are_refused_and_the_queue_goes_on() {
     assert_eq!(stats.refused_unauthenticated, 4, "{stats:?}");
     assert_eq!(stats.refused_malformed, 0);
     assert_eq!(stats.applied_sessions, 2);
+
+    // A forged line in a queue with nothing else left to apply leaves it at a worker's next
+    // pass over the queue.
+    plain_append(&cads, b"SQ:q", b"f3\n");
+    let cads = Arc::new(cads);
+    let workers = Workers::start(cads.clone(), 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !queued_ids(&cads).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the forged line stays in the queue"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    workers.stop();
 }
 
 #[test]
