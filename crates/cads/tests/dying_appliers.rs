@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use cads::documents::Collection;
 use cads::writeback::{self, Buffering};
-use cads::{Policy, Workers};
+use cads::{Cads, Policy, Workers};
 use cads_testkit::failpoints::{DyingWorkers, Scenario, Stall, APPLY_LEASED};
 use common::bank::*;
 use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
@@ -109,6 +109,17 @@ fn non_idempotent_writes_are_applied_exactly_once_despite_dying_workers() {
     }
 }
 
+/// Two CMIs with long leases, an applier that stalls once it holds its leases (the first to get
+/// there), and the document `users/u1` with `n: 0` in the data store.
+fn one_user_and_a_stalling_applier(scenario: &Scenario) -> (Deployment, Stall, Cads, Collection) {
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
+    let stall = Stall::at(scenario, APPLY_LEASED);
+    let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
+    let users = Collection::create(&cads, "users").unwrap();
+    d.store.put("users", "u1", &doc(json!({"n": 0}))).unwrap();
+    (d, stall, cads, users)
+}
+
 /// A worker that stalls past its leases between reading a buffered write and writing it to the
 /// data store (a descheduled thread, a data store slow to answer) must not land it after a newer
 /// buffered write of the document that another applier took over and applied meanwhile: that
@@ -116,11 +127,7 @@ fn non_idempotent_writes_are_applied_exactly_once_despite_dying_workers() {
 #[test]
 fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
     let scenario = Scenario::setup();
-    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
-    let stall = Stall::at(&scenario, APPLY_LEASED);
-    let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
-    let users = Collection::create(&cads, "users").unwrap();
-    d.store.put("users", "u1", &doc(json!({"n": 0}))).unwrap();
+    let (d, stall, cads, users) = one_user_and_a_stalling_applier(&scenario);
     let set = |n: i64| {
         cads.run(|s| users.update(s, "u1", changes(json!({"$set": {"n": n}}))))
             .unwrap()
@@ -158,11 +165,7 @@ fn a_worker_stalled_past_its_leases_does_not_undo_a_later_write() {
 #[test]
 fn an_apply_on_demand_waits_for_the_applier_holding_the_buffered_write() {
     let scenario = Scenario::setup();
-    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
-    let stall = Stall::at(&scenario, APPLY_LEASED);
-    let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
-    let users = Collection::create(&cads, "users").unwrap();
-    d.store.put("users", "u1", &doc(json!({"n": 0}))).unwrap();
+    let (d, stall, cads, users) = one_user_and_a_stalling_applier(&scenario);
     cads.run(|s| users.update(s, "u1", changes(json!({"$set": {"n": 1}}))))
         .unwrap();
     let stored = || d.store.get("users", "u1").unwrap().unwrap()["n"].clone();

@@ -13,26 +13,40 @@ use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::writeback::{self, Buffering};
-use cads::{Cads, DocRef, Policy};
+use cads::{Cads, Config, DocRef, Policy};
 use cads_testkit::failpoints::{Scenario, Stall, APPLY_APPLIED, UNREPLICATED};
 use cads_testkit::{CmiOptions, Cmis};
 use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
 use serde_json::json;
 
-/// A document of `collection` whose buffered write's first replica is CMI 1: the lagging copy
-/// (on CMI 1) is the first an applier or a writer reads, the newest (on CMI 0) the second.
-fn document_first_on_cmi_1(cads: &Cads, collection: &str) -> String {
+/// The collection `logs` and a document of it stored with an empty log, whose buffered write's
+/// first replica is CMI 1: a lagging copy there is the first an applier or a writer reads, the
+/// newest (on CMI 0) the second.
+fn an_empty_log(d: &Deployment, cads: &Cads) -> (Collection, DocRef) {
+    let docs = Collection::create(cads, "logs").unwrap();
     let client = cads.cache().unwrap();
-    (0..)
-        .map(|i| format!("d{i}"))
-        .find(|id| {
-            let key = writeback::bw_key(&DocRef {
-                collection: collection.into(),
-                id: id.clone(),
-            });
-            client.replicas(&key, 2) == [1, 0]
-        })
-        .unwrap()
+    let doc_ref = (0..)
+        .map(|i| docs.doc_ref(&format!("d{i}")))
+        .find(|doc_ref| client.replicas(&writeback::bw_key(doc_ref), 2) == [1, 0])
+        .unwrap();
+    d.store
+        .put("logs", &doc_ref.id, &doc(json!({ "log": [] })))
+        .unwrap();
+    (docs, doc_ref)
+}
+
+/// CMI 0 in the deployment and CMI 1 in a server of its own, so that its clock moves alone (both
+/// with long leases), and an AppNode over the two.
+fn cmi_1_apart(config: Config) -> (Deployment, Arc<Cmis>, Cads) {
+    let long_leases = |o: &mut CmiOptions| o.lease_ms = Some(LONG_LEASE_MS);
+    let d = Deployment::start_with(Policy::WriteBack, 1, long_leases);
+    let other = Arc::new(Cmis::start_with(1, |o| {
+        o.mode = Some(Policy::WriteBack.cmi_mode().into());
+        long_leases(o);
+    }));
+    let addrs = [d.cmis.addrs()[0], other.addrs()[0]];
+    let cads = Cads::connect(d.store.clone(), &addrs, Policy::WriteBack, config);
+    (d, other, cads)
 }
 
 fn push(cads: &Cads, docs: &Collection, id: &str, entry: &str) {
@@ -49,12 +63,11 @@ fn the_newest_copy_of_a_buffered_write_is_the_one_written_and_applied() {
     let scenario = Scenario::setup();
     let d = Deployment::start(Policy::WriteBack);
     let cads = d.cads(documents_config(Buffering::ReadModifyWrite));
-    let docs = Collection::create(&cads, "logs").unwrap();
-    let id = document_first_on_cmi_1(&cads, "logs");
+    let (docs, doc_ref) = an_empty_log(&d, &cads);
+    let id = doc_ref.id;
     let log = |entries: &[&str]| doc(json!({ "log": entries }));
 
     // Applied while CMI 1 lags one write behind.
-    d.store.put("logs", &id, &log(&[])).unwrap();
     push(&cads, &docs, &id, "a");
     scenario.set(UNREPLICATED, "return");
     push(&cads, &docs, &id, "b");
@@ -99,11 +112,8 @@ fn a_replica_missing_an_appended_buffered_write_gets_all_of_it() {
     let scenario = Scenario::setup();
     let d = Deployment::start(Policy::WriteBack);
     let cads = d.cads(documents_config(Buffering::Append));
-    let docs = Collection::create(&cads, "logs").unwrap();
-    let id = document_first_on_cmi_1(&cads, "logs");
-    d.store
-        .put("logs", &id, &doc(json!({ "log": [] })))
-        .unwrap();
+    let (docs, doc_ref) = an_empty_log(&d, &cads);
+    let id = doc_ref.id;
     scenario.set(UNREPLICATED, "return");
     push(&cads, &docs, &id, "a");
     scenario.clear(UNREPLICATED);
@@ -122,18 +132,9 @@ fn a_replica_missing_an_appended_buffered_write_gets_all_of_it() {
 #[test]
 fn an_applier_whose_commit_reaches_one_replica_deletes_the_other_copy() {
     let scenario = Scenario::setup();
-    let long_leases = |o: &mut CmiOptions| o.lease_ms = Some(LONG_LEASE_MS);
-    let d = Deployment::start_with(Policy::WriteBack, 1, long_leases);
-    // CMI 1 in a server of its own, so that its clock moves alone.
-    let other = Arc::new(Cmis::start_with(1, |o| {
-        o.mode = Some(Policy::WriteBack.cmi_mode().into());
-        long_leases(o);
-    }));
-    let addrs = [d.cmis.addrs()[0], other.addrs()[0]];
-    let config = documents_config(Buffering::ReadModifyWrite);
-    let cads = Cads::connect(d.store.clone(), &addrs, Policy::WriteBack, config);
-    let docs = Collection::create(&cads, "logs").unwrap();
-    let id = "d0";
+    let (d, other, cads) = cmi_1_apart(documents_config(Buffering::ReadModifyWrite));
+    let (docs, doc_ref) = an_empty_log(&d, &cads);
+    let id = doc_ref.id.as_str();
     cads.run(|s| docs.put(s, id, doc(json!({"v": 1})))).unwrap();
     let moved = Arc::new(AtomicBool::new(false));
     {
@@ -162,26 +163,12 @@ fn an_applier_whose_commit_reaches_one_replica_deletes_the_other_copy() {
 #[test]
 fn a_new_buffered_write_is_newer_than_an_applied_copy_left_behind() {
     let scenario = Scenario::setup();
-    let long_leases = |o: &mut CmiOptions| o.lease_ms = Some(LONG_LEASE_MS);
-    let d = Deployment::start_with(Policy::WriteBack, 1, long_leases);
-    let other = Cmis::start_with(1, |o| {
-        o.mode = Some(Policy::WriteBack.cmi_mode().into());
-        long_leases(o);
-    });
-    let addrs = [d.cmis.addrs()[0], other.addrs()[0]];
     let mut config = documents_config(Buffering::Append);
     config.give_up_after = Duration::from_millis(500);
-    let cads = Cads::connect(d.store.clone(), &addrs, Policy::WriteBack, config);
-    let docs = Collection::create(&cads, "logs").unwrap();
-    let id = document_first_on_cmi_1(&cads, "logs");
-    let doc_ref = DocRef {
-        collection: "logs".into(),
-        id: id.clone(),
-    };
+    let (d, other, cads) = cmi_1_apart(config);
+    let (docs, doc_ref) = an_empty_log(&d, &cads);
+    let id = doc_ref.id.clone();
     let key = writeback::bw_key(&doc_ref);
-    d.store
-        .put("logs", &id, &doc(json!({ "log": [] })))
-        .unwrap();
     push(&cads, &docs, &id, "a");
 
     let stall = Stall::at(&scenario, APPLY_APPLIED);
