@@ -206,6 +206,30 @@ fn a_forged_session_and_queue_line_are_refused_and_the_queue_goes_on() {
     workers.stop();
 }
 
+/// A mapping that lists only applied sessions (here a genuine line replayed after its session
+/// was applied and compacted away; a worker that dies between deleting a session's objects and
+/// compacting leaves the same) is cleaned by the next reader that meets it.
+#[test]
+fn a_mapping_listing_only_applied_sessions_is_cleaned_by_a_reader() {
+    let d = Deployment::start(Policy::WriteBack);
+    d.counters(2);
+    let cads = d.cads(config(MacKey::Stored, Buffering::ReadModifyWrite));
+    increment(&cads, "c1");
+    let mapping = b"SM:counter:c1";
+    let listed = cads.cache().unwrap().get(mapping).unwrap().unwrap();
+    writeback::drain(&cads, Duration::from_secs(10)).unwrap();
+    plain_set(&cads, mapping, &listed);
+    cads.cache().unwrap().delete(&counter_key("c1")).unwrap();
+    assert_eq!(cads.read(&Counters, &"c1".to_string()).unwrap(), 1);
+    let left = cads
+        .cache()
+        .unwrap()
+        .get(mapping)
+        .unwrap()
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{}", String::from_utf8_lossy(&left));
+}
+
 #[test]
 fn a_genuine_session_whose_object_is_replaced_is_refused_and_the_next_applied() {
     let d = Deployment::start(Policy::WriteBack);
