@@ -1,7 +1,9 @@
-//! A buffered write whose replicas disagree: a write reached one replica only (the `UNREPLICATED`
-//! failpoint makes a writer write the lowest-numbered one), so the other keeps an older version.
-//! The next write and the applier both take the newest copy, wherever it is among the replicas,
-//! and nothing written is lost.
+//! Replicas of a buffered write that disagree: a write that reached one replica only (the
+//! `UNREPLICATED` failpoint makes a writer write the lowest-numbered one), an applier's commit
+//! that reached one only (CMI 1 in a server of its own, whose clock moves past the applier's
+//! leases), a clean-up that gave up. Writers and appliers take the newest copy wherever it is,
+//! no applied copy stays behind or wins over a newer buffered write, and no write is lost or
+//! applied twice.
 //!
 //! Failpoints are process-wide: every test here holds the scenario from its first line.
 
@@ -58,6 +60,8 @@ fn drain(cads: &Cads) {
     writeback::drain(cads, Duration::from_secs(60)).unwrap();
 }
 
+/// Read-modify-write buffering with CMI 1 one write behind: the applier, and then the next write,
+/// take CMI 0's newer copy although they read CMI 1's first.
 #[test]
 fn the_newest_copy_of_a_buffered_write_is_the_one_written_and_applied() {
     let scenario = Scenario::setup();
