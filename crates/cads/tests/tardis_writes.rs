@@ -193,15 +193,13 @@ fn a_refused_buffered_write_does_not_hold_up_the_rest_of_its_batch() {
         good.iter()
             .all(|id| d.store.get("docs", id).unwrap().unwrap()["n"] == json!(1))
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !applied() {
-        assert!(
-            std::time::Instant::now() < deadline,
+    let what = || {
+        format!(
             "the good buffered writes are not all applied: {:?}",
             cads.tardis_counts()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+        )
+    };
+    common::wait_until(std::time::Duration::from_secs(120), what, applied);
     drop(recovery);
     assert_eq!(d.store.get("docs", "refused").unwrap().unwrap(), text);
     assert_eq!(cads.mode(), Some(Mode::Recovery), "one is left");

@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::writeback::{self, Buffering, MacKey, Seal};
@@ -18,7 +18,7 @@ use cads::{
 use cads_protocol::{Command, Reply, SetCondition, SetExpiry};
 use cads_store::{Changes, SqlValue, StoreError};
 use cads_testkit::{ScratchDatabase, ScratchDir};
-use common::{counter_key, doc, Counters, Deployment};
+use common::{counter_key, doc, wait_until, Counters, Deployment};
 use serde_json::json;
 
 /// Counters whose increments are buffered as SQL sessions (Design 2), all in the queue `q`.
@@ -195,14 +195,11 @@ fn a_forged_session_and_queue_line_are_refused_and_the_queue_goes_on() {
     plain_append(&cads, b"SQ:q", b"f3\n");
     let cads = Arc::new(cads);
     let workers = Workers::start(cads.clone(), 1);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !queued_ids(&cads).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the forged line stays in the queue"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(60),
+        || "the forged line stays in the queue".into(),
+        || queued_ids(&cads).is_empty(),
+    );
     workers.stop();
 }
 
@@ -248,14 +245,11 @@ fn a_genuine_session_whose_object_is_replaced_is_refused_and_the_next_applied() 
     // Background workers move past it.
     let cads = Arc::new(cads);
     let workers = Workers::start(cads.clone(), 1);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while cads.write_back_stats().snapshot().applied_sessions < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the workers did not go past the refused session"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(20),
+        || "the workers did not go past the refused session".into(),
+        || cads.write_back_stats().snapshot().applied_sessions >= 1,
+    );
     workers.stop();
     assert_eq!(rows(&d), 2, "the forged DELETE did not run");
     assert_eq!((d.stored("c0"), d.stored("c1")), (0, 1));

@@ -44,6 +44,20 @@ pub fn sessions_expired(cads: &Cads) -> u64 {
         .sum()
 }
 
+/// Waits until `done` holds, looking every 10 ms, and fails with `what` once `bound` has passed
+/// without it (a bound a slow machine does not reach: it only ends a test that would hang).
+pub fn wait_until(
+    bound: std::time::Duration,
+    what: impl Fn() -> String,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + bound;
+    while !done() {
+        assert!(Instant::now() < deadline, "{}", what());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// The data store's timeout in these tests: short, so that hang tests are quick.
 pub const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 

@@ -1,7 +1,7 @@
 //! What the TARDIS tests share: CMIs in the lease mode TARDIS needs, a change whose log shows
 //! the order writes landed in, and a wait for an AppNode's mode.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cads::{Cads, Mode, Policy};
 use cads_store::Changes;
@@ -21,14 +21,12 @@ pub fn inc(by: i64) -> Changes {
 
 /// Waits (for a long bound, so that a slow machine does not fail it) until `cads` is in `mode`.
 pub fn wait_for(cads: &Cads, mode: Mode) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while cads.mode() != Some(mode) {
-        assert!(
-            Instant::now() < deadline,
+    let what = || {
+        format!(
             "still {:?} instead of {mode:?}: {:?}",
             cads.mode(),
             cads.tardis_counts()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        )
+    };
+    super::wait_until(Duration::from_secs(120), what, || cads.mode() == Some(mode));
 }
