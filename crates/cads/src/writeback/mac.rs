@@ -138,11 +138,6 @@ impl Seal {
         Seal { mac: None }
     }
 
-    /// Whether objects carry tags.
-    pub fn is_on(&self) -> bool {
-        self.mac.is_some()
-    }
-
     fn mac(&self, context: &[u8], payload: &[u8]) -> Option<Hmac<Sha256>> {
         let mut mac = self.mac.clone()?;
         // The context's length first, so that no (context, payload) pair reads as another.
@@ -269,6 +264,62 @@ mod tests {
         let mut shifted = b"bc".to_vec();
         shifted.extend_from_slice(tag);
         assert_eq!(seal.open(b"a", &shifted), None);
+    }
+
+    #[test]
+    fn hex_parsing_refuses_odd_lengths_and_other_characters() {
+        assert_eq!(unhex("00ff7A"), Some(vec![0, 0xff, 0x7a]));
+        assert_eq!(unhex(""), Some(vec![]));
+        for bad in ["abc", "0g", "a\u{e9}0", "\u{e9}"] {
+            assert_eq!(unhex(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn seals_say_whether_they_tag() {
+        assert_eq!(format!("{:?}", Seal::new(&[7; 32])), "Seal(HMAC-SHA256)");
+        assert_eq!(format!("{:?}", Seal::off()), "Seal(off)");
+    }
+
+    fn memory_store() -> std::sync::Arc<dyn DataStore> {
+        cads_store::open("sqlite::memory:", &cads_store::StoreOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn a_given_key_needs_the_shortest_length() {
+        let store = memory_store();
+        let sealed = |key: Vec<u8>| {
+            MacKey::Given(key)
+                .seal(store.as_ref())
+                .map(|seal| seal.seal(b"k", b"v"))
+        };
+        assert_eq!(
+            sealed(vec![5; MIN_KEY_BYTES]).unwrap(),
+            Seal::new(&[5; MIN_KEY_BYTES]).seal(b"k", b"v")
+        );
+        assert!(matches!(
+            sealed(vec![5; MIN_KEY_BYTES - 1]),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    /// A stored key is the one in the table, random and full length: what a constant key would
+    /// give, anyone could forge.
+    #[test]
+    fn a_stored_key_is_random_kept_and_shared() {
+        let store = memory_store();
+        let first = MacKey::Stored.seal(store.as_ref()).unwrap();
+        let again = MacKey::Stored.seal(store.as_ref()).unwrap();
+        assert_eq!(first.seal(b"k", b"v"), again.seal(b"k", b"v"));
+        let key = read_key(store.as_ref()).unwrap().unwrap();
+        assert_eq!(key.len(), 32);
+        assert_eq!(first.seal(b"k", b"v"), Seal::new(&key).seal(b"k", b"v"));
+        for guess in [vec![], vec![0], vec![1], vec![0; 32]] {
+            assert_eq!(Seal::new(&guess).open(b"k", &first.seal(b"k", b"v")), None);
+        }
+
+        let other = MacKey::Stored.seal(memory_store().as_ref()).unwrap();
+        assert_ne!(other.seal(b"k", b"v"), first.seal(b"k", b"v"));
     }
 
     #[test]
