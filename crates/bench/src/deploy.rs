@@ -5,8 +5,9 @@
 use std::cell::Cell;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Bound;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use cads::sas::{Core as SasCore, CoreSettings as SasCoreSettings};
@@ -17,7 +18,7 @@ use cads::store::{
 use cads::writeback::MacKey;
 use cads::{Cads, Client, Config, Password, Policy, SasConfig, TlsConfig};
 
-use crate::gemini::{GeminiDeployment, GeminiOptions};
+use crate::gemini::{GeminiDeployment, GeminiOptions, GeminiRecord};
 use crate::harness::{Contention, CONTENDED_KEYS_KEPT};
 use serde_json::Value;
 
@@ -155,6 +156,18 @@ pub trait Launcher: Sync {
         settings: &CmiSettings,
     ) -> Result<Box<dyn RunningCmis>>;
 
+    /// Starts `count` empty CMIs like [`start_cmis`](Self::start_cmis), each a process of its
+    /// own keeping an append-only file, so that a run can kill one and start it again from its
+    /// file ([`RunningCmis::kill`], [`RunningCmis::restart`]).
+    fn start_cmi_processes(
+        &self,
+        _count: usize,
+        _mode: &str,
+        _settings: &CmiSettings,
+    ) -> Result<Box<dyn RunningCmis>> {
+        bail!("this program cannot start CMI processes to kill")
+    }
+
     /// The command that starts one AppNode of a run: this program, run with the same benchmark
     /// options, to which the harness appends `--appnode JOB` (see
     /// [`crate::harness::serve_appnode`]).
@@ -179,6 +192,18 @@ pub trait RunningCmis: Send + Sync {
     fn addrs(&self) -> Vec<SocketAddr>;
     /// Stops them; an error says one stopped with an error.
     fn stop(self: Box<Self>) -> Result<()>;
+
+    /// Kills CMI `index` (SIGKILL), if it is a process of its own
+    /// ([`Launcher::start_cmi_processes`]).
+    fn kill(&self, index: usize) -> Result<()> {
+        bail!("CMI {index} runs in this process and cannot be killed")
+    }
+
+    /// Starts the killed CMI `index` again where it was, from its append-only file, and returns
+    /// once it answers.
+    fn restart(&self, index: usize) -> Result<()> {
+        bail!("CMI {index} runs in this process and cannot be restarted")
+    }
 }
 
 thread_local! {
@@ -373,9 +398,14 @@ impl Deployment {
                  host:port; embedded CMIs serve plaintext"
             ),
             (_, CacheSpec::Embedded { cmis }) => {
-                let started = launcher
-                    .start_cmis(*cmis, mode, cmi)
-                    .context("starting the embedded CMIs")?;
+                let started = match gemini {
+                    Some(g) if g.kills() && policy == Policy::WriteAround => launcher
+                        .start_cmi_processes(*cmis, mode, cmi)
+                        .context("starting the CMI processes to kill")?,
+                    _ => launcher
+                        .start_cmis(*cmis, mode, cmi)
+                        .context("starting the embedded CMIs")?,
+                };
                 let addrs = started.addrs();
                 (Some(started), addrs)
             }
@@ -548,6 +578,29 @@ impl Deployment {
         self.gemini.as_ref()
     }
 
+    /// The CMIs this deployment started (None for external ones).
+    pub fn started_cmis(&self) -> Option<&dyn RunningCmis> {
+        self.cmis.as_deref()
+    }
+
+    /// Fails CMIs as `--fail-cmis` says, sampling their hit ratio, until `stop` is set: None
+    /// when the run has no such failure.
+    pub(crate) fn fail_cmis(
+        &self,
+        started: Instant,
+        stop: &AtomicBool,
+    ) -> Option<Result<GeminiRecord>> {
+        let gemini = self.gemini.as_ref()?;
+        let failure = gemini.options().failure()?;
+        Some(crate::gemini::fail_and_watch(
+            gemini,
+            self.started_cmis(),
+            failure,
+            started,
+            stop,
+        ))
+    }
+
     /// Stops embedded CMIs (also done on drop), after Gemini's coordinator.
     pub fn stop(mut self) -> Result<()> {
         self.gemini = None;
@@ -568,6 +621,19 @@ impl Drop for Deployment {
             }
         }
     }
+}
+
+/// A new temporary directory named `prefix...` that only this user can enter, for files that hold
+/// secrets; removed when dropped.
+pub fn private_dir(prefix: &str) -> Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .context("creating a temporary directory")?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", dir.path().display()))?;
+    Ok(dir)
 }
 
 /// A store URL with its password hidden, for messages and run records.

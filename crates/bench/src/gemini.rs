@@ -20,6 +20,8 @@ use cads::store::Relay;
 use cads::{Client, ClientConfig, ClientError, Coordinator};
 use serde::Serialize;
 
+use crate::RunningCmis;
+
 /// The coordinator's lease on an instance in these runs (an instance serves a tenth less).
 pub const LEASE: Duration = Duration::from_millis(1_000);
 /// Time between the coordinator's probes.
@@ -41,7 +43,7 @@ pub struct GeminiOptions {
     pub fail: Option<CmiFailure>,
 }
 
-/// `--fail-cmis K --fail-at T --fail-for D`: the first K CMIs cut off from everyone from T into
+/// `--fail-cmis K --fail-at T --fail-for D --fail-kind KIND`: the first K CMIs fail from T into
 /// the run phase, for D.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmiFailure {
@@ -51,10 +53,54 @@ pub struct CmiFailure {
     pub at: Duration,
     /// For how long.
     pub length: Duration,
+    /// How they fail.
+    pub kind: FailKind,
+}
+
+/// How a CMI fails (`--fail-kind`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailKind {
+    /// Cut off from everyone by the relay in front of it, its content kept in memory (004's
+    /// own method).
+    #[default]
+    Cut,
+    /// Its `cads server` process killed with SIGKILL, and started again from its append-only
+    /// file: the CMIs of such a run are processes of their own.
+    Kill,
+}
+
+impl FailKind {
+    /// The name `--fail-kind` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailKind::Cut => "cut",
+            FailKind::Kill => "kill",
+        }
+    }
+
+    /// The kind `--fail-kind` names.
+    pub fn parse(name: &str) -> Option<FailKind> {
+        [FailKind::Cut, FailKind::Kill]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+}
+
+impl GeminiOptions {
+    /// The failure to inject and the variant it is run with.
+    pub(crate) fn failure(&self) -> Option<(Repair, CmiFailure)> {
+        Some((self.recovery, self.fail?))
+    }
+
+    /// Whether the run's CMIs must be processes of their own (to be killed).
+    pub fn kills(&self) -> bool {
+        self.fail.is_some_and(|f| f.kind == FailKind::Kill)
+    }
 }
 
 /// The coordinator and the relays of one policy's deployment.
 pub struct GeminiDeployment {
+    options: GeminiOptions,
     relays: Vec<Relay>,
     /// The CMIs themselves, for the hit-ratio samples (INFO is answered while fenced).
     direct: Client,
@@ -98,6 +144,7 @@ impl GeminiDeployment {
                 .context("starting the coordinator's thread")?
         };
         let dep = GeminiDeployment {
+            options: opts.clone(),
             relays,
             direct: client(addrs.to_vec()),
             stop,
@@ -105,6 +152,11 @@ impl GeminiDeployment {
         };
         dep.wait_until_served()?;
         Ok(dep)
+    }
+
+    /// The run's settings.
+    pub fn options(&self) -> &GeminiOptions {
+        &self.options
     }
 
     /// The addresses the framework reaches the CMIs at (through the relays).
@@ -133,23 +185,62 @@ impl GeminiDeployment {
     }
 
     /// Cuts the first `count` CMIs off from everyone, or lets them back.
-    fn set_failed(&self, count: usize, failed: bool) {
+    fn set_cut(&self, count: usize, cut: bool) {
         for relay in &self.relays[..count.min(self.relays.len())] {
-            relay.set_cut(failed);
+            relay.set_cut(cut);
         }
     }
 
-    /// Hits, misses and discarded keys of the first `count` CMIs (those a run fails), summed.
-    fn counters(&self, count: usize) -> Option<(u64, u64, u64)> {
-        let mut sum = (0, 0, 0);
-        for cmi in 0..count.min(self.direct.cmis()) {
-            let stats = self.direct.info(cmi).ok()?;
-            sum.0 += stats.keyspace_hits;
-            sum.1 += stats.keyspace_misses;
-            sum.2 += stats.discarded_keys;
-        }
-        Some(sum)
+    /// Hits, misses and discarded keys of each of the first `count` CMIs (those a run fails);
+    /// None for one that cannot be asked.
+    fn counters(&self, count: usize) -> Vec<Option<CmiCounters>> {
+        (0..count.min(self.direct.cmis()))
+            .map(|cmi| {
+                let stats = self.direct.info(cmi).ok()?;
+                Some(CmiCounters {
+                    hits: stats.keyspace_hits,
+                    misses: stats.keyspace_misses,
+                    discarded: stats.discarded_keys,
+                })
+            })
+            .collect()
     }
+}
+
+/// A CMI's counters that a run with failures follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CmiCounters {
+    hits: u64,
+    misses: u64,
+    discarded: u64,
+}
+
+impl CmiCounters {
+    /// What was counted from `earlier` to `self`. A CMI restarted in between counts from zero
+    /// again: a counter lower than before is all new.
+    fn since(self, earlier: CmiCounters) -> CmiCounters {
+        let since = |now: u64, then: u64| if now >= then { now - then } else { now };
+        CmiCounters {
+            hits: since(self.hits, earlier.hits),
+            misses: since(self.misses, earlier.misses),
+            discarded: since(self.discarded, earlier.discarded),
+        }
+    }
+}
+
+/// Adds up what the failed CMIs counted between two samples, over those asked both times.
+fn counted(last: &[Option<CmiCounters>], now: &[Option<CmiCounters>]) -> Option<CmiCounters> {
+    let mut sum: Option<CmiCounters> = None;
+    for (then, now) in last.iter().zip(now) {
+        if let (Some(then), Some(now)) = (then, now) {
+            let delta = now.since(*then);
+            let total = sum.get_or_insert_with(CmiCounters::default);
+            total.hits += delta.hits;
+            total.misses += delta.misses;
+            total.discarded += delta.discarded;
+        }
+    }
+    sum
 }
 
 impl Drop for GeminiDeployment {
@@ -166,6 +257,8 @@ impl Drop for GeminiDeployment {
 pub struct GeminiRecord {
     /// The variant (`gemini-i`, `gemini-o`, `volatile`, `stale`).
     pub recovery: &'static str,
+    /// How they failed (`cut`, `kill`).
+    pub fail_kind: &'static str,
     /// How many CMIs failed.
     pub failed_cmis: usize,
     /// When they were cut off, seconds into the run phase (None: the run ended first).
@@ -193,17 +286,20 @@ pub struct HitSample {
 }
 
 /// Runs `failure` against `dep` from `started` until `stop` is set (a failure that began lasts
-/// its whole length), sampling the failed CMIs' hit ratio throughout.
+/// its whole length), sampling the failed CMIs' hit ratio throughout. `cmis` are the run's CMIs,
+/// which a failure of kind [`FailKind::Kill`] kills and restarts.
 pub(crate) fn fail_and_watch(
     dep: &GeminiDeployment,
-    recovery: Repair,
-    failure: CmiFailure,
+    cmis: Option<&dyn RunningCmis>,
+    (recovery, failure): (Repair, CmiFailure),
     started: Instant,
     stop: &AtomicBool,
-) -> GeminiRecord {
+) -> Result<GeminiRecord> {
     let k = failure.cmis;
+    let killed = || cmis.context("--fail-kind kill needs CMIs the run started");
     let mut record = GeminiRecord {
         recovery: recovery.name(),
+        fail_kind: failure.kind.name(),
         failed_cmis: k,
         fail_at_s: None,
         back_s: None,
@@ -212,37 +308,52 @@ pub(crate) fn fail_and_watch(
         discarded_keys: 0,
         timeline: Vec::new(),
     };
-    let first = dep.counters(k);
-    let mut last = first;
+    let mut last = dep.counters(k);
     let mut next_sample = started + SAMPLE_EVERY;
     loop {
         let now = Instant::now();
         let t = now - started;
         if record.fail_at_s.is_none() && t >= failure.at && !stop.load(Ordering::Acquire) {
-            dep.set_failed(k, true);
+            match failure.kind {
+                FailKind::Cut => dep.set_cut(k, true),
+                FailKind::Kill => {
+                    for index in 0..k {
+                        killed()?.kill(index)?;
+                    }
+                }
+            }
             record.fail_at_s = Some(t.as_secs_f64());
         }
         if record.fail_at_s.is_some() && record.back_s.is_none() && t >= failure.at + failure.length
         {
-            dep.set_failed(k, false);
-            record.back_s = Some(t.as_secs_f64());
+            match failure.kind {
+                FailKind::Cut => dep.set_cut(k, false),
+                FailKind::Kill => {
+                    for index in 0..k {
+                        killed()?.restart(index)?;
+                    }
+                }
+            }
+            record.back_s = Some(started.elapsed().as_secs_f64());
         }
         let failing = record.fail_at_s.is_some() && record.back_s.is_none();
         if stop.load(Ordering::Acquire) && !failing {
             break;
         }
-        if now >= next_sample {
+        if Instant::now() >= next_sample {
             next_sample += SAMPLE_EVERY;
             let counters = dep.counters(k);
-            let hit_ratio = match (last, counters) {
-                (Some(a), Some(b)) => {
-                    let (hits, misses) = (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1));
-                    (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
+            let delta = counted(&last, &counters);
+            if let Some(delta) = delta {
+                record.discarded_keys += delta.discarded;
+            }
+            let hit_ratio = delta
+                .filter(|d| d.hits + d.misses > 0)
+                .map(|d| d.hits as f64 / (d.hits + d.misses) as f64);
+            for (kept, now) in last.iter_mut().zip(counters) {
+                if now.is_some() {
+                    *kept = now;
                 }
-                _ => None,
-            };
-            if counters.is_some() {
-                last = counters;
             }
             record.timeline.push(HitSample {
                 t_s: t.as_secs_f64(),
@@ -251,11 +362,11 @@ pub(crate) fn fail_and_watch(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    if let (Some(a), Some(b)) = (first, dep.counters(k)) {
-        record.discarded_keys = b.2.saturating_sub(a.2);
+    if let Some(delta) = counted(&last, &dep.counters(k)) {
+        record.discarded_keys += delta.discarded;
     }
     restored(&mut record);
-    record
+    Ok(record)
 }
 
 /// Fills in the hit ratio before the failure and the time to get back to it.
@@ -293,10 +404,28 @@ mod tests {
         HitSample { t_s, hit_ratio }
     }
 
+    fn counters(hits: u64, misses: u64, discarded: u64) -> Option<CmiCounters> {
+        Some(CmiCounters {
+            hits,
+            misses,
+            discarded,
+        })
+    }
+
+    /// A CMI restarted between two samples counts from zero: what it counts then is all new.
+    #[test]
+    fn counts_between_samples_add_up_over_cmis_and_restarts() {
+        let last = [counters(10, 5, 2), counters(100, 50, 0), counters(7, 7, 7)];
+        let now = [counters(13, 6, 2), counters(4, 1, 3), None];
+        assert_eq!(counted(&last, &now), counters(3 + 4, 1 + 1, 3));
+        assert_eq!(counted(&[None], &[counters(1, 1, 1)]), None);
+    }
+
     #[test]
     fn restore_is_the_first_sample_back_at_the_level_before() {
         let mut record = GeminiRecord {
             recovery: "gemini-i",
+            fail_kind: "cut",
             failed_cmis: 1,
             fail_at_s: Some(2.0),
             back_s: Some(4.0),

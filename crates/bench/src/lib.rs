@@ -55,5 +55,5 @@ pub mod report;
 pub mod tpcc;
 pub mod ycsb;
 
-pub use deploy::{CacheSpec, CmiSettings, Launcher, NoLauncher, RunningCmis};
+pub use deploy::{private_dir, CacheSpec, CmiSettings, Launcher, NoLauncher, RunningCmis};
 pub use harness::{parse_duration, parse_policies};

@@ -11,7 +11,7 @@ use cads::gemini::Repair;
 use cads::writeback::MacKey;
 use cads::{AppNodes, Password, Policy, TardisConfig, Technique, TlsConfig, TlsIdentity, TlsName};
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
-use cads_bench::gemini::{CmiFailure, GeminiOptions};
+use cads_bench::gemini::{CmiFailure, FailKind, GeminiOptions};
 use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions, Outage};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
@@ -203,9 +203,9 @@ pub struct Common {
     /// Gemini: fragments the key space is split into.
     #[arg(long, value_name = "N", default_value_t = 64, requires = "recovery")]
     pub fragments: u32,
-    /// Gemini: how many CMIs fail during the run phase (the first ones), cut off from everyone
-    /// and back with their content. The record gains their hit ratio over time and the time to
-    /// restore it.
+    /// Gemini: how many CMIs fail during the run phase (the first ones) and come back with
+    /// their content (see --fail-kind). The record gains their hit ratio over time and the time
+    /// to restore it.
     #[arg(long, value_name = "K", requires_all = ["recovery", "fail_at", "fail_for"])]
     pub fail_cmis: Option<usize>,
     /// Gemini: when the CMIs fail, from the start of the run phase.
@@ -214,6 +214,16 @@ pub struct Common {
     /// Gemini: how long they stay away.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "fail_cmis")]
     pub fail_for: Option<Duration>,
+    /// Gemini: how they fail. cut: the embedded CMIs are cut off from everyone (a relay in
+    /// front of each) and keep their content in memory; kill: the CMIs run as `cads server`
+    /// processes keeping append-only files, and the failing ones are killed (SIGKILL) and
+    /// started again from their files.
+    #[arg(long, value_name = "KIND", value_parser = fail_kind, default_value = "cut", requires = "fail_cmis")]
+    pub fail_kind: FailKind,
+}
+
+fn fail_kind(text: &str) -> Result<FailKind, String> {
+    FailKind::parse(text).ok_or_else(|| format!("unknown failure {text:?} (use cut or kill)"))
 }
 
 fn recovery(text: &str) -> Result<Repair, String> {
@@ -268,10 +278,14 @@ impl Common {
             gemini: self.recovery.map(|recovery| GeminiOptions {
                 recovery,
                 fragments: self.fragments,
-                fail: self
-                    .fail_cmis
-                    .zip(self.fail_at.zip(self.fail_for))
-                    .map(|(cmis, (at, length))| CmiFailure { cmis, at, length }),
+                fail: self.fail_cmis.zip(self.fail_at.zip(self.fail_for)).map(
+                    |(cmis, (at, length))| CmiFailure {
+                        cmis,
+                        at,
+                        length,
+                        kind: self.fail_kind,
+                    },
+                ),
             }),
         }
     }

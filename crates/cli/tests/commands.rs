@@ -510,60 +510,82 @@ fn coord_runs_over_cmis_and_status_shows_its_configuration() {
     }
 }
 
-/// `--recovery` with a CMI failing mid-run (004 §5): StaleCache, which keeps the returning CMI's
-/// content unrepaired, reads values overwritten while it was away, and the validator catches
-/// them (the positive control); Gemini-I, the same run otherwise, reads none. Both records carry
-/// the failed CMI's hit ratio over time.
-#[test]
-fn gemini_reads_nothing_stale_where_a_stale_cache_does() {
+/// A YCSB run of `--recovery VARIANT` with one of three CMIs failing mid-run (004 §5) as
+/// `extra` says: its output and record.
+fn gemini_run(dir: &ScratchDir, recovery: &str, extra: &[&str]) -> (Output, Value) {
+    let json = dir.path().join(format!("{recovery}.json"));
+    let mut args = vec![
+        "bench",
+        "ycsb",
+        "--policy",
+        "write-around",
+        "--workload",
+        "A",
+        "--records",
+        "500",
+        "--threads",
+        "4",
+        "--duration",
+        "9s",
+        "--cache",
+        "embedded:3",
+        "--recovery",
+        recovery,
+        "--fragments",
+        "12",
+        "--fail-cmis",
+        "1",
+        "--fail-at",
+        "1s",
+        // Long enough after the coordinator's 1 s lease for writes to reach the secondaries
+        // however slowly the machine runs (the stale run needs some to read stale values).
+        "--fail-for",
+        "4s",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let out = cads(&args);
+    let records: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (out, records[0].clone())
+}
+
+/// StaleCache, which keeps the returning CMI's content unrepaired, reads values overwritten
+/// while it was away, and the validator catches them (the positive control); `gemini`, the
+/// same run otherwise, reads none. Both records carry the failed CMI's hit ratio over time.
+fn gemini_reads_nothing_stale(gemini: &str, kind: &str, extra: &[&str]) {
     let dir = ScratchDir::new("gemini-bench");
-    let run = |recovery: &str| {
-        let json = dir.path().join(format!("{recovery}.json"));
-        let out = cads(&[
-            "bench",
-            "ycsb",
-            "--policy",
-            "write-around",
-            "--workload",
-            "A",
-            "--records",
-            "500",
-            "--threads",
-            "4",
-            "--duration",
-            "9s",
-            "--cache",
-            "embedded:3",
-            "--recovery",
-            recovery,
-            "--fragments",
-            "12",
-            "--fail-cmis",
-            "1",
-            "--fail-at",
-            "1s",
-            // Long enough after the coordinator's 1 s lease for writes to reach the secondaries
-            // however slowly the machine runs (the stale run needs some to read stale values).
-            "--fail-for",
-            "4s",
-            "--json",
-            json.to_str().unwrap(),
-        ]);
-        let records: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-        (out, records[0].clone())
-    };
-    let (out, record) = run("stale");
+    let (out, record) = gemini_run(&dir, "stale", extra);
     assert_failed_on_stale_reads(&out, "ycsb A write-around #0");
     assert!(record["stale_reads"].as_u64().unwrap() > 0);
     assert_eq!(record["gemini"]["recovery"], "stale");
 
-    let (out, record) = run("gemini-i");
+    let (out, record) = gemini_run(&dir, gemini, extra);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(record["stale_reads"], 0);
-    let gemini = &record["gemini"];
-    assert_eq!(gemini["failed_cmis"], 1);
-    assert!(gemini["back_s"].as_f64().unwrap() > gemini["fail_at_s"].as_f64().unwrap());
-    assert!(!gemini["timeline"].as_array().unwrap().is_empty());
+    let failure = &record["gemini"];
+    assert_eq!(failure["recovery"], gemini);
+    assert_eq!(failure["fail_kind"], kind);
+    assert_eq!(failure["failed_cmis"], 1);
+    assert!(failure["back_s"].as_f64().unwrap() > failure["fail_at_s"].as_f64().unwrap());
+    assert!(!failure["timeline"].as_array().unwrap().is_empty());
+}
+
+/// The CMI cut off from everyone, its content kept in memory, under one AppNode.
+#[test]
+fn gemini_reads_nothing_stale_where_a_stale_cache_does() {
+    gemini_reads_nothing_stale("gemini-i", "cut", &[]);
+}
+
+/// The CMI's process killed (SIGKILL) and started again from its append-only file, while two
+/// AppNode processes keep reading and writing.
+#[test]
+fn gemini_reads_nothing_stale_from_a_killed_cmi_back_from_its_log() {
+    gemini_reads_nothing_stale(
+        "gemini-o",
+        "kill",
+        &["--fail-kind", "kill", "--appnodes", "2"],
+    );
 }
 
 /// `cads coord --state-file` killed with SIGKILL and started again: it goes on from the

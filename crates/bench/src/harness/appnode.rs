@@ -231,17 +231,9 @@ pub(crate) fn measure<B: Benchmark>(
     let opts = bench.options();
     let count = opts.appnodes;
     let limit = bench.limit();
-    let dir = tempfile::Builder::new()
-        .prefix("cads-appnodes-")
-        .tempdir()
-        .context("creating a directory for the AppNodes' jobs")?;
     // The jobs name the data store (with its password) and what the benchmark hands over (the
-    // CPR ranges' owner's token): for this user only.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-            .context("making the AppNodes' job directory private")?;
-    }
+    // CPR ranges' owner's token).
+    let dir = crate::private_dir("cads-appnodes-").context("a directory for the AppNodes' jobs")?;
     dep.faults.reset_counts();
     let before = Counters::take(dep);
     let clock = Clock::start();
@@ -304,11 +296,12 @@ pub(crate) fn measure<B: Benchmark>(
         .map(|_| Mutex::new((0, WriteBackCounts::default())))
         .collect();
     let write_back = run.policy == Policy::WriteBack;
-    let (heard, happened): (Vec<Result<()>>, Happened) = std::thread::scope(|scope| {
+    let (heard, happened, failed_cmis) = std::thread::scope(|scope| {
         let cutter = opts.outage.map(|o| {
             let (cut, stop) = (&cut, &stop);
             scope.spawn(move || cut_off(cut, o, started, clock, stop))
         });
+        let failer = scope.spawn(|| dep.fail_cmis(started, &stop));
         let readers: Vec<_> = nodes
             .iter_mut()
             .zip(&progress)
@@ -345,14 +338,17 @@ pub(crate) fn measure<B: Benchmark>(
         let happened = cutter.map_or(Happened::default(), |c| {
             c.join().expect("the outage thread does not panic")
         });
-        let heard = readers
+        let failed_cmis = failer
+            .join()
+            .expect("the CMI failure thread does not panic");
+        let heard: Vec<Result<()>> = readers
             .into_iter()
             .map(|r| {
                 r.join()
                     .map_err(|_| anyhow!("an AppNode's reader panicked"))?
             })
             .collect();
-        (heard, happened)
+        (heard, happened, failed_cmis)
     });
     let mut merged: Option<NodeReport<B::Log>> = None;
     for (index, (mut node, heard)) in nodes.into_iter().zip(heard).enumerate() {
@@ -397,6 +393,9 @@ pub(crate) fn measure<B: Benchmark>(
     let done = node.completed();
     let timeline = sampler.timeline.take();
     let mut measured = sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
+    measured.gemini = failed_cmis
+        .transpose()
+        .context("failing CMIs (--fail-cmis)")?;
     let failed = total.tardis.is_some_and(|t| t.failures > 0);
     if let Some(timeline) = timeline.filter(|_| opts.outage.is_some() || failed) {
         let mut record = OutageRecord::of_run(opts, failed_operations);

@@ -55,7 +55,7 @@ use crate::cpu::{CpuRecord, CpuSample};
 use crate::deploy::{
     check_one_lease_mode, check_sas, redact, relayed, store_url, Deployment, Launcher,
 };
-use crate::gemini::{self, GeminiRecord};
+use crate::gemini::GeminiRecord;
 use drive::{drive, ThreadSet};
 use outage::{cut_off, Cut, Happened, Timeline};
 
@@ -491,19 +491,12 @@ impl<B: Benchmark> Runner<'_, B> {
         sampler.timeline = tracked.then(|| Timeline::new(started, true));
         let stop = AtomicBool::new(false);
         let cut = self.cut();
-        let failure = opts
-            .gemini
-            .as_ref()
-            .and_then(|g| Some((g.recovery, g.fail?)));
         let (node, happened, failed_cmis) = std::thread::scope(|scope| {
             let cutter = opts.outage.map(|o| {
                 let (cut, stop) = (&cut, &stop);
                 scope.spawn(move || cut_off(cut, o, started, env.clock, stop))
             });
-            let failer = dep.gemini().zip(failure).map(|(g, (recovery, fail))| {
-                let stop = &stop;
-                scope.spawn(move || gemini::fail_and_watch(g, recovery, fail, started, stop))
-            });
+            let failer = scope.spawn(|| dep.fail_cmis(started, &stop));
             let node = drive(bench, self.loaded, &env, &set, limit, |done| {
                 let wb = write_back.then(|| cads.write_back_stats().snapshot().since(&before.wb));
                 sampler.tick(done, wb);
@@ -512,8 +505,9 @@ impl<B: Benchmark> Runner<'_, B> {
             let happened = cutter.map_or(Happened::default(), |c| {
                 c.join().expect("the outage thread does not panic")
             });
-            let failed_cmis =
-                failer.map(|f| f.join().expect("the CMI failure thread does not panic"));
+            let failed_cmis = failer
+                .join()
+                .expect("the CMI failure thread does not panic");
             (node, happened, failed_cmis)
         });
         let timeline = sampler.timeline.take();
@@ -524,7 +518,9 @@ impl<B: Benchmark> Runner<'_, B> {
         let mut measured =
             sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
         measured.calls = dep.faults.counts();
-        measured.gemini = failed_cmis;
+        measured.gemini = failed_cmis
+            .transpose()
+            .context("failing CMIs (--fail-cmis)")?;
         if let Some(workers) = workers {
             measured.pinned.close(cads.pinned_bytes());
             workers.stop();
