@@ -1,6 +1,7 @@
 //! YCSB's usertable as a cads application: records are documents of a
 //! [`Collection`](cads::documents::Collection) named [`TABLE`], keyed as YCSB keys them
-//! ([`key_name`]), with `fieldcount` string fields of `fieldlength` bytes.
+//! ([`key_name`]), with `fieldcount` string fields of `fieldlength` bytes, or of lengths drawn
+//! from Facebook's ETC value sizes ([`FieldLength`]).
 //!
 //! Every write puts a *version token* into the record: the field `v`, and the first 16
 //! characters (hex) of every field it writes, the rest of whose value is derived from the token.
@@ -71,15 +72,84 @@ pub fn field_value(token: u64, field: usize, len: usize) -> String {
     value
 }
 
+/// How long the fields of a record are; in records, a number of bytes or `"etc"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldLength {
+    /// Every field this many bytes (YCSB's `fieldlength`, 100).
+    Fixed(usize),
+    /// Each field as long as a value of Facebook's ETC pool (benchmarks.md Part B §4: Atikoglu
+    /// et al., SIGMETRICS'12, §6, a generalized Pareto with σ = 214.476 and k = 0.348238, over
+    /// the whole range as fbworkload draws it), drawn from the write's version and the field so
+    /// that a reader can check it; at least [`MIN_FIELD_LENGTH`] bytes and at most 1 MB.
+    Etc,
+}
+
+/// The shortest field: its version, in 16 hex digits.
+pub const MIN_FIELD_LENGTH: usize = 16;
+
+/// The longest ETC value (the reproductions' clip).
+const ETC_MAX_LENGTH: f64 = 1_000_000.0;
+const ETC_SIGMA: f64 = 214.476;
+const ETC_K: f64 = 0.348238;
+
+impl FieldLength {
+    /// The length of field `field` as the write with version `token` writes it.
+    pub fn of(self, token: u64, field: usize) -> usize {
+        match self {
+            FieldLength::Fixed(len) => len,
+            FieldLength::Etc => {
+                let mut rng =
+                    Rng::new(token ^ (field as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+                // U in (0, 1], so that U^-k is finite; the generalized Pareto's inverse CDF
+                // (θ = 0).
+                let u = 1.0 - rng.next_f64();
+                let x = ETC_SIGMA * (u.powf(-ETC_K) - 1.0) / ETC_K;
+                x.clamp(MIN_FIELD_LENGTH as f64, ETC_MAX_LENGTH) as usize
+            }
+        }
+    }
+
+    /// A length as `--field-length` spells it: bytes, or `etc`.
+    pub fn parse(text: &str) -> Option<FieldLength> {
+        match text {
+            "etc" => Some(FieldLength::Etc),
+            _ => text.parse().ok().map(FieldLength::Fixed),
+        }
+    }
+}
+
+impl Serialize for FieldLength {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            FieldLength::Fixed(len) => serializer.serialize_u64(*len as u64),
+            FieldLength::Etc => serializer.serialize_str("etc"),
+        }
+    }
+}
+
+impl std::fmt::Display for FieldLength {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldLength::Fixed(len) => write!(f, "{len}"),
+            FieldLength::Etc => f.write_str("etc"),
+        }
+    }
+}
+
 /// The name of field `i` (`field0`, `field1`, ...).
 pub fn field_name(i: usize) -> String {
     format!("field{i}")
 }
 
 /// A whole record at version `token`.
-pub fn record(token: u64, fields: usize, len: usize) -> Document {
+pub fn record(token: u64, fields: usize, len: FieldLength) -> Document {
     let mut doc: Document = (0..fields)
-        .map(|i| (field_name(i), Value::String(field_value(token, i, len))))
+        .map(|i| {
+            (
+                field_name(i),
+                Value::String(field_value(token, i, len.of(token, i))),
+            )
+        })
         .collect();
     doc.insert("v".into(), token.into());
     doc
@@ -96,7 +166,7 @@ pub struct Seen {
 }
 
 /// Checks a record read from the cache or the data store.
-pub fn inspect(doc: Option<&Document>, fields: usize, len: usize, all_fields: bool) -> Seen {
+pub fn inspect(doc: Option<&Document>, fields: usize, len: FieldLength, all_fields: bool) -> Seen {
     let Some(doc) = doc else {
         return Seen {
             token: None,
@@ -126,7 +196,7 @@ pub fn inspect(doc: Option<&Document>, fields: usize, len: usize, all_fields: bo
                 intact: false,
             };
         };
-        if value != field_value(field_token, i, len) {
+        if value != field_value(field_token, i, len.of(field_token, i)) {
             return Seen {
                 token: Some(token),
                 intact: false,
@@ -150,15 +220,72 @@ pub fn inspect(doc: Option<&Document>, fields: usize, len: usize, all_fields: bo
 
 /// The changes of an update to version `token`: `$set` of `v` and of every field (`field` None)
 /// or of field `field` alone.
-pub fn update(token: u64, field: Option<usize>, fields: usize, len: usize) -> Changes {
+pub fn update(token: u64, field: Option<usize>, fields: usize, len: FieldLength) -> Changes {
     let mut set = serde_json::Map::new();
     let written = match field {
         Some(i) => i..i + 1,
         None => 0..fields,
     };
     for i in written {
-        set.insert(field_name(i), field_value(token, i, len).into());
+        set.insert(
+            field_name(i),
+            field_value(token, i, len.of(token, i)).into(),
+        );
     }
     set.insert("v".into(), token.into());
     Changes::from_json(&serde_json::json!({ "$set": set })).expect("$set of strings is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etc_lengths_follow_the_published_value_sizes() {
+        let mut lengths: Vec<usize> = (0..100_000u64)
+            .map(|token| FieldLength::Etc.of(token, 0))
+            .collect();
+        assert_eq!(FieldLength::Etc.of(7, 0), FieldLength::Etc.of(7, 0));
+        assert_ne!(
+            (0..10)
+                .map(|f| FieldLength::Etc.of(7, f))
+                .collect::<Vec<_>>(),
+            vec![FieldLength::Etc.of(7, 0); 10],
+            "each field draws its own length"
+        );
+        lengths.sort_unstable();
+        assert!(lengths[0] >= MIN_FIELD_LENGTH && lengths[lengths.len() - 1] <= 1_000_000);
+        // The generalized Pareto's median is σ(2^k - 1)/k ≈ 168 bytes (benchmarks.md Part B §4).
+        let median = lengths[lengths.len() / 2];
+        assert!((160..=176).contains(&median), "median {median}");
+        let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
+        assert!((290.0..370.0).contains(&mean), "mean {mean}");
+        assert_eq!(FieldLength::Fixed(100).of(7, 3), 100);
+    }
+
+    #[test]
+    fn records_of_etc_lengths_read_back_intact() {
+        let token = 0x0000_0100_0000_0007;
+        let doc = record(token, 3, FieldLength::Etc);
+        let seen = inspect(Some(&doc), 3, FieldLength::Etc, true);
+        assert_eq!((seen.token, seen.intact), (Some(token), true));
+        for i in 0..3 {
+            let value = doc[&field_name(i)].as_str().unwrap();
+            assert_eq!(value.len(), FieldLength::Etc.of(token, i));
+        }
+        let mut cut = doc.clone();
+        let value = cut[&field_name(1)].as_str().unwrap().to_string();
+        cut.insert(field_name(1), value[..value.len() - 1].into());
+        assert!(!inspect(Some(&cut), 3, FieldLength::Etc, true).intact);
+    }
+
+    #[test]
+    fn field_lengths_parse_as_spelled() {
+        assert_eq!(FieldLength::parse("etc"), Some(FieldLength::Etc));
+        assert_eq!(FieldLength::parse("100"), Some(FieldLength::Fixed(100)));
+        assert_eq!(FieldLength::parse("x"), None);
+        assert_eq!(FieldLength::Etc.to_string(), "etc");
+        assert_eq!(serde_json::to_string(&FieldLength::Fixed(9)).unwrap(), "9");
+        assert_eq!(serde_json::to_string(&FieldLength::Etc).unwrap(), "\"etc\"");
+    }
 }

@@ -16,7 +16,7 @@ use cads::documents::Collection;
 use cads::store::{DataStore, Document};
 use cads::{Config, Policy};
 use cads_apps::bg::{layout, ActionKind, GraphParams, LayoutKind};
-use cads_apps::ycsb::{load_token, record, update, TABLE};
+use cads_apps::ycsb::{load_token, record, update, FieldLength, TABLE};
 
 use crate::bg::warm_cache;
 use crate::bg::workload::{MemberChooser, Model, Outcome, Popularity};
@@ -142,7 +142,7 @@ pub fn measure_actions(
 
 /// Fields per YCSB record (each of 100 bytes).
 const FIELDS: usize = 10;
-const FIELD_LENGTH: usize = 100;
+const FIELD_LENGTH: FieldLength = FieldLength::Fixed(100);
 
 /// YCSB Read and Update on the document layer (000 Table 3.4): `records` records of 10 fields of
 /// 100 bytes; a read gets all fields of a record, an update sets all of them (`$set`). Records read

@@ -15,7 +15,7 @@ use cads_bench::gemini::{CmiFailure, FailKind, GeminiOptions};
 use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions, Outage};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
-use cads_bench::ycsb::{self, Distribution, Fields, YcsbOptions};
+use cads_bench::ycsb::{self, Distribution, FieldLength, Fields, YcsbOptions};
 use cads_bench::{parse_duration, parse_policies, CacheSpec, CmiSettings};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -35,7 +35,8 @@ pub struct BenchArgs {
 /// The benchmarks.
 #[derive(Subcommand, Debug)]
 pub enum Benchmark {
-    /// YCSB: workloads A-F, the papers' S and CPR's scans on the document layer; every read
+    /// YCSB: workloads A-F, the papers' S, CPR's scans and an ETC-like trace on the document
+    /// layer; every read
     /// validated, and the data store's final state checked against the last acknowledged writes.
     Ycsb(YcsbArgs),
     /// BG: a social graph and its seven core actions under BG's mixes; every count read
@@ -222,6 +223,10 @@ pub struct Common {
     pub fail_kind: FailKind,
 }
 
+fn field_length(text: &str) -> Result<FieldLength, String> {
+    FieldLength::parse(text).ok_or_else(|| format!("{text:?} is not a length (use bytes or etc)"))
+}
+
 fn fail_kind(text: &str) -> Result<FailKind, String> {
     FailKind::parse(text).ok_or_else(|| format!("unknown failure {text:?} (use cut or kill)"))
 }
@@ -317,8 +322,9 @@ impl Common {
 pub struct YcsbArgs {
     #[command(flatten)]
     pub common: Common,
-    /// Workload: A, B, C, D, E, F (YCSB's), S (95% scans of 5 records, 5% updates) or CPR
-    /// (scans and updates; see --scan-share, --scan-length, --projection).
+    /// Workload: A, B, C, D, E, F (YCSB's), S (95% scans of 5 records, 5% updates), CPR
+    /// (scans and updates; see --scan-share, --scan-length, --projection) or ETC (95% reads, 5%
+    /// updates, zipfian, one field as long as Facebook's ETC values).
     #[arg(long, default_value = "A")]
     pub workload: String,
     /// Threads issuing operations (load, warm-up and run phases).
@@ -357,12 +363,14 @@ pub struct YcsbArgs {
     /// more than β% of its records with a range cached whole, and then as 0 caches it.
     #[arg(long, value_name = "0..100", default_value_t = YcsbOptions::default().beta)]
     pub beta: u8,
-    /// Fields per record.
-    #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().field_count)]
-    pub field_count: usize,
-    /// Bytes per field (at least 16: each field starts with its version).
-    #[arg(long, value_name = "BYTES", default_value_t = YcsbOptions::default().field_length)]
-    pub field_length: usize,
+    /// Fields per record. [default: the workload's, 10; ETC: 1]
+    #[arg(long, value_name = "N")]
+    pub field_count: Option<usize>,
+    /// Bytes per field (at least 16: each field starts with its version), or etc: each field
+    /// as long as a value of Facebook's ETC pool (generalized Pareto, median 168 bytes).
+    /// [default: the workload's, 100; ETC: etc]
+    #[arg(long, value_name = "BYTES|etc", value_parser = field_length)]
+    pub field_length: Option<FieldLength>,
     /// Write-back's background workers.
     #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().common.workers)]
     pub workers: usize,

@@ -20,6 +20,7 @@ pub mod validate;
 pub mod workload;
 mod zindex;
 
+pub use cads_apps::ycsb::FieldLength;
 pub use options::{ConfigRecord, YcsbOptions, DEFAULT_DURATION};
 pub use record::{
     render_summary, summarize, PolicySummary, RangeCounts, RunRecord, YcsbRun, RANGES_NOTE,

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::workload::{Distribution, Fields, ScanLength, Workload};
 use crate::harness::CommonOptions;
+use cads_apps::ycsb::{FieldLength, MIN_FIELD_LENGTH};
 
 /// What `cads bench ycsb` runs. [`YcsbOptions::default`] is a short laptop-sized run of
 /// Workload A on SQLite with two embedded CMIs, every policy in turn.
@@ -15,7 +16,7 @@ pub struct YcsbOptions {
     /// What every benchmark has: policies, store, cache, threads (in the load, warm-up and run
     /// phases), workers, warm-up, repeats, seed (the load's and the threads' generators), ...
     pub common: CommonOptions,
-    /// `--workload`: `A`..`F`, `S` or `CPR`.
+    /// `--workload`: `A`..`F`, `S`, `CPR` or `ETC`.
     pub workload: String,
     /// `--duration` (`8s`, `2m`): how long the run phase lasts. With `operations` too, the run
     /// ends at whichever comes first; with neither, 10 s.
@@ -40,10 +41,11 @@ pub struct YcsbOptions {
     /// record cached once, the ranges' ids kept by the Dendrite; between: each range one way or
     /// the other by how much it shares with ranges cached whole).
     pub beta: u8,
-    /// `--field-count` (`fieldcount`, 10).
-    pub field_count: usize,
-    /// `--field-length` (`fieldlength`, 100 bytes; at least 16, the version prefix).
-    pub field_length: usize,
+    /// `--field-count` (`fieldcount`): overrides the workload's (10; 1 in `ETC`).
+    pub field_count: Option<usize>,
+    /// `--field-length` (`fieldlength`, bytes, at least 16, the version prefix; or ETC's value
+    /// sizes): overrides the workload's (100; ETC's in `ETC`).
+    pub field_length: Option<FieldLength>,
     /// `--worker-pause`: how long a write-back worker waits after a pass without a full batch
     /// (`WriteBackConfig::worker_pause`).
     pub worker_pause: Duration,
@@ -78,8 +80,8 @@ impl Default for YcsbOptions {
             scan_share: None,
             projection: None,
             beta: 100,
-            field_count: 10,
-            field_length: 100,
+            field_count: None,
+            field_length: None,
             worker_pause: cads::WriteBackConfig::default().worker_pause,
             table: cads_apps::ycsb::TABLE.into(),
             store_timeout: Duration::from_secs(30),
@@ -118,6 +120,12 @@ impl YcsbOptions {
         if let Some(f) = self.update_fields {
             w.update_fields = f;
         }
+        if let Some(count) = self.field_count {
+            w.field_count = count;
+        }
+        if let Some(length) = self.field_length {
+            w.field_length = length;
+        }
         Ok(w)
     }
 
@@ -128,10 +136,13 @@ impl YcsbOptions {
         if self.records == 0 || self.records >= 1 << 40 {
             bail!("--records must be positive (and below 2^40)");
         }
-        if self.field_length < 16 {
-            bail!("--field-length must be at least 16 (each field starts with its version)");
+        if matches!(self.field_length, Some(FieldLength::Fixed(len)) if len < MIN_FIELD_LENGTH) {
+            bail!(
+                "--field-length must be at least {MIN_FIELD_LENGTH} (each field starts with its \
+                 version)"
+            );
         }
-        if self.field_count == 0 {
+        if self.field_count == Some(0) {
             bail!("--field-count must be positive");
         }
         if !(self.zipfian_constant > 0.0 && self.zipfian_constant < 1.0) {
@@ -176,8 +187,8 @@ pub struct ConfigRecord {
     pub zipfian_constant: f64,
     /// `fieldcount`.
     pub field_count: usize,
-    /// `fieldlength`.
-    pub field_length: usize,
+    /// `fieldlength`: bytes, or `"etc"`.
+    pub field_length: FieldLength,
     /// Key names: `"user" + fnvhash64(keynum)` (`hashed`), or the key number in 12 digits
     /// (`ordered`, the CPR workload).
     pub insert_order: &'static str,
@@ -194,6 +205,40 @@ pub struct ConfigRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_shapes_come_from_the_workload_unless_given() {
+        let etc = YcsbOptions {
+            workload: "etc".into(),
+            ..YcsbOptions::default()
+        };
+        let w = etc.resolved_workload().unwrap();
+        assert_eq!((w.read, w.update), (0.95, 0.05));
+        assert_eq!(w.distribution, Distribution::Zipfian);
+        assert_eq!((w.field_count, w.field_length), (1, FieldLength::Etc));
+        let a = YcsbOptions::default().resolved_workload().unwrap();
+        assert_eq!((a.field_count, a.field_length), (10, FieldLength::Fixed(100)));
+        let given = YcsbOptions {
+            field_count: Some(2),
+            field_length: Some(FieldLength::Fixed(16)),
+            ..etc.clone()
+        };
+        let w = given.resolved_workload().unwrap();
+        assert_eq!((w.field_count, w.field_length), (2, FieldLength::Fixed(16)));
+        assert!(given.check().is_ok());
+        for bad in [
+            YcsbOptions {
+                field_length: Some(FieldLength::Fixed(15)),
+                ..etc.clone()
+            },
+            YcsbOptions {
+                field_count: Some(0),
+                ..etc
+            },
+        ] {
+            assert!(bad.check().is_err());
+        }
+    }
 
     #[test]
     fn cpr_variants_resolve() {

@@ -267,28 +267,30 @@ impl Ycsb {
     fn projected(&self, rng: &mut Rng) -> Option<String> {
         match self.workload.scan_fields {
             Fields::All => None,
-            Fields::One => Some(field_name(rng.below(self.opts.field_count as u64) as usize)),
+            Fields::One => Some(field_name(
+                rng.below(self.workload.field_count as u64) as usize
+            )),
         }
     }
 
     fn inspect(&self, doc: Option<&Document>) -> Seen {
-        let o = &self.opts;
+        let w = &self.workload;
         inspect(
             doc,
-            o.field_count,
-            o.field_length,
+            w.field_count,
+            w.field_length,
             self.workload.update_fields == Fields::All,
         )
     }
 
     /// The changes of an update with version `token`: `$set` of the fields and of `v`.
     fn update(&self, token: u64, rng: &mut Rng) -> cads::store::Changes {
-        let o = &self.opts;
-        let field = match self.workload.update_fields {
+        let w = &self.workload;
+        let field = match w.update_fields {
             Fields::All => None,
-            Fields::One => Some(rng.below(o.field_count as u64) as usize),
+            Fields::One => Some(rng.below(w.field_count as u64) as usize),
         };
-        cads_apps::ycsb::update(token, field, o.field_count, o.field_length)
+        cads_apps::ycsb::update(token, field, w.field_count, w.field_length)
     }
 
     /// Every record of the table as the data store holds it.
@@ -434,7 +436,11 @@ impl Benchmark for Ycsb {
                             let k = k as i64;
                             (
                                 self.id(k),
-                                record(load_token(k), o.field_count, o.field_length),
+                                record(
+                                    load_token(k),
+                                    self.workload.field_count,
+                                    self.workload.field_length,
+                                ),
                             )
                         })
                         .collect();
@@ -609,7 +615,7 @@ impl Benchmark for Ycsb {
                 let id = self.id(keynum);
                 t.writes += 1;
                 let token = writer_token(t.index, t.writes);
-                let doc = record(token, o.field_count, o.field_length);
+                let doc = record(token, self.workload.field_count, self.workload.field_length);
                 let result = match &loaded.ranges {
                     Some(Ranges::Dendrite(ranges, _)) => {
                         cads.run(|s| ranges.insert(s, &id, doc.clone()))
@@ -854,8 +860,8 @@ impl Benchmark for Ycsb {
             duration_s: o.run_duration().map(|d| d.as_secs_f64()),
             operations: o.operations,
             zipfian_constant: o.zipfian_constant,
-            field_count: o.field_count,
-            field_length: o.field_length,
+            field_count: self.workload.field_count,
+            field_length: self.workload.field_length,
             insert_order: if self.workload.ranges {
                 "ordered"
             } else {

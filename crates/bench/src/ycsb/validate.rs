@@ -286,6 +286,7 @@ pub fn check_final(log: &Log, loaded: &[u64], stored: &HashMap<u64, Seen>) -> Fi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cads_apps::ycsb::FieldLength;
 
     fn seen(token: u64) -> Seen {
         Seen {
@@ -296,19 +297,23 @@ mod tests {
 
     #[test]
     fn records_are_recognised() {
-        let doc = record(writer_token(3, 7), 10, 100);
+        const HUNDRED: FieldLength = FieldLength::Fixed(100);
+        let doc = record(writer_token(3, 7), 10, HUNDRED);
         assert_eq!(doc["field3"].as_str().unwrap().len(), 100);
-        assert_eq!(inspect(Some(&doc), 10, 100, true), seen(writer_token(3, 7)));
+        assert_eq!(
+            inspect(Some(&doc), 10, HUNDRED, true),
+            seen(writer_token(3, 7))
+        );
         let mut torn = doc.clone();
         torn.insert(
             "field2".into(),
             field_value(writer_token(1, 1), 2, 100).into(),
         );
-        assert!(!inspect(Some(&torn), 10, 100, true).intact);
-        assert!(inspect(Some(&torn), 10, 100, false).intact);
+        assert!(!inspect(Some(&torn), 10, HUNDRED, true).intact);
+        assert!(inspect(Some(&torn), 10, HUNDRED, false).intact);
         torn.insert("field4".into(), "x".repeat(100).into());
-        assert!(!inspect(Some(&torn), 10, 100, false).intact);
-        assert_eq!(inspect(None, 10, 100, true).token, None);
+        assert!(!inspect(Some(&torn), 10, HUNDRED, false).intact);
+        assert_eq!(inspect(None, 10, HUNDRED, true).token, None);
     }
 
     #[test]

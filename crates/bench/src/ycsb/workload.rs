@@ -1,10 +1,12 @@
 //! YCSB's workloads (benchmarks.md Part B §1: `workloads/workloada..f`), the papers' Workload S
-//! (000 Table 3.3) and CPR's scan variants (002 §4), and what one benchmark thread draws from
-//! them: operations, key numbers, scan lengths.
+//! (000 Table 3.3), CPR's scan variants (002 §4) and a trace-like workload after Facebook's ETC
+//! pool (Part B §4; 004 §5), and what one benchmark thread draws from them: operations, key
+//! numbers, scan lengths.
 
 use std::fmt;
 
 use anyhow::{bail, Result};
+use cads_apps::ycsb::FieldLength;
 use serde::Serialize;
 
 use crate::generator::{
@@ -123,10 +125,10 @@ pub enum ScanLength {
     Fixed(u64),
 }
 
-/// A workload: the operation mix and how its keys and scans are drawn.
+/// A workload: the operation mix, how its keys and scans are drawn, and its records' shape.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Workload {
-    /// `A`..`F`, `S`, or `CPR`.
+    /// `A`..`F`, `S`, `CPR` or `ETC`.
     pub name: String,
     /// `readproportion`.
     pub read: f64,
@@ -150,13 +152,20 @@ pub struct Workload {
     /// ordered, not hashed. Else a scan takes its ids from the data store and reads each record
     /// through the cache.
     pub ranges: bool,
+    /// `fieldcount`.
+    pub field_count: usize,
+    /// `fieldlength`.
+    pub field_length: FieldLength,
 }
 
 impl Workload {
     /// A named workload with YCSB's settings: `A`..`F` from the workload files, `S` (000 Table
     /// 3.3: 95% scans of 5 consecutive records, 5% updates, uniform as 000 §3.3.1 assumes) and
     /// `CPR` (002 §4: 90% scans of 5 records, the rest updates, uniform; vary it with the scan
-    /// options). Updates write all fields, as the papers do (000 §3.3.1).
+    /// options) and `ETC` (95% reads and 5% updates, zipfian, of records holding one value as
+    /// long as Facebook's ETC values: the trace-like workload of 004 §5). Records have 10
+    /// fields of 100 bytes but in `ETC`. Updates write all fields, as the papers do (000
+    /// §3.3.1).
     pub fn named(name: &str) -> Result<Workload> {
         let base = Workload {
             name: name.to_ascii_uppercase(),
@@ -170,6 +179,8 @@ impl Workload {
             scan_fields: Fields::All,
             update_fields: Fields::All,
             ranges: false,
+            field_count: 10,
+            field_length: FieldLength::Fixed(100),
         };
         Ok(match name.to_ascii_uppercase().as_str() {
             "A" => Workload {
@@ -215,7 +226,14 @@ impl Workload {
                 ranges: true,
                 ..base
             },
-            other => bail!("unknown workload {other:?} (use A, B, C, D, E, F, S or CPR)"),
+            "ETC" => Workload {
+                read: 0.95,
+                update: 0.05,
+                field_count: 1,
+                field_length: FieldLength::Etc,
+                ..base
+            },
+            other => bail!("unknown workload {other:?} (use A, B, C, D, E, F, S, CPR or ETC)"),
         })
     }
 
