@@ -336,6 +336,40 @@ fn forged_buffered_writes_are_refused_by_readers_and_workers() {
     }
 }
 
+/// Workers remove a forged PendingWrites line as they meet it, without waiting for a drain.
+#[test]
+fn workers_remove_forged_pending_writes_lines() {
+    let d = Deployment::start(Policy::WriteBack);
+    let cads = Arc::new(d.cads(config(MacKey::Stored, Buffering::ReadModifyWrite)));
+    let users = Collection::create(&cads, "users").unwrap();
+    d.store.put("users", "u1", &doc(json!({"n": 0}))).unwrap();
+    cads.run(|s| users.update(s, "u1", Changes::new().inc("n", 1)))
+        .unwrap();
+    let partitions: Vec<Vec<u8>> = (0..cads.config().write_back.partitions)
+        .map(|p| format!("PW:{p}").into_bytes())
+        .collect();
+    for partition in &partitions {
+        plain_append(&cads, partition, b"BW:users:u9\n");
+    }
+    let workers = Workers::start(cads.clone(), 2);
+    let forged_left = || {
+        partitions.iter().any(|p| {
+            let list = cads.cache().unwrap().get(p).unwrap().unwrap_or_default();
+            String::from_utf8_lossy(&list).contains("u9")
+        })
+    };
+    wait_until(
+        Duration::from_secs(60),
+        || "a forged PendingWrites line stays".into(),
+        || !forged_left(),
+    );
+    workers.stop();
+    assert_eq!(
+        d.store.get("users", "u1").unwrap(),
+        Some(doc(json!({"n": 1})))
+    );
+}
+
 #[test]
 fn a_malformed_buffered_line_is_moved_past() {
     let key = vec![0x33; 32];

@@ -66,8 +66,10 @@ fn workers_apply_everything_and_drain_cleans_up() {
     }
     assert_eq!(cads.dirty_documents().unwrap(), 20, "each listed once");
     let workers = Workers::start(cads.clone(), 2);
+    assert_eq!(workers.count(), 2);
     workers.drain(Duration::from_secs(20)).unwrap();
     workers.stop();
+    assert_eq!(Workers::start(cads.clone(), 0).count(), 1, "at least one");
     for i in 0..20 {
         assert_eq!(
             d.store.get("items", &format!("i{i}")).unwrap().unwrap()["v"],
