@@ -217,7 +217,10 @@ mod tests {
         assert_eq!(w.distribution, Distribution::Zipfian);
         assert_eq!((w.field_count, w.field_length), (1, FieldLength::Etc));
         let a = YcsbOptions::default().resolved_workload().unwrap();
-        assert_eq!((a.field_count, a.field_length), (10, FieldLength::Fixed(100)));
+        assert_eq!(
+            (a.field_count, a.field_length),
+            (10, FieldLength::Fixed(100))
+        );
         let given = YcsbOptions {
             field_count: Some(2),
             field_length: Some(FieldLength::Fixed(16)),
