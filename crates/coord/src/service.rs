@@ -529,7 +529,18 @@ fn has_dirty_list(client: &Client, instance: InstanceId, fragment: u32) -> bool 
     let key = dirty_list::key(fragment);
     match client.get_at(&[(instance, key.as_slice())]).pop() {
         Some(Ok(Some(list))) => list.starts_with(dirty_list::START),
-        _ => false,
+        Some(Ok(None)) | None => false,
+        // Taken for lost, which discards the primary's copy: safe, and said, since it costs the
+        // returning instance its content.
+        Some(Err(e)) => {
+            tracing::warn!(
+                instance,
+                fragment,
+                error = %e,
+                "cannot read a dirty list of a returning instance's fragment; taking it for lost"
+            );
+            false
+        }
     }
 }
 
