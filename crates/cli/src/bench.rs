@@ -155,6 +155,10 @@ pub struct Common {
     /// File for every run record in one JSON array, rewritten after each run.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// What the framework, the embedded CMIs and Gemini's coordinator log to standard error
+    /// during the runs: error, warn, info, debug, or a tracing directive.
+    #[arg(long, value_name = "LEVEL", default_value = "error")]
+    pub log_level: String,
     /// Application processes to split each run phase over (AppNodes: copies of this command over
     /// the same CMIs and data store, each with its share of --threads and its own write-back
     /// workers); their logs are merged and validated as one history.
@@ -619,6 +623,7 @@ fn bench<O: BenchmarkOptions>(
     common: &Common,
     summary: impl FnOnce(&[BenchRecord<O::Benchmark>]) -> String,
 ) -> Result<bool> {
+    cads_server::init_logging(&common.log_level);
     if let Some(job) = &common.appnode {
         harness::serve_appnode(&opts.benchmark()?, job)?;
         return Ok(true);
