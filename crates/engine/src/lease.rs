@@ -281,7 +281,9 @@ impl Engine {
             Some(_) => false,
             None => true,
         };
-        let cached = self.store.peek(key, now.wall_ms).is_some();
+        // An entry of a discarded fragment (Gemini) or an expired one is reclaimed here, as a
+        // plain read reclaims it: it reads as a miss either way, and `discarded_keys` counts it.
+        let cached = self.store.lookup(key, now.wall_ms).is_some();
         let mine = self
             .leases
             .get(key)

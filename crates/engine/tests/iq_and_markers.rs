@@ -199,6 +199,13 @@ fn entries_older_than_their_fragment_read_as_misses() {
         "rewritten under the new id"
     );
     assert_eq!(cmi.engine.store_stats().discarded, 1);
+    // A session's read of an obsolete entry reclaims it too, and counts it.
+    let keys_before = cmi.engine.key_count();
+    cmi.ok(&format!("FRAGMENTID {fb} 101"));
+    assert_eq!(cmi.run("LMGET 3 RO b"), Reply::Array(vec![Reply::Nil]));
+    assert_eq!(cmi.engine.store_stats().discarded, 2);
+    assert_eq!(cmi.engine.key_count(), keys_before - 1);
+    cmi.ok("LABORT 3");
     assert_eq!(
         cmi.err_text("CONFIGID 7"),
         "ERR configuration id must not decrease"
