@@ -578,11 +578,6 @@ impl Deployment {
         self.gemini.as_ref()
     }
 
-    /// The CMIs this deployment started (None for external ones).
-    pub fn started_cmis(&self) -> Option<&dyn RunningCmis> {
-        self.cmis.as_deref()
-    }
-
     /// Fails CMIs as `--fail-cmis` says, sampling their hit ratio, until `stop` is set: None
     /// when the run has no such failure.
     pub(crate) fn fail_cmis(
@@ -594,7 +589,7 @@ impl Deployment {
         let failure = gemini.options().failure()?;
         Some(crate::gemini::fail_and_watch(
             gemini,
-            self.started_cmis(),
+            self.cmis.as_deref(),
             failure,
             started,
             stop,

@@ -48,15 +48,9 @@ fn serves(addr: SocketAddr) -> bool {
     !matches!(call(addr, &["GET", "probe"]), Reply::Error(ref e) if e.kind == ErrorKind::Fenced)
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let mut waited = 0;
-    while !done() {
-        std::thread::sleep(Duration::from_millis(20));
-        waited += 1;
-        if waited % 500 == 0 {
-            eprintln!("still waiting until {what}");
-        }
-    }
+/// Waits until `done` holds, saying after ten seconds what it still waits for.
+fn wait_for(what: &str, done: impl FnMut() -> bool) {
+    common::wait_until(Duration::from_secs(10), || what.to_string(), done);
 }
 
 /// The counters' values as written, checked by every read.
@@ -110,7 +104,7 @@ fn an_instance_back_with_its_content_serves_no_stale_value() {
     let addrs = vec![d.cmis.addrs()[0], d.cmis.addrs()[1], relay.addr()];
     let options = service_options(12);
     let (stop, coordinator) = start_coordinator(addrs.clone(), options);
-    wait_until("every instance serves", || {
+    wait_for("every instance serves", || {
         d.cmis.addrs().iter().all(|&a| serves(a))
     });
 
@@ -140,7 +134,7 @@ fn an_instance_back_with_its_content_serves_no_stale_value() {
 
     // Instance 2 comes back with all it held, some of it overwritten meanwhile.
     relay.set_cut(false);
-    wait_until("instance 2 serves again", || serves(d.cmis.addrs()[2]));
+    wait_for("instance 2 serves again", || serves(d.cmis.addrs()[2]));
     // B routes by the configuration of before the failure; the fences send it to the new one.
     model.check_all(&b, "B (back)");
     model.check_all(&a, "A (back)");
@@ -155,7 +149,7 @@ fn an_instance_back_with_its_content_serves_no_stale_value() {
     );
 
     // The workers finish the dirty lists: every fragment is back to normal.
-    wait_until("every fragment is normal", || {
+    wait_for("every fragment is normal", || {
         a.gemini().unwrap().refresh(a.cache().unwrap());
         stored_modes(&a).iter().all(|&m| m == Mode::Normal)
     });
@@ -181,7 +175,7 @@ fn a_process_cut_from_an_instance_others_reach_reads_and_writes_nothing_stale() 
     let direct = d.cmis.addrs().to_vec();
     let options = service_options(12);
     let (stop, coordinator) = start_coordinator(direct.clone(), options);
-    wait_until("every instance serves", || {
+    wait_for("every instance serves", || {
         direct.iter().all(|&a| serves(a))
     });
     let a = Cads::connect(
@@ -406,7 +400,7 @@ fn a_coordinator_restarted_from_its_state_file_loses_nothing_and_clients_go_on()
         ..service_options(8)
     };
     let (stop, first) = start_coordinator(addrs.clone(), options.clone());
-    wait_until("every instance serves", || addrs.iter().all(|&a| serves(a)));
+    wait_for("every instance serves", || addrs.iter().all(|&a| serves(a)));
     let a = gemini_appnode(&d, &addrs);
     let mut model = Model::incremented(&d, 20, &a);
     model.check_all(&a, "A");
@@ -416,7 +410,7 @@ fn a_coordinator_restarted_from_its_state_file_loses_nothing_and_clients_go_on()
     first.join().unwrap();
     // The new coordinator comes once the leases have run out (the test waits for that, however
     // long the machine takes): meanwhile reads go around the cache and a write waits.
-    wait_until("the instances are fenced", || {
+    wait_for("the instances are fenced", || {
         addrs.iter().all(|&a| !serves(a))
     });
     model.check_all(&a, "A (no coordinator)");
