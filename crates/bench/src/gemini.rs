@@ -4,9 +4,10 @@
 //! instance keeps its content, as 004 emulates failures. The record gains a timeline of the
 //! failed instances' hit ratio, the time they take to get it back, and the keys discarded.
 //!
-//! The variants differ in what becomes of a returning instance's content ([`Repair`]):
-//! `gemini-i` and `gemini-o` repair its dirty keys, `volatile` discards it all, and `stale` keeps
-//! it unrepaired, a baseline that serves overwritten values (the validator counts them).
+//! The variants ([`Recovery`]) differ in what becomes of a returning instance's content
+//! ([`Repair`]): `gemini-i` and `gemini-o` repair its dirty keys, `volatile` discards it all, and
+//! `stale` keeps it unrepaired, a baseline that serves overwritten values (the validator counts
+//! them); `gemini-i+w` and `gemini-o+w` add working-set transfer.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,11 +33,58 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// restored.
 pub const RESTORED_SHARE: f64 = 0.95;
 
+/// The longest a working-set transfer runs in these runs (it ends sooner once the returned
+/// instances' hit ratio is back).
+pub const TRANSFER_AT_MOST: Duration = Duration::from_secs(30);
+
+/// `--recovery`: a variant of 004 §5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// What becomes of a returning instance's content.
+    pub repair: Repair,
+    /// With working-set transfer (+W, Gemini-I and Gemini-O only).
+    pub transfer: bool,
+}
+
+impl Recovery {
+    const ALL: [Recovery; 6] = [
+        Recovery::of(Repair::Invalidate, false),
+        Recovery::of(Repair::Overwrite, false),
+        Recovery::of(Repair::Invalidate, true),
+        Recovery::of(Repair::Overwrite, true),
+        Recovery::of(Repair::Discard, false),
+        Recovery::of(Repair::Keep, false),
+    ];
+
+    const fn of(repair: Repair, transfer: bool) -> Recovery {
+        Recovery { repair, transfer }
+    }
+
+    /// The name `--recovery` takes and the record gives.
+    pub fn name(self) -> &'static str {
+        match (self.repair, self.transfer) {
+            (Repair::Invalidate, true) => "gemini-i+w",
+            (Repair::Overwrite, true) => "gemini-o+w",
+            (repair, _) => repair.name(),
+        }
+    }
+
+    /// The variant `--recovery` names.
+    pub fn parse(name: &str) -> Option<Recovery> {
+        Recovery::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// Every name, for help and errors.
+    pub fn names() -> Vec<&'static str> {
+        Recovery::ALL.into_iter().map(Recovery::name).collect()
+    }
+}
+
 /// Gemini's settings of a run.
 #[derive(Clone, Debug)]
 pub struct GeminiOptions {
     /// What becomes of a returning instance's content.
-    pub recovery: Repair,
+    pub recovery: Recovery,
     /// Fragments the key space is split into.
     pub fragments: u32,
     /// The failure to inject, if any.
@@ -88,7 +136,7 @@ impl FailKind {
 
 impl GeminiOptions {
     /// The failure to inject and the variant it is run with.
-    pub(crate) fn failure(&self) -> Option<(Repair, CmiFailure)> {
+    pub(crate) fn failure(&self) -> Option<(Recovery, CmiFailure)> {
         Some((self.recovery, self.fail?))
     }
 
@@ -131,7 +179,8 @@ impl GeminiDeployment {
             lease: LEASE,
             probe_every: PROBE_EVERY,
             state_file: None,
-            repair: opts.recovery,
+            repair: opts.recovery.repair,
+            transfer: opts.recovery.transfer.then_some(TRANSFER_AT_MOST),
         };
         let service =
             Service::start(client(relayed), options, 0).context("starting Gemini's coordinator")?;
@@ -291,7 +340,7 @@ pub struct HitSample {
 pub(crate) fn fail_and_watch(
     dep: &GeminiDeployment,
     cmis: Option<&dyn RunningCmis>,
-    (recovery, failure): (Repair, CmiFailure),
+    (recovery, failure): (Recovery, CmiFailure),
     started: Instant,
     stop: &AtomicBool,
 ) -> Result<GeminiRecord> {
@@ -419,6 +468,19 @@ mod tests {
         let now = [counters(13, 6, 2), counters(4, 1, 3), None];
         assert_eq!(counted(&last, &now), counters(3 + 4, 1 + 1, 3));
         assert_eq!(counted(&[None], &[counters(1, 1, 1)]), None);
+    }
+
+    #[test]
+    fn every_variant_is_named_as_it_is_parsed() {
+        for name in Recovery::names() {
+            assert_eq!(Recovery::parse(name).unwrap().name(), name);
+        }
+        assert_eq!(
+            Recovery::parse("gemini-o+w"),
+            Some(Recovery::of(Repair::Overwrite, true))
+        );
+        assert_eq!(Recovery::parse("volatile+w"), None);
+        assert_eq!(Recovery::names().len(), 6);
     }
 
     #[test]

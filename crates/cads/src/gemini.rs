@@ -16,22 +16,30 @@
 //!   fragments;
 //! - **recovery**: reads and writes go to the primary; a read of a key still on the dirty list
 //!   deletes it there under an I lease (`ISET`) and fills it as a miss (Algorithm 1), and a write
-//!   deletes the key on the secondary too (which Algorithm 2 does only with working-set transfer:
-//!   here always, so that a Gemini-O worker never copies a value older than the latest write).
+//!   deletes the key on the secondary too, before its data-store commit (which Algorithm 2 does
+//!   only with working-set transfer: here always, so that a Gemini-O worker never copies a value
+//!   older than the latest write; see [`delete_on_secondaries`]).
 //!   A fragment whose dirty list cannot be read is read from the data store until the
 //!   configuration changes.
+//! - **recovery with working-set transfer** (the fragment's `transfer`, 004 §3.2.2): a read that
+//!   misses on the primary looks its keys up on the secondary and, when all are there, is
+//!   answered from them and fills the primary under its I leases, instead of asking the data
+//!   store (`Session::transfer_working_set`). The coordinator ends the transfer once the
+//!   primary's hit ratio is back; a process stops it sooner for a primary whose secondaries miss
+//!   too often (see [`TransferLookups`]).
 //!
 //! Gemini is for write-around (004's assumption), the only policy this module supports.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use cads_client::{Backoff, Client, ClientError, Router, Write};
 use cads_coord::configuration::Route;
 use cads_coord::dirty_list;
-use cads_coord::service::CONFIGURATION_KEY;
+use cads_coord::hit_ratio::MIN_READS;
+use cads_coord::service::{CONFIGURATION_KEY, TRANSFER_MARGIN};
 
 use cads_coord::configuration::Configuration;
 
@@ -49,6 +57,22 @@ type DirtyKeys = Option<Mutex<HashSet<Vec<u8>>>>;
 pub(crate) struct Routes {
     configuration: Option<Configuration>,
     dirty: HashMap<u32, DirtyKeys>,
+    /// Working-set transfer: per recovering primary instance, this process's lookups on the
+    /// secondaries.
+    transfers: HashMap<usize, TransferLookups>,
+}
+
+/// A process's working-set transfer lookups for one recovering primary, and whether it stopped
+/// them: 004 §3.2.2 ends the transfer once the secondary's miss ratio passes m = 1 - h + ε, h
+/// being the primary's hit ratio before it failed (the fragment's `transfer`), ε the
+/// coordinator's [`TRANSFER_MARGIN`]. The coordinator ends it for every process once the
+/// primary's hit ratio is back; this is the other condition, which each process judges by its
+/// own lookups (over at least [`MIN_READS`] of them).
+#[derive(Default)]
+struct TransferLookups {
+    lookups: AtomicU64,
+    misses: AtomicU64,
+    stopped: AtomicBool,
 }
 
 /// What a write does besides deleting its keys where they route.
@@ -65,6 +89,7 @@ impl Routes {
         Routes {
             configuration: None,
             dirty: HashMap::new(),
+            transfers: HashMap::new(),
         }
     }
 
@@ -97,6 +122,75 @@ impl Routes {
             }
         }
         Some(repair)
+    }
+
+    /// Working-set transfer (004 Algorithm 1 line 10): where each of `missed`, keys that missed
+    /// on their recovering primaries, may be looked up, as (secondary, primary); None unless
+    /// every one may (its fragment transfers, and this process has not stopped looking up its
+    /// primary's keys).
+    pub(crate) fn transfer_sources(&self, missed: &[&Vec<u8>]) -> Option<Vec<(usize, usize)>> {
+        missed
+            .iter()
+            .map(|key| match self.route_of(key)? {
+                (
+                    _,
+                    Route::Recovering {
+                        primary,
+                        secondary,
+                        transfer: Some(_),
+                    },
+                ) => {
+                    let lookups = self.transfers.get(&primary)?;
+                    (!lookups.stopped.load(Ordering::Relaxed)).then_some((secondary, primary))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Counts the transfer lookups of `keys` made at `sources` ([`Routes::transfer_sources`]),
+    /// with what they `found`, and stops looking up a primary's keys once its secondary's miss
+    /// ratio passes m (see [`TransferLookups`]).
+    pub(crate) fn note_transfer(
+        &self,
+        keys: &[&Vec<u8>],
+        sources: &[(usize, usize)],
+        found: &[Option<Vec<u8>>],
+    ) {
+        for ((key, &(_, primary)), value) in keys.iter().zip(sources).zip(found) {
+            let Some(lookups) = self.transfers.get(&primary) else {
+                continue;
+            };
+            let Some((
+                _,
+                Route::Recovering {
+                    transfer: Some(goal),
+                    ..
+                },
+            )) = self.route_of(key)
+            else {
+                continue;
+            };
+            let n = lookups.lookups.fetch_add(1, Ordering::Relaxed) + 1;
+            let misses = lookups.misses.load(Ordering::Relaxed) + u64::from(value.is_none());
+            if value.is_none() {
+                lookups.misses.fetch_add(1, Ordering::Relaxed);
+            }
+            // m = 1 - h + ε, per mille.
+            let m = (1000 - u64::from(goal.min(1000)) + u64::from(TRANSFER_MARGIN)).min(1000);
+            if n >= MIN_READS
+                && misses * 1000 >= m * n
+                && !lookups.stopped.swap(true, Ordering::Relaxed)
+            {
+                tracing::info!(
+                    primary,
+                    lookups = n,
+                    misses,
+                    "the secondaries miss too often; this process stops transferring the \
+                     primary's working set"
+                );
+            }
+        }
     }
 
     /// `key` was deleted on its recovering primary under an I lease: this process need not
@@ -170,6 +264,32 @@ pub(crate) fn append_to_dirty_lists(
         }
     }
     Ok(())
+}
+
+/// Recovery mode (004 Algorithm 2 line 3): deletes written keys on their fragments' secondaries,
+/// in a session of its own committed at once, while the writer holds Q leases on the primaries
+/// and before its data-store commit. Nothing fills a secondary in recovery mode (reads go to the
+/// primary, and sessions of the transient configuration are refused), so from the moment the
+/// writer's primary Q lease is released, the secondary holds no value older than the write for a
+/// Gemini-O worker or a working-set transfer to copy onto the primary. Deleted within the
+/// writer's session instead, the secondary's delete would commit beside the primary's, and one
+/// of them could come first: a worker filling the key between the two would copy the old value.
+pub(crate) fn delete_on_secondaries(
+    client: &Client,
+    configuration: u64,
+    deletes: &[(usize, Vec<u8>)],
+) -> Result<(), ClientError> {
+    if deletes.is_empty() {
+        return Ok(());
+    }
+    let mut session = client.session();
+    session.set_configuration(configuration);
+    let writes: Vec<(usize, Write)> = deletes
+        .iter()
+        .map(|(cmi, key)| (*cmi, Write::Delete { key: key.clone() }))
+        .collect();
+    session.write_at(&writes, false)?;
+    session.commit()
 }
 
 /// Routes keys by the Gemini configuration the coordinator stores on the CMIs, and fetches a
@@ -279,9 +399,16 @@ impl GeminiRouter {
             to = configuration.id(),
             "routing by a new Gemini configuration"
         );
+        let transfers = configuration
+            .fragments()
+            .iter()
+            .filter(|f| f.transfer.is_some())
+            .map(|f| (f.primary.instance, TransferLookups::default()))
+            .collect();
         *self.routes.write().expect("routes") = Arc::new(Routes {
             configuration: Some(configuration),
             dirty,
+            transfers,
         });
         true
     }
@@ -312,16 +439,12 @@ impl GeminiRouter {
                 .and_then(|plan| {
                     let mut session = client.session();
                     session.set_configuration(routes.id());
-                    let mut deletes: Vec<(usize, Write)> = keys
+                    let deletes: Vec<(usize, Write)> = keys
                         .iter()
                         .map(|key| (client.route(key), Write::Delete { key: key.clone() }))
                         .collect();
-                    deletes.extend(
-                        plan.secondary_deletes
-                            .into_iter()
-                            .map(|(cmi, key)| (cmi, Write::Delete { key })),
-                    );
                     session.write_at(&deletes, true)?;
+                    delete_on_secondaries(client, routes.id(), &plan.secondary_deletes)?;
                     append_to_dirty_lists(client, &plan.appends)?;
                     session.commit()
                 });

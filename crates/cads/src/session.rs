@@ -71,9 +71,6 @@ pub struct Session<'a> {
     prepared: bool,
     /// Gemini: the configuration the session routes by, when Gemini is on.
     routes: Option<Arc<Routes>>,
-    /// Gemini, recovery mode: deletes of written keys on their fragments' secondaries, staged
-    /// with the session's own.
-    secondary_deletes: Vec<(usize, Vec<u8>)>,
     /// SAS: the session's leases and reads with the SAS core, when the cache is in-process.
     sas: Option<SasSession>,
     /// CPR: the interval leases of the session's range writes, held until it ends.
@@ -126,7 +123,6 @@ impl<'a> Session<'a> {
             must_rerun: false,
             prepared: false,
             routes,
-            secondary_deletes: Vec::new(),
             sas: cads.sas_node().map(SasSession::new),
             cpr: SessionLeases::default(),
         }
@@ -446,6 +442,8 @@ impl<'a> Session<'a> {
             if let Some(output) = cs.result_from_cache(query, &cached) {
                 return Ok(output);
             }
+        } else if let Some(output) = self.transfer_working_set(cs, query, &keys, &values) {
+            return Ok(output);
         }
         let missed = missed_keys(&keys, &values);
         let marked: Vec<Vec<u8>> = keys
@@ -646,6 +644,68 @@ impl<'a> Session<'a> {
             routes.repaired(key);
         }
         Ok(())
+    }
+
+    /// Gemini, working-set transfer (004 Algorithm 1 lines 10-15): when every key that missed on
+    /// its recovering primary is on its fragment's secondary, the read is served from there and
+    /// the primary filled with those values under this session's I leases; None sends the read
+    /// to the data store. The secondary is read without a lease. In recovery mode nothing fills
+    /// it, and a writer deletes its keys there before its data-store commit, while its Q lease
+    /// on the primary voids this session's I lease (`gemini::delete_on_secondaries`): so a value
+    /// found there is the latest, or a writer voided this session's lease, and the session's
+    /// commit fails and it runs again.
+    fn transfer_working_set<C: CacheStore>(
+        &mut self,
+        cs: &C,
+        query: &C::Query,
+        keys: &[Vec<u8>],
+        values: &[Option<Vec<u8>>],
+    ) -> Option<C::Output> {
+        let routes = self.routes.clone()?;
+        let missed: Vec<&Vec<u8>> = keys
+            .iter()
+            .zip(values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k)
+            .collect();
+        let sources = routes.transfer_sources(&missed)?;
+        let client = self.cads.cache().expect("use_cache checked it");
+        let places: Vec<(usize, &[u8])> = sources
+            .iter()
+            .zip(&missed)
+            .map(|(&(secondary, _), key)| (secondary, key.as_slice()))
+            .collect();
+        // A secondary that cannot be asked is a miss: the data store answers instead.
+        let found: Vec<Option<Vec<u8>>> = client
+            .get_at(&places)
+            .into_iter()
+            .map(|value| value.ok().flatten())
+            .collect();
+        routes.note_transfer(&missed, &sources, &found);
+        if found.iter().any(Option::is_none) {
+            return None;
+        }
+        let mut copies = found.iter().flatten();
+        let cached: Vec<Vec<u8>> = values
+            .iter()
+            .map(|v| match v {
+                Some(v) => v.clone(),
+                None => copies.next().expect("a copy per miss").clone(),
+            })
+            .collect();
+        let output = cs.result_from_cache(query, &cached)?;
+        failpoints::before_fill();
+        let fills: Vec<(&[u8], &[u8])> = missed
+            .iter()
+            .zip(found.iter().flatten())
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+            .collect();
+        match self.cache.as_mut().expect("checked").mset(&fills, false) {
+            // No room on the primary: the read still stands, under its leases.
+            Ok(()) | Err(ClientError::NotStored) => Some(output),
+            // The data store's answer, and its fill, handle the rest as any miss.
+            Err(_) => None,
+        }
     }
 
     /// Contextual: `keys` carry markers and the buffered writes the read depends on are in the
@@ -974,10 +1034,10 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Gemini (write-around): the session's deletes where its keys route, and on the
-    /// secondaries of recovering fragments, staged under Q leases and validated; then the keys
-    /// of fragments in transient mode appended to their dirty lists, all before the data-store
-    /// commit (004 §3.1, Algorithm 2). A key no instance can take, an instance that cannot be
+    /// Gemini (write-around): the session's deletes where its keys route, staged under Q leases
+    /// and validated; then the keys of recovering fragments deleted on their secondaries and
+    /// those of fragments in transient mode appended to their dirty lists, all before the
+    /// data-store commit (004 §3.1, Algorithm 2). A key no instance can take, an instance that cannot be
     /// reached, or a newer configuration ends the session for a run by the newest configuration
     /// (a retryable abort): a write is never acknowledged that the instances of its keys might
     /// not know of, which is why Gemini needs no record of missed writes.
@@ -997,8 +1057,12 @@ impl<'a> Session<'a> {
                 return Err(Error::Aborted { reason });
             }
         };
-        self.secondary_deletes = plan.secondary_deletes;
         if let Err(e) = self.stage(None, true) {
+            return Err(self.cache_error(e));
+        }
+        // Under the primaries' Q leases, before the data-store commit: see `delete_on_secondaries`.
+        let config_id = routes.id();
+        if let Err(e) = gemini::delete_on_secondaries(client, config_id, &plan.secondary_deletes) {
             return Err(self.cache_error(e));
         }
         if let Err(e) = gemini::append_to_dirty_lists(client, &plan.appends) {
@@ -1321,11 +1385,6 @@ impl<'a> Session<'a> {
                 None => (cmi, Write::Delete { key }),
             });
         }
-        writes.extend(
-            std::mem::take(&mut self.secondary_deletes)
-                .into_iter()
-                .map(|(cmi, key)| (cmi, Write::Delete { key })),
-        );
         let own = writes.len();
         if let Some(staging) = staging {
             let buffered_reads = &values[values.len() - staging.reads().len()..];

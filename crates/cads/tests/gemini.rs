@@ -10,32 +10,19 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cads::{Cads, Config, Policy};
-use cads_client::{Client, ClientConfig, RangeSource};
+use cads_client::{Client, ClientConfig};
 use cads_coord::configuration::Mode;
 use cads_coord::repair::Repair;
 use cads_coord::service::{Service, ServiceOptions};
 use cads_protocol::{ErrorKind, Reply};
 use cads_store::Relay;
-use cads_testkit::resp::RespConn;
+use common::gemini::{call, ranges, PlayedCoordinator};
 use common::{Counters, Deployment};
-
-fn ranges() -> Arc<dyn RangeSource> {
-    let next = Arc::new(AtomicU64::new(1 << 40));
-    Arc::new(move || -> Range<u64> {
-        let start = next.fetch_add(1000, Ordering::Relaxed);
-        start..start + 1000
-    })
-}
-
-fn call(addr: SocketAddr, args: &[&str]) -> Reply<'static> {
-    RespConn::connect(addr.port()).call(args)
-}
 
 fn config_id(addr: SocketAddr) -> i64 {
     match call(addr, &["CONFIGID"]) {
@@ -281,31 +268,12 @@ fn stored_modes(cads: &Cads) -> Vec<Mode> {
 /// on the secondary (Algorithm 2).
 #[test]
 fn each_mode_routes_and_repairs_as_gemini_says() {
-    use cads_coord::configuration::Configuration;
     use cads_coord::dirty_list;
-    use cads_coord::publish::publish;
-    use cads_coord::service::CONFIGURATION_KEY;
 
     const FRAGMENTS: u32 = 8;
     let d = Deployment::start_with(Policy::WriteAround, 2, |_| {});
-    let addrs = d.cmis.addrs().to_vec();
-    let admin = Client::new(ClientConfig::new(addrs.clone()), ranges());
-    let make_known = |c: &Configuration, instances: &[usize]| {
-        for &i in instances {
-            publish(&admin, c, i).unwrap();
-            assert_eq!(
-                call(addrs[i], &["INSTANCELEASE", &i64::MAX.to_string()]),
-                Reply::OK
-            );
-        }
-        let entry = String::from_utf8(serde_json::to_vec(c).unwrap()).unwrap();
-        let key = std::str::from_utf8(CONFIGURATION_KEY).unwrap();
-        for &i in instances {
-            assert_eq!(call(addrs[i], &["PINSET", key, &entry]), Reply::OK);
-        }
-    };
-    let mut c = Configuration::new(2, FRAGMENTS);
-    make_known(&c, &[0, 1]);
+    let mut coord = PlayedCoordinator::start(d.cmis.addrs(), FRAGMENTS);
+    let addrs = coord.addrs.clone();
 
     let a = gemini_appnode(&d, &addrs);
     assert_eq!(a.gemini().unwrap().configuration_id(), 1);
@@ -314,7 +282,12 @@ fn each_mode_routes_and_repairs_as_gemini_says() {
     let fragment = |name: &str| cads_client::fragment_of(&key_of(name), FRAGMENTS);
     let on_1: Vec<&String> = names
         .iter()
-        .filter(|n| c.fragments()[fragment(n) as usize].primary.instance == 1)
+        .filter(|n| {
+            coord.configuration.fragments()[fragment(n) as usize]
+                .primary
+                .instance
+                == 1
+        })
         .collect();
     let (dirty, clean) = (on_1[0].clone(), on_1[1].clone());
     for name in [&dirty, &clean] {
@@ -323,16 +296,7 @@ fn each_mode_routes_and_repairs_as_gemini_says() {
     }
 
     // Instance 1 fails: its lease is withdrawn, its fragments move to instance 0.
-    assert_eq!(call(addrs[1], &["INSTANCELEASE", "0"]), Reply::OK);
-    c.instance_failed(1).unwrap();
-    for j in 0..FRAGMENTS {
-        if c.fragments()[j as usize].secondary.is_some() {
-            let list = String::from_utf8(dirty_list::key(j)).unwrap();
-            let start = std::str::from_utf8(dirty_list::START).unwrap();
-            assert_eq!(call(addrs[0], &["PINSET", &list, start]), Reply::OK);
-        }
-    }
-    make_known(&c, &[0]);
+    coord.fail(1);
     // A routes by the old configuration until instance 1's fence sends it to the new one.
     a.run(|s| s.write(&Counters, &dirty)).unwrap();
     assert_eq!(a.gemini().unwrap().configuration_id(), 2);
@@ -343,17 +307,16 @@ fn each_mode_routes_and_repairs_as_gemini_says() {
         "filled on the secondary"
     );
     let list_key = dirty_list::key(fragment(&dirty));
-    let list = admin.get_from(0, &list_key).unwrap().unwrap();
+    let list = coord.held(0, &list_key).unwrap();
     assert!(
         dirty_list::parse(&list).unwrap().contains(&key_of(&dirty)),
         "the transient write listed its key"
     );
 
     // Instance 1 returns with what it held: the dirty counter at 1 (stale), the clean one at 1.
-    c.instance_recovered(1, |_| true).unwrap();
-    make_known(&c, &[0, 1]);
+    coord.recover(1, None);
     assert_eq!(
-        admin.get_from(1, &key_of(&dirty)).unwrap(),
+        coord.held(1, &key_of(&dirty)),
         Some(b"1".to_vec()),
         "the primary came back with the overwritten value"
     );
@@ -370,20 +333,80 @@ fn each_mode_routes_and_repairs_as_gemini_says() {
         "the clean counter came from what instance 1 kept"
     );
     assert_eq!(
-        admin.get_from(1, &key_of(&dirty)).unwrap(),
+        coord.held(1, &key_of(&dirty)),
         Some(b"2".to_vec()),
         "refilled on the primary"
     );
 
     // A write in recovery deletes the key on both replicas.
-    assert_eq!(
-        admin.get_from(0, &key_of(&clean)).unwrap(),
-        Some(b"1".to_vec())
-    );
+    assert_eq!(coord.held(0, &key_of(&clean)), Some(b"1".to_vec()));
     a.run(|s| s.write(&Counters, &clean)).unwrap();
-    assert_eq!(admin.get_from(0, &key_of(&clean)).unwrap(), None);
-    assert_eq!(admin.get_from(1, &key_of(&clean)).unwrap(), None);
+    assert_eq!(coord.held(0, &key_of(&clean)), None);
+    assert_eq!(coord.held(1, &key_of(&clean)), None);
     assert_eq!(a.read(&Counters, &clean).unwrap(), 2);
+}
+
+/// Working-set transfer (004 Algorithm 1 lines 10-15), with the test as the coordinator: keys
+/// the returning primary misses (a dirty one it had, and one first read while it was away) are
+/// answered from the secondary without the data store, and copied onto the primary. Without
+/// transfer the same miss goes to the data store.
+#[test]
+fn a_recovering_primary_is_filled_from_its_secondary_with_transfer() {
+    const FRAGMENTS: u32 = 8;
+    let d = Deployment::start_with(Policy::WriteAround, 2, |_| {});
+    let mut coord = PlayedCoordinator::start(d.cmis.addrs(), FRAGMENTS);
+    let a = gemini_appnode(&d, &coord.addrs);
+    let names = d.counters(40);
+    let key_of = |name: &str| common::counter_key(name);
+    let on_1: Vec<String> = names
+        .iter()
+        .filter(|n| {
+            let j = cads_client::fragment_of(&key_of(n), FRAGMENTS);
+            coord.configuration.fragments()[j as usize].primary.instance == 1
+        })
+        .cloned()
+        .collect();
+    let (dirty, new, without) = (&on_1[0], &on_1[1], &on_1[2]);
+    a.run(|s| s.write(&Counters, dirty)).unwrap();
+    assert_eq!(a.read(&Counters, dirty).unwrap(), 1, "cached on instance 1");
+
+    coord.fail(1);
+    a.gemini().unwrap().refresh(a.cache().unwrap());
+    a.run(|s| s.write(&Counters, dirty)).unwrap();
+    for name in [dirty, new, without] {
+        a.read(&Counters, name).unwrap();
+        assert!(
+            coord.held(0, &key_of(name)).is_some(),
+            "filled on the secondary"
+        );
+    }
+
+    coord.recover(1, Some(900));
+    a.gemini().unwrap().refresh(a.cache().unwrap());
+    assert_eq!(
+        coord.held(1, &key_of(dirty)),
+        Some(b"1".to_vec()),
+        "stale on the primary"
+    );
+    let reads = d.faults.reads();
+    assert_eq!(
+        a.read(&Counters, dirty).unwrap(),
+        2,
+        "the secondary's value"
+    );
+    assert_eq!(a.read(&Counters, new).unwrap(), 0);
+    assert_eq!(d.faults.reads(), reads, "the data store was not asked");
+    for (name, value) in [(dirty, b"2"), (new, b"0")] {
+        assert_eq!(coord.held(1, &key_of(name)), Some(value.to_vec()), "copied");
+    }
+
+    // The coordinator ends the transfer: a miss on the primary goes to the data store again.
+    let j = cads_client::fragment_of(&key_of(without), FRAGMENTS);
+    coord.configuration.end_transfer(j).unwrap();
+    coord.make_known(&[0, 1]);
+    a.gemini().unwrap().refresh(a.cache().unwrap());
+    assert_eq!(a.read(&Counters, without).unwrap(), 0);
+    assert!(d.faults.reads() > reads, "the data store answered");
 }
 
 /// The coordinator stops and a new one starts from its state file while an AppNode keeps
@@ -442,6 +465,7 @@ fn service_options(fragments: u32) -> ServiceOptions {
         probe_every: Duration::from_millis(50),
         state_file: None,
         repair: Repair::Invalidate,
+        transfer: None,
     }
 }
 

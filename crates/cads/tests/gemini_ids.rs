@@ -93,7 +93,7 @@ fn a_recovering_primary_keeps_only_the_fragments_it_can_prove_fresh() {
     );
 
     // Instance 0 returns: fragment 0's dirty list survived, fragment 2's was lost.
-    config.instance_recovered(0, |f| f == 0).unwrap();
+    config.instance_recovered(0, |f| f == 0, None).unwrap();
     for i in 0..2 {
         publish(&client, &config, i).unwrap();
     }

@@ -74,6 +74,7 @@ fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
         probe_every: Duration::from_millis(100),
         state_file: Some(dir.path().join("coord.json")),
         repair: Repair::Invalidate,
+        transfer: None,
     };
     let client = || Client::new(ClientConfig::new(addrs.clone()), ranges());
     let mut service = Service::start(client(), options.clone(), 0).unwrap();
@@ -217,6 +218,7 @@ fn an_instance_cut_off_from_the_coordinator_stops_serving_before_its_fragments_m
         probe_every: Duration::from_millis(50),
         state_file: None,
         repair: Repair::Invalidate,
+        transfer: None,
     };
     let client = Client::new(ClientConfig::new(addrs), ranges());
     let service = Service::start(client, options, 0).unwrap();
@@ -332,6 +334,7 @@ fn an_instance_restarted_between_probes_is_told_the_configuration_again() {
         probe_every: Duration::from_millis(100),
         state_file: None,
         repair: Repair::Invalidate,
+        transfer: None,
     };
     let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
     let mut service = Service::start(client, options, 0).unwrap();
@@ -368,4 +371,122 @@ fn an_instance_restarted_between_probes_is_told_the_configuration_again() {
         Reply::OK
     );
     assert_eq!(stored_configuration(addrs[1]), *service.configuration());
+}
+
+/// `n` plain GETs of `key` on the instance at `addr` (hits if it holds the key).
+fn read_times(addr: SocketAddr, key: &str, n: usize) {
+    let mut conn = RespConn::connect(addr.port());
+    for _ in 0..n {
+        conn.call(&["GET", key]);
+    }
+}
+
+/// Working-set transfer (004 §3.2.2) as the coordinator runs it: a returning instance's
+/// fragments recover with the hit ratio it had before it failed as their transfer's goal, and
+/// stay in recovery after their dirty keys are repaired until its hit ratio is back near the
+/// goal; a transfer that runs as long as it may ends, and the fragment goes on recovering
+/// without it until its last dirty key is repaired.
+#[test]
+fn a_transfer_lasts_until_the_returned_instance_hits_as_before() {
+    let cmis = Cmis::start(2, "write-around");
+    let relay = Relay::new(cmis.addrs()[1]);
+    let addrs = vec![cmis.addrs()[0], relay.addr()];
+    let direct = cmis.addrs()[1];
+    let options = ServiceOptions {
+        fragments: 2,
+        lease: LEASE,
+        probe_every: Duration::from_millis(100),
+        state_file: None,
+        repair: Repair::Invalidate,
+        transfer: Some(Duration::from_secs(30)),
+    };
+    let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
+    let mut service = Service::start(client, options, 0).unwrap();
+    // Fragment 1's primary is instance 1; keys of it that instance 1 holds, and one it lacks.
+    let of_1: Vec<String> = (0..)
+        .map(|i| format!("k{i}"))
+        .filter(|k| cads_client::fragment_of(k.as_bytes(), 2) == 1)
+        .take(3)
+        .collect();
+    let (held, dirty, missing) = (&of_1[0], &of_1[1], &of_1[2]);
+    assert_eq!(service.step(500).unwrap(), vec![]);
+    assert_eq!(service.step(1_000).unwrap(), vec![]);
+    for key in [held, dirty] {
+        assert_eq!(call(direct, &["SET", key, "v"]), Reply::OK);
+    }
+    // 90 hits in 100 reads before it fails.
+    read_times(direct, held, 90);
+    read_times(direct, missing, 10);
+    assert_eq!(service.step(1_500).unwrap(), vec![]);
+
+    relay.set_cut(true);
+    assert_eq!(service.step(1_600).unwrap(), vec![]);
+    assert_eq!(service.step(62_000).unwrap(), vec![Change::Failed(1)]);
+    // A write listed `dirty` meanwhile; a client holds its I lease on the returned primary, so
+    // the worker cannot repair it yet.
+    let list_key = String::from_utf8(dirty_list::key(1)).unwrap();
+    let line = String::from_utf8(dirty_list::line(dirty.as_bytes())).unwrap();
+    assert!(matches!(
+        call(addrs[0], &["APPEND", &list_key, &line]),
+        Reply::Int(_)
+    ));
+    let mut filler = RespConn::connect(direct.port());
+    assert_eq!(
+        filler.call(&["ISET", "999999", dirty]),
+        Reply::Int(0),
+        "no marker"
+    );
+    relay.set_cut(false);
+    assert_eq!(service.step(62_500).unwrap(), vec![Change::Returned(1)]);
+    let f = service.configuration().fragments()[1];
+    assert_eq!((f.mode, f.transfer), (Mode::Recovery, Some(900)));
+    assert_eq!(
+        stored_configuration(addrs[0]).fragments()[1].transfer,
+        Some(900)
+    );
+    assert_eq!(
+        service.step(63_000).unwrap(),
+        vec![],
+        "the dirty key is held"
+    );
+    // The transfer runs as long as it may, its goal unmet: it ends, the recovery goes on.
+    assert_eq!(service.step(92_499).unwrap(), vec![]);
+    assert_eq!(
+        service.step(92_500).unwrap(),
+        vec![Change::TransferEnded(1)]
+    );
+    let f = service.configuration().fragments()[1];
+    assert_eq!((f.mode, f.transfer), (Mode::Recovery, None));
+    assert_eq!(filler.call(&["IDELETE", "999999", dirty]), Reply::Int(1));
+    assert_eq!(
+        service.step(93_000).unwrap(),
+        vec![Change::FragmentRecovered(1)]
+    );
+
+    // It fails again before a ratio of its return was measured: the old goal stands. Back, its
+    // dirty list is empty at once, and the fragment stays in recovery for the transfer.
+    relay.set_cut(true);
+    assert_eq!(service.step(93_100).unwrap(), vec![]);
+    assert_eq!(service.step(154_000).unwrap(), vec![Change::Failed(1)]);
+    relay.set_cut(false);
+    assert_eq!(service.step(154_500).unwrap(), vec![Change::Returned(1)]);
+    assert_eq!(
+        service.step(155_000).unwrap(),
+        vec![],
+        "repaired, transferring"
+    );
+    let f = service.configuration().fragments()[1];
+    assert_eq!((f.mode, f.transfer), (Mode::Recovery, Some(900)));
+    // 80 hits in 100: below the goal less its margin.
+    read_times(direct, held, 80);
+    read_times(direct, missing, 20);
+    assert_eq!(service.step(156_000).unwrap(), vec![]);
+    // 95 in 100: the goal is met.
+    read_times(direct, held, 95);
+    read_times(direct, missing, 5);
+    assert_eq!(
+        service.step(157_000).unwrap(),
+        vec![Change::FragmentRecovered(1)]
+    );
+    assert_eq!(service.configuration().fragments()[1].mode, Mode::Normal);
 }

@@ -7,11 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use cads::gemini::Repair;
 use cads::writeback::MacKey;
 use cads::{AppNodes, Password, Policy, TardisConfig, Technique, TlsConfig, TlsIdentity, TlsName};
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
-use cads_bench::gemini::{CmiFailure, FailKind, GeminiOptions};
+use cads_bench::gemini::{CmiFailure, FailKind, GeminiOptions, Recovery};
 use cads_bench::harness::{self, BenchRecord, BenchmarkOptions, CommonOptions, Outage};
 use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
@@ -202,9 +201,11 @@ pub struct Common {
     /// fragments and moves a failed CMI's fragments to the others. What becomes of a CMI that
     /// comes back with its content: gemini-i (its dirty keys deleted), gemini-o (overwritten
     /// with the secondary's values), volatile (all discarded) or stale (kept unrepaired: a
-    /// baseline that reads stale values, which the validator counts).
+    /// baseline that reads stale values, which the validator counts); gemini-i+w and gemini-o+w
+    /// add working-set transfer (what a returning CMI misses is copied from the CMI that stood
+    /// in for it, until its hit ratio is back or for at most 30 s).
     #[arg(long, value_name = "VARIANT", value_parser = recovery)]
-    pub recovery: Option<Repair>,
+    pub recovery: Option<Recovery>,
     /// Gemini: fragments the key space is split into.
     #[arg(long, value_name = "N", default_value_t = 64, requires = "recovery")]
     pub fragments: u32,
@@ -235,16 +236,11 @@ fn fail_kind(text: &str) -> Result<FailKind, String> {
     FailKind::parse(text).ok_or_else(|| format!("unknown failure {text:?} (use cut or kill)"))
 }
 
-fn recovery(text: &str) -> Result<Repair, String> {
-    match text {
-        "gemini-i" => Ok(Repair::Invalidate),
-        "gemini-o" => Ok(Repair::Overwrite),
-        "volatile" => Ok(Repair::Discard),
-        "stale" => Ok(Repair::Keep),
-        other => Err(format!(
-            "unknown recovery {other:?} (use gemini-i, gemini-o, volatile or stale)"
-        )),
-    }
+fn recovery(text: &str) -> Result<Recovery, String> {
+    Recovery::parse(text).ok_or_else(|| {
+        let names = Recovery::names().join(", ");
+        format!("unknown recovery {text:?} (use one of {names})")
+    })
 }
 
 fn appnodes_consistency(text: &str) -> Result<AppNodes, String> {

@@ -109,6 +109,11 @@ struct RunArgs {
     /// cache would come back).
     #[arg(long, value_name = "invalidate|overwrite|discard", default_value = "invalidate", value_parser = repair)]
     repair: Repair,
+    /// Working-set transfer (004's +W): while a returning instance recovers, clients copy what
+    /// they miss on it from the instance that stood in for it, until its hit ratio is back to
+    /// what it was before it failed, or for at most DURATION. Not with --repair discard.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    transfer_for: Option<Duration>,
     /// Log level (error, warn, info, debug) or a tracing filter.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
@@ -149,6 +154,9 @@ fn coordinate(args: &RunArgs) -> Result<()> {
             args.lease
         );
     }
+    if args.transfer_for.is_some() && matches!(args.repair, Repair::Discard | Repair::Keep) {
+        bail!("--transfer-for needs a repairing recovery (--repair invalidate or overwrite)");
+    }
     cads_server::init_logging(&args.log_level);
     let options = ServiceOptions {
         fragments: args.fragments,
@@ -156,6 +164,7 @@ fn coordinate(args: &RunArgs) -> Result<()> {
         probe_every: args.probe_every,
         state_file: args.state_file.clone(),
         repair: args.repair,
+        transfer: args.transfer_for,
     };
     let service =
         Service::start(client(instances), options, 0).context("starting the coordinator")?;

@@ -571,10 +571,11 @@ fn gemini_reads_nothing_stale(gemini: &str, kind: &str, extra: &[&str]) {
     assert!(!failure["timeline"].as_array().unwrap().is_empty());
 }
 
-/// The CMI cut off from everyone, its content kept in memory, under one AppNode.
+/// The CMI cut off from everyone, its content kept in memory, under one AppNode; back, it
+/// recovers with working-set transfer.
 #[test]
 fn gemini_reads_nothing_stale_where_a_stale_cache_does() {
-    gemini_reads_nothing_stale("gemini-i", "cut", &[]);
+    gemini_reads_nothing_stale("gemini-i+w", "cut", &[]);
 }
 
 /// The CMI's process killed (SIGKILL) and started again from its append-only file, while two

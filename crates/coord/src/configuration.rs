@@ -86,6 +86,11 @@ pub struct Fragment {
     /// Transient and recovery: the secondary replica (None in transient mode when no instance was
     /// up to host one).
     pub secondary: Option<Replica>,
+    /// Recovery mode with working-set transfer (004 §3.2.2): the primary's hit ratio before its
+    /// instance failed, per mille, which ends the transfer once the primary is back to it.
+    /// Clients copy entries they miss on the primary from the secondary while it is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<u16>,
 }
 
 /// Where a request for a fragment goes.
@@ -100,6 +105,8 @@ pub enum Route {
     Recovering {
         primary: InstanceId,
         secondary: InstanceId,
+        /// Working-set transfer: the primary's hit ratio before it failed, per mille.
+        transfer: Option<u16>,
     },
     /// Transient mode without a secondary: no instance holds the fragment; reads go to the data
     /// store.
@@ -170,6 +177,7 @@ impl Configuration {
                         id,
                     },
                     secondary: None,
+                    transfer: None,
                 })
                 .collect(),
         }
@@ -212,6 +220,7 @@ impl Configuration {
             (Mode::Recovery, Some(s)) => Route::Recovering {
                 primary: f.primary.instance,
                 secondary: s.instance,
+                transfer: f.transfer,
             },
             (Mode::Recovery, None) => unreachable!("recovery mode always has its secondary"),
         })
@@ -255,7 +264,10 @@ impl Configuration {
                         f.mode = Mode::Transient;
                         f.secondary = hosts.take_least_loaded(next);
                     }
-                    Mode::Recovery => f.mode = Mode::Transient,
+                    Mode::Recovery => {
+                        f.mode = Mode::Transient;
+                        f.transfer = None;
+                    }
                     Mode::Transient => unreachable!("an up instance's primary is not away"),
                 }
             } else if f.secondary.is_some_and(|s| s.instance == instance) {
@@ -265,6 +277,7 @@ impl Configuration {
                     Mode::Recovery => {
                         f.secondary = None;
                         f.mode = Mode::Normal;
+                        f.transfer = None;
                     }
                     Mode::Normal => unreachable!("normal fragments have no secondary"),
                 }
@@ -276,12 +289,14 @@ impl Configuration {
 
     /// The instance is back with its content (004 §3.2). Each fragment it is primary of enters
     /// recovery if its secondary still has the dirty list (`has_dirty_list(fragment)`, which the
-    /// service asks the secondary), and is discarded otherwise: its primary's id rises to the new
-    /// configuration's, and it returns to normal mode.
+    /// service asks the secondary), with working-set transfer towards `transfer` (the instance's
+    /// hit ratio before it failed, per mille) if given, and is discarded otherwise: its primary's
+    /// id rises to the new configuration's, and it returns to normal mode.
     pub fn instance_recovered(
         &mut self,
         instance: InstanceId,
         mut has_dirty_list: impl FnMut(u32) -> bool,
+        transfer: Option<u16>,
     ) -> Result<(), ConfigError> {
         self.check_instance(instance, InstanceState::Down, "not down")?;
         let next = self.id + 1;
@@ -299,7 +314,10 @@ impl Configuration {
             }
             debug_assert_eq!(f.mode, Mode::Transient);
             match f.secondary {
-                Some(_) if has_dirty_list(j as u32) => f.mode = Mode::Recovery,
+                Some(_) if has_dirty_list(j as u32) => {
+                    f.mode = Mode::Recovery;
+                    f.transfer = transfer.map(|permille| permille.min(1000));
+                }
                 _ => {
                     f.mode = Mode::Normal;
                     f.primary.id = next;
@@ -336,9 +354,27 @@ impl Configuration {
         }
         f.mode = Mode::Normal;
         f.secondary = None;
+        f.transfer = None;
         if discard {
             f.primary.id = next;
         }
+        self.id = next;
+        Ok(())
+    }
+
+    /// The working-set transfer of a fragment in recovery ends (its primary's hit ratio is back,
+    /// or the transfer ran as long as it may); its recovery goes on until its dirty keys are
+    /// repaired.
+    pub fn end_transfer(&mut self, fragment: u32) -> Result<(), ConfigError> {
+        let next = self.id + 1;
+        let f = self.fragment_mut(fragment)?;
+        if f.mode != Mode::Recovery || f.transfer.is_none() {
+            return Err(ConfigError::NotApplicable(format!(
+                "fragment {fragment} transfers no working set ({} mode)",
+                f.mode.name()
+            )));
+        }
+        f.transfer = None;
         self.id = next;
         Ok(())
     }
@@ -391,7 +427,12 @@ impl Configuration {
                 (Mode::Recovery, Some(s)) => up(f.primary) && up(s),
                 _ => false,
             };
+            let transfer_fits = match f.transfer {
+                None => true,
+                Some(permille) => f.mode == Mode::Recovery && permille <= 1000,
+            };
             if !fits
+                || !transfer_fits
                 || f.secondary
                     .is_some_and(|s| s.instance == f.primary.instance)
             {
@@ -506,7 +547,7 @@ mod tests {
         assert!(c.publication(2).fragment_ids.contains(&(4, 2)));
 
         // Fragment 4's dirty list was evicted; 0's and 8's survived.
-        c.instance_recovered(0, |j| j != 4).unwrap();
+        c.instance_recovered(0, |j| j != 4, None).unwrap();
         assert_eq!(c.id(), 3);
         assert_eq!(c.fragment(0).unwrap().mode, Mode::Recovery);
         assert_eq!(
@@ -518,7 +559,8 @@ mod tests {
             c.route(0),
             Ok(Route::Recovering {
                 primary: 0,
-                secondary: 1
+                secondary: 1,
+                transfer: None,
             })
         );
         let discarded = c.fragment(4).unwrap();
@@ -552,7 +594,7 @@ mod tests {
     fn a_primary_failing_during_recovery_goes_back_to_its_secondary() {
         let mut c = Configuration::new(2, 2);
         c.instance_failed(0).unwrap();
-        c.instance_recovered(0, |_| true).unwrap();
+        c.instance_recovered(0, |_| true, None).unwrap();
         assert_eq!(c.fragment(0).unwrap().mode, Mode::Recovery);
         c.instance_failed(0).unwrap();
         let f = c.fragment(0).unwrap();
@@ -580,7 +622,7 @@ mod tests {
         // In recovery: back to normal, the primary's copy obsolete.
         let mut c = Configuration::new(2, 2);
         c.instance_failed(0).unwrap();
-        c.instance_recovered(0, |_| true).unwrap();
+        c.instance_recovered(0, |_| true, None).unwrap();
         c.instance_failed(1).unwrap();
         let f = c.fragment(0).unwrap();
         assert_eq!(f.mode, Mode::Normal);
@@ -598,7 +640,7 @@ mod tests {
             (f.mode, f.primary),
             (Mode::Normal, Replica { instance: 1, id: 2 })
         );
-        c.instance_recovered(0, |_| panic!("instance 0 hosts nothing to recover"))
+        c.instance_recovered(0, |_| panic!("instance 0 hosts nothing to recover"), None)
             .unwrap();
         assert!(c.publication(0).fragment_ids.is_empty());
         assert!(matches!(
@@ -612,7 +654,7 @@ mod tests {
         let mut c = Configuration::new(1, 2);
         c.instance_failed(0).unwrap();
         assert_eq!(c.route(1), Ok(Route::Nowhere));
-        c.instance_recovered(0, |_| panic!("no secondary keeps a dirty list"))
+        c.instance_recovered(0, |_| panic!("no secondary keeps a dirty list"), None)
             .unwrap();
         assert_eq!(
             c.fragment(1).unwrap().primary,
@@ -626,7 +668,7 @@ mod tests {
         c.instance_failed(1).unwrap();
         assert_eq!(c.route(0), Ok(Route::Nowhere));
         assert_eq!(c.route(1), Ok(Route::Nowhere));
-        c.instance_recovered(0, |_| panic!("no secondary keeps a dirty list"))
+        c.instance_recovered(0, |_| panic!("no secondary keeps a dirty list"), None)
             .unwrap();
         assert_eq!(
             c.fragment(0).unwrap().primary,
@@ -636,7 +678,7 @@ mod tests {
         assert_eq!(f.mode, Mode::Transient);
         assert_eq!(f.secondary, Some(Replica { instance: 0, id: 4 }));
         assert_eq!(f.primary.id, 4, "nobody listed its writes meanwhile");
-        c.instance_recovered(1, |_| true).unwrap();
+        c.instance_recovered(1, |_| true, None).unwrap();
         assert_eq!(c.fragment(1).unwrap().mode, Mode::Recovery);
     }
 
@@ -645,7 +687,7 @@ mod tests {
         let mut c = Configuration::new(2, 4);
         assert_eq!(c.instance_failed(5), Err(ConfigError::NoSuchInstance(5)));
         assert!(matches!(
-            c.instance_recovered(0, |_| true),
+            c.instance_recovered(0, |_| true, None),
             Err(ConfigError::NotApplicable(_))
         ));
         c.instance_failed(1).unwrap();
@@ -666,7 +708,7 @@ mod tests {
     fn a_list_lost_in_recovery_discards_the_primary() {
         let mut c = Configuration::new(2, 2);
         c.instance_failed(1).unwrap();
-        c.instance_recovered(1, |_| true).unwrap();
+        c.instance_recovered(1, |_| true, None).unwrap();
         assert_eq!(c.fragments()[1].mode, Mode::Recovery);
         assert!(
             c.recovery_list_lost(0).is_err(),
@@ -681,6 +723,58 @@ mod tests {
             "what the primary held of it is obsolete"
         );
         assert_eq!(c.publication(1).fragment_ids, vec![(1, c.id())]);
+    }
+
+    /// Working-set transfer lasts from the primary's return until it is ended or the fragment
+    /// leaves recovery, and each end is a new configuration.
+    #[test]
+    fn a_transfer_is_part_of_recovery() {
+        let mut c = Configuration::new(2, 2);
+        c.instance_failed(0).unwrap();
+        c.instance_recovered(0, |_| true, Some(1200)).unwrap();
+        let transferring = Route::Recovering {
+            primary: 0,
+            secondary: 1,
+            transfer: Some(1000),
+        };
+        assert_eq!(c.route(0), Ok(transferring), "capped at all hits");
+        assert_eq!(c.route(1), Ok(Route::Primary(1)), "instance 1 was not away");
+        let id = c.id();
+        c.end_transfer(0).unwrap();
+        assert_eq!(c.id(), id + 1);
+        assert_eq!(
+            c.route(0),
+            Ok(Route::Recovering {
+                primary: 0,
+                secondary: 1,
+                transfer: None,
+            })
+        );
+        assert!(matches!(
+            c.end_transfer(0),
+            Err(ConfigError::NotApplicable(_))
+        ));
+        assert!(matches!(
+            c.end_transfer(1),
+            Err(ConfigError::NotApplicable(_))
+        ));
+
+        // Failing again in recovery ends the transfer with it.
+        c.instance_failed(0).unwrap();
+        c.instance_recovered(0, |_| true, Some(500)).unwrap();
+        c.instance_failed(0).unwrap();
+        assert_eq!(c.fragment(0).unwrap().transfer, None);
+        assert_eq!(c.check(), Ok(()));
+        // So does its recovery's end.
+        c.instance_recovered(0, |_| true, Some(500)).unwrap();
+        c.fragment_recovered(0).unwrap();
+        assert_eq!(c.fragment(0).unwrap().transfer, None);
+
+        // A configuration read from outside with a transfer out of recovery is refused.
+        let mut text = serde_json::to_value(&c).unwrap();
+        text["fragments"][0]["transfer"] = 900.into();
+        let read: Configuration = serde_json::from_value(text).unwrap();
+        assert!(read.check().is_err());
     }
 
     /// Whatever happens, ids rise, every fragment is somewhere or its primary is down, and a
@@ -700,11 +794,15 @@ mod tests {
                 let before = c.id();
                 let i = next(4);
                 let j = next(16) as u32;
-                let changed = match next(5) {
+                let changed = match next(6) {
                     0 => c.instance_failed(i).is_ok(),
-                    1 => c.instance_recovered(i, |_| next(2) == 0).is_ok(),
+                    1 => {
+                        let transfer = (next(2) == 0).then_some(900);
+                        c.instance_recovered(i, |_| next(2) == 0, transfer).is_ok()
+                    }
                     2 => c.fragment_recovered(j).is_ok(),
                     3 => c.recovery_list_lost(j).is_ok(),
+                    4 => c.end_transfer(j).is_ok(),
                     _ => c.dirty_list_lost(j).is_ok(),
                 };
                 assert_eq!(c.id() > before, changed);

@@ -18,6 +18,7 @@
 
 pub mod configuration;
 pub mod dirty_list;
+pub mod hit_ratio;
 pub mod liveness;
 pub mod publish;
 pub mod repair;

@@ -27,6 +27,14 @@
 //! in recovery ([`crate::repair`]); a fragment whose dirty keys are all repaired returns to
 //! normal mode.
 //!
+//! With working-set transfer ([`ServiceOptions::transfer`], 004 §3.2.2), the service samples the
+//! instances' hit ratios ([`HitRatios`]) every [`HIT_RATIO_EVERY_MS`]. A returning instance's
+//! fragments enter recovery with the ratio it had before it failed as their transfer's goal, and
+//! stay in recovery, their clients copying what they miss on the primary from the secondary,
+//! until the instance's ratio is back within [`TRANSFER_MARGIN`] of it or the transfer has run as
+//! long as it may; then a fragment whose dirty keys are repaired returns to normal, and one
+//! whose are not goes on recovering without transfer.
+//!
 //! `cads coord` runs it as a process. Not built yet (issue 14): session-id ranges served to
 //! other processes, and etcd for a standby coordinator.
 
@@ -34,11 +42,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cads_client::{Client, ClientError};
+use cads_client::{Client, ClientError, CmiStats};
 use cads_protocol::{Command, Reply};
 
 use crate::configuration::{ConfigError, Configuration, InstanceId, InstanceState, Mode, Replica};
 use crate::dirty_list;
+use crate::hit_ratio::HitRatios;
 use crate::liveness::{Liveness, Renewal};
 use crate::publish::publish;
 use crate::repair::{Pass, Repair, RepairJob};
@@ -50,6 +59,13 @@ pub const CONFIGURATION_KEY: &[u8] = b"gemini:configuration";
 /// Dirty keys a step repairs at most, over all fragments in recovery: a step must end in time for
 /// the next probe, which renews the instances' leases.
 pub const REPAIR_KEYS_PER_STEP: usize = 2048;
+
+/// How often the instances' hit ratios are sampled, with working-set transfer.
+pub const HIT_RATIO_EVERY_MS: u64 = 1_000;
+
+/// How far below its ratio from before the failure (per mille) a returning instance's hit ratio
+/// may be for its transfer to end: 004 §3.2.2's ε, the ratio's own variation.
+pub const TRANSFER_MARGIN: u16 = 50;
 
 /// How the service runs.
 #[derive(Clone, Debug)]
@@ -64,6 +80,10 @@ pub struct ServiceOptions {
     pub state_file: Option<PathBuf>,
     /// What the recovery workers do with a dirty key (Gemini-I or Gemini-O).
     pub repair: Repair,
+    /// Working-set transfer ("+W"): a returning instance's fragments are recovered with clients
+    /// copying what they miss on the primary from the secondary, until the instance's hit ratio
+    /// is back to what it was before it failed, or for at most this long. None: no transfer.
+    pub transfer: Option<Duration>,
 }
 
 /// What a step saw happen to an instance.
@@ -75,6 +95,9 @@ pub enum Change {
     FragmentRecovered(u32),
     /// The fragment's dirty list was lost during recovery: its primary's copy was discarded.
     FragmentDiscarded(u32),
+    /// The fragment's working-set transfer ended before its dirty keys were all repaired; its
+    /// recovery goes on.
+    TransferEnded(u32),
 }
 
 /// Why the service cannot go on.
@@ -130,6 +153,16 @@ pub struct Service {
     old_lists: Vec<bool>,
     /// Per fragment, the secondary its dirty list was made on.
     lists_made: Vec<Option<Replica>>,
+    /// The instances' hit ratios, sampled with working-set transfer only.
+    hit_ratios: HitRatios,
+    /// When the hit ratios were last sampled.
+    sampled_ms: Option<u64>,
+    /// Per instance, its hit ratio from before it last failed (per mille), if one was measured.
+    ratio_before_failure: Vec<Option<u16>>,
+    /// Per instance, when the transfer of its fragments began.
+    transfer_began: Vec<Option<u64>>,
+    /// Per fragment, whether its dirty keys are all repaired while its transfer goes on.
+    repaired: Vec<bool>,
 }
 
 impl Service {
@@ -178,7 +211,22 @@ impl Service {
                 liveness.mark_failed(i);
             }
         }
+        let fragments = configuration.fragments().len();
+        let transfer_began = (0..instances)
+            .map(|i| {
+                let transferring = configuration
+                    .fragments()
+                    .iter()
+                    .any(|f| f.transfer.is_some() && f.primary.instance == i);
+                transferring.then_some(now_ms)
+            })
+            .collect();
         let mut service = Service {
+            hit_ratios: HitRatios::new(instances),
+            sampled_ms: None,
+            ratio_before_failure: vec![None; instances],
+            transfer_began,
+            repaired: vec![false; fragments],
             liveness,
             client,
             options,
@@ -254,7 +302,11 @@ impl Service {
                 changes.push(Change::Returned(*i));
             }
         }
+        if self.options.transfer.is_some() {
+            self.sample_hit_ratios(now_ms);
+        }
         self.repair_fragments(&mut changes)?;
+        self.end_transfers(now_ms, &mut changes)?;
         changes.extend(
             self.liveness
                 .expired(now_ms)
@@ -262,7 +314,7 @@ impl Service {
                 .map(Change::Failed),
         );
         for &change in &changes {
-            self.apply(change)?;
+            self.apply(change, now_ms)?;
         }
         self.make_known()?;
         Ok(changes)
@@ -274,7 +326,13 @@ impl Service {
     /// repaired returns to normal, one whose list is lost is discarded; work that cannot reach an
     /// instance is tried again at the next step.
     fn repair_fragments(&mut self, changes: &mut Vec<Change>) -> Result<(), ServiceError> {
-        let recovering = self.configuration.recovering();
+        for (j, f) in self.configuration.fragments().iter().enumerate() {
+            if f.mode != Mode::Recovery {
+                self.repaired[j] = false;
+            }
+        }
+        let mut recovering = self.configuration.recovering();
+        recovering.retain(|&(j, _, _)| !self.repaired[j as usize]);
         // A job ends with its recovery (checked at every step, so that a job read from one
         // recovery's list never serves the next one's), or when its replicas change.
         self.repairs
@@ -311,10 +369,23 @@ impl Service {
             });
             match pass {
                 Ok(Pass::Done { repaired }) => {
-                    tracing::info!(fragment = j, repaired, "fragment recovered");
                     self.repairs.retain(|job| job.target().0 != j);
-                    self.configuration.fragment_recovered(j)?;
-                    changes.push(Change::FragmentRecovered(j));
+                    if self.configuration.fragment(j)?.transfer.is_some() {
+                        tracing::info!(
+                            fragment = j,
+                            repaired,
+                            "dirty keys repaired; the working-set transfer goes on"
+                        );
+                        self.repaired[j as usize] = true;
+                        // Clients that fetch the list from now on have nothing to repair.
+                        if let Err(e) = start_dirty_list(&self.client, secondary, j) {
+                            tracing::debug!(fragment = j, error = %e, "dirty list not emptied");
+                        }
+                    } else {
+                        tracing::info!(fragment = j, repaired, "fragment recovered");
+                        self.configuration.fragment_recovered(j)?;
+                        changes.push(Change::FragmentRecovered(j));
+                    }
                 }
                 Ok(Pass::Partly { repaired, left }) => {
                     tracing::debug!(fragment = j, repaired, left, "dirty keys left");
@@ -325,6 +396,72 @@ impl Service {
                     changes.push(Change::FragmentDiscarded(j));
                 }
                 Err(e) => tracing::warn!(fragment = j, error = %e, "recovery pass failed"),
+            }
+        }
+        Ok(())
+    }
+
+    /// INFO's read counters of every instance that is up, at most every [`HIT_RATIO_EVERY_MS`].
+    fn sample_hit_ratios(&mut self, now_ms: u64) {
+        if self
+            .sampled_ms
+            .is_some_and(|at| now_ms < at + HIT_RATIO_EVERY_MS)
+        {
+            return;
+        }
+        self.sampled_ms = Some(now_ms);
+        let sections: [&[u8]; 1] = [b"stats"];
+        let asks: Vec<(usize, Command<'_>)> = (0..self.client.cmis())
+            .filter(|&i| self.configuration.instances()[i] == InstanceState::Up)
+            .map(|i| (i, Command::Info(&sections)))
+            .collect();
+        for ((i, _), answer) in asks.iter().zip(self.client.execute_many(&asks)) {
+            if let Ok(Reply::Bulk(text)) = answer {
+                let stats = CmiStats::parse(&String::from_utf8_lossy(&text));
+                self.hit_ratios
+                    .observe(*i, stats.keyspace_hits, stats.keyspace_misses);
+            }
+        }
+    }
+
+    /// Ends the working-set transfer of the fragments whose primary's hit ratio is back within
+    /// [`TRANSFER_MARGIN`] of its goal, or that transferred as long as they may: those repaired
+    /// return to normal mode, the others go on recovering without transfer.
+    fn end_transfers(
+        &mut self,
+        now_ms: u64,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ServiceError> {
+        let Some(longest) = self.options.transfer else {
+            return Ok(());
+        };
+        let longest_ms = longest.as_millis() as u64;
+        let transferring: Vec<(u32, InstanceId, u16)> = (0..)
+            .zip(self.configuration.fragments())
+            .filter(|(_, f)| f.mode == Mode::Recovery)
+            .filter_map(|(j, f)| Some((j, f.primary.instance, f.transfer?)))
+            .collect();
+        for (j, primary, goal) in transferring {
+            let ratio = self.hit_ratios.current(primary);
+            let reached = ratio.is_some_and(|r| r.saturating_add(TRANSFER_MARGIN) >= goal);
+            let ran_ms =
+                self.transfer_began[primary].map_or(u64::MAX, |t| now_ms.saturating_sub(t));
+            if !reached && ran_ms < longest_ms {
+                continue;
+            }
+            tracing::info!(
+                fragment = j,
+                hit_ratio = ratio,
+                goal,
+                ran_ms,
+                "working-set transfer ends"
+            );
+            if self.repaired[j as usize] {
+                self.configuration.fragment_recovered(j)?;
+                changes.push(Change::FragmentRecovered(j));
+            } else {
+                self.configuration.end_transfer(j)?;
+                changes.push(Change::TransferEnded(j));
             }
         }
         Ok(())
@@ -358,24 +495,53 @@ impl Service {
         }
     }
 
-    fn apply(&mut self, change: Change) -> Result<(), ServiceError> {
+    fn apply(&mut self, change: Change, now_ms: u64) -> Result<(), ServiceError> {
         match change {
             // Applied by the pass that saw them.
-            Change::FragmentRecovered(_) | Change::FragmentDiscarded(_) => {}
+            Change::FragmentRecovered(_)
+            | Change::FragmentDiscarded(_)
+            | Change::TransferEnded(_) => {}
             Change::Failed(instance) => {
                 self.configuration.instance_failed(instance)?;
                 self.published[instance] = 0;
+                // Failed again before a ratio of its return was measured: the older one stands.
+                if let Some(ratio) = self.hit_ratios.take(instance) {
+                    self.ratio_before_failure[instance] = Some(ratio);
+                }
+                self.transfer_began[instance] = None;
             }
             Change::Returned(instance) => {
                 // The secondaries as they were, asked only for the fragments it asks about.
                 let before = self.configuration.fragments().to_vec();
                 let (client, repair) = (&self.client, self.options.repair);
-                self.configuration.instance_recovered(instance, |j| {
-                    repair != Repair::Discard
-                        && before[j as usize]
-                            .secondary
-                            .is_some_and(|s| has_dirty_list(client, s.instance, j))
-                })?;
+                let transfer = match (self.options.transfer, repair) {
+                    (Some(_), Repair::Invalidate | Repair::Overwrite) => {
+                        let ratio = self.ratio_before_failure[instance];
+                        if ratio.is_none() {
+                            tracing::warn!(
+                                instance,
+                                "no hit ratio was measured before the instance failed; \
+                                 recovering it without working-set transfer"
+                            );
+                        }
+                        ratio
+                    }
+                    _ => None,
+                };
+                self.configuration.instance_recovered(
+                    instance,
+                    |j| {
+                        repair != Repair::Discard
+                            && before[j as usize]
+                                .secondary
+                                .is_some_and(|s| has_dirty_list(client, s.instance, j))
+                    },
+                    transfer,
+                )?;
+                if let Some(goal) = transfer {
+                    tracing::info!(instance, goal, "working-set transfer begins");
+                    self.transfer_began[instance] = Some(now_ms);
+                }
                 if repair == Repair::Keep {
                     for (j, _, _) in self.configuration.recovering() {
                         self.configuration.fragment_recovered(j)?;

@@ -74,7 +74,7 @@ mod tests {
         save(&path, &state).unwrap();
         assert_eq!(load(&path), Ok(Some(state.clone())));
         configuration = state.configuration.clone();
-        configuration.instance_recovered(1, |_| true).unwrap();
+        configuration.instance_recovered(1, |_| true, None).unwrap();
         let newer = SavedState {
             configuration,
             ..state

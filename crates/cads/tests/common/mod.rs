@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod bank;
+pub mod gemini;
 pub mod tardis;
 
 use std::sync::Arc;
