@@ -371,6 +371,12 @@ pub struct YcsbArgs {
     /// [default: the workload's, 100; ETC: etc]
     #[arg(long, value_name = "BYTES|etc", value_parser = field_length)]
     pub field_length: Option<FieldLength>,
+    /// Gemini (004 Fig. 10): an access pattern that changes when the CMIs fail. Reads and
+    /// updates go to the first half of the records until --fail-at; from then on the hottest
+    /// PCT% of that half's keys are replaced by their counterparts in the second half (100: the
+    /// whole working set changes). Only the first half is warmed.
+    #[arg(long, value_name = "PCT", requires = "fail_cmis")]
+    pub pattern_change: Option<u8>,
     /// Write-back's background workers.
     #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().common.workers)]
     pub workers: usize,
@@ -409,6 +415,7 @@ impl YcsbArgs {
             beta: self.beta,
             field_count: self.field_count,
             field_length: self.field_length,
+            pattern_change: self.pattern_change,
             worker_pause: self.worker_pause,
             table: self.table.clone(),
             store_timeout: self.store_timeout,

@@ -90,6 +90,8 @@ pub struct ThreadContext {
     pub run_on_load: u64,
     /// The options' seed.
     pub seed: u64,
+    /// When this process's run phase began.
+    pub started: Instant,
 }
 
 /// How one operation ended.
@@ -277,6 +279,7 @@ pub(crate) fn drive<B: Benchmark>(
             appnodes: set.appnodes,
             run_on_load: set.run_on_load,
             seed: bench.options().seed,
+            started,
         };
         let mut out = NodeResult::<B::Log>::empty(kinds, env.clock.now());
         let mut state = bench.thread(loaded, &ctx);

@@ -56,6 +56,11 @@ pub struct YcsbOptions {
     /// shows up as latency instead of failing the run (on PostgreSQL a `DROP TABLE` after a
     /// write-heavy run took longer than 5 s here).
     pub store_timeout: Duration,
+    /// `--pattern-change PCT` (004 §5.4.4, Fig. 10): with Gemini's failure, draws go to the first
+    /// half of the records until the CMIs fail, and from then on the hottest PCT% of that half's
+    /// keys are replaced by their counterparts in the second half (100: the whole working set
+    /// changes). Only the first half is warmed.
+    pub pattern_change: Option<u8>,
     /// Test hook: updates write the data store directly, behind the framework's back, so that
     /// cached copies go stale (shows the validator at work).
     #[doc(hidden)]
@@ -85,6 +90,7 @@ impl Default for YcsbOptions {
             worker_pause: cads::WriteBackConfig::default().worker_pause,
             table: cads_apps::ycsb::TABLE.into(),
             store_timeout: Duration::from_secs(30),
+            pattern_change: None,
             sabotage: false,
         }
     }
@@ -153,6 +159,25 @@ impl YcsbOptions {
         if self.beta > 100 {
             bail!("--beta is a percentage, 0 to 100");
         }
+        if let Some(percent) = self.pattern_change {
+            if percent == 0 || percent > 100 {
+                bail!("--pattern-change is a percentage, 1 to 100");
+            }
+            if self.failure_at().is_none() {
+                bail!("--pattern-change changes the keys read when CMIs fail: add --fail-cmis");
+            }
+            if workload.insert > 0.0 || workload.scan > 0.0 || workload.ranges {
+                bail!(
+                    "--pattern-change needs a workload of reads and updates (A, B, C, F, S or ETC)"
+                );
+            }
+            if workload.distribution == Distribution::Latest {
+                bail!("--pattern-change needs the zipfian or uniform distribution");
+            }
+            if self.records < 4 {
+                bail!("--pattern-change splits the records in two halves: load at least 4");
+            }
+        }
         let baseline = self.common.policies.contains(&cads::Policy::CacheAside);
         if workload.ranges && self.common.appnodes > 1 && baseline {
             bail!(
@@ -161,6 +186,19 @@ impl YcsbOptions {
             );
         }
         Ok(())
+    }
+
+    /// When Gemini's failure begins, from the start of the run phase, if one is injected.
+    pub fn failure_at(&self) -> Option<Duration> {
+        Some(self.common.gemini.as_ref()?.fail?.at)
+    }
+
+    /// Records the warm-up reads: all, or with a pattern change the half read before it.
+    pub fn warmed_records(&self) -> u64 {
+        match self.pattern_change {
+            Some(_) => self.records / 2,
+            None => self.records,
+        }
     }
 
     /// The run phase's length (`duration`, else 10 s when no operation count is given).
@@ -194,6 +232,8 @@ pub struct ConfigRecord {
     pub insert_order: &'static str,
     /// CPR's β, when scans go through a Dendrite.
     pub beta: Option<u8>,
+    /// `--pattern-change`: the share of the working set replaced when the CMIs fail, %.
+    pub pattern_change: Option<u8>,
     /// Write-back workers' pause after a pass without a full batch, ms.
     pub worker_pause_ms: f64,
     /// The collection.

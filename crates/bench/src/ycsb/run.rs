@@ -21,7 +21,7 @@ use super::validate::{
     check_final, check_reads, field_name, id_hash, inspect, load_token, record, record_id,
     writer_token, Log, ReadRecord, Seen, WriteRecord, UNKNOWN_END,
 };
-use super::workload::{Fields, KeyChooser, Operation, ScanLength, Workload};
+use super::workload::{Fields, KeyChooser, Operation, PatternChange, ScanLength, Workload};
 use super::zindex::{RedisServer, Zindex};
 use crate::deploy::{driver_misses, driver_store_calls, Deployment};
 use crate::generator::{AcknowledgedCounter, Discrete, Rng};
@@ -214,7 +214,7 @@ impl Ycsb {
         let started = Instant::now();
         let next = AtomicU64::new(0);
         let warmed = AtomicU64::new(0);
-        let total = self.opts.records;
+        let total = self.opts.warmed_records();
         let results = run_threads(
             self.opts.common.threads,
             &warmed,
@@ -535,13 +535,26 @@ impl Benchmark for Ycsb {
                     .wrapping_add((ctx.index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
             ),
             operations: w.chooser().expect("checked with the options"),
-            keys: KeyChooser::new(
-                w.distribution,
-                self.opts.records as i64,
-                loaded.expected_new_keys,
-                self.opts.zipfian_constant,
-                &loaded.inserts,
-            ),
+            keys: match (self.opts.pattern_change, self.opts.failure_at()) {
+                (Some(percent), Some(at)) => {
+                    let (records, theta) = (self.opts.records as i64, self.opts.zipfian_constant);
+                    let change = PatternChange::new(
+                        records,
+                        percent,
+                        w.distribution,
+                        theta,
+                        ctx.started + at,
+                    );
+                    KeyChooser::changing(w.distribution, records, theta, change)
+                }
+                _ => KeyChooser::new(
+                    w.distribution,
+                    self.opts.records as i64,
+                    loaded.expected_new_keys,
+                    self.opts.zipfian_constant,
+                    &loaded.inserts,
+                ),
+            },
             writes: 0,
         }
     }
@@ -868,6 +881,7 @@ impl Benchmark for Ycsb {
                 "hashed"
             },
             beta: self.workload.ranges.then_some(self.opts.beta),
+            pattern_change: o.pattern_change,
             worker_pause_ms: o.worker_pause.as_secs_f64() * 1000.0,
             table: o.table.clone(),
             store_timeout_s: o.store_timeout.as_secs_f64(),

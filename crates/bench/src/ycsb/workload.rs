@@ -3,7 +3,9 @@
 //! pool (Part B §4; 004 §5), and what one benchmark thread draws from them: operations, key
 //! numbers, scan lengths.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::time::Instant;
 
 use anyhow::{bail, Result};
 use cads_apps::ycsb::FieldLength;
@@ -281,9 +283,17 @@ impl Workload {
     }
 }
 
-/// One thread's key chooser (`CoreWorkload.keychooser` and `nextKeynum`).
+/// One thread's key chooser (`CoreWorkload.keychooser` and `nextKeynum`), over every record or,
+/// with a [`PatternChange`], over the half it directs draws to.
 #[derive(Clone, Debug)]
-pub enum KeyChooser {
+pub struct KeyChooser {
+    draw: KeyDraw,
+    change: Option<PatternChange>,
+}
+
+/// How a key number is drawn.
+#[derive(Clone, Debug)]
+enum KeyDraw {
     /// Uniform over `0..records`.
     Uniform(Uniform),
     /// Scrambled zipfian over `0..=records + expected new keys`.
@@ -302,14 +312,34 @@ impl KeyChooser {
         theta: f64,
         inserts: &AcknowledgedCounter,
     ) -> KeyChooser {
-        match distribution {
-            Distribution::Uniform => KeyChooser::Uniform(Uniform::new(0, records - 1)),
+        let draw = match distribution {
+            Distribution::Uniform => KeyDraw::Uniform(Uniform::new(0, records - 1)),
             // The upper bound is inclusive, as in CoreWorkload: even without inserts, key
             // number `records` can be drawn, and is redrawn below.
             Distribution::Zipfian => {
-                KeyChooser::Zipfian(ScrambledZipfian::new(0, records + expected_new_keys, theta))
+                KeyDraw::Zipfian(ScrambledZipfian::new(0, records + expected_new_keys, theta))
             }
-            Distribution::Latest => KeyChooser::Latest(SkewedLatest::new(inserts.last(), theta)),
+            Distribution::Latest => KeyDraw::Latest(SkewedLatest::new(inserts.last(), theta)),
+        };
+        KeyChooser { draw, change: None }
+    }
+
+    /// A chooser drawing over the first half of `records` (set A), as `distribution` would
+    /// over all of them, and from `change` on partly or wholly over the second (set B).
+    pub fn changing(
+        distribution: Distribution,
+        records: i64,
+        theta: f64,
+        change: PatternChange,
+    ) -> KeyChooser {
+        let half = records / 2;
+        let draw = match distribution {
+            Distribution::Zipfian => KeyDraw::Zipfian(ScrambledZipfian::new(0, half - 1, theta)),
+            _ => KeyDraw::Uniform(Uniform::new(0, half - 1)),
+        };
+        KeyChooser {
+            draw,
+            change: Some(change),
         }
     }
 
@@ -319,14 +349,72 @@ impl KeyChooser {
     pub fn next(&mut self, rng: &mut Rng, inserts: &AcknowledgedCounter) -> i64 {
         loop {
             let last = inserts.last();
-            let keynum = match self {
-                KeyChooser::Uniform(u) => u.next(rng),
-                KeyChooser::Zipfian(z) => z.next(rng),
-                KeyChooser::Latest(l) => l.next(last, rng),
+            let keynum = match &mut self.draw {
+                KeyDraw::Uniform(u) => u.next(rng),
+                KeyDraw::Zipfian(z) => z.next(rng),
+                KeyDraw::Latest(l) => l.next(last, rng),
+            };
+            let keynum = match &self.change {
+                Some(change) => change.apply(keynum),
+                None => keynum,
             };
             if inserts.holds(keynum) {
                 return keynum;
             }
+        }
+    }
+}
+
+/// `--pattern-change PCT` (004 §5.4.4): the records split in two halves, A (key numbers below
+/// half the records) and B. Draws go to A alone until the change (when the CMIs fail); from then
+/// on the hottest PCT% of A's keys are replaced by their counterparts in B, the rest of A staying
+/// as it was (100: all of A is replaced, the whole working set changes).
+#[derive(Clone, Debug)]
+pub struct PatternChange {
+    at: Instant,
+    half: i64,
+    /// A's keys whose draws go to B after the change; None: every key.
+    moved: Option<HashSet<i64>>,
+}
+
+impl PatternChange {
+    /// The change of `percent`% of the keys of the first half of `records`, drawn by
+    /// `distribution` (the hottest ones under zipfian, the lowest-numbered under uniform), at
+    /// `at`.
+    pub fn new(
+        records: i64,
+        percent: u8,
+        distribution: Distribution,
+        theta: f64,
+        at: Instant,
+    ) -> PatternChange {
+        let half = records / 2;
+        let count = (half * i64::from(percent.min(100)) / 100) as usize;
+        let moved = (percent < 100).then(|| match distribution {
+            Distribution::Zipfian => {
+                // The items of the lowest ranks are the most popular: take them rank by rank.
+                let z = ScrambledZipfian::new(0, half - 1, theta);
+                let mut moved = HashSet::with_capacity(count);
+                let mut rank = 0;
+                while moved.len() < count && rank < 64 * half {
+                    moved.insert(z.item_of_rank(rank));
+                    rank += 1;
+                }
+                moved
+            }
+            _ => (0..count as i64).collect(),
+        });
+        PatternChange { at, half, moved }
+    }
+
+    /// Where a draw of A's key `keynum` goes now.
+    pub fn apply(&self, keynum: i64) -> i64 {
+        let moves =
+            Instant::now() >= self.at && self.moved.as_ref().is_none_or(|m| m.contains(&keynum));
+        if moves {
+            keynum + self.half
+        } else {
+            keynum
         }
     }
 }
@@ -338,5 +426,54 @@ impl ScanLength {
             ScanLength::Uniform { max } => Uniform::new(1, max.max(1) as i64).next(rng) as u64,
             ScanLength::Fixed(n) => n,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn draws(chooser: &mut KeyChooser, n: usize) -> Vec<i64> {
+        let mut rng = Rng::new(7);
+        let inserts = AcknowledgedCounter::new(1_000);
+        (0..n).map(|_| chooser.next(&mut rng, &inserts)).collect()
+    }
+
+    /// Before the change every draw is in A; after a 100% change every draw is in B, where A's
+    /// draws would have been, shifted by half the records.
+    #[test]
+    fn a_whole_change_moves_every_draw_to_the_other_half() {
+        let later = Instant::now() + Duration::from_secs(3_600);
+        let change = PatternChange::new(1_000, 100, Distribution::Zipfian, 0.99, later);
+        let mut before = KeyChooser::changing(Distribution::Zipfian, 1_000, 0.99, change);
+        let a = draws(&mut before, 2_000);
+        assert!(a.iter().all(|&k| (0..500).contains(&k)));
+        let change = PatternChange::new(1_000, 100, Distribution::Zipfian, 0.99, Instant::now());
+        let mut after = KeyChooser::changing(Distribution::Zipfian, 1_000, 0.99, change);
+        let b = draws(&mut after, 2_000);
+        assert_eq!(b, a.iter().map(|k| k + 500).collect::<Vec<_>>());
+    }
+
+    /// A 20% change moves A's hottest fifth: the most drawn key moves, and the fifth moved
+    /// draws well above a fifth of the draws (scrambled zipfian over few keys is flatter than
+    /// its ranks: 38% here).
+    #[test]
+    fn a_partial_change_moves_the_hottest_keys() {
+        let change = PatternChange::new(1_000, 20, Distribution::Zipfian, 0.99, Instant::now());
+        assert_eq!(change.moved.as_ref().unwrap().len(), 100, "a fifth of A");
+        let z = ScrambledZipfian::new(0, 499, 0.99);
+        assert_eq!(change.apply(z.item_of_rank(0)), z.item_of_rank(0) + 500);
+        let mut chooser = KeyChooser::changing(Distribution::Zipfian, 1_000, 0.99, change);
+        let drawn = draws(&mut chooser, 10_000);
+        let moved = drawn.iter().filter(|&&k| k >= 500).count();
+        assert!(
+            moved > 3_000,
+            "the hottest fifth draws more than its share: {moved}"
+        );
+        assert!(moved < 10_000, "the rest of A is still drawn");
+
+        let uniform = PatternChange::new(1_000, 20, Distribution::Uniform, 0.99, Instant::now());
+        assert_eq!((uniform.apply(99), uniform.apply(100)), (599, 100));
     }
 }
