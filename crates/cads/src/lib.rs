@@ -63,7 +63,9 @@ pub use cads_client::{
     Client, ClientConfig, ClientError, CmiStats, RetryPolicy, TlsConfig, TlsIdentity, TlsName,
 };
 /// Where a process's session ids come from: a client of one's own draws them from
-/// `Coordinator::process()`, as [`Cads::connect`] does.
+/// `Coordinator::process()`, as [`Cads::connect`] does; the coordinator's id service hands
+/// them to other processes (`Coordinator::use_service`).
+pub use cads_coord::ids::{IdRanges, IdServer};
 pub use cads_coord::Coordinator;
 /// The data-store side: stores to open ([`store::open`]), documents and change operators, SQL
 /// transactions, fault injection.

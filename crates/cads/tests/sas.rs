@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use cads::{CacheChange, CacheStore, Cads, Config, Policy, SasConfig, StoreTx};
 use cads_coord::sas::leases::Settings;
-use cads_coord::sas::wire::Framed;
 use cads_coord::sas::Core;
+use cads_coord::wire::Framed;
 use cads_store::{Relay, StoreError};
 use common::{counter_key, Counters, Deployment, History, LONG_LEASE_MS};
 

@@ -10,6 +10,7 @@ use cads::sas::{Core, CoreSettings};
 use cads::{Client, ClientConfig, Coordinator, Policy};
 use cads_bench::parse_duration;
 use cads_coord::configuration::{Configuration, InstanceState, Mode};
+use cads_coord::ids::IdServer;
 use cads_coord::repair::Repair;
 use cads_coord::service::{Service, ServiceOptions, CONFIGURATION_KEY};
 use clap::{Args, Subcommand};
@@ -114,6 +115,20 @@ struct RunArgs {
     /// what it was before it failed, or for at most DURATION. Not with --repair discard.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     transfer_for: Option<Duration>,
+    /// Serve session-id ranges on ADDR (`IDRANGE`), so that processes numbering their
+    /// sessions from this coordinator never meet: each range is reserved in the state file
+    /// before it is handed out, so that a restarted coordinator never hands it out again.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// A password every connection to --listen must log in with (`AUTH`).
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "CADS_COORD_PASSWORD",
+        hide_env_values = true,
+        requires = "listen"
+    )]
+    requirepass: Option<String>,
     /// Log level (error, warn, info, debug) or a tracing filter.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
@@ -168,6 +183,21 @@ fn coordinate(args: &RunArgs) -> Result<()> {
     };
     let service =
         Service::start(client(instances), options, 0).context("starting the coordinator")?;
+    let _id_service = match args.listen {
+        Some(addr) => {
+            if args.state_file.is_none() {
+                tracing::warn!(
+                    "session ids are served without --state-file: a restarted coordinator \
+                     starts at a random point instead of after the ids it handed out"
+                );
+            }
+            let server = IdServer::start(addr, service.session_ids(), args.requirepass.clone())
+                .with_context(|| format!("listening on {addr} for session-id requests"))?;
+            tracing::info!(addr = %server.addr(), "serving session-id ranges");
+            Some(server)
+        }
+        None => None,
+    };
     tracing::info!(
         configuration = service.configuration().id(),
         instances = instances.cmis.len(),

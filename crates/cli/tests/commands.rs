@@ -592,7 +592,7 @@ fn gemini_reads_nothing_stale_from_a_killed_cmi_back_from_its_log() {
 /// `cads coord --state-file` killed with SIGKILL and started again: it goes on from the
 /// configuration it saved, so that the next change is the next id. A coordinator that lost its
 /// state would have started a new configuration above the instances' (2), and the failure below
-/// would then be configuration 3.
+/// would then be configuration 3. Its session-id service goes on above every id it handed out.
 #[test]
 fn coord_killed_goes_on_from_its_state_file() {
     let dir = ScratchDir::new("coord-state");
@@ -621,9 +621,19 @@ fn coord_killed_goes_on_from_its_state_file() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], cads_testkit::free_port()));
+    // A range from the coordinator's id service, once it listens.
+    let ids = cads_coord::ids::RemoteRanges::new(listen, None);
+    let id_range = || loop {
+        if let Ok(range) = ids.ask() {
+            return range;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let start = || {
         Command::new(env!("CARGO_BIN_EXE_cads"))
             .args(["coord", "--cmis", &list, "--fragments", "4"])
+            .args(["--listen", &listen.to_string()])
             .args([
                 "--state-file",
                 state.to_str().unwrap(),
@@ -635,11 +645,17 @@ fn coord_killed_goes_on_from_its_state_file() {
     };
     let mut coord = start();
     status_with("configuration 1\n");
+    let before = id_range();
     coord.kill().unwrap();
     coord.wait().unwrap();
     assert!(state.exists(), "the state was saved before the kill");
 
     let mut coord = start();
+    let after = id_range();
+    assert!(
+        after.start >= before.end,
+        "ids handed out again: {before:?} then {after:?}"
+    );
     // The second instance fails: its fragments go to the first, in a new configuration.
     failing.stop();
     let text = status_with_newer_than(1);

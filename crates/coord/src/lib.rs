@@ -1,7 +1,8 @@
 //! cads-coord: the coordinator.
 //!
-//! It hands out disjoint ranges of session ids to clients (000 §5.1). It runs embedded in the
-//! application process for now, behind `cads_client::RangeSource`. Gemini's configurations
+//! It hands out disjoint ranges of session ids to clients (000 §5.1), behind
+//! `cads_client::RangeSource`: embedded in the application process ([`Coordinator`]), or served
+//! by the coordinator's process to others ([`ids`]). Gemini's configurations
 //! ([`configuration`]: fragments, their modes and configuration ids, 004 §2-3), instance leases
 //! ([`liveness`]), publishing a configuration's ids to a CMI ([`publish`]), the state file that
 //! lets a coordinator survive its restart ([`state_file`]), dirty lists ([`dirty_list`]), the
@@ -12,25 +13,32 @@
 //!
 //! Every client of a process must draw from the same coordinator: two clients numbering sessions
 //! from separate counters would give two sessions the same id, and a CMI would take them for one.
-//! [`Coordinator::process`] is that shared coordinator. Until the coordinator runs as its own
-//! service, processes are kept apart by starting each process's ids in a block of 2^32 chosen at
-//! random.
+//! [`Coordinator::process`] is that shared source. It asks the coordinator's id service when the
+//! process was pointed at one ([`Coordinator::use_service`]: `cads coord --listen`, the
+//! benchmark's AppNode processes); otherwise it numbers from a block of 2^32 ids chosen at random
+//! below 2^62, which keeps processes apart with high probability, and apart for certain from
+//! every process served by the id service (whose ids lie above).
 
 pub mod configuration;
 pub mod dirty_list;
 pub mod hit_ratio;
+pub mod ids;
 pub mod liveness;
 pub mod publish;
 pub mod repair;
 pub mod sas;
 pub mod service;
 pub mod state_file;
+pub mod wire;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cads_client::{RangeSource, SessionId};
+
+/// The process's source of session ids ([`Coordinator::process`]).
+static PROCESS: OnceLock<Arc<dyn RangeSource>> = OnceLock::new();
 
 /// Session ids per range: a client asks again after this many sessions.
 pub const DEFAULT_RANGE: u64 = 1 << 16;
@@ -48,12 +56,25 @@ impl Default for Coordinator {
 }
 
 impl Coordinator {
-    /// The process's coordinator, shared by every client in it.
-    pub fn process() -> Arc<Coordinator> {
-        static PROCESS: OnceLock<Arc<Coordinator>> = OnceLock::new();
+    /// The process's source of session ids, shared by every client in it: the id service named
+    /// by [`Coordinator::use_service`], else an embedded coordinator.
+    pub fn process() -> Arc<dyn RangeSource> {
         PROCESS
             .get_or_init(|| Arc::new(Coordinator::embedded()))
             .clone()
+    }
+
+    /// Makes the process take its session ids from the coordinator's id service at `addr`
+    /// ([`ids::RemoteRanges`]). Refused once the process has begun numbering sessions (a
+    /// client was made): its sessions would not all come from one source.
+    pub fn use_service(addr: std::net::SocketAddr, password: Option<String>) -> Result<(), String> {
+        PROCESS
+            .set(Arc::new(ids::RemoteRanges::new(addr, password)))
+            .map_err(|_| {
+                "this process already numbers its sessions: name the coordinator before any \
+                 client is made"
+                    .to_string()
+            })
     }
 
     /// A coordinator of its own, numbering from a random block of 2^32 ids. Prefer
@@ -82,8 +103,9 @@ pub fn random_block() -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
-    // Below 2^31 blocks, so ids stay below 2^63 (the protocol parses them as signed decimals).
-    h % (1 << 31)
+    // Below 2^30 blocks, so ids stay below 2^62, under those the id service hands out
+    // (`ids::SERVED_IDS_START`), and below 2^63 (the protocol parses them as signed decimals).
+    h % (1 << 30)
 }
 
 impl RangeSource for Coordinator {
@@ -107,7 +129,7 @@ mod tests {
         let a = Coordinator::process().next_range();
         let b = Coordinator::process().next_range();
         assert!(a.end <= b.start || b.end <= a.start);
-        assert!(a.start < 1 << 63);
+        assert!(a.end <= ids::SERVED_IDS_START, "below the served ids");
     }
 
     #[test]

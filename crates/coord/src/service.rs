@@ -35,11 +35,12 @@
 //! long as it may; then a fragment whose dirty keys are repaired returns to normal, and one
 //! whose are not goes on recovering without transfer.
 //!
-//! `cads coord` runs it as a process. Not built yet (issue 14): session-id ranges served to
-//! other processes, and etcd for a standby coordinator.
+//! `cads coord` runs it as a process, with the session-id service ([`crate::ids`]) beside it
+//! when it listens. Not built yet (issue 14): etcd for a standby coordinator.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cads_client::{Client, ClientError, CmiStats};
@@ -48,10 +49,11 @@ use cads_protocol::{Command, Reply};
 use crate::configuration::{ConfigError, Configuration, InstanceId, InstanceState, Mode, Replica};
 use crate::dirty_list;
 use crate::hit_ratio::HitRatios;
+use crate::ids::{self, IdRanges};
 use crate::liveness::{Liveness, Renewal};
 use crate::publish::publish;
 use crate::repair::{Pass, Repair, RepairJob};
-use crate::state_file::{self, SavedState};
+use crate::state_file::{self, SavedState, SharedState};
 
 /// The cache entry holding the current configuration (JSON), on every instance that is up.
 pub const CONFIGURATION_KEY: &[u8] = b"gemini:configuration";
@@ -134,7 +136,10 @@ pub struct Service {
     options: ServiceOptions,
     configuration: Configuration,
     liveness: Liveness,
-    next_session_id: u64,
+    /// The state file's content, shared with the session-id ranges.
+    state: Arc<SharedState>,
+    /// The session-id ranges this coordinator hands out ([`Service::session_ids`]).
+    ids: Arc<IdRanges>,
     /// The configuration id saved to the state file.
     saved: u64,
     /// Per instance, the configuration id it was last told (0: it must be told again).
@@ -186,7 +191,10 @@ impl Service {
                     state.configuration.instances().len()
                 )))
             }
-            Some(state) => (state.configuration, state.next_session_id),
+            Some(state) => (
+                state.configuration,
+                state.next_session_id.max(ids::SERVED_IDS_START),
+            ),
             // Without its state, the coordinator cannot tell what the instances' entries are
             // worth: a new configuration above every id they know makes them all obsolete (an
             // id below theirs would be refused, and no instance would ever be granted a lease).
@@ -195,7 +203,7 @@ impl Service {
                 let fragments = options.fragments.max(1);
                 (
                     Configuration::starting_at(instances, fragments, known + 1),
-                    1,
+                    ids::first_served_id(options.state_file.is_some()),
                 )
             }
         };
@@ -221,6 +229,13 @@ impl Service {
                 transferring.then_some(now_ms)
             })
             .collect();
+        let state = Arc::new(SharedState::new(
+            options.state_file.clone(),
+            SavedState {
+                configuration: configuration.clone(),
+                next_session_id,
+            },
+        ));
         let mut service = Service {
             hit_ratios: HitRatios::new(instances),
             sampled_ms: None,
@@ -231,7 +246,8 @@ impl Service {
             client,
             options,
             configuration,
-            next_session_id,
+            ids: Arc::new(IdRanges::new(state.clone())),
+            state,
             saved: 0,
             published: vec![0; instances],
             entry_stored: vec![0; instances],
@@ -248,6 +264,12 @@ impl Service {
 
     pub fn configuration(&self) -> &Configuration {
         &self.configuration
+    }
+
+    /// The session-id ranges this coordinator hands out, reserved in its state file (for an
+    /// [`crate::ids::IdServer`]).
+    pub fn session_ids(&self) -> Arc<IdRanges> {
+        self.ids.clone()
     }
 
     /// Probes every instance at `now_ms`, applies what changed, and makes the configuration
@@ -584,13 +606,9 @@ impl Service {
     fn make_known(&mut self) -> Result<(), ServiceError> {
         let id = self.configuration.id();
         if self.saved < id {
-            if let Some(path) = &self.options.state_file {
-                let state = SavedState {
-                    configuration: self.configuration.clone(),
-                    next_session_id: self.next_session_id,
-                };
-                state_file::save(path, &state).map_err(ServiceError::Save)?;
-            }
+            self.state
+                .save_configuration(&self.configuration)
+                .map_err(ServiceError::Save)?;
             self.saved = id;
         }
         for (j, f) in self.configuration.fragments().iter().enumerate() {

@@ -1,10 +1,11 @@
 //! The coordinator's state on disk, so that it survives its own restart: the configuration and
-//! the next session id it would hand out. The file is written whole to a temporary file, synced,
+//! the first session id it has not reserved. The file is written whole to a temporary file, synced,
 //! and renamed over the old one: a crash leaves the old state or the new, never a torn one.
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,8 +15,58 @@ use crate::configuration::Configuration;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedState {
     pub configuration: Configuration,
-    /// The first session id not handed out yet.
+    /// The first session id not reserved yet: every id below may have been handed out.
     pub next_session_id: u64,
+}
+
+/// The state of a running coordinator, kept for its two writers: the service saves each new
+/// configuration, the session-id service each new block of reserved ids ([`crate::ids`]). Each
+/// save writes the whole state, the other part as last saved, one save at a time; without a
+/// path the state lives in memory only.
+#[derive(Debug)]
+pub struct SharedState {
+    path: Option<PathBuf>,
+    state: Mutex<SavedState>,
+}
+
+impl SharedState {
+    pub fn new(path: Option<PathBuf>, state: SavedState) -> SharedState {
+        SharedState {
+            path,
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Whether the state survives the coordinator's restart.
+    pub fn is_durable(&self) -> bool {
+        self.path.is_some()
+    }
+
+    /// The first session id not reserved yet.
+    pub fn next_session_id(&self) -> u64 {
+        self.state.lock().expect("state").next_session_id
+    }
+
+    /// Saves a new configuration; on error the saved state stays as it was.
+    pub fn save_configuration(&self, configuration: &Configuration) -> io::Result<()> {
+        self.update(|state| state.configuration = configuration.clone())
+    }
+
+    /// Saves that every session id below `next` may have been handed out.
+    pub fn save_next_session_id(&self, next: u64) -> io::Result<()> {
+        self.update(|state| state.next_session_id = next)
+    }
+
+    fn update(&self, change: impl FnOnce(&mut SavedState)) -> io::Result<()> {
+        let mut state = self.state.lock().expect("state");
+        let mut next = state.clone();
+        change(&mut next);
+        if let Some(path) = &self.path {
+            save(path, &next)?;
+        }
+        *state = next;
+        Ok(())
+    }
 }
 
 /// Writes `state` to `path`, replacing what was there only once the new state is on disk.

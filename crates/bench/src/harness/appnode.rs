@@ -25,13 +25,13 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use cads::store::CallCounts;
 use cads::tardis::Recovery;
-use cads::{Mode, Policy, TardisCounts, Workers, WriteBackCounts};
+use cads::{Coordinator, IdRanges, IdServer, Mode, Policy, TardisCounts, Workers, WriteBackCounts};
 use serde::{Deserialize, Serialize};
 
 use super::drive::{drive, ThreadSet, TICK};
@@ -66,6 +66,8 @@ pub struct Job {
     /// The SAS core, and whether the AppNodes fetch from each other, under `--cache sas`.
     #[serde(default)]
     sas_core: Option<(SocketAddr, bool)>,
+    /// The deploying process's session-id service, which numbers every AppNode's sessions.
+    session_ids: SocketAddr,
     /// The data store.
     store_url: String,
     /// The run's clock.
@@ -252,6 +254,7 @@ pub(crate) fn measure<B: Benchmark>(
                 .map(|ops| appnode.share(ops as usize).len() as u64),
             cmis: dep.cmi_addrs(),
             sas_core: dep.sas_core(),
+            session_ids: session_id_service()?,
             store_url: run.store_url.to_string(),
             clock,
             result: dir.path().join(format!("result-{index}.json")),
@@ -456,6 +459,20 @@ fn say(message: &Message) -> Result<()> {
     Ok(())
 }
 
+/// The deploying process's session-id service (000 §5.1), started at its first AppNode run:
+/// AppNode processes take their session ids from it, so that no two number a session alike.
+/// Its ids lie above those the deploying process numbers for itself (`cads_coord::ids`).
+fn session_id_service() -> Result<SocketAddr> {
+    static SERVICE: OnceLock<IdServer> = OnceLock::new();
+    if let Some(service) = SERVICE.get() {
+        return Ok(service.addr());
+    }
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let server = IdServer::start(loopback, Arc::new(IdRanges::in_memory()), None)
+        .context("starting the session-id service for the AppNodes")?;
+    Ok(SERVICE.get_or_init(|| server).addr())
+}
+
 /// Runs one AppNode of a run of `bench`: the job at `job_path` (written by the process that
 /// deployed), talking to that process on standard input and output. What `cads bench ...
 /// --appnode FILE` does.
@@ -463,6 +480,8 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
     let text = std::fs::read_to_string(job_path)
         .with_context(|| format!("reading the job {}", job_path.display()))?;
     let job: Job = serde_json::from_str(&text).context("a job of an AppNode")?;
+    // Before any client: every session of this process is numbered by the service.
+    Coordinator::use_service(job.session_ids, None).map_err(|e| anyhow!(e))?;
     let policy = Policy::parse(&job.policy)
         .ok_or_else(|| anyhow!("unknown policy {:?} in the job", job.policy))?;
     let store = cads::store::open(&job.store_url, &bench.store_options())

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use cads_client::{Backoff, ClientError};
 use cads_coord::sas::leases::Item;
-use cads_coord::sas::wire::number;
+use cads_coord::wire::number;
 
 /// The SAS core, for a process that runs one (`cads coord sas`, a benchmark's `--cache sas`).
 pub use cads_coord::sas::{Core, Settings as CoreSettings};

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use cads_coord::sas::core::{decode_items, encode_items};
 use cads_coord::sas::leases::Item;
-use cads_coord::sas::wire::{login, number, Framed};
+use cads_coord::wire::{login, number, Framed};
 
 use super::local::LocalCache;
 use super::peers::{self, Peers};

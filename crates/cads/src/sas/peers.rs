@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
-use cads_coord::sas::wire::{accept_login, login, Framed};
+use cads_coord::wire::{accept_login, login, Framed};
 
 use super::node::Node;
 

@@ -1,7 +1,7 @@
 //! The SAS core as a service (KOSAR's Core, 001 Fig. 1.b): a TCP listener whose connections
 //! each get a thread, the [`Tables`] behind one lock, and the deliveries to AppNodes.
 //!
-//! Requests (frames of [`super::wire`]; `N` is the AppNode's id, `S` a session number):
+//! Requests (frames of [`crate::wire`]; `N` is the AppNode's id, `S` a session number):
 //!
 //! | request | answer |
 //! | --- | --- |
@@ -35,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::leases::{Delivery, IReply, Item, NodeId, Owner, Settings, Tables, REAPER};
-use super::wire::{accept_login, number, Framed};
+use crate::wire::{accept_login, number, Framed};
 
 /// How often the core looks for Q leases and AppNode leases that ran out.
 const EXPIRE_EVERY: Duration = Duration::from_millis(20);

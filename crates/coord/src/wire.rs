@@ -1,6 +1,7 @@
-//! Frames between AppNodes and the SAS core: every message, either way, is a RESP array of bulk
-//! strings (a request as a CMI reads it), so `redis-cli` can talk to a core, and one parser with
-//! hard limits reads both directions.
+//! Frames between the coordinator's services and their clients (the SAS core and its AppNodes,
+//! the session-id service and the processes it numbers): every message, either way, is a RESP
+//! array of bulk strings (a request as a CMI reads it), so `redis-cli` can talk to either, and
+//! one parser with hard limits reads both directions.
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
