@@ -18,7 +18,7 @@
 //!   deletes it there under an I lease (`ISET`) and fills it as a miss (Algorithm 1), and a write
 //!   deletes the key on the secondary too, before its data-store commit (which Algorithm 2 does
 //!   only with working-set transfer: here always, so that a Gemini-O worker never copies a value
-//!   older than the latest write; see [`delete_on_secondaries`]).
+//!   older than the latest write; see `delete_on_secondaries`).
 //!   A fragment whose dirty list cannot be read is read from the data store until the
 //!   configuration changes.
 //! - **recovery with working-set transfer** (the fragment's `transfer`, 004 §3.2.2): a read that
@@ -26,7 +26,7 @@
 //!   answered from them and fills the primary under its I leases, instead of asking the data
 //!   store (`Session::transfer_working_set`). The coordinator ends the transfer once the
 //!   primary's hit ratio is back; a process stops it sooner for a primary whose secondaries miss
-//!   too often (see [`TransferLookups`]).
+//!   too often (see `TransferLookups`).
 //!
 //! Gemini is for write-around (004's assumption), the only policy this module supports.
 

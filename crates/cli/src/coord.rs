@@ -3,13 +3,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use cads::sas::{Core, CoreSettings};
 use cads::{Client, ClientConfig, Coordinator, Policy};
 use cads_bench::parse_duration;
 use cads_coord::configuration::{Configuration, InstanceState, Mode};
+use cads_coord::etcd::{self, Etcd, Leadership};
 use cads_coord::ids::IdServer;
 use cads_coord::repair::Repair;
 use cads_coord::service::{Service, ServiceOptions, CONFIGURATION_KEY};
@@ -120,6 +121,15 @@ struct RunArgs {
     /// before it is handed out, so that a restarted coordinator never hands it out again.
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// High availability: keep the configuration and the leader's lease in etcd at URL
+    /// (`http://host:port`, its client URL). Run several coordinators with the same --etcd and
+    /// --cmis: one leads, the others stand by and take over, from the state it saved in etcd,
+    /// within two seconds of its death. Not with --state-file or --listen.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["state_file", "listen"])]
+    etcd: Option<String>,
+    /// This coordinator's name in etcd's leader key [default: host name and process id].
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    name: Option<String>,
     /// A password every connection to --listen must log in with (`AUTH`).
     #[arg(
         long,
@@ -181,6 +191,9 @@ fn coordinate(args: &RunArgs) -> Result<()> {
         repair: args.repair,
         transfer: args.transfer_for,
     };
+    if let Some(url) = &args.etcd {
+        return coordinate_through_etcd(args, instances, options, url);
+    }
     let service =
         Service::start(client(instances), options, 0).context("starting the coordinator")?;
     let _id_service = match args.listen {
@@ -205,6 +218,80 @@ fn coordinate(args: &RunArgs) -> Result<()> {
         "coordinating"
     );
     service.run(cads_server::server::stop_on_signal());
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The etcd lease a leader holds its key under, in seconds (etcd's shortest is about 2 s).
+const LEADER_TTL_S: u64 = 2;
+
+/// `cads coord --etcd`: stands by until this coordinator leads (see `cads_coord::etcd`), then
+/// coordinates from the state the last leader saved, renewing the lead at every step; a lead
+/// lost (or not renewed for half its lease) stops the service, and it stands by again.
+fn coordinate_through_etcd(
+    args: &RunArgs,
+    instances: &Instances,
+    options: ServiceOptions,
+    url: &str,
+) -> Result<()> {
+    let etcd = Etcd::new(url).map_err(|e| anyhow!("--etcd: {e}"))?;
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "coordinator".into());
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
+    let stop = cads_server::server::stop_on_signal();
+    let mut standing_by = false;
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let leadership = match etcd.get(etcd::LEADER_KEY) {
+            Ok(Some(_)) => None,
+            Ok(None) => Leadership::campaign(&etcd, &name, LEADER_TTL_S).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot campaign in etcd");
+                None
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, url, "cannot reach etcd");
+                None
+            }
+        };
+        let Some(leadership) = leadership else {
+            if !standing_by {
+                tracing::info!(name, "standing by: another coordinator leads");
+                standing_by = true;
+            }
+            std::thread::sleep(args.probe_every);
+            continue;
+        };
+        standing_by = false;
+        let service =
+            Service::start_leading(client(instances), options.clone(), 0, leadership.clone())
+                .context("starting the coordinator from the state in etcd")?;
+        tracing::info!(
+            name,
+            configuration = service.configuration().id(),
+            "leading"
+        );
+        let mut renewed = Instant::now();
+        let half_lease = Duration::from_secs(LEADER_TTL_S) / 2;
+        service.run_while(stop, || match leadership.renew() {
+            Ok(true) => {
+                renewed = Instant::now();
+                true
+            }
+            Ok(false) => {
+                tracing::warn!(name, "lost the lead: standing by");
+                false
+            }
+            Err(e) if renewed.elapsed() < half_lease => {
+                tracing::warn!(error = %e, "cannot renew the lead yet");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "lead not renewed for half its lease: standing by");
+                false
+            }
+        });
+    }
     tracing::info!("stopped");
     Ok(())
 }

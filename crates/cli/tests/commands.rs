@@ -589,6 +589,146 @@ fn gemini_reads_nothing_stale_from_a_killed_cmi_back_from_its_log() {
     );
 }
 
+/// `cads coord status` of the CMIs in `list`, once it contains `wanted`.
+fn coord_status_with(list: &str, wanted: &str) -> String {
+    loop {
+        let text = stdout(&cads(&["coord", "status", "--cmis", list]));
+        if text.contains(wanted) {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `cads coord status` of the CMIs in `list`, once they hold a configuration above `id`.
+fn coord_status_newer_than(list: &str, id: u64) -> String {
+    loop {
+        let text = stdout(&cads(&["coord", "status", "--cmis", list]));
+        let shown = text
+            .strip_prefix("configuration ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok());
+        if shown.is_some_and(|shown| shown > id) {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A child process killed (and reaped) when dropped, so that a failing test leaves none behind.
+struct KilledOnDrop(std::process::Child);
+
+impl KilledOnDrop {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An etcd server of the test's own, on free ports with its data in `dir`, killed when dropped.
+struct EtcdServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl EtcdServer {
+    /// None (said loudly, or a failure under `CADS_REQUIRE_SERVICES=1`) without `etcd`.
+    fn start(dir: &Path) -> Option<EtcdServer> {
+        let binary = cads_testkit::services::require_tool("etcd", "install etcd-server (Debian)")?;
+        let ports = cads_testkit::free_ports(2);
+        let url = format!("http://127.0.0.1:{ports}");
+        let peer = format!("http://127.0.0.1:{}", ports + 1);
+        let child = Command::new(binary)
+            .args(["--name", "test", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        let server = EtcdServer { child, url };
+        let etcd = cads_coord::etcd::Etcd::new(&server.url).unwrap();
+        while etcd.get("probe").is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(server)
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Two `cads coord --etcd` processes: one leads, the other stands by. The leader is killed
+/// with SIGKILL; the standby takes the lead once etcd's lease on it runs out and goes on from
+/// the state the leader saved in etcd, so that the next change is the next id (a coordinator
+/// starting afresh would have made configuration 2 for itself and the failure 3).
+#[test]
+fn coord_leader_killed_its_standby_goes_on_from_etcd() {
+    let dir = ScratchDir::new("coord-etcd");
+    let Some(etcd_server) = EtcdServer::start(dir.path()) else {
+        return;
+    };
+    let etcd = cads_coord::etcd::Etcd::new(&etcd_server.url).unwrap();
+    let leader = || etcd.get(cads_coord::etcd::LEADER_KEY).unwrap();
+    let (kept, mut failing) = (
+        cads_testkit::Cmis::start(1, "write-around"),
+        cads_testkit::Cmis::start(1, "write-around"),
+    );
+    let list = format!("{},{}", kept.addrs()[0], failing.addrs()[0]);
+    let start = |name: &str| {
+        KilledOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_cads"))
+                .args(["coord", "--cmis", &list, "--fragments", "4"])
+                .args([
+                    "--etcd",
+                    &etcd_server.url,
+                    "--name",
+                    name,
+                    "--log-level",
+                    "warn",
+                ])
+                .spawn()
+                .expect("start cads coord"),
+        )
+    };
+    let mut first = start("first");
+    coord_status_with(&list, "configuration 1\n");
+    assert_eq!(leader(), Some(b"first".to_vec()));
+    let _second = start("second");
+    first.kill();
+    while leader() != Some(b"second".to_vec()) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    failing.stop();
+    let text = coord_status_newer_than(&list, 1);
+    assert!(
+        text.starts_with("configuration 2\n") && text.contains("\n2 of 4 fragments not in"),
+        "the standby did not go on from the leader's state:\n{text}"
+    );
+}
+
 /// `cads coord --state-file` killed with SIGKILL and started again: it goes on from the
 /// configuration it saved, so that the next change is the next id. A coordinator that lost its
 /// state would have started a new configuration above the instances' (2), and the failure below
@@ -602,25 +742,8 @@ fn coord_killed_goes_on_from_its_state_file() {
         cads_testkit::Cmis::start(1, "write-around"),
     );
     let list = format!("{},{}", kept.addrs()[0], failing.addrs()[0]);
-    let status_with = |wanted: &str| loop {
-        let text = stdout(&cads(&["coord", "status", "--cmis", &list]));
-        if text.contains(wanted) {
-            return text;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    // The first configuration above `id` the instances hold.
-    let status_with_newer_than = |id: u64| loop {
-        let text = stdout(&cads(&["coord", "status", "--cmis", &list]));
-        let shown = text
-            .strip_prefix("configuration ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse::<u64>().ok());
-        if shown.is_some_and(|shown| shown > id) {
-            return text;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status_with = |wanted: &str| coord_status_with(&list, wanted);
+    let status_with_newer_than = |id: u64| coord_status_newer_than(&list, id);
     let listen = std::net::SocketAddr::from(([127, 0, 0, 1], cads_testkit::free_port()));
     // A range from the coordinator's id service, once it listens.
     let ids = cads_coord::ids::RemoteRanges::new(listen, None);

@@ -21,6 +21,7 @@
 
 pub mod configuration;
 pub mod dirty_list;
+pub mod etcd;
 pub mod hit_ratio;
 pub mod ids;
 pub mod liveness;

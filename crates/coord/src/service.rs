@@ -36,7 +36,7 @@
 //! whose are not goes on recovering without transfer.
 //!
 //! `cads coord` runs it as a process, with the session-id service ([`crate::ids`]) beside it
-//! when it listens. Not built yet (issue 14): etcd for a standby coordinator.
+//! when it listens, its state in a file or, with a standby, in etcd ([`crate::etcd`]).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,12 +48,13 @@ use cads_protocol::{Command, Reply};
 
 use crate::configuration::{ConfigError, Configuration, InstanceId, InstanceState, Mode, Replica};
 use crate::dirty_list;
+use crate::etcd::Leadership;
 use crate::hit_ratio::HitRatios;
 use crate::ids::{self, IdRanges};
 use crate::liveness::{Liveness, Renewal};
 use crate::publish::publish;
 use crate::repair::{Pass, Repair, RepairJob};
-use crate::state_file::{self, SavedState, SharedState};
+use crate::state_file::{self, SavedState, SharedState, StateStore};
 
 /// The cache entry holding the current configuration (JSON), on every instance that is up.
 pub const CONFIGURATION_KEY: &[u8] = b"gemini:configuration";
@@ -179,11 +180,39 @@ impl Service {
         options: ServiceOptions,
         now_ms: u64,
     ) -> Result<Service, ServiceError> {
-        let instances = client.cmis();
         let saved = match &options.state_file {
             Some(path) => state_file::load(path).map_err(ServiceError::State)?,
             None => None,
         };
+        let store = options
+            .state_file
+            .clone()
+            .map_or(StateStore::Memory, StateStore::File);
+        Service::start_from(client, options, now_ms, saved, store)
+    }
+
+    /// A coordinator that leads through etcd ([`crate::etcd`]), starting at `now_ms` from the
+    /// state the last leader saved there (or a new configuration), and saving there while it
+    /// leads (`options.state_file` is not used).
+    pub fn start_leading(
+        client: Client,
+        options: ServiceOptions,
+        now_ms: u64,
+        leadership: Leadership,
+    ) -> Result<Service, ServiceError> {
+        let saved = leadership.load().map_err(ServiceError::State)?;
+        Service::start_from(client, options, now_ms, saved, StateStore::Etcd(leadership))
+    }
+
+    fn start_from(
+        client: Client,
+        options: ServiceOptions,
+        now_ms: u64,
+        saved: Option<SavedState>,
+        store: StateStore,
+    ) -> Result<Service, ServiceError> {
+        let instances = client.cmis();
+        let durable = !matches!(store, StateStore::Memory);
         let (configuration, next_session_id) = match saved {
             Some(state) if state.configuration.instances().len() != instances => {
                 return Err(ServiceError::State(format!(
@@ -203,7 +232,7 @@ impl Service {
                 let fragments = options.fragments.max(1);
                 (
                     Configuration::starting_at(instances, fragments, known + 1),
-                    ids::first_served_id(options.state_file.is_some()),
+                    ids::first_served_id(durable),
                 )
             }
         };
@@ -229,8 +258,8 @@ impl Service {
                 transferring.then_some(now_ms)
             })
             .collect();
-        let state = Arc::new(SharedState::new(
-            options.state_file.clone(),
+        let state = Arc::new(SharedState::in_store(
+            store,
             SavedState {
                 configuration: configuration.clone(),
                 next_session_id,
@@ -497,9 +526,15 @@ impl Service {
     }
 
     /// Steps every `probe_every` until `stop` is set, logging each change and error.
-    pub fn run(mut self, stop: &AtomicBool) {
+    pub fn run(self, stop: &AtomicBool) {
+        self.run_while(stop, || true);
+    }
+
+    /// [`Service::run`], checking `may_go_on` before each step and stopping when it says no (a
+    /// coordinator that lost the lead).
+    pub fn run_while(mut self, stop: &AtomicBool, mut may_go_on: impl FnMut() -> bool) {
         let started = Instant::now();
-        while !stop.load(Ordering::Acquire) {
+        while !stop.load(Ordering::Acquire) && may_go_on() {
             let now_ms = started.elapsed().as_millis() as u64;
             match self.step(now_ms) {
                 Ok(changes) => {

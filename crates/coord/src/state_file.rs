@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::configuration::Configuration;
+use crate::etcd::Leadership;
 
 /// What the coordinator keeps across restarts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,27 +20,39 @@ pub struct SavedState {
     pub next_session_id: u64,
 }
 
+/// Where a running coordinator's state is saved.
+#[derive(Debug)]
+pub enum StateStore {
+    /// Nowhere: it lives as long as the coordinator.
+    Memory,
+    /// A state file.
+    File(PathBuf),
+    /// etcd, while this coordinator leads ([`crate::etcd`]).
+    Etcd(Leadership),
+}
+
 /// The state of a running coordinator, kept for its two writers: the service saves each new
 /// configuration, the session-id service each new block of reserved ids ([`crate::ids`]). Each
-/// save writes the whole state, the other part as last saved, one save at a time; without a
-/// path the state lives in memory only.
+/// save writes the whole state, the other part as last saved, one save at a time.
 #[derive(Debug)]
 pub struct SharedState {
-    path: Option<PathBuf>,
+    store: StateStore,
     state: Mutex<SavedState>,
 }
 
 impl SharedState {
+    /// `state`, saved to a file at `path` (None: in memory only).
     pub fn new(path: Option<PathBuf>, state: SavedState) -> SharedState {
-        SharedState {
-            path,
-            state: Mutex::new(state),
-        }
+        let store = path.map_or(StateStore::Memory, StateStore::File);
+        SharedState::in_store(store, state)
     }
 
-    /// Whether the state survives the coordinator's restart.
-    pub fn is_durable(&self) -> bool {
-        self.path.is_some()
+    /// `state`, saved to `store`.
+    pub fn in_store(store: StateStore, state: SavedState) -> SharedState {
+        SharedState {
+            store,
+            state: Mutex::new(state),
+        }
     }
 
     /// The first session id not reserved yet.
@@ -61,8 +74,10 @@ impl SharedState {
         let mut state = self.state.lock().expect("state");
         let mut next = state.clone();
         change(&mut next);
-        if let Some(path) = &self.path {
-            save(path, &next)?;
+        match &self.store {
+            StateStore::Memory => {}
+            StateStore::File(path) => save(path, &next)?,
+            StateStore::Etcd(leadership) => leadership.save(&next)?,
         }
         *state = next;
         Ok(())
