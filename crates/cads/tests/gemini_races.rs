@@ -8,14 +8,13 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use cads::{Cads, Config, Policy};
 use cads_client::{Client, ClientConfig};
-use cads_testkit::failpoints::{Scenario, FILL, STORE_COMMIT};
+use cads_testkit::failpoints::{Scenario, STORE_COMMIT};
 use common::gemini::{ranges, PlayedCoordinator};
-use common::{counter_key, Counters, Deployment};
+use common::{counter_key, hold_first_fill, Counters, Deployment};
 
 const FRAGMENTS: u32 = 8;
 
@@ -85,15 +84,7 @@ fn a_transfer_racing_a_write_copies_nothing_stale() {
     let reader = gemini_appnode(&d);
     let (coord, name) = recovering(&d, &reader, true);
     let writer = gemini_appnode(&d);
-    let (copied_tx, copied) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let held = Mutex::new(Some((copied_tx, go_rx)));
-    scenario.on(FILL, move || {
-        if let Some((copied, go)) = held.lock().unwrap().take() {
-            copied.send(()).unwrap();
-            go.recv().unwrap();
-        }
-    });
+    let (copied, go) = hold_first_fill(&scenario);
     let read = std::thread::scope(|scope| {
         let read = scope.spawn(|| reader.run(|s| s.read(&Counters, &name)).unwrap());
         copied.recv().unwrap();

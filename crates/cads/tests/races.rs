@@ -7,27 +7,11 @@
 
 mod common;
 
-use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier};
 
 use cads::{Cads, Config, Policy};
 use cads_testkit::failpoints::{Scenario, FILL, LEASES_OFF};
-use common::{counter_key, Counters, Deployment};
-
-/// Holds the first reader to reach the fill: it tells the test it has queried the data store,
-/// then waits until the test says the writer is done.
-fn hold_first_fill(scenario: &Scenario) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
-    let (queried_tx, queried_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let state = Mutex::new(Some((queried_tx, go_rx)));
-    scenario.on(FILL, move || {
-        if let Some((queried, go)) = state.lock().unwrap().take() {
-            queried.send(()).unwrap();
-            go.recv().unwrap();
-        }
-    });
-    (queried_rx, go_tx)
-}
+use common::{counter_key, hold_first_fill, Counters, Deployment};
 
 /// The interleaving of 001 §3.3: a reader misses and queries the data store; a writer updates the
 /// data store and the cache; then the reader fills the cache with what it read.

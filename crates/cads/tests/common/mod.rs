@@ -308,3 +308,20 @@ pub fn stop_for_good_before_the_cache_commit() -> cads_testkit::failpoints::Scen
     });
     scenario
 }
+
+/// Holds the first reader to reach the fill: it tells the test it has queried the data store,
+/// then waits until the test says the writer is done.
+pub fn hold_first_fill(
+    scenario: &cads_testkit::failpoints::Scenario,
+) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+    let (queried_tx, queried_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let state = std::sync::Mutex::new(Some((queried_tx, go_rx)));
+    scenario.on(cads_testkit::failpoints::FILL, move || {
+        if let Some((queried, go)) = state.lock().unwrap().take() {
+            queried.send(()).unwrap();
+            go.recv().unwrap();
+        }
+    });
+    (queried_rx, go_tx)
+}
