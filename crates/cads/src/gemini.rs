@@ -62,6 +62,15 @@ pub(crate) struct Routes {
     transfers: HashMap<usize, TransferLookups>,
 }
 
+/// Where a key missed on its recovering primary is looked up, and the transfer's goal (the
+/// primary's hit ratio before it failed, per mille).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TransferSource {
+    pub secondary: usize,
+    pub primary: usize,
+    pub goal: u16,
+}
+
 /// A process's working-set transfer lookups for one recovering primary, and whether it stopped
 /// them: 004 §3.2.2 ends the transfer once the secondary's miss ratio passes m = 1 - h + ε, h
 /// being the primary's hit ratio before it failed (the fragment's `transfer`), ε the
@@ -90,6 +99,21 @@ impl Routes {
             configuration: None,
             dirty: HashMap::new(),
             transfers: HashMap::new(),
+        }
+    }
+
+    /// Routes by `configuration`, with the dirty keys of its fragments in recovery.
+    fn new(configuration: Configuration, dirty: HashMap<u32, DirtyKeys>) -> Routes {
+        let transfers = configuration
+            .fragments()
+            .iter()
+            .filter(|f| f.transfer.is_some())
+            .map(|f| (f.primary.instance, TransferLookups::default()))
+            .collect();
+        Routes {
+            configuration: Some(configuration),
+            dirty,
+            transfers,
         }
     }
 
@@ -125,10 +149,9 @@ impl Routes {
     }
 
     /// Working-set transfer (004 Algorithm 1 line 10): where each of `missed`, keys that missed
-    /// on their recovering primaries, may be looked up, as (secondary, primary); None unless
-    /// every one may (its fragment transfers, and this process has not stopped looking up its
-    /// primary's keys).
-    pub(crate) fn transfer_sources(&self, missed: &[&Vec<u8>]) -> Option<Vec<(usize, usize)>> {
+    /// on their recovering primaries, may be looked up; None unless every one may (its fragment
+    /// transfers, and this process has not stopped looking up its primary's keys).
+    pub(crate) fn transfer_sources(&self, missed: &[&Vec<u8>]) -> Option<Vec<TransferSource>> {
         missed
             .iter()
             .map(|key| match self.route_of(key)? {
@@ -137,38 +160,28 @@ impl Routes {
                     Route::Recovering {
                         primary,
                         secondary,
-                        transfer: Some(_),
+                        transfer: Some(goal),
                     },
                 ) => {
                     let lookups = self.transfers.get(&primary)?;
-                    (!lookups.stopped.load(Ordering::Relaxed)).then_some((secondary, primary))
+                    let source = TransferSource {
+                        secondary,
+                        primary,
+                        goal,
+                    };
+                    (!lookups.stopped.load(Ordering::Relaxed)).then_some(source)
                 }
                 _ => None,
             })
             .collect()
     }
 
-    /// Counts the transfer lookups of `keys` made at `sources` ([`Routes::transfer_sources`]),
-    /// with what they `found`, and stops looking up a primary's keys once its secondary's miss
-    /// ratio passes m (see [`TransferLookups`]).
-    pub(crate) fn note_transfer(
-        &self,
-        keys: &[&Vec<u8>],
-        sources: &[(usize, usize)],
-        found: &[Option<Vec<u8>>],
-    ) {
-        for ((key, &(_, primary)), value) in keys.iter().zip(sources).zip(found) {
+    /// Counts the transfer lookups made at `sources` ([`Routes::transfer_sources`]), with what
+    /// they `found`, and stops looking up a primary's keys once its secondary's miss ratio passes
+    /// m (see [`TransferLookups`]).
+    pub(crate) fn note_transfer(&self, sources: &[TransferSource], found: &[Option<Vec<u8>>]) {
+        for (&TransferSource { primary, goal, .. }, value) in sources.iter().zip(found) {
             let Some(lookups) = self.transfers.get(&primary) else {
-                continue;
-            };
-            let Some((
-                _,
-                Route::Recovering {
-                    transfer: Some(goal),
-                    ..
-                },
-            )) = self.route_of(key)
-            else {
                 continue;
             };
             let n = lookups.lookups.fetch_add(1, Ordering::Relaxed) + 1;
@@ -399,17 +412,7 @@ impl GeminiRouter {
             to = configuration.id(),
             "routing by a new Gemini configuration"
         );
-        let transfers = configuration
-            .fragments()
-            .iter()
-            .filter(|f| f.transfer.is_some())
-            .map(|f| (f.primary.instance, TransferLookups::default()))
-            .collect();
-        *self.routes.write().expect("routes") = Arc::new(Routes {
-            configuration: Some(configuration),
-            dirty,
-            transfers,
-        });
+        *self.routes.write().expect("routes") = Arc::new(Routes::new(configuration, dirty));
         true
     }
 
@@ -485,5 +488,90 @@ impl Router for GeminiRouter {
 
     fn cmis(&self) -> usize {
         self.cmis
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One fragment, its primary (instance 0) back and recovering towards `goal`.
+    fn transferring(goal: u16) -> Routes {
+        let mut c = Configuration::new(2, 1);
+        c.instance_failed(0).unwrap();
+        c.instance_recovered(0, |_| true, Some(goal)).unwrap();
+        Routes::new(c, HashMap::new())
+    }
+
+    /// Lookups of `key` at its sources, the last `missing` of `n` finding nothing.
+    fn look_up(routes: &Routes, key: &Vec<u8>, n: usize, missing: usize) {
+        let sources = routes.transfer_sources(&[key]).expect("transferring");
+        for i in 0..n {
+            let found = (i < n - missing).then(|| b"v".to_vec());
+            routes.note_transfer(&sources, &[found]);
+        }
+    }
+
+    /// 004 §3.2.2: with the primary's hit ratio h = 90% before its failure, m = 1 - h + 5% =
+    /// 15%: a process stops transferring once its secondaries missed that share of at least 100
+    /// lookups, and not before.
+    #[test]
+    fn a_process_stops_transferring_once_the_secondaries_miss_more_than_m() {
+        let key = b"k".to_vec();
+        let routes = transferring(900);
+        look_up(&routes, &key, 99, 20);
+        assert!(
+            routes.transfer_sources(&[&key]).is_some(),
+            "99 lookups say too little"
+        );
+        look_up(&routes, &key, 1, 0);
+        assert!(
+            routes.transfer_sources(&[&key]).is_none(),
+            "20 misses in 100"
+        );
+
+        let routes = transferring(900);
+        look_up(&routes, &key, 200, 29);
+        assert!(
+            routes.transfer_sources(&[&key]).is_some(),
+            "14.5% is below m"
+        );
+        look_up(&routes, &key, 1, 1);
+        assert!(
+            routes.transfer_sources(&[&key]).is_some(),
+            "30 in 201 is 14.9%"
+        );
+        look_up(&routes, &key, 1, 1);
+        assert!(
+            routes.transfer_sources(&[&key]).is_none(),
+            "31 in 202 is 15.3%"
+        );
+
+        let routes = transferring(1000);
+        look_up(&routes, &key, 100, 4);
+        assert!(
+            routes.transfer_sources(&[&key]).is_some(),
+            "m is 5% for a perfect goal"
+        );
+    }
+
+    /// Keys of fragments that do not transfer have no source, and a read with one of them goes
+    /// to the data store whole.
+    #[test]
+    fn only_transferring_fragments_have_sources() {
+        let mut c = Configuration::new(2, 2);
+        c.instance_failed(0).unwrap();
+        c.instance_recovered(0, |_| true, None).unwrap();
+        let routes = Routes::new(c, HashMap::new());
+        assert!(routes.transfer_sources(&[&b"k".to_vec()]).is_none());
+        let routes = transferring(900);
+        let keys: Vec<Vec<u8>> = (0..4).map(|i| format!("k{i}").into_bytes()).collect();
+        let refs: Vec<&Vec<u8>> = keys.iter().collect();
+        let sources = routes
+            .transfer_sources(&refs)
+            .expect("one fragment, transferring");
+        assert!(sources
+            .iter()
+            .all(|s| (s.primary, s.secondary, s.goal) == (0, 1, 900)));
     }
 }

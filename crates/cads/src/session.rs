@@ -673,7 +673,7 @@ impl<'a> Session<'a> {
         let places: Vec<(usize, &[u8])> = sources
             .iter()
             .zip(&missed)
-            .map(|(&(secondary, _), key)| (secondary, key.as_slice()))
+            .map(|(source, key)| (source.secondary, key.as_slice()))
             .collect();
         // A secondary that cannot be asked is a miss: the data store answers instead.
         let found: Vec<Option<Vec<u8>>> = client
@@ -681,7 +681,7 @@ impl<'a> Session<'a> {
             .into_iter()
             .map(|value| value.ok().flatten())
             .collect();
-        routes.note_transfer(&missed, &sources, &found);
+        routes.note_transfer(&sources, &found);
         if found.iter().any(Option::is_none) {
             return None;
         }
