@@ -124,7 +124,7 @@ struct RunArgs {
     /// High availability: keep the configuration and the leader's lease in etcd at URL
     /// (`http://host:port`, its client URL). Run several coordinators with the same --etcd and
     /// --cmis: one leads, the others stand by and take over, from the state it saved in etcd,
-    /// within two seconds of its death. Not with --state-file or --listen.
+    /// once its etcd lease (2 s) has run out after its death. Not with --state-file or --listen.
     #[arg(long, value_name = "URL", conflicts_with_all = ["state_file", "listen"])]
     etcd: Option<String>,
     /// This coordinator's name in etcd's leader key [default: host name and process id].

@@ -633,7 +633,7 @@ impl Drop for KilledOnDrop {
 
 /// An etcd server of the test's own, on free ports with its data in `dir`, killed when dropped.
 struct EtcdServer {
-    child: std::process::Child,
+    _process: KilledOnDrop,
     url: String,
 }
 
@@ -664,19 +664,15 @@ impl EtcdServer {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("start etcd");
-        let server = EtcdServer { child, url };
+        let server = EtcdServer {
+            _process: KilledOnDrop(child),
+            url,
+        };
         let etcd = cads_coord::etcd::Etcd::new(&server.url).unwrap();
         while etcd.get("probe").is_err() {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         Some(server)
-    }
-}
-
-impl Drop for EtcdServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
