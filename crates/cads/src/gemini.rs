@@ -122,6 +122,14 @@ impl Routes {
         self.configuration.as_ref().map_or(0, Configuration::id)
     }
 
+    /// Whether writes in transient mode list their keys (off for the baselines that repair
+    /// nothing).
+    fn lists_dirty_keys(&self) -> bool {
+        self.configuration
+            .as_ref()
+            .is_some_and(Configuration::dirty_lists)
+    }
+
     fn route_of(&self, key: &[u8]) -> Option<(u32, Route)> {
         let c = self.configuration.as_ref()?;
         let fragment = cads_client::fragment_of(key, c.fragments().len() as u32);
@@ -228,6 +236,7 @@ impl Routes {
                         "fragment {j} has no instance until the coordinator places it"
                     ))
                 }
+                Some((_, Route::Secondary(_))) if !self.lists_dirty_keys() => {}
                 Some((j, Route::Secondary(s))) => {
                     let list = dirty_list::key(j);
                     let line = dirty_list::line(key);

@@ -346,6 +346,38 @@ fn each_mode_routes_and_repairs_as_gemini_says() {
     assert_eq!(a.read(&Counters, &clean).unwrap(), 2);
 }
 
+/// A configuration without dirty lists (the baselines'): a write in transient mode deletes the
+/// key on the secondary and appends nothing there.
+#[test]
+fn without_dirty_lists_a_transient_write_lists_nothing() {
+    const FRAGMENTS: u32 = 4;
+    let d = Deployment::start_with(Policy::WriteAround, 2, |_| {});
+    let mut coord = PlayedCoordinator::start(d.cmis.addrs(), FRAGMENTS);
+    coord.configuration.set_dirty_lists(false);
+    coord.make_known(&[0, 1]);
+    let addrs = coord.addrs.clone();
+    let a = gemini_appnode(&d, &addrs);
+    let name = d
+        .counters(20)
+        .into_iter()
+        .find(|n| {
+            let j = cads_client::fragment_of(&common::counter_key(n), FRAGMENTS);
+            coord.configuration.fragments()[j as usize].primary.instance == 1
+        })
+        .unwrap();
+    a.run(|s| s.write(&Counters, &name)).unwrap();
+    coord.fail(1);
+    a.run(|s| s.write(&Counters, &name)).unwrap();
+    assert_eq!(a.gemini().unwrap().configuration_id(), 3);
+    assert_eq!(a.read(&Counters, &name).unwrap(), 2);
+    let j = cads_client::fragment_of(&common::counter_key(&name), FRAGMENTS);
+    assert_eq!(
+        coord.held(0, &cads_coord::dirty_list::key(j)),
+        None,
+        "an append would have made the list"
+    );
+}
+
 /// Working-set transfer (004 Algorithm 1 lines 10-15), with the test as the coordinator: keys
 /// the returning primary misses (a dirty one it had, and one first read while it was away) are
 /// answered from the secondary without the data store, and copied onto the primary. Without

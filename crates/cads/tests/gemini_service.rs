@@ -490,3 +490,58 @@ fn a_transfer_lasts_until_the_returned_instance_hits_as_before() {
     );
     assert_eq!(service.configuration().fragments()[1].mode, Mode::Normal);
 }
+
+/// The baselines repair nothing, so they keep no dirty lists (004 §5.3 compares Gemini against
+/// alternatives that "generate no dirty lists"): no list is started on a secondary, and on the
+/// instance's return StaleCache keeps what the primary held while VolatileCache discards it.
+#[test]
+fn the_baselines_keep_no_dirty_lists_and_keep_or_discard_on_return() {
+    for repair in [Repair::Keep, Repair::Discard] {
+        let cmis = Cmis::start(2, "write-around");
+        let relay = Relay::new(cmis.addrs()[1]);
+        let addrs = vec![cmis.addrs()[0], relay.addr()];
+        let options = ServiceOptions {
+            fragments: 2,
+            lease: LEASE,
+            probe_every: Duration::from_millis(100),
+            state_file: None,
+            repair,
+            transfer: None,
+        };
+        let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
+        let mut service = Service::start(client, options, 0).unwrap();
+        assert!(!service.configuration().dirty_lists(), "{repair:?}");
+        assert_eq!(service.step(500).unwrap(), vec![]);
+        assert_eq!(service.step(1_000).unwrap(), vec![]);
+        relay.set_cut(true);
+        assert_eq!(service.step(1_500).unwrap(), vec![]);
+        assert_eq!(service.step(61_500).unwrap(), vec![Change::Failed(1)]);
+        let away = 1;
+        let f = service.configuration().fragments()[away as usize];
+        assert_eq!(
+            (f.mode, f.secondary.unwrap().instance),
+            (Mode::Transient, 0)
+        );
+        assert_eq!(
+            get(addrs[0], &dirty_list::key(away)),
+            None,
+            "{repair:?}: no list started"
+        );
+        assert_eq!(
+            &stored_configuration(addrs[0]),
+            service.configuration(),
+            "{repair:?}: clients learn the new configuration"
+        );
+
+        relay.set_cut(false);
+        assert_eq!(service.step(62_000).unwrap(), vec![Change::Returned(1)]);
+        let f = service.configuration().fragments()[away as usize];
+        assert_eq!(
+            (f.mode, f.primary.instance),
+            (Mode::Normal, 1),
+            "{repair:?}"
+        );
+        let kept = repair == Repair::Keep;
+        assert_eq!(f.primary.id == 1, kept, "{repair:?}: {f:?}");
+    }
+}

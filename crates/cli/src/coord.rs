@@ -108,7 +108,7 @@ struct RunArgs {
     state_file: Option<PathBuf>,
     /// What becomes of a returning instance's content: its dirty keys deleted (Gemini-I) or
     /// overwritten with the secondary's values (Gemini-O), or all of it discarded (as a volatile
-    /// cache would come back).
+    /// cache would come back; no dirty lists are kept then).
     #[arg(long, value_name = "invalidate|overwrite|discard", default_value = "invalidate", value_parser = repair)]
     repair: Repair,
     /// Working-set transfer (004's +W): while a returning instance recovers, clients copy what
@@ -370,8 +370,9 @@ fn describe(c: &Configuration, addrs: &[SocketAddr]) -> String {
         .filter(|f| f.mode != Mode::Normal)
         .count();
     out += &format!(
-        "\n{away} of {} fragments not in normal mode\n",
-        c.fragments().len()
+        "\n{away} of {} fragments not in normal mode; dirty lists {}\n",
+        c.fragments().len(),
+        if c.dirty_lists() { "kept" } else { "off" }
     );
     out
 }

@@ -93,6 +93,15 @@ pub struct Fragment {
     pub transfer: Option<u16>,
 }
 
+impl Fragment {
+    /// The secondary takes the fragment over in normal mode; the old primary no longer hosts it.
+    fn promote(&mut self, secondary: Replica) {
+        self.mode = Mode::Normal;
+        self.primary = secondary;
+        self.secondary = None;
+    }
+}
+
 /// Where a request for a fragment goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -151,6 +160,18 @@ pub struct Configuration {
     id: u64,
     instances: Vec<InstanceState>,
     fragments: Vec<Fragment>,
+    /// Whether secondaries keep dirty lists in transient mode (see
+    /// [`Configuration::set_dirty_lists`]).
+    #[serde(default = "lists_kept", skip_serializing_if = "is_true")]
+    dirty_lists: bool,
+}
+
+fn lists_kept() -> bool {
+    true
+}
+
+fn is_true(on: &bool) -> bool {
+    *on
 }
 
 impl Configuration {
@@ -180,6 +201,7 @@ impl Configuration {
                     transfer: None,
                 })
                 .collect(),
+            dirty_lists: true,
         }
     }
 
@@ -193,6 +215,33 @@ impl Configuration {
 
     pub fn fragments(&self) -> &[Fragment] {
         &self.fragments
+    }
+
+    /// Whether writes in transient mode list their keys on the secondary (on unless the
+    /// coordinator repairs nothing).
+    pub fn dirty_lists(&self) -> bool {
+        self.dirty_lists
+    }
+
+    /// Turns dirty lists on or off, in a new configuration if that changes them. Off suits a
+    /// coordinator that never reads them: VolatileCache discards a returning instance's
+    /// fragments and StaleCache keeps them unrepaired (004 §5.3 compares Gemini against these
+    /// baselines, which "generate no dirty lists"). Turned on while fragments are in transient
+    /// mode, their writes so far were listed nowhere: each secondary becomes its fragment's
+    /// primary, as when a dirty list is lost, and the old primary's copy is discarded.
+    pub fn set_dirty_lists(&mut self, on: bool) {
+        if self.dirty_lists == on {
+            return;
+        }
+        self.dirty_lists = on;
+        if on {
+            for f in &mut self.fragments {
+                if let (Mode::Transient, Some(secondary)) = (f.mode, f.secondary) {
+                    f.promote(secondary);
+                }
+            }
+        }
+        self.id += 1;
     }
 
     pub fn fragment(&self, fragment: u32) -> Result<&Fragment, ConfigError> {
@@ -393,9 +442,7 @@ impl Configuration {
                 )))
             }
         };
-        f.mode = Mode::Normal;
-        f.primary = secondary;
-        f.secondary = None;
+        f.promote(secondary);
         self.id += 1;
         Ok(())
     }
@@ -647,6 +694,46 @@ mod tests {
             c.dirty_list_lost(0),
             Err(ConfigError::NotApplicable(_))
         ));
+    }
+
+    /// Lists turned on while a fragment is transient: its writes so far were listed nowhere,
+    /// so its secondary takes it over for good. Off, or unchanged, touches no fragment.
+    #[test]
+    fn dirty_lists_turned_on_in_transient_mode_promote_the_secondary() {
+        let mut c = Configuration::new(2, 2);
+        assert!(c.dirty_lists());
+        c.set_dirty_lists(true);
+        assert_eq!(c.id(), 1, "unchanged: no new configuration");
+        c.set_dirty_lists(false);
+        assert_eq!((c.dirty_lists(), c.id()), (false, 2));
+        c.instance_failed(0).unwrap();
+        assert_eq!(c.route(0), Ok(Route::Secondary(1)));
+        c.set_dirty_lists(true);
+        assert_eq!(c.id(), 4);
+        let f = c.fragment(0).unwrap();
+        assert_eq!(
+            (f.mode, f.primary, f.secondary),
+            (Mode::Normal, Replica { instance: 1, id: 3 }, None)
+        );
+        assert_eq!(c.route(1), Ok(Route::Primary(1)), "fragment 1 untouched");
+        assert!(c.check().is_ok());
+    }
+
+    /// A configuration saved before dirty lists could be turned off reads with them on, and one
+    /// with them on is saved as before.
+    #[test]
+    fn dirty_lists_are_on_unless_saved_off() {
+        let on = Configuration::new(2, 2);
+        let text = serde_json::to_string(&on).unwrap();
+        assert!(!text.contains("dirty_lists"), "{text}");
+        assert!(serde_json::from_str::<Configuration>(&text)
+            .unwrap()
+            .dirty_lists());
+        let mut off = on.clone();
+        off.set_dirty_lists(false);
+        let back: Configuration =
+            serde_json::from_str(&serde_json::to_string(&off).unwrap()).unwrap();
+        assert_eq!(back, off);
     }
 
     #[test]

@@ -49,6 +49,12 @@ impl Repair {
             Repair::Keep => "stale",
         }
     }
+
+    /// Whether this variant repairs from dirty lists (Gemini-I and Gemini-O); the baselines keep
+    /// none.
+    pub fn uses_dirty_lists(self) -> bool {
+        matches!(self, Repair::Invalidate | Repair::Overwrite)
+    }
 }
 
 /// How a pass over a fragment's dirty list went.

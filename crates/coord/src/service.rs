@@ -213,7 +213,7 @@ impl Service {
     ) -> Result<Service, ServiceError> {
         let instances = client.cmis();
         let durable = !matches!(store, StateStore::Memory);
-        let (configuration, next_session_id) = match saved {
+        let (mut configuration, next_session_id) = match saved {
             Some(state) if state.configuration.instances().len() != instances => {
                 return Err(ServiceError::State(format!(
                     "the saved configuration has {} instances, and {instances} were given",
@@ -236,6 +236,7 @@ impl Service {
                 )
             }
         };
+        configuration.set_dirty_lists(options.repair.uses_dirty_lists());
         let lists_made = configuration
             .fragments()
             .iter()
@@ -587,11 +588,13 @@ impl Service {
                 };
                 self.configuration.instance_recovered(
                     instance,
-                    |j| {
-                        repair != Repair::Discard
-                            && before[j as usize]
-                                .secondary
-                                .is_some_and(|s| has_dirty_list(client, s.instance, j))
+                    |j| match repair {
+                        Repair::Discard => false,
+                        // Nothing was listed, and nothing will be repaired.
+                        Repair::Keep => true,
+                        Repair::Invalidate | Repair::Overwrite => before[j as usize]
+                            .secondary
+                            .is_some_and(|s| has_dirty_list(client, s.instance, j)),
                     },
                     transfer,
                 )?;
@@ -650,7 +653,10 @@ impl Service {
             let Some(secondary) = f.secondary else {
                 continue;
             };
-            if f.mode != Mode::Transient || self.lists_made[j] == Some(secondary) {
+            if f.mode != Mode::Transient
+                || !self.configuration.dirty_lists()
+                || self.lists_made[j] == Some(secondary)
+            {
                 continue;
             }
             // Not reachable: the next probe reports it failed, and the fragment moves on.
@@ -668,14 +674,15 @@ impl Service {
         }
         // A client that learned the id from the entry could otherwise meet an instance serving
         // by an older one (an unpublished instance is granted no lease, so it stops in time).
-        let lists_ready = self
-            .configuration
-            .fragments()
-            .iter()
-            .zip(&self.lists_made)
-            .all(|(f, made)| {
-                f.mode != Mode::Transient || f.secondary.is_none() || *made == f.secondary
-            });
+        let lists_ready = !self.configuration.dirty_lists()
+            || self
+                .configuration
+                .fragments()
+                .iter()
+                .zip(&self.lists_made)
+                .all(|(f, made)| {
+                    f.mode != Mode::Transient || f.secondary.is_none() || *made == f.secondary
+                });
         if !lists_ready || alive.iter().any(|&i| self.published[i] < id) {
             return Ok(());
         }

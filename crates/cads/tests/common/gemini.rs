@@ -66,22 +66,30 @@ impl PlayedCoordinator {
     }
 
     /// Instance `failed` fails: its lease is withdrawn, its fragments move to the others, whose
-    /// dirty lists are started, and the others learn the new configuration.
+    /// dirty lists are started (if the configuration keeps them), and the others learn the new
+    /// configuration.
     pub fn fail(&mut self, failed: usize) {
         assert_eq!(call(self.addrs[failed], &["INSTANCELEASE", "0"]), Reply::OK);
         self.configuration.instance_failed(failed).unwrap();
+        if self.configuration.dirty_lists() {
+            self.start_dirty_lists();
+        }
+        let others: Vec<usize> = (0..self.addrs.len()).filter(|&i| i != failed).collect();
+        self.make_known(&others);
+    }
+
+    /// A dirty list, holding its start, on each fragment's secondary.
+    fn start_dirty_lists(&self) {
         let start = std::str::from_utf8(dirty_list::START).unwrap();
-        for (j, f) in self.configuration.fragments().iter().enumerate() {
+        for (j, f) in (0..).zip(self.configuration.fragments()) {
             if let Some(s) = f.secondary {
-                let list = String::from_utf8(dirty_list::key(j as u32)).unwrap();
+                let list = String::from_utf8(dirty_list::key(j)).unwrap();
                 assert_eq!(
                     call(self.addrs[s.instance], &["PINSET", &list, start]),
                     Reply::OK
                 );
             }
         }
-        let others: Vec<usize> = (0..self.addrs.len()).filter(|&i| i != failed).collect();
-        self.make_known(&others);
     }
 
     /// Instance `back` returns with its content: its fragments enter recovery mode (their dirty
