@@ -301,6 +301,16 @@ impl Drop for GeminiDeployment {
     }
 }
 
+impl GeminiRecord {
+    /// The record with the run's per-second `load`, if it was sampled.
+    pub(crate) fn with_load(self, load: Option<Vec<LoadSample>>) -> GeminiRecord {
+        GeminiRecord {
+            load: load.unwrap_or_default(),
+            ..self
+        }
+    }
+}
+
 /// What a record says about a run's failure of CMIs.
 #[derive(Clone, Debug, Serialize)]
 pub struct GeminiRecord {
@@ -323,6 +333,31 @@ pub struct GeminiRecord {
     pub discarded_keys: u64,
     /// Their hit ratio every [`SAMPLE_EVERY`].
     pub timeline: Vec<HitSample>,
+    /// Every AppNode's operations together, every second (004 Fig. 7's throughput and
+    /// latency).
+    pub load: Vec<LoadSample>,
+}
+
+/// One second of the whole run's operations.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadSample {
+    /// Seconds since the run phase began.
+    pub t_s: f64,
+    /// Operations completed per second since the previous sample.
+    pub ops_per_s: f64,
+    /// The 90th percentile latency of those operations, in milliseconds (None: none completed).
+    pub p90_ms: Option<f64>,
+}
+
+impl LoadSample {
+    /// A sample at `t_s` of `ops_per_s`, with the latencies (µs) of its operations.
+    pub(crate) fn of(t_s: f64, ops_per_s: f64, latencies: &hdrhistogram::Histogram<u64>) -> Self {
+        LoadSample {
+            t_s,
+            ops_per_s,
+            p90_ms: (!latencies.is_empty()).then(|| latencies.value_at_quantile(0.9) as f64 / 1e3),
+        }
+    }
 }
 
 /// One sample of the failed CMIs' hit ratio.
@@ -356,6 +391,7 @@ pub(crate) fn fail_and_watch(
         restore_s: None,
         discarded_keys: 0,
         timeline: Vec::new(),
+        load: Vec::new(),
     };
     let mut last = dep.counters(k);
     let mut next_sample = started + SAMPLE_EVERY;
@@ -502,6 +538,7 @@ mod tests {
                 sample(5.0, Some(0.85)),
                 sample(5.5, Some(0.9)),
             ],
+            load: Vec::new(),
         };
         restored(&mut record);
         assert_eq!(record.hit_ratio_before, Some(0.9));

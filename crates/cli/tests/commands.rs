@@ -552,7 +552,8 @@ fn gemini_run(dir: &ScratchDir, recovery: &str, extra: &[&str]) -> (Output, Valu
 
 /// StaleCache, which keeps the returning CMI's content unrepaired, reads values overwritten
 /// while it was away, and the validator catches them (the positive control); `gemini`, the
-/// same run otherwise, reads none. Both records carry the failed CMI's hit ratio over time.
+/// same run otherwise, reads none. Both records carry the failed CMI's hit ratio over time,
+/// and the run's throughput and latency each second.
 fn gemini_reads_nothing_stale(gemini: &str, kind: &str, extra: &[&str]) {
     let dir = ScratchDir::new("gemini-bench");
     let (out, record) = gemini_run(&dir, "stale", extra);
@@ -569,6 +570,12 @@ fn gemini_reads_nothing_stale(gemini: &str, kind: &str, extra: &[&str]) {
     assert_eq!(failure["failed_cmis"], 1);
     assert!(failure["back_s"].as_f64().unwrap() > failure["fail_at_s"].as_f64().unwrap());
     assert!(!failure["timeline"].as_array().unwrap().is_empty());
+    let load = failure["load"].as_array().unwrap();
+    assert!(
+        load.iter()
+            .any(|s| s["ops_per_s"].as_f64().unwrap() > 0.0 && s["p90_ms"].is_f64()),
+        "every AppNode's operations counted each second: {load:?}"
+    );
 }
 
 /// The CMI cut off from everyone, its content kept in memory, under one AppNode; back, it

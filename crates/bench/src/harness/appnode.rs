@@ -32,9 +32,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use cads::store::CallCounts;
 use cads::tardis::Recovery;
 use cads::{Coordinator, IdRanges, IdServer, Mode, Policy, TardisCounts, Workers, WriteBackCounts};
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use super::drive::{drive, ThreadSet, TICK};
+use super::drive::{self, drive, RecentLatencies, ThreadSet, TICK};
 use super::outage::{
     cut_off, dirty, AppNodesRecovered, Cut, Happened, OutageRecord, Stall, Timeline,
 };
@@ -79,16 +80,36 @@ pub struct Job {
     handoff: Option<serde_json::Value>,
 }
 
+/// What the parent last heard from an AppNode: its `Progress`, with the latencies it reported
+/// since the parent's last tick.
+struct Heard {
+    done: u64,
+    write_back: WriteBackCounts,
+    recent: Histogram<u64>,
+}
+
+impl Heard {
+    fn new() -> Heard {
+        Heard {
+            done: 0,
+            write_back: WriteBackCounts::default(),
+            recent: drive::histogram(),
+        }
+    }
+}
+
 /// What an AppNode says on its standard output.
 #[derive(Debug, Serialize, Deserialize)]
 enum Message {
     /// Attached, waiting for `go`.
     Ready,
-    /// Operations done so far, and write-back's counters since the run began.
+    /// Operations done so far, write-back's counters since the run began, and (in runs that
+    /// fail CMIs) the latencies of the operations since the last `Progress`, as buckets.
     Progress {
         done: u64,
         #[serde(with = "counts")]
         write_back: WriteBackCounts,
+        recent: Vec<(u64, u64)>,
     },
 }
 
@@ -294,10 +315,9 @@ pub(crate) fn measure<B: Benchmark>(
     let started = Instant::now();
     let tracked = opts.outage.is_some() || opts.tardis.is_some();
     sampler.timeline = tracked.then(|| Timeline::new(started, false));
+    sampler.load = opts.fails_cmis().then(Vec::new);
     let stop = AtomicBool::new(false);
-    let progress: Vec<Mutex<(u64, WriteBackCounts)>> = (0..count)
-        .map(|_| Mutex::new((0, WriteBackCounts::default())))
-        .collect();
+    let progress: Vec<Mutex<Heard>> = (0..count).map(|_| Mutex::new(Heard::new())).collect();
     let write_back = run.policy == Policy::WriteBack;
     let (heard, happened, failed_cmis) = std::thread::scope(|scope| {
         let cutter = opts.outage.map(|o| {
@@ -312,8 +332,19 @@ pub(crate) fn measure<B: Benchmark>(
                 let stdout = &mut node.stdout;
                 scope.spawn(move || -> Result<()> {
                     while let Some(message) = receive(stdout)? {
-                        if let Message::Progress { done, write_back } = message {
-                            *progress.lock().expect("not poisoned") = (done, write_back);
+                        if let Message::Progress {
+                            done,
+                            write_back,
+                            recent,
+                        } = message
+                        {
+                            let mut heard = progress.lock().expect("not poisoned");
+                            heard.done = done;
+                            heard.write_back = write_back;
+                            heard
+                                .recent
+                                .add(drive::from_buckets(&recent))
+                                .expect("histograms of the same bounds");
                         }
                     }
                     Ok(())
@@ -325,15 +356,19 @@ pub(crate) fn measure<B: Benchmark>(
         while !readers.iter().all(|r| r.is_finished()) {
             std::thread::sleep(Duration::from_millis(20));
             if Instant::now() >= next_tick {
-                let (done, wb) =
-                    progress
-                        .iter()
-                        .fold((0, WriteBackCounts::default()), |(done, wb), p| {
-                            let p = p.lock().expect("not poisoned");
-                            (done + p.0, wb + p.1)
-                        });
+                let mut all = Heard::new();
+                for p in &progress {
+                    let mut p = p.lock().expect("not poisoned");
+                    all.done += p.done;
+                    all.write_back = all.write_back + p.write_back;
+                    all.recent
+                        .add(&p.recent)
+                        .expect("histograms of the same bounds");
+                    p.recent.reset();
+                }
                 let own = dep.cads.write_back_stats().snapshot().since(&before.wb);
-                sampler.tick(done, write_back.then_some(wb + own));
+                let recent = opts.fails_cmis().then_some(all.recent);
+                sampler.tick(all.done, write_back.then_some(all.write_back + own), recent);
                 next_tick += TICK;
             }
         }
@@ -395,10 +430,12 @@ pub(crate) fn measure<B: Benchmark>(
     let failed_operations = node.failed.iter().sum();
     let done = node.completed();
     let timeline = sampler.timeline.take();
+    let load = sampler.load.take();
     let mut measured = sampler.finish(threads, elapsed_s, node, before.until(&after, elapsed_s));
     measured.gemini = failed_cmis
         .transpose()
-        .context("failing CMIs (--fail-cmis)")?;
+        .context("failing CMIs (--fail-cmis)")?
+        .map(|g| g.with_load(load));
     let failed = total.tardis.is_some_and(|t| t.failures > 0);
     if let Some(timeline) = timeline.filter(|_| opts.outage.is_some() || failed) {
         let mut record = OutageRecord::of_run(opts, failed_operations);
@@ -548,15 +585,26 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         duration: bench.limit().duration,
         operations: job.operations,
     };
+    let recent = opts
+        .fails_cmis()
+        .then(|| RecentLatencies::new(job.threads.len()));
     let env = Env {
         cads,
         clock: job.clock,
+        recent: recent.as_ref(),
     };
     let mut said = Ok(());
     let node = drive(bench, &loaded, &env, &set, limit, |done| {
         let write_back = cads.write_back_stats().snapshot().since(&wb_before);
+        let recent = env
+            .recent
+            .map_or_else(Vec::new, |r| drive::buckets(&r.take()));
         if said.is_ok() {
-            said = say(&Message::Progress { done, write_back });
+            said = say(&Message::Progress {
+                done,
+                write_back,
+                recent,
+            });
         }
     });
     if let Some(workers) = workers {

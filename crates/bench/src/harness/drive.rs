@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cads::Cads;
@@ -73,6 +74,40 @@ pub struct Env<'a> {
     pub cads: &'a Cads,
     /// The run's clock: the timestamps of the logs.
     pub clock: Clock,
+    /// Where the threads also record each latency, for a per-second timeline (runs that fail
+    /// CMIs).
+    pub recent: Option<&'a RecentLatencies>,
+}
+
+/// The latencies of the operations completed since the last [`take`](Self::take), one
+/// histogram per thread so that threads do not contend for a lock.
+pub struct RecentLatencies {
+    threads: Vec<Mutex<Histogram<u64>>>,
+}
+
+impl RecentLatencies {
+    /// For `threads` threads.
+    pub fn new(threads: usize) -> RecentLatencies {
+        RecentLatencies {
+            threads: (0..threads).map(|_| Mutex::new(histogram())).collect(),
+        }
+    }
+
+    fn record(&self, thread: usize, micros: u64) {
+        let mut h = self.threads[thread].lock().expect("not poisoned");
+        h.saturating_record(micros);
+    }
+
+    /// Every thread's latencies since the last take, merged; the threads start afresh.
+    pub fn take(&self) -> Histogram<u64> {
+        let mut all = histogram();
+        for h in &self.threads {
+            let mut h = h.lock().expect("not poisoned");
+            all.add(&*h).expect("histograms of the same bounds");
+            h.reset();
+        }
+        all
+    }
 }
 
 /// Who a benchmark thread is.
@@ -209,35 +244,35 @@ pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
 }
 
+/// A histogram as the (value, count) of its recorded buckets, for another process.
+pub(crate) fn buckets(h: &Histogram<u64>) -> Vec<(u64, u64)> {
+    h.iter_recorded()
+        .map(|v| (v.value_iterated_to(), v.count_at_value()))
+        .collect()
+}
+
+/// The histogram [`buckets`] describes.
+pub(crate) fn from_buckets(buckets: &[(u64, u64)]) -> Histogram<u64> {
+    let mut h = histogram();
+    for &(value, count) in buckets {
+        h.saturating_record_n(value, count);
+    }
+    h
+}
+
 /// Histograms as lists of (value, count) of their recorded buckets, for AppNodes' results.
 mod histograms {
     use hdrhistogram::Histogram;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub fn serialize<S: Serializer>(hs: &[Histogram<u64>], s: S) -> Result<S::Ok, S::Error> {
-        let buckets: Vec<Vec<(u64, u64)>> = hs
-            .iter()
-            .map(|h| {
-                h.iter_recorded()
-                    .map(|v| (v.value_iterated_to(), v.count_at_value()))
-                    .collect()
-            })
-            .collect();
+        let buckets: Vec<Vec<(u64, u64)>> = hs.iter().map(super::buckets).collect();
         buckets.serialize(s)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Histogram<u64>>, D::Error> {
         let buckets = Vec::<Vec<(u64, u64)>>::deserialize(d)?;
-        Ok(buckets
-            .into_iter()
-            .map(|list| {
-                let mut h = super::histogram();
-                for (value, count) in list {
-                    h.saturating_record_n(value, count);
-                }
-                h
-            })
-            .collect())
+        Ok(buckets.iter().map(|b| super::from_buckets(b)).collect())
     }
 }
 
@@ -302,6 +337,9 @@ pub(crate) fn drive<B: Benchmark>(
                 Outcome::Done => {
                     let micros = began.elapsed().as_micros().max(1) as u64;
                     out.latencies[step.kind].saturating_record(micros);
+                    if let Some(recent) = env.recent {
+                        recent.record(t, micros);
+                    }
                 }
                 Outcome::RolledBack => out.rolled_back[step.kind] += 1,
                 Outcome::Failed(error) => {

@@ -35,11 +35,13 @@ use anyhow::{Context, Result};
 use cads::store::{CallCounts, Relay, StoreOptions};
 use cads::tardis::Recovery;
 use cads::{Cads, Config, Policy, Workers, WriteBackCounts};
+use hdrhistogram::Histogram;
 use serde::Serialize;
 
 pub use appnode::serve_appnode;
 pub use drive::{
-    run_threads, Clock, Env, Limit, Nanos, NodeResult, Outcome, Step, ThreadContext, TICK,
+    run_threads, Clock, Env, Limit, Nanos, NodeResult, Outcome, RecentLatencies, Step,
+    ThreadContext, TICK,
 };
 pub use log::{LoggedWrite, ReadWriteLog, RunLog};
 pub use options::{parse_duration, parse_policies, CommonOptions, Outage, REDIS_ZINDEX};
@@ -55,7 +57,7 @@ use crate::cpu::{CpuRecord, CpuSample};
 use crate::deploy::{
     check_one_lease_mode, check_sas, redact, relayed, store_url, Deployment, Launcher,
 };
-use crate::gemini::GeminiRecord;
+use crate::gemini::{GeminiRecord, LoadSample};
 use drive::{drive, ThreadSet};
 use outage::{cut_off, Cut, Happened, Timeline};
 
@@ -474,9 +476,11 @@ impl<B: Benchmark> Runner<'_, B> {
             None => None,
         };
         let limit = bench.limit();
+        let recent = opts.fails_cmis().then(|| RecentLatencies::new(threads));
         let env = Env {
             cads,
             clock: Clock::start(),
+            recent: recent.as_ref(),
         };
         let set = ThreadSet {
             threads: 0..threads,
@@ -486,6 +490,7 @@ impl<B: Benchmark> Runner<'_, B> {
             run_on_load: self.runs,
         };
         let mut sampler = Sampler::new::<B>(run, cads, limit);
+        sampler.load = recent.is_some().then(Vec::new);
         let tracked = opts.outage.is_some() || recovery.is_some();
         let started = Instant::now();
         sampler.timeline = tracked.then(|| Timeline::new(started, true));
@@ -499,7 +504,7 @@ impl<B: Benchmark> Runner<'_, B> {
             let failer = scope.spawn(|| dep.fail_cmis(started, &stop));
             let node = drive(bench, self.loaded, &env, &set, limit, |done| {
                 let wb = write_back.then(|| cads.write_back_stats().snapshot().since(&before.wb));
-                sampler.tick(done, wb);
+                sampler.tick(done, wb, env.recent.map(RecentLatencies::take));
             });
             stop.store(true, Ordering::Release);
             let happened = cutter.map_or(Happened::default(), |c| {
@@ -511,6 +516,7 @@ impl<B: Benchmark> Runner<'_, B> {
             (node, happened, failed_cmis)
         });
         let timeline = sampler.timeline.take();
+        let load = sampler.load.take();
         let after = Counters::take(dep);
         let elapsed_s = node.finished.saturating_sub(node.started) as f64 / 1e9;
         let failed_operations = node.failed.iter().sum();
@@ -520,7 +526,8 @@ impl<B: Benchmark> Runner<'_, B> {
         measured.calls = dep.faults.counts();
         measured.gemini = failed_cmis
             .transpose()
-            .context("failing CMIs (--fail-cmis)")?;
+            .context("failing CMIs (--fail-cmis)")?
+            .map(|g| g.with_load(load));
         if let Some(workers) = workers {
             measured.pinned.close(cads.pinned_bytes());
             workers.stop();
@@ -777,6 +784,8 @@ struct Sampler<'a> {
     applied_share: Vec<(f64, f64)>,
     /// Per second, for a run with an outage or TARDIS.
     timeline: Option<Timeline>,
+    /// Per second, for a run that fails CMIs.
+    load: Option<Vec<LoadSample>>,
 }
 
 impl<'a> Sampler<'a> {
@@ -792,14 +801,25 @@ impl<'a> Sampler<'a> {
             pinned: PinnedBytes::default(),
             applied_share: Vec::new(),
             timeline: None,
+            load: None,
         }
     }
 
-    /// A tick: `done` operations so far, and (write-back) its counters since the run began.
-    fn tick(&mut self, done: u64, write_back: Option<WriteBackCounts>) {
+    /// A tick: `done` operations so far, (write-back) its counters since the run began, and the
+    /// latencies of the operations since the last tick (if they are kept).
+    fn tick(
+        &mut self,
+        done: u64,
+        write_back: Option<WriteBackCounts>,
+        recent: Option<Histogram<u64>>,
+    ) {
         let now = Instant::now();
         let rate = done.saturating_sub(self.last.0) as f64 / (now - self.last.1).as_secs_f64();
         self.last = (done, now);
+        if let (Some(load), Some(recent)) = (&mut self.load, recent) {
+            let t_s = (now - self.started).as_secs_f64();
+            load.push(LoadSample::of(t_s, rate, &recent));
+        }
         let mut note = format!("{rate:.0} {}/s", self.unit);
         if let Some(timeline) = &mut self.timeline {
             timeline.sample(self.cads, done);

@@ -104,6 +104,11 @@ impl Default for CommonOptions {
 }
 
 impl CommonOptions {
+    /// Whether the run fails CMIs (`--fail-cmis` with Gemini).
+    pub fn fails_cmis(&self) -> bool {
+        self.gemini.as_ref().is_some_and(|g| g.fail.is_some())
+    }
+
     /// Checks the options, with `max_threads` the benchmark's limit.
     pub fn check(&self, max_threads: usize) -> Result<()> {
         if self.policies.is_empty() {
