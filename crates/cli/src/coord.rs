@@ -118,14 +118,16 @@ struct RunArgs {
     transfer_for: Option<Duration>,
     /// Serve session-id ranges on ADDR (`IDRANGE`), so that processes numbering their
     /// sessions from this coordinator never meet: each range is reserved in the state file
-    /// before it is handed out, so that a restarted coordinator never hands it out again.
+    /// (or etcd) before it is handed out, so that a restarted coordinator never hands it out
+    /// again. With --etcd only the leader hands out ranges; a standby refuses them, and clients
+    /// given every coordinator's address ask the next.
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
     /// High availability: keep the configuration and the leader's lease in etcd at URL
     /// (`http://host:port`, its client URL). Run several coordinators with the same --etcd and
     /// --cmis: one leads, the others stand by and take over, from the state it saved in etcd,
-    /// once its etcd lease (2 s) has run out after its death. Not with --state-file or --listen.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["state_file", "listen"])]
+    /// once its etcd lease (2 s) has run out after its death. Not with --state-file.
+    #[arg(long, value_name = "URL", conflicts_with = "state_file")]
     etcd: Option<String>,
     /// This coordinator's name in etcd's leader key [default: host name and process id].
     #[arg(long, value_name = "NAME", requires = "etcd")]
@@ -204,8 +206,9 @@ fn coordinate(args: &RunArgs) -> Result<()> {
                      starts at a random point instead of after the ids it handed out"
                 );
             }
-            let server = IdServer::start(addr, service.session_ids(), args.requirepass.clone())
-                .with_context(|| format!("listening on {addr} for session-id requests"))?;
+            let server =
+                IdServer::start(addr, Some(service.session_ids()), args.requirepass.clone())
+                    .with_context(|| format!("listening on {addr} for session-id requests"))?;
             tracing::info!(addr = %server.addr(), "serving session-id ranges");
             Some(server)
         }
@@ -241,6 +244,16 @@ fn coordinate_through_etcd(
         .clone()
         .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
     let stop = cads_server::server::stop_on_signal();
+    // Listening from the start, refusing ranges until this coordinator leads.
+    let id_service = match args.listen {
+        Some(addr) => {
+            let server = IdServer::start(addr, None, args.requirepass.clone())
+                .with_context(|| format!("listening on {addr} for session-id requests"))?;
+            tracing::info!(addr = %server.addr(), "serving session-id ranges while leading");
+            Some(server)
+        }
+        None => None,
+    };
     let mut standing_by = false;
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
         let leadership = match etcd.get(etcd::LEADER_KEY) {
@@ -271,6 +284,9 @@ fn coordinate_through_etcd(
             configuration = service.configuration().id(),
             "leading"
         );
+        if let Some(server) = &id_service {
+            server.serve(Some(service.session_ids()));
+        }
         let mut renewed = Instant::now();
         let half_lease = Duration::from_secs(LEADER_TTL_S) / 2;
         service.run_while(stop, || match leadership.renew() {
@@ -291,6 +307,10 @@ fn coordinate_through_etcd(
                 false
             }
         });
+        // What was reserved and not handed out stays unused: the next leader reserves above it.
+        if let Some(server) = &id_service {
+            server.serve(None);
+        }
     }
     tracing::info!("stopped");
     Ok(())

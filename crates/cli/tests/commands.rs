@@ -622,6 +622,16 @@ fn coord_status_newer_than(list: &str, id: u64) -> String {
     }
 }
 
+/// A range from a coordinator's id service, once one of its addresses serves.
+fn served_range(ids: &cads_coord::ids::RemoteRanges) -> std::ops::Range<u64> {
+    loop {
+        if let Ok(range) = ids.ask() {
+            return range;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A child process killed (and reaped) when dropped, so that a failing test leaves none behind.
 struct KilledOnDrop(std::process::Child);
 
@@ -686,7 +696,9 @@ impl EtcdServer {
 /// Two `cads coord --etcd` processes: one leads, the other stands by. The leader is killed
 /// with SIGKILL; the standby takes the lead once etcd's lease on it runs out and goes on from
 /// the state the leader saved in etcd, so that the next change is the next id (a coordinator
-/// starting afresh would have made configuration 2 for itself and the failure 3).
+/// starting afresh would have made configuration 2 for itself and the failure 3). Both serve
+/// session ids while they lead: a client that knows both addresses gets its ranges from the
+/// leader, then from the standby, never an id twice.
 #[test]
 fn coord_leader_killed_its_standby_goes_on_from_etcd() {
     let dir = ScratchDir::new("coord-etcd");
@@ -700,7 +712,10 @@ fn coord_leader_killed_its_standby_goes_on_from_etcd() {
         cads_testkit::Cmis::start(1, "write-around"),
     );
     let list = format!("{},{}", kept.addrs()[0], failing.addrs()[0]);
-    let start = |name: &str| {
+    let listen =
+        [(); 2].map(|()| std::net::SocketAddr::from(([127, 0, 0, 1], cads_testkit::free_port())));
+    let ids = cads_coord::ids::RemoteRanges::new(listen.to_vec(), None);
+    let start = |name: &str, listen: std::net::SocketAddr| {
         KilledOnDrop(
             Command::new(env!("CARGO_BIN_EXE_cads"))
                 .args(["coord", "--cmis", &list, "--fragments", "4"])
@@ -709,6 +724,8 @@ fn coord_leader_killed_its_standby_goes_on_from_etcd() {
                     &etcd_server.url,
                     "--name",
                     name,
+                    "--listen",
+                    &listen.to_string(),
                     "--log-level",
                     "warn",
                 ])
@@ -716,14 +733,20 @@ fn coord_leader_killed_its_standby_goes_on_from_etcd() {
                 .expect("start cads coord"),
         )
     };
-    let mut first = start("first");
+    let mut first = start("first", listen[0]);
     coord_status_with(&list, "configuration 1\n");
     assert_eq!(leader(), Some(b"first".to_vec()));
-    let _second = start("second");
+    let _second = start("second", listen[1]);
+    let before = served_range(&ids);
     first.kill();
     while leader() != Some(b"second".to_vec()) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let after = served_range(&ids);
+    assert!(
+        after.start >= before.end,
+        "ids handed out again: {before:?} then {after:?}"
+    );
     failing.stop();
     let text = coord_status_newer_than(&list, 1);
     assert!(
@@ -749,13 +772,7 @@ fn coord_killed_goes_on_from_its_state_file() {
     let status_with_newer_than = |id: u64| coord_status_newer_than(&list, id);
     let listen = std::net::SocketAddr::from(([127, 0, 0, 1], cads_testkit::free_port()));
     // A range from the coordinator's id service, once it listens.
-    let ids = cads_coord::ids::RemoteRanges::new(listen, None);
-    let id_range = || loop {
-        if let Ok(range) = ids.ask() {
-            return range;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let ids = cads_coord::ids::RemoteRanges::new(vec![listen], None);
     let start = || {
         Command::new(env!("CARGO_BIN_EXE_cads"))
             .args(["coord", "--cmis", &list, "--fragments", "4"])
@@ -771,13 +788,13 @@ fn coord_killed_goes_on_from_its_state_file() {
     };
     let mut coord = start();
     status_with("configuration 1\n");
-    let before = id_range();
+    let before = served_range(&ids);
     coord.kill().unwrap();
     coord.wait().unwrap();
     assert!(state.exists(), "the state was saved before the kill");
 
     let mut coord = start();
-    let after = id_range();
+    let after = served_range(&ids);
     assert!(
         after.start >= before.end,
         "ids handed out again: {before:?} then {after:?}"

@@ -17,7 +17,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cads_client::{RangeSource, SessionId};
@@ -91,28 +91,44 @@ impl IdRanges {
     }
 }
 
+/// The ranges a server hands out: None while its coordinator stands by.
+type Serving = Arc<RwLock<Option<Arc<IdRanges>>>>;
+
 /// The service answering `IDRANGE` on a TCP address, until dropped.
 pub struct IdServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    serving: Serving,
 }
 
 impl IdServer {
-    /// Listens on `addr` (port 0: any free port), handing out `ranges`; with `password`, every
-    /// connection must log in.
+    /// Listens on `addr` (port 0: any free port), handing out `ranges` (None: refusing
+    /// `IDRANGE` until [`IdServer::serve`] gives some); with `password`, every connection must
+    /// log in.
     pub fn start(
         addr: SocketAddr,
-        ranges: Arc<IdRanges>,
+        ranges: Option<Arc<IdRanges>>,
         password: Option<String>,
     ) -> io::Result<IdServer> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
+        let serving = Arc::new(RwLock::new(ranges));
+        let (stopping, served) = (stop.clone(), serving.clone());
         std::thread::Builder::new()
             .name("id-service".into())
-            .spawn(move || accept_loop(listener, ranges, password, stopping))?;
-        Ok(IdServer { addr, stop })
+            .spawn(move || accept_loop(listener, served, password, stopping))?;
+        Ok(IdServer {
+            addr,
+            stop,
+            serving,
+        })
+    }
+
+    /// Hands out `ranges` from now on; None refuses `IDRANGE` (a standby coordinator's server,
+    /// whose clients then ask the next address they know).
+    pub fn serve(&self, ranges: Option<Arc<IdRanges>>) {
+        *self.serving.write().expect("served ranges") = ranges;
     }
 
     /// The address it listens on.
@@ -131,7 +147,7 @@ impl Drop for IdServer {
 
 fn accept_loop(
     listener: TcpListener,
-    ranges: Arc<IdRanges>,
+    ranges: Serving,
     password: Option<String>,
     stop: Arc<AtomicBool>,
 ) {
@@ -153,7 +169,7 @@ fn accept_loop(
 
 fn serve(
     mut conn: Framed<TcpStream>,
-    ranges: &IdRanges,
+    ranges: &RwLock<Option<Arc<IdRanges>>>,
     password: Option<&str>,
     stop: &AtomicBool,
 ) {
@@ -167,16 +183,20 @@ fn serve(
         let name = request.first().map(|n| n.to_ascii_uppercase());
         let reply: Vec<Vec<u8>> = match name.as_deref() {
             Some(b"PING") => vec![b"PONG".to_vec()],
-            Some(b"IDRANGE") if request.len() == 1 => match ranges.grant(DEFAULT_RANGE) {
-                Ok(range) => vec![
-                    range.start.to_string().into_bytes(),
-                    range.end.to_string().into_bytes(),
-                ],
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot reserve session ids");
-                    vec![format!("ERR cannot reserve session ids: {e}").into_bytes()]
+            Some(b"IDRANGE") if request.len() == 1 => {
+                let serving = ranges.read().expect("served ranges").clone();
+                match serving.map(|r| r.grant(DEFAULT_RANGE)) {
+                    Some(Ok(range)) => vec![
+                        range.start.to_string().into_bytes(),
+                        range.end.to_string().into_bytes(),
+                    ],
+                    Some(Err(e)) => {
+                        tracing::error!(error = %e, "cannot reserve session ids");
+                        vec![format!("ERR cannot reserve session ids: {e}").into_bytes()]
+                    }
+                    None => vec![b"ERR standing by: ask the leading coordinator".to_vec()],
                 }
-            },
+            }
             Some(b"IDRANGE") => vec![b"ERR IDRANGE takes no arguments".to_vec()],
             _ => vec![b"ERR unknown command (IDRANGE or PING)".to_vec()],
         };
@@ -186,41 +206,61 @@ fn serve(
     }
 }
 
-/// A process's session ids from the coordinator's id service at an address: each range is
-/// asked for over a connection kept between ranges. A coordinator that cannot be reached is
-/// asked again, after a growing pause, until it answers (a warning every few seconds meanwhile):
-/// no id is made up in its place, since a made-up id could be another process's.
+/// A process's session ids from the coordinator's id service: each range is asked for over a
+/// connection kept between ranges. Of several addresses (a leading coordinator and its
+/// standbys, `cads coord --etcd --listen`), the one that answered last is asked first; one
+/// that cannot be reached or refuses (a standby) sends the request to the next. When none
+/// answers, they are asked again, after a growing pause, until one does (a warning every few
+/// seconds meanwhile): no id is made up, since a made-up id could be another process's.
 pub struct RemoteRanges {
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     password: Option<String>,
-    conn: Mutex<Option<Framed<TcpStream>>>,
+    /// The address asked now, and its connection once made.
+    conn: Mutex<(usize, Option<Framed<TcpStream>>)>,
 }
 
 /// How long a call to the id service may take before it is given up and made again.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl RemoteRanges {
-    pub fn new(addr: SocketAddr, password: Option<String>) -> RemoteRanges {
+    /// Asking the services at `addrs` (at least one).
+    pub fn new(addrs: Vec<SocketAddr>, password: Option<String>) -> RemoteRanges {
+        assert!(!addrs.is_empty(), "an id service to ask");
         RemoteRanges {
-            addr,
+            addrs,
             password,
-            conn: Mutex::new(None),
+            conn: Mutex::new((0, None)),
         }
     }
 
-    /// One request for a range, on the kept connection or a new one.
+    /// One request for a range of the address asked now, on the kept connection or a new one;
+    /// on an error the next address is asked next time.
     pub fn ask(&self) -> io::Result<Range<SessionId>> {
         let mut kept = self.conn.lock().expect("id service connection");
-        let conn = match kept.as_mut() {
+        let (at, conn) = &mut *kept;
+        let range = self.ask_at(self.addrs[*at], conn);
+        if range.is_err() {
+            *conn = None;
+            *at = (*at + 1) % self.addrs.len();
+        }
+        range
+    }
+
+    fn ask_at(
+        &self,
+        addr: SocketAddr,
+        kept: &mut Option<Framed<TcpStream>>,
+    ) -> io::Result<Range<SessionId>> {
+        let conn = match kept {
             Some(conn) => conn,
             None => {
-                let mut conn = Framed::connect(self.addr, CALL_TIMEOUT)?;
+                let mut conn = Framed::connect(addr, CALL_TIMEOUT)?;
                 login(&mut conn, self.password.as_deref())?;
                 kept.insert(conn)
             }
         };
         let answer = conn.call(&["IDRANGE"]);
-        let range = match answer.as_deref() {
+        match answer.as_deref() {
             Ok([start, end]) => number(start)
                 .zip(number(end))
                 .filter(|(s, e)| s < e)
@@ -231,11 +271,7 @@ impl RemoteRanges {
             )),
             Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "not a range")),
             Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-        };
-        if range.is_err() {
-            *kept = None;
         }
-        range
     }
 }
 
@@ -249,7 +285,7 @@ impl RangeSource for RemoteRanges {
                 Err(e) => {
                     if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(5)) {
                         tracing::warn!(
-                            coordinator = %self.addr,
+                            coordinators = ?self.addrs,
                             error = %e,
                             "no session ids from the coordinator yet; asking again"
                         );
@@ -333,9 +369,9 @@ mod tests {
     fn the_service_numbers_processes_apart_over_the_wire() {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let ranges = Arc::new(IdRanges::in_memory());
-        let server = IdServer::start(loopback, ranges, Some("secret".into())).unwrap();
-        let a = RemoteRanges::new(server.addr(), Some("secret".into()));
-        let b = RemoteRanges::new(server.addr(), Some("secret".into()));
+        let server = IdServer::start(loopback, Some(ranges), Some("secret".into())).unwrap();
+        let a = RemoteRanges::new(vec![server.addr()], Some("secret".into()));
+        let b = RemoteRanges::new(vec![server.addr()], Some("secret".into()));
         let (ra, rb, ra2) = (a.next_range(), b.next_range(), a.next_range());
         assert_eq!(ra.end - ra.start, DEFAULT_RANGE);
         for (x, y) in [(&ra, &rb), (&ra, &ra2), (&rb, &ra2)] {
@@ -344,7 +380,7 @@ mod tests {
                 "{x:?} and {y:?} overlap"
             );
         }
-        let intruder = RemoteRanges::new(server.addr(), Some("guess".into()));
+        let intruder = RemoteRanges::new(vec![server.addr()], Some("guess".into()));
         assert_eq!(
             intruder.ask().unwrap_err().kind(),
             io::ErrorKind::PermissionDenied
@@ -356,5 +392,27 @@ mod tests {
         assert!(unknown[0].starts_with(b"ERR unknown command"));
         let extra = conn.call(&["IDRANGE", "5"]).unwrap();
         assert!(extra[0].starts_with(b"ERR IDRANGE takes no arguments"));
+    }
+
+    /// A standby's server refuses ranges, and a client that knows both addresses gets them from
+    /// whichever serves, moving over when the leader stops serving.
+    #[test]
+    fn a_client_of_several_services_asks_the_one_that_serves() {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let ranges = Arc::new(IdRanges::in_memory());
+        let standby = IdServer::start(loopback, None, None).unwrap();
+        let leader = IdServer::start(loopback, Some(ranges.clone()), None).unwrap();
+        let mut conn = Framed::connect(standby.addr(), CALL_TIMEOUT).unwrap();
+        let refused = conn.call(&["IDRANGE"]).unwrap();
+        assert!(refused[0].starts_with(b"ERR standing by"), "{refused:?}");
+
+        let client = RemoteRanges::new(vec![standby.addr(), leader.addr()], None);
+        let first = client.next_range();
+        // The leader stands by, and the standby takes over from the same reservation.
+        leader.serve(None);
+        standby.serve(Some(ranges));
+        let second = client.next_range();
+        assert!(second.start >= first.end, "{first:?} then {second:?}");
+        assert!(client.ask().is_ok(), "the standby's connection is kept");
     }
 }

@@ -65,12 +65,19 @@ impl Coordinator {
             .clone()
     }
 
-    /// Makes the process take its session ids from the coordinator's id service at `addr`
-    /// ([`ids::RemoteRanges`]). Refused once the process has begun numbering sessions (a
-    /// client was made): its sessions would not all come from one source.
-    pub fn use_service(addr: std::net::SocketAddr, password: Option<String>) -> Result<(), String> {
+    /// Makes the process take its session ids from the coordinator's id service at `addrs`
+    /// (a leading coordinator and its standbys: whichever serves; [`ids::RemoteRanges`]).
+    /// Refused once the process has begun numbering sessions (a client was made): its sessions
+    /// would not all come from one source.
+    pub fn use_service(
+        addrs: Vec<std::net::SocketAddr>,
+        password: Option<String>,
+    ) -> Result<(), String> {
+        if addrs.is_empty() {
+            return Err("no address of a coordinator's id service".into());
+        }
         PROCESS
-            .set(Arc::new(ids::RemoteRanges::new(addr, password)))
+            .set(Arc::new(ids::RemoteRanges::new(addrs, password)))
             .map_err(|_| {
                 "this process already numbers its sessions: name the coordinator before any \
                  client is made"

@@ -505,7 +505,7 @@ fn session_id_service() -> Result<SocketAddr> {
         return Ok(service.addr());
     }
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let server = IdServer::start(loopback, Arc::new(IdRanges::in_memory()), None)
+    let server = IdServer::start(loopback, Some(Arc::new(IdRanges::in_memory())), None)
         .context("starting the session-id service for the AppNodes")?;
     Ok(SERVICE.get_or_init(|| server).addr())
 }
@@ -518,7 +518,7 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         .with_context(|| format!("reading the job {}", job_path.display()))?;
     let job: Job = serde_json::from_str(&text).context("a job of an AppNode")?;
     // Before any client: every session of this process is numbered by the service.
-    Coordinator::use_service(job.session_ids, None).map_err(|e| anyhow!(e))?;
+    Coordinator::use_service(vec![job.session_ids], None).map_err(|e| anyhow!(e))?;
     let policy = Policy::parse(&job.policy)
         .ok_or_else(|| anyhow!("unknown policy {:?} in the job", job.policy))?;
     let store = cads::store::open(&job.store_url, &bench.store_options())
