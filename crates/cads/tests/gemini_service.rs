@@ -545,3 +545,56 @@ fn the_baselines_keep_no_dirty_lists_and_keep_or_discard_on_return() {
         assert_eq!(f.primary.id == 1, kept, "{repair:?}: {f:?}");
     }
 }
+
+/// A fragment whose dirty keys are all repaired stays in recovery only for the working-set
+/// transfer; when its secondary fails then, the transfer ends and the primary keeps what it holds
+/// (its id unchanged), where a fragment still being repaired would be discarded.
+#[test]
+fn a_repaired_fragment_keeps_its_primary_when_its_secondary_fails_during_the_transfer() {
+    let cmis = Cmis::start(2, "write-around");
+    let relays = [Relay::new(cmis.addrs()[0]), Relay::new(cmis.addrs()[1])];
+    let addrs = vec![relays[0].addr(), relays[1].addr()];
+    let options = ServiceOptions {
+        fragments: 2,
+        lease: LEASE,
+        probe_every: Duration::from_millis(100),
+        state_file: None,
+        repair: Repair::Invalidate,
+        transfer: Some(Duration::from_secs(600)),
+    };
+    let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
+    let mut service = Service::start(client, options, 0).unwrap();
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| cads_client::fragment_of(k.as_bytes(), 2) == 1)
+        .unwrap();
+    assert_eq!(service.step(500).unwrap(), vec![]);
+    assert_eq!(service.step(1_000).unwrap(), vec![]);
+    assert_eq!(call(cmis.addrs()[1], &["SET", &key, "v"]), Reply::OK);
+    read_times(cmis.addrs()[1], &key, 100);
+    assert_eq!(service.step(1_500).unwrap(), vec![]);
+
+    relays[1].set_cut(true);
+    assert_eq!(service.step(1_600).unwrap(), vec![]);
+    assert_eq!(service.step(62_000).unwrap(), vec![Change::Failed(1)]);
+    relays[1].set_cut(false);
+    assert_eq!(service.step(62_500).unwrap(), vec![Change::Returned(1)]);
+    assert_eq!(
+        service.step(63_000).unwrap(),
+        vec![],
+        "repaired at once (nothing was written), transferring"
+    );
+    let before = service.configuration().fragments()[1];
+    assert_eq!((before.mode, before.transfer), (Mode::Recovery, Some(1000)));
+
+    relays[0].set_cut(true);
+    assert_eq!(service.step(63_100).unwrap(), vec![]);
+    assert_eq!(service.step(124_000).unwrap(), vec![Change::Failed(0)]);
+    let f = service.configuration().fragments()[1];
+    assert_eq!(
+        (f.mode, f.primary, f.secondary),
+        (Mode::Normal, before.primary, None),
+        "kept, not discarded"
+    );
+    assert_eq!(get(cmis.addrs()[1], key.as_bytes()), Some(b"v".to_vec()));
+}

@@ -560,6 +560,22 @@ impl Service {
             | Change::FragmentDiscarded(_)
             | Change::TransferEnded(_) => {}
             Change::Failed(instance) => {
+                // A fragment whose dirty keys are all repaired recovers only for the transfer,
+                // which its failed secondary ends: its primary is consistent, and kept.
+                let repaired_on: Vec<u32> = self
+                    .configuration
+                    .recovering()
+                    .into_iter()
+                    .filter(|&(j, _, secondary)| secondary == instance && self.repaired[j as usize])
+                    .map(|(j, _, _)| j)
+                    .collect();
+                for j in repaired_on {
+                    tracing::info!(
+                        fragment = j,
+                        "the secondary of a repaired fragment failed: its transfer ends"
+                    );
+                    self.configuration.fragment_recovered(j)?;
+                }
                 self.configuration.instance_failed(instance)?;
                 self.published[instance] = 0;
                 // Failed again before a ratio of its return was measured: the older one stands.
