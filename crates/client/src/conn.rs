@@ -1,8 +1,10 @@
-//! One connection to a CMI: RESP requests out, replies in, with timeouts, over TCP or TLS.
-//! Requests can be pipelined: write several, then read their replies in order.
+//! One connection to a CMI: RESP requests out, replies in, with timeouts, over TCP, TLS or a
+//! Unix socket. Requests can be pipelined: write several, then read their replies in order.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use cads_protocol::resp::parse_reply;
@@ -11,11 +13,35 @@ use cads_protocol::{Command, ErrorKind, FlushScope, Reply};
 use crate::error::{ClientError, Result};
 use crate::tls::{self, TlsConfig};
 
+/// How connections to the CMIs are opened (from [`crate::ClientConfig`]).
+#[derive(Clone)]
+pub(crate) struct Dial {
+    pub connect_timeout: Duration,
+    pub io_timeout: Duration,
+    pub password: Option<String>,
+    pub tls: Option<TlsConfig>,
+    pub unix_dir: Option<PathBuf>,
+}
+
+impl Dial {
+    /// The Unix socket a CMI at `addr` serves, when it is on this machine, serves one in
+    /// `unix_dir`, and TLS is off (TLS is for the network).
+    fn unix_socket(&self, addr: SocketAddr) -> Option<PathBuf> {
+        let dir = self.unix_dir.as_deref()?;
+        if self.tls.is_some() || !addr.ip().is_loopback() {
+            return None;
+        }
+        let path = cads_protocol::unix_socket_path(dir, addr.port());
+        path.exists().then_some(path)
+    }
+}
+
 /// The bytes' way to the CMI.
 enum Stream {
     Plain(TcpStream),
     /// Boxed: the TLS state is large, and most connections are plaintext.
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+    Unix(UnixStream),
 }
 
 impl Read for Stream {
@@ -23,6 +49,7 @@ impl Read for Stream {
         match self {
             Stream::Plain(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
         }
     }
 }
@@ -32,6 +59,7 @@ impl Write for Stream {
         match self {
             Stream::Plain(s) => s.write(buf),
             Stream::Tls(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
         }
     }
 
@@ -40,6 +68,7 @@ impl Write for Stream {
         match self {
             Stream::Plain(s) => s.flush(),
             Stream::Tls(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
         }
     }
 }
@@ -54,29 +83,40 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn open(
-        cmi: usize,
-        addr: SocketAddr,
-        connect_timeout: Duration,
-        io_timeout: Duration,
-        password: Option<&str>,
-        tls: Option<&TlsConfig>,
-    ) -> Result<Connection> {
-        let stream = TcpStream::connect_timeout(&addr, connect_timeout).map_err(|e| {
-            ClientError::Unavailable {
-                cmi,
-                reason: format!("cannot connect to {addr}: {e}"),
-                refused: e.kind() == io::ErrorKind::ConnectionRefused,
-            }
-        })?;
+    pub fn open(cmi: usize, addr: SocketAddr, dial: &Dial) -> Result<Connection> {
         let io = |source| ClientError::Io { cmi, source };
-        stream.set_nodelay(true).map_err(io)?;
-        stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
-        stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
-        let stream = match tls {
-            None => Stream::Plain(stream),
-            Some(tls) => Stream::Tls(Box::new(tls.handshake(cmi, addr, stream, io_timeout)?)),
+        let unavailable = |to: &dyn std::fmt::Display, e: io::Error| ClientError::Unavailable {
+            cmi,
+            reason: format!("cannot connect to {to}: {e}"),
+            refused: matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+            ),
         };
+        let io_timeout = dial.io_timeout;
+        let stream = match dial.unix_socket(addr) {
+            Some(path) => {
+                let stream =
+                    UnixStream::connect(&path).map_err(|e| unavailable(&path.display(), e))?;
+                stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
+                stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
+                Stream::Unix(stream)
+            }
+            None => {
+                let stream = TcpStream::connect_timeout(&addr, dial.connect_timeout)
+                    .map_err(|e| unavailable(&addr, e))?;
+                stream.set_nodelay(true).map_err(io)?;
+                stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
+                stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
+                match &dial.tls {
+                    None => Stream::Plain(stream),
+                    Some(tls) => {
+                        Stream::Tls(Box::new(tls.handshake(cmi, addr, stream, io_timeout)?))
+                    }
+                }
+            }
+        };
+        let password = dial.password.as_deref();
         let mut conn = Connection {
             cmi,
             stream,
@@ -200,5 +240,37 @@ impl Connection {
         self.queue(cmd);
         self.flush()?;
         self.read()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a loopback CMI whose socket exists is dialled through it.
+    #[test]
+    fn a_unix_socket_is_used_only_for_a_local_cmi_that_serves_one() {
+        let dir = std::env::temp_dir().join(format!("cads-dial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let served = cads_protocol::unix_socket_path(&dir, 7001);
+        let _listener = std::os::unix::net::UnixListener::bind(&served).unwrap();
+        let dial = Dial {
+            connect_timeout: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(1),
+            password: None,
+            tls: None,
+            unix_dir: Some(dir.clone()),
+        };
+        let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(dial.unix_socket(local(7001)), Some(served.clone()));
+        assert_eq!(dial.unix_socket(local(7002)), None, "no socket there");
+        let remote = SocketAddr::from(([10, 0, 0, 1], 7001));
+        assert_eq!(dial.unix_socket(remote), None, "another machine's");
+        let without = Dial {
+            unix_dir: None,
+            ..dial
+        };
+        assert_eq!(without.unix_socket(local(7001)), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -86,6 +86,10 @@ pub struct ClientConfig {
     /// Longest wait for a reply before the CMI counts as failed.
     pub io_timeout: Duration,
     pub retry: RetryPolicy,
+    /// Where CMIs on this machine serve Unix sockets (their `--unixsocket-dir`): a CMI at a
+    /// loopback address whose socket is there is reached through it, which skips TCP's work;
+    /// the others, and every CMI when TLS is on, over TCP.
+    pub unix_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -98,6 +102,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("retry", &self.retry)
+            .field("unix_dir", &self.unix_dir)
             .finish()
     }
 }
@@ -112,6 +117,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(2),
             retry: RetryPolicy::default(),
+            unix_dir: None,
         }
     }
 }
@@ -150,15 +156,14 @@ impl Client {
             .iter()
             .enumerate()
             .map(|(i, addr)| {
-                Pool::new(
-                    i,
-                    *addr,
-                    config.max_idle,
-                    config.connect_timeout,
-                    config.io_timeout,
-                    config.password.clone(),
-                    config.tls.clone(),
-                )
+                let dial = conn::Dial {
+                    connect_timeout: config.connect_timeout,
+                    io_timeout: config.io_timeout,
+                    password: config.password.clone(),
+                    tls: config.tls.clone(),
+                    unix_dir: config.unix_dir.clone(),
+                };
+                Pool::new(i, *addr, config.max_idle, dial)
             })
             .collect();
         Client {

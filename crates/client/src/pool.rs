@@ -4,19 +4,15 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::conn::Connection;
+use crate::conn::{Connection, Dial};
 use crate::error::{ClientError, Result};
-use crate::tls::TlsConfig;
 
 pub struct Pool {
     cmi: usize,
     addr: SocketAddr,
     idle: Mutex<Vec<Connection>>,
     max_idle: usize,
-    connect_timeout: Duration,
-    io_timeout: Duration,
-    password: Option<String>,
-    tls: Option<TlsConfig>,
+    dial: Dial,
     /// Until when the CMI counts as down after a failure (see [`Pool::mark_down`]).
     down_until: Mutex<Option<Instant>>,
 }
@@ -25,24 +21,13 @@ pub struct Pool {
 const DOWN_FOR: Duration = Duration::from_secs(1);
 
 impl Pool {
-    pub fn new(
-        cmi: usize,
-        addr: SocketAddr,
-        max_idle: usize,
-        connect_timeout: Duration,
-        io_timeout: Duration,
-        password: Option<String>,
-        tls: Option<TlsConfig>,
-    ) -> Pool {
+    pub(crate) fn new(cmi: usize, addr: SocketAddr, max_idle: usize, dial: Dial) -> Pool {
         Pool {
             cmi,
             addr,
             idle: Mutex::new(Vec::new()),
             max_idle,
-            connect_timeout,
-            io_timeout,
-            password,
-            tls,
+            dial,
             down_until: Mutex::new(None),
         }
     }
@@ -69,14 +54,7 @@ impl Pool {
         if let Some(conn) = self.idle.lock().expect("pool lock").pop() {
             return Ok(conn);
         }
-        let opened = Connection::open(
-            self.cmi,
-            self.addr,
-            self.connect_timeout,
-            self.io_timeout,
-            self.password.as_deref(),
-            self.tls.as_ref(),
-        );
+        let opened = Connection::open(self.cmi, self.addr, &self.dial);
         if let Err(ClientError::Unavailable { refused: true, .. }) = &opened {
             // Nothing listens there: the CMI process is gone. (A timeout proves nothing: a CMI
             // that is only slow keeps its entries, and skipping it would let its copies go stale.)

@@ -5,6 +5,7 @@
 //! - [`Reply`] and [`ErrorReply`]: typed replies with stable error words.
 //! - [`spec`]: the command table (arity, flags, key positions).
 //! - [`fragment`]: the key-to-fragment function Gemini configurations are built on.
+//! - [`unix_socket_path`]: where a CMI serves a Unix socket beside its TCP port.
 //! - `fuzzing` (with the `fuzzing` feature): the parsers' checks for the fuzz targets.
 //!
 //! The crate does no I/O. `docs/PROTOCOL.md` is the reference for the lease and session commands.
@@ -24,3 +25,9 @@ pub use command::{
 };
 pub use reply::{printable_key, ErrorKind, ErrorReply, Reply};
 pub use resp::{Limits, Parsed, Protocol, ProtocolError};
+
+/// The Unix socket a CMI listening on TCP port `port` also serves in `dir` (`cads server
+/// --unixsocket-dir DIR`), where a client on the same machine finds it.
+pub fn unix_socket_path(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    dir.join(format!("cads-{port}.sock"))
+}

@@ -137,6 +137,12 @@ pub struct Options {
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
+    /// Also serve each CMI on a Unix socket, DIR/cads-PORT.sock, for clients on this machine
+    /// (they skip TCP's work; `redis-cli -s` connects). Who may connect is whoever may enter
+    /// DIR: keep it private. A socket file left by an earlier run is replaced.
+    #[arg(long, value_name = "DIR")]
+    pub unixsocket_dir: Option<PathBuf>,
+
     /// Rewrite a log once it has grown by this percentage since its last rewrite (0: never
     /// automatically). [default: 100]
     #[arg(long, value_name = "PERCENT")]
@@ -198,6 +204,8 @@ pub struct Config {
     pub appendonly: bool,
     pub appendfsync: Fsync,
     pub dir: PathBuf,
+    /// Where each CMI also serves a Unix socket (see [`Options::unixsocket_dir`]).
+    pub unixsocket_dir: Option<PathBuf>,
     pub aof_rewrite_percentage: u64,
     pub aof_rewrite_min_size: u64,
     pub log_level: String,
@@ -273,6 +281,7 @@ impl Options {
             appendonly,
             appendfsync,
             dir,
+            unixsocket_dir,
             aof_rewrite_percentage,
             aof_rewrite_min_size,
             log_level,
@@ -345,6 +354,7 @@ impl Config {
             appendonly: o.appendonly.unwrap_or(false),
             appendfsync,
             dir: o.dir.unwrap_or_else(|| PathBuf::from(".")),
+            unixsocket_dir: o.unixsocket_dir,
             aof_rewrite_percentage: o.aof_rewrite_percentage.unwrap_or(100),
             aof_rewrite_min_size: size(&o.aof_rewrite_min_size, "64mb", "aof-rewrite-min-size")?
                 as u64,

@@ -103,8 +103,9 @@
 //! its iteration began, reads [`clock_now`], on the same clocks.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -330,13 +331,19 @@ const EVENTS_PER_WAIT: usize = 1024;
 const KEEP_OUTPUT_CAPACITY: usize = 64 * 1024;
 /// Arguments passed without a heap allocation.
 const ARGV_INLINE: usize = 16;
-/// The epoll token of the listener; connections use their slot index.
+/// The epoll tokens of the listeners; connections use their slot index.
 const LISTENER: u64 = u64::MAX;
+const UNIX_LISTENER: u64 = u64::MAX - 1;
+/// The peer address a Unix-socket client is known by (to the handler, and in `CLIENT LIST`):
+/// it is on this machine, and has no port.
+pub const UNIX_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
 const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
 
 /// A listener and the configuration it is served with. See the module documentation.
 pub struct EventLoop {
     listener: TcpListener,
+    /// A Unix socket served beside the TCP port (clients on this machine skip TCP's work).
+    unix: Option<UnixListener>,
     epoll: Epoll,
     config: LoopConfig,
     stats: Arc<SharedStats>,
@@ -351,11 +358,22 @@ impl EventLoop {
         epoll.add(listener.as_raw_fd(), EPOLLIN, LISTENER)?;
         Ok(EventLoop {
             listener,
+            unix: None,
             epoll,
             config,
             stats: Arc::new(SharedStats::default()),
             next_id: 1,
         })
+    }
+
+    /// Serves `listener`, a Unix socket, too: its clients are served as the TCP port's are
+    /// (known as [`UNIX_PEER`]).
+    pub fn listen_unix(&mut self, listener: UnixListener) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        self.epoll
+            .add(listener.as_raw_fd(), EPOLLIN, UNIX_LISTENER)?;
+        self.unix = Some(listener);
+        Ok(())
     }
 
     /// The address the loop serves.
@@ -505,8 +523,71 @@ impl<C> ConnIo<C> {
     }
 }
 
+/// A client's connection: TCP, or a Unix socket.
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Socket {
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_nonblocking(true).and_then(|()| s.set_nodelay(true)),
+            Socket::Unix(s) => s.set_nonblocking(true),
+        }
+    }
+
+    /// The peer, for logs.
+    fn peer(&self) -> String {
+        match self {
+            Socket::Tcp(s) => s
+                .peer_addr()
+                .map_or_else(|_| "unknown".to_string(), |a| a.to_string()),
+            Socket::Unix(_) => "a Unix-socket client".to_string(),
+        }
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Read for &Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).read(buf),
+            Socket::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+
+impl Write for &Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).write(buf),
+            Socket::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).write_vectored(bufs),
+            Socket::Unix(s) => (&*s).write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 struct Conn<C> {
-    stream: TcpStream,
+    stream: Socket,
     input: InBuf,
     io: ConnIo<C>,
     /// The TLS state of a connection to a TLS port (boxed: plaintext connections stay small).
@@ -641,8 +722,8 @@ impl<'a, H: Handler> Runtime<'a, H> {
     }
 
     fn dispatch(&mut self, token: u64, flags: u32) {
-        if token == LISTENER {
-            self.accept();
+        if token == LISTENER || token == UNIX_LISTENER {
+            self.accept(token);
             return;
         }
         let slot = token as usize;
@@ -662,9 +743,21 @@ impl<'a, H: Handler> Runtime<'a, H> {
         }
     }
 
-    fn accept(&mut self) {
+    /// One connection waiting on the listener of `token`.
+    fn accept_one(&self, token: u64) -> io::Result<(Socket, SocketAddr)> {
+        match (token, &self.lp.unix) {
+            (UNIX_LISTENER, Some(unix)) => unix.accept().map(|(s, _)| (Socket::Unix(s), UNIX_PEER)),
+            _ => self
+                .lp
+                .listener
+                .accept()
+                .map(|(s, peer)| (Socket::Tcp(s), peer)),
+        }
+    }
+
+    fn accept(&mut self, token: u64) {
         for _ in 0..MAX_ACCEPTS_PER_EVENT {
-            match self.lp.listener.accept() {
+            match self.accept_one(token) {
                 Ok((stream, peer)) => {
                     if self.out_of_fds {
                         self.out_of_fds = false;
@@ -675,7 +768,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
                 Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock => return,
                     io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
-                    _ if is_out_of_fds(&e) && self.refuse_without_a_fd() => continue,
+                    _ if is_out_of_fds(&e) && self.refuse_without_a_fd(token) => continue,
                     _ => {
                         // The connection stays in the backlog and a level-triggered listener
                         // would be reported again at once, spinning. Stop listening until the
@@ -694,7 +787,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
     /// over. The usual remedy (libev's manual describes it): give up the spare descriptor kept for
     /// this, accept the connection, tell it `max number of clients reached`, close it, take the
     /// spare back. Logs once per shortage. False if there is no spare to give up.
-    fn refuse_without_a_fd(&mut self) -> bool {
+    fn refuse_without_a_fd(&mut self, token: u64) -> bool {
         if self.spare_fd.take().is_none() {
             return false;
         }
@@ -705,7 +798,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
                  with ulimit -n, or lower --max-clients)"
             );
         }
-        if let Ok((stream, _)) = self.lp.listener.accept() {
+        if let Ok((stream, _)) = self.accept_one(token) {
             // Best effort, as for max_clients: a fresh socket's send buffer is empty.
             if self.lp.config.tls.is_none() {
                 let _ = (&stream).write(MAX_CLIENTS_REPLY);
@@ -721,18 +814,21 @@ impl<'a, H: Handler> Runtime<'a, H> {
             return;
         }
         let events = if pause { 0 } else { EPOLLIN };
-        let fd = self.lp.listener.as_raw_fd();
-        match self.lp.epoll.modify(fd, events, LISTENER) {
-            Ok(()) => self.listener_paused = pause,
-            Err(e) => tracing::warn!(error = %e, "cannot change the listener's epoll interest"),
+        let mut listeners = vec![(self.lp.listener.as_raw_fd(), LISTENER)];
+        if let Some(unix) = &self.lp.unix {
+            listeners.push((unix.as_raw_fd(), UNIX_LISTENER));
         }
+        for (fd, token) in listeners {
+            if let Err(e) = self.lp.epoll.modify(fd, events, token) {
+                tracing::warn!(error = %e, "cannot change the listener's epoll interest");
+                return;
+            }
+        }
+        self.listener_paused = pause;
     }
 
-    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
-        if let Err(e) = stream
-            .set_nonblocking(true)
-            .and_then(|()| stream.set_nodelay(true))
-        {
+    fn admit(&mut self, stream: Socket, peer: SocketAddr) {
+        if let Err(e) = stream.set_nonblocking() {
             tracing::debug!(error = %e, %peer, "dropping a connection that cannot be configured");
             return;
         }
@@ -892,10 +988,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
-        let peer = conn
-            .stream
-            .peer_addr()
-            .map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+        let peer = conn.stream.peer();
         match failure {
             TlsFailure::Plaintext => {
                 tracing::warn!(%peer, "refused a client that does not speak TLS on a TLS port");
@@ -1064,7 +1157,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
 
 /// One send of a plaintext connection's output (Redis's `writeToClient`), if it has any: if it
 /// is short the socket buffer is full, and a second would see EAGAIN. The bytes sent.
-fn send_plain<C>(stream: &TcpStream, io: &mut ConnIo<C>) -> io::Result<usize> {
+fn send_plain<C>(stream: &Socket, io: &mut ConnIo<C>) -> io::Result<usize> {
     if io.unsent() == 0 {
         return Ok(0);
     }
@@ -1091,7 +1184,7 @@ fn send_plain<C>(stream: &TcpStream, io: &mut ConnIo<C>) -> io::Result<usize> {
 /// the rest stays in `output` where the output limits see it) and written with one `writev` per
 /// batch of records, until the socket is full or nothing is left; a connection that is finishing
 /// ends with `close_notify`. The bytes sent.
-fn send_tls<C>(tls: &mut TlsConn, stream: &TcpStream, io: &mut ConnIo<C>) -> io::Result<usize> {
+fn send_tls<C>(tls: &mut TlsConn, stream: &Socket, io: &mut ConnIo<C>) -> io::Result<usize> {
     let mut sent = 0;
     loop {
         let taken = tls.encrypt(&io.output[io.sent..]);

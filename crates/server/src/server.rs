@@ -3,6 +3,9 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -20,6 +23,8 @@ use crate::event_loop::{EventLoop, LoopConfig};
 /// A running set of CMIs.
 pub struct Server {
     addrs: Vec<SocketAddr>,
+    /// The Unix sockets the CMIs serve, removed when they stop.
+    unix_sockets: Vec<PathBuf>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Result<()>>>,
     /// How far [`Server::advance_clock`] moved the CMIs' clocks, in ms.
@@ -53,6 +58,7 @@ impl Server {
         }
         let clock_ahead = Arc::new(AtomicU64::new(0));
         let mut cmis = Vec::with_capacity(config.cmis);
+        let mut unix_sockets = Vec::new();
         for (i, listener) in listeners.into_iter().enumerate() {
             let mut engine = Engine::new(config.engine());
             engine.set_boot_id(boot_id(i));
@@ -66,8 +72,15 @@ impl Server {
             } else {
                 None
             };
-            let event_loop = EventLoop::new(listener, loop_config(&config, tls.clone()))?;
+            let mut event_loop = EventLoop::new(listener, loop_config(&config, tls.clone()))?;
             let addr = event_loop.local_addr()?;
+            if let Some(dir) = &config.unixsocket_dir {
+                let path = cads_protocol::unix_socket_path(dir, addr.port());
+                let unix = listen_unix(&path)
+                    .with_context(|| format!("cannot listen on {} for CMI {i}", path.display()))?;
+                event_loop.listen_unix(unix)?;
+                unix_sockets.push(path);
+            }
             let cmi = Cmi::new(
                 i,
                 addr.port(),
@@ -107,6 +120,7 @@ impl Server {
         );
         Ok(Server {
             addrs,
+            unix_sockets,
             stop,
             threads,
             clock_ahead,
@@ -135,6 +149,9 @@ impl Server {
     /// Waits for every CMI to stop.
     pub fn join(self) -> Result<()> {
         let mut result = Ok(());
+        for path in &self.unix_sockets {
+            let _ = std::fs::remove_file(path);
+        }
         for thread in self.threads {
             let outcome = thread
                 .join()
@@ -187,6 +204,22 @@ fn boot_id(cmi: usize) -> u64 {
 /// Connections that may wait to be accepted, as Redis's `tcp-backlog` (std's `bind` asks for 128,
 /// which a burst of clients overflows; the kernel caps it at `net.core.somaxconn`).
 const LISTEN_BACKLOG: i32 = 511;
+
+/// A CMI's Unix socket at `path`, replacing a socket file an earlier run left (a file that is
+/// not a socket is refused).
+fn listen_unix(path: &Path) -> io::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the path exists and is not a socket",
+            ))
+        }
+        Err(_) => {}
+    }
+    UnixListener::bind(path)
+}
 
 /// The listener of a CMI.
 fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
