@@ -128,6 +128,9 @@ pub struct CmiSettings {
     /// Write-back's replicas of each buffered write (`WriteBackConfig::replicas`; the
     /// framework's default when None).
     pub write_back_replicas: Option<usize>,
+    /// Embedded CMIs also serve Unix sockets, which the framework uses instead of TCP
+    /// (`--cmi-transport unix`; CMIs started as processes to kill keep TCP).
+    pub unix_sockets: bool,
 }
 
 impl CmiSettings {
@@ -190,6 +193,10 @@ impl Launcher for NoLauncher {
 pub trait RunningCmis: Send + Sync {
     /// Their addresses.
     fn addrs(&self) -> Vec<SocketAddr>;
+    /// Where they serve Unix sockets too, if they do (see [`CmiSettings::unix_sockets`]).
+    fn unix_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
     /// Stops them; an error says one stopped with an error.
     fn stop(self: Box<Self>) -> Result<()>;
 
@@ -397,6 +404,10 @@ impl Deployment {
                 "TLS is for CMIs running apart (cads server --tls-cert ...), given with --cache \
                  host:port; embedded CMIs serve plaintext"
             ),
+            (_, CacheSpec::External(_)) if cmi.unix_sockets => bail!(
+                "--cmi-transport unix is for embedded CMIs (--cache embedded:N); CMIs running \
+                 apart are reached over TCP"
+            ),
             (_, CacheSpec::Embedded { cmis }) => {
                 let started = match gemini {
                     Some(g) if g.kills() && policy == Policy::WriteAround => launcher
@@ -413,6 +424,7 @@ impl Deployment {
             (_, CacheSpec::Sas { .. }) => (None, Vec::new()),
         };
         let mut config = cmi.framework_config(config);
+        config.cache_unix_dir = cmis.as_ref().and_then(|c| c.unix_dir());
         let sas_core = match (policy, cache) {
             (Policy::DataStoreOnly, _) => None,
             (_, CacheSpec::Sas { ingest }) => {

@@ -143,6 +143,10 @@ pub struct Config {
     /// certificates carry. None speaks plaintext; a CMI that serves TLS then refuses the
     /// framework, and a CMI that does not fails every call with `ClientError::Tls`.
     pub cache_tls: Option<TlsConfig>,
+    /// Where CMIs on this machine serve Unix sockets (`cads server --unixsocket-dir`): those at
+    /// loopback addresses are reached through them, which skips TCP's work (see
+    /// `ClientConfig::unix_dir`).
+    pub cache_unix_dir: Option<std::path::PathBuf>,
     /// Isolation of the sessions' SQL transactions. READ COMMITTED lets every miss be cached; with
     /// a snapshot fixed for the whole transaction, misses read after the snapshot was taken are
     /// served but not cached (see `Session::read`).
@@ -201,6 +205,7 @@ impl Default for Config {
         Config {
             cache_password: None,
             cache_tls: None,
+            cache_unix_dir: None,
             isolation: Isolation::ReadCommitted,
             give_up_after: Duration::from_secs(30),
             retry: RetryPolicy::default(),
@@ -345,6 +350,7 @@ impl Cads {
             let mut client_config = ClientConfig::new(cmis.to_vec());
             client_config.password = config.cache_password.as_ref().map(|p| p.0.clone());
             client_config.tls = config.cache_tls.clone();
+            client_config.unix_dir = config.cache_unix_dir.clone();
             match &gemini {
                 Some(router) => {
                     Client::with_router(client_config, router.clone(), Coordinator::process())

@@ -123,6 +123,11 @@ pub struct Common {
         value_parser = |s: &str| TlsIdentity::from_file(Path::new(s))
     )]
     pub cache_tls_cert: Option<TlsIdentity>,
+    /// How the framework reaches embedded CMIs: tcp (loopback), or unix (each CMI also serves a
+    /// Unix socket in a private directory, which skips TCP's work in the kernel; CMIs started as
+    /// processes to kill stay on TCP).
+    #[arg(long, value_name = "tcp|unix", default_value = "tcp", value_parser = ["tcp", "unix"])]
+    pub cmi_transport: String,
     /// Where write-back's MAC key comes from: stored (generated on first use and kept in the
     /// data store, so every process using it agrees), file:PATH (the key in hex), or off (no
     /// MACs: for CMIs only the benchmark can write to, and to measure what the MACs cost).
@@ -313,6 +318,7 @@ impl Common {
             }),
             write_back_key: self.write_back_key.clone(),
             write_back_replicas: self.write_back_replicas.map(usize::from),
+            unix_sockets: self.cmi_transport == "unix",
         }
     }
 }

@@ -18,8 +18,13 @@ use cads_server::{Options, Server};
 /// included).
 const PROCESS_START_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Starts `count` CMIs in this process in lease `mode`, on loopback and free ports.
-pub fn start_embedded(count: usize, mode: &str, settings: &CmiSettings) -> Result<Server> {
+/// Starts `count` CMIs in this process in lease `mode`, on loopback and free ports, serving
+/// Unix sockets too in a private directory of their own when `settings` asks.
+fn start_embedded(count: usize, mode: &str, settings: &CmiSettings) -> Result<Embedded> {
+    let sockets = match settings.unix_sockets {
+        true => Some(private_dir("cads-sockets-").context("a directory for the CMIs' sockets")?),
+        false => None,
+    };
     let config = cads_server::Config::resolve(Options {
         port: Some(0),
         cmis: Some(count),
@@ -27,10 +32,12 @@ pub fn start_embedded(count: usize, mode: &str, settings: &CmiSettings) -> Resul
         maxmemory: settings.maxmemory.clone(),
         max_pinned_memory: settings.max_pinned_memory.clone(),
         requirepass: settings.password.as_ref().map(|p| p.0.clone()),
+        unixsocket_dir: sockets.as_ref().map(|d| d.path().to_path_buf()),
         ..Options::default()
     })
     .context("configuring the embedded CMIs")?;
-    Server::start(config).context("starting the embedded CMIs")
+    let server = Server::start(config).context("starting the embedded CMIs")?;
+    Ok(Embedded { server, sockets })
 }
 
 /// What `cads bench` and `cads demo` hand the benchmarks.
@@ -43,7 +50,7 @@ impl Launcher for ThisProgram {
         mode: &str,
         settings: &CmiSettings,
     ) -> Result<Box<dyn RunningCmis>> {
-        Ok(Box::new(Embedded(start_embedded(count, mode, settings)?)))
+        Ok(Box::new(start_embedded(count, mode, settings)?))
     }
 
     fn start_cmi_processes(
@@ -64,16 +71,24 @@ impl Launcher for ThisProgram {
     }
 }
 
-struct Embedded(Server);
+/// CMIs in this process, and the directory of their Unix sockets (removed with them).
+struct Embedded {
+    server: Server,
+    sockets: Option<tempfile::TempDir>,
+}
 
 impl RunningCmis for Embedded {
     fn addrs(&self) -> Vec<SocketAddr> {
-        self.0.addrs().to_vec()
+        self.server.addrs().to_vec()
+    }
+
+    fn unix_dir(&self) -> Option<PathBuf> {
+        self.sockets.as_ref().map(|d| d.path().to_path_buf())
     }
 
     fn stop(self: Box<Self>) -> Result<()> {
-        self.0.stop();
-        self.0.join()
+        self.server.stop();
+        self.server.join()
     }
 }
 

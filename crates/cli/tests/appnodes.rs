@@ -97,6 +97,33 @@ fn ycsb_on_two_appnodes_validates_the_merged_history() {
     }
 }
 
+/// `--cmi-transport unix`: the embedded CMIs serve Unix sockets, and both AppNodes reach them
+/// through those, with every read validated.
+#[test]
+fn ycsb_on_two_appnodes_over_unix_sockets() {
+    let (out, records) = bench(&[
+        "ycsb",
+        "--appnodes",
+        "2",
+        "--threads",
+        "4",
+        "--records",
+        "300",
+        "--operations",
+        "600",
+        "--policy",
+        "write-through,write-back",
+        "--cmi-transport",
+        "unix",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(records.len(), 2);
+    assert_clean_on_two_appnodes(&records, 4);
+    for r in &records {
+        assert_eq!(r["config"]["cmi_transport"], "unix", "{}", r["policy"]);
+    }
+}
+
 /// CPR on two AppNodes: the process that deployed owns the ranges and serves them; both
 /// AppNodes forward their scans and writes to it, and every scanned record is validated.
 #[test]

@@ -64,6 +64,8 @@ pub struct Job {
     operations: Option<u64>,
     /// The CMIs.
     cmis: Vec<SocketAddr>,
+    /// Where they serve Unix sockets too (`--cmi-transport unix`).
+    cmi_unix_dir: Option<PathBuf>,
     /// The SAS core, and whether the AppNodes fetch from each other, under `--cache sas`.
     #[serde(default)]
     sas_core: Option<(SocketAddr, bool)>,
@@ -274,6 +276,7 @@ pub(crate) fn measure<B: Benchmark>(
                 .operations
                 .map(|ops| appnode.share(ops as usize).len() as u64),
             cmis: dep.cmi_addrs(),
+            cmi_unix_dir: dep.cads.config().cache_unix_dir.clone(),
             sas_core: dep.sas_core(),
             session_ids: session_id_service()?,
             store_url: run.store_url.to_string(),
@@ -528,6 +531,7 @@ pub fn serve_appnode<B: Benchmark>(bench: &B, job_path: &Path) -> Result<()> {
         .cmi
         .framework_config(opts.with_tardis(bench.framework_config()));
     config.gemini = opts.gemini.is_some() && policy == cads::Policy::WriteAround;
+    config.cache_unix_dir = job.cmi_unix_dir.clone();
     if let Some((core, ingest)) = job.sas_core {
         let mut sas = crate::deploy::sas_config(core, ingest);
         sas.password = opts.cmi.password.clone();

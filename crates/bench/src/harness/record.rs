@@ -236,6 +236,8 @@ pub struct RunConfig<C> {
     pub cmi_maxmemory: Option<String>,
     /// Embedded CMIs' max-pinned-memory.
     pub cmi_max_pinned_memory: Option<String>,
+    /// How the framework reached embedded CMIs: `tcp` or `unix` (`--cmi-transport`).
+    pub cmi_transport: &'static str,
     /// The generators' seed.
     pub seed: u64,
     /// The benchmark's own settings.
