@@ -85,19 +85,19 @@ pub struct Connection {
 impl Connection {
     pub fn open(cmi: usize, addr: SocketAddr, dial: &Dial) -> Result<Connection> {
         let io = |source| ClientError::Io { cmi, source };
-        let unavailable = |to: &dyn std::fmt::Display, e: io::Error| ClientError::Unavailable {
+        let unavailable = |to: &SocketAddr, e: io::Error| ClientError::Unavailable {
             cmi,
             reason: format!("cannot connect to {to}: {e}"),
-            refused: matches!(
-                e.kind(),
-                io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
-            ),
+            refused: e.kind() == io::ErrorKind::ConnectionRefused,
         };
         let io_timeout = dial.io_timeout;
-        let stream = match dial.unix_socket(addr) {
-            Some(path) => {
-                let stream =
-                    UnixStream::connect(&path).map_err(|e| unavailable(&path.display(), e))?;
+        // A socket nobody listens on (its server was killed, or a server started since serves
+        // TCP only) is passed over for the port.
+        let unix = dial
+            .unix_socket(addr)
+            .and_then(|path| UnixStream::connect(path).ok());
+        let stream = match unix {
+            Some(stream) => {
                 stream.set_read_timeout(Some(io_timeout)).map_err(io)?;
                 stream.set_write_timeout(Some(io_timeout)).map_err(io)?;
                 Stream::Unix(stream)

@@ -87,8 +87,8 @@ pub struct ClientConfig {
     pub io_timeout: Duration,
     pub retry: RetryPolicy,
     /// Where CMIs on this machine serve Unix sockets (their `--unixsocket-dir`): a CMI at a
-    /// loopback address whose socket is there is reached through it, which skips TCP's work;
-    /// the others, and every CMI when TLS is on, over TCP.
+    /// loopback address whose socket is there and served is reached through it, which skips
+    /// TCP's work; the others, and every CMI when TLS is on, over TCP.
     pub unix_dir: Option<std::path::PathBuf>,
 }
 

@@ -1,6 +1,6 @@
 //! A client given the CMIs' `--unixsocket-dir` reaches them through their Unix sockets (the
 //! CMI knows such a client by the port-less loopback address), sessions included; a CMI whose
-//! socket is not there is reached over TCP.
+//! socket is not there, or is not served, is reached over TCP.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,4 +73,13 @@ fn a_client_reaches_local_cmis_through_their_unix_sockets() {
     assert_eq!(own_addr(&partly, 0), "127.0.0.1:0");
     assert_ne!(own_addr(&partly, 1), "127.0.0.1:0");
     assert_eq!(partly.get(b"k").unwrap(), Some(b"w".to_vec()));
+
+    // A socket file nobody listens on (its server killed) is passed over for the port.
+    drop(std::os::unix::net::UnixListener::bind(
+        cads_protocol::unix_socket_path(dir.path(), cmis.addrs()[1].port()),
+    ));
+    let mut config = ClientConfig::new(cmis.addrs().to_vec());
+    config.unix_dir = Some(dir.path().to_path_buf());
+    let stale = Client::new(config, ranges());
+    assert_ne!(own_addr(&stale, 1), "127.0.0.1:0");
 }
