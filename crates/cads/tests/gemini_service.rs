@@ -60,6 +60,18 @@ fn stored_configuration(addr: SocketAddr) -> Configuration {
 /// service's time is handed to it; the CMIs' is real).
 const LEASE: Duration = Duration::from_secs(60);
 
+/// A coordinator of two fragments, probing every 100 ms, its state in memory.
+fn two_fragments(repair: Repair, transfer: Option<Duration>) -> ServiceOptions {
+    ServiceOptions {
+        fragments: 2,
+        lease: LEASE,
+        probe_every: Duration::from_millis(100),
+        state_file: None,
+        repair,
+        transfer,
+    }
+}
+
 #[test]
 fn a_silent_instance_fails_over_and_returns_as_its_dirty_lists_allow() {
     // Write-around, the policy Gemini is for: the coordinator's pinned entries are stored with
@@ -392,14 +404,7 @@ fn a_transfer_lasts_until_the_returned_instance_hits_as_before() {
     let relay = Relay::new(cmis.addrs()[1]);
     let addrs = vec![cmis.addrs()[0], relay.addr()];
     let direct = cmis.addrs()[1];
-    let options = ServiceOptions {
-        fragments: 2,
-        lease: LEASE,
-        probe_every: Duration::from_millis(100),
-        state_file: None,
-        repair: Repair::Invalidate,
-        transfer: Some(Duration::from_secs(30)),
-    };
+    let options = two_fragments(Repair::Invalidate, Some(Duration::from_secs(30)));
     let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
     let mut service = Service::start(client, options, 0).unwrap();
     // Fragment 1's primary is instance 1; keys of it that instance 1 holds, and one it lacks.
@@ -500,14 +505,7 @@ fn the_baselines_keep_no_dirty_lists_and_keep_or_discard_on_return() {
         let cmis = Cmis::start(2, "write-around");
         let relay = Relay::new(cmis.addrs()[1]);
         let addrs = vec![cmis.addrs()[0], relay.addr()];
-        let options = ServiceOptions {
-            fragments: 2,
-            lease: LEASE,
-            probe_every: Duration::from_millis(100),
-            state_file: None,
-            repair,
-            transfer: None,
-        };
+        let options = two_fragments(repair, None);
         let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
         let mut service = Service::start(client, options, 0).unwrap();
         assert!(!service.configuration().dirty_lists(), "{repair:?}");
@@ -554,14 +552,7 @@ fn a_repaired_fragment_keeps_its_primary_when_its_secondary_fails_during_the_tra
     let cmis = Cmis::start(2, "write-around");
     let relays = [Relay::new(cmis.addrs()[0]), Relay::new(cmis.addrs()[1])];
     let addrs = vec![relays[0].addr(), relays[1].addr()];
-    let options = ServiceOptions {
-        fragments: 2,
-        lease: LEASE,
-        probe_every: Duration::from_millis(100),
-        state_file: None,
-        repair: Repair::Invalidate,
-        transfer: Some(Duration::from_secs(600)),
-    };
+    let options = two_fragments(Repair::Invalidate, Some(Duration::from_secs(600)));
     let client = Client::new(ClientConfig::new(addrs.clone()), ranges());
     let mut service = Service::start(client, options, 0).unwrap();
     let key = (0..)

@@ -27,6 +27,15 @@ fn bg_on_two_appnodes(more: &[&str]) -> (Output, Vec<Value>) {
     bench(&args)
 }
 
+/// `cads bench ycsb` on two AppNodes of two threads each, 300 records, 600 operations, and
+/// `more`.
+fn ycsb_on_two_appnodes(more: &[&str]) -> (Output, Vec<Value>) {
+    let mut args = vec!["ycsb", "--appnodes", "2", "--threads", "4"];
+    args.extend(["--records", "300", "--operations", "600"]);
+    args.extend(more);
+    bench(&args)
+}
+
 /// Runs `cads bench <args> --json FILE`; returns the output and the records.
 fn bench(args: &[&str]) -> (Output, Vec<Value>) {
     let dir = ScratchDir::new("cli");
@@ -69,18 +78,9 @@ fn assert_clean_on_two_appnodes(records: &[Value], threads: u64) {
 fn ycsb_on_two_appnodes_validates_the_merged_history() {
     // Workload D inserts: the two AppNodes' inserts must not take the same key numbers.
     for workload in ["A", "D"] {
-        let (out, records) = bench(&[
-            "ycsb",
-            "--appnodes",
-            "2",
-            "--threads",
-            "4",
+        let (out, records) = ycsb_on_two_appnodes(&[
             "--workload",
             workload,
-            "--records",
-            "300",
-            "--operations",
-            "600",
             "--policy",
             "none,write-through,write-back",
         ]);
@@ -101,16 +101,7 @@ fn ycsb_on_two_appnodes_validates_the_merged_history() {
 /// through those, with every read validated.
 #[test]
 fn ycsb_on_two_appnodes_over_unix_sockets() {
-    let (out, records) = bench(&[
-        "ycsb",
-        "--appnodes",
-        "2",
-        "--threads",
-        "4",
-        "--records",
-        "300",
-        "--operations",
-        "600",
+    let (out, records) = ycsb_on_two_appnodes(&[
         "--policy",
         "write-through,write-back",
         "--cmi-transport",
