@@ -424,7 +424,6 @@ impl Deployment {
             (_, CacheSpec::Sas { .. }) => (None, Vec::new()),
         };
         let mut config = cmi.framework_config(config);
-        config.cache_unix_dir = cmis.as_ref().and_then(|c| c.unix_dir());
         let sas_core = match (policy, cache) {
             (Policy::DataStoreOnly, _) => None,
             (_, CacheSpec::Sas { ingest }) => {
@@ -455,6 +454,10 @@ impl Deployment {
             _ => None,
         };
         config.gemini = gemini.is_some();
+        // Gemini's clients reach the CMIs through the relays' TCP ports.
+        if gemini.is_none() {
+            config.cache_unix_dir = cmis.as_ref().and_then(|c| c.unix_dir());
+        }
         let addrs = gemini.as_ref().map_or(addrs, GeminiDeployment::addrs);
         let mut dep = Deployment::attach(policy, store, collection, &addrs, config);
         dep.cmis = cmis;

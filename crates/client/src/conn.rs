@@ -36,6 +36,48 @@ impl Dial {
     }
 }
 
+/// Connects to the Unix socket at `path`, waiting at most `timeout`: a plain connect to a
+/// listener whose backlog is full (a CMI that stopped accepting) waits as long as it stays full,
+/// and on Linux the socket's send timeout bounds that wait.
+fn connect_unix(path: &std::path::Path, timeout: Duration) -> io::Result<UnixStream> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the socket path is too long",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (to, &from) in addr.sun_path.iter_mut().zip(bytes) {
+        *to = from as libc::c_char;
+    }
+    // SAFETY: creates a socket; a negative result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new socket nothing else owns; the stream closes it on every path.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    stream.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes, and `fd` is open.
+    let rc = unsafe {
+        libc::connect(
+            fd,
+            (&raw const addr).cast::<libc::sockaddr>(),
+            len as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(stream)
+}
+
 /// The bytes' way to the CMI.
 enum Stream {
     Plain(TcpStream),
@@ -95,7 +137,7 @@ impl Connection {
         // TCP only) is passed over for the port.
         let unix = dial
             .unix_socket(addr)
-            .and_then(|path| UnixStream::connect(path).ok());
+            .and_then(|path| connect_unix(&path, dial.connect_timeout).ok());
         let stream = match unix {
             Some(stream) => {
                 stream.set_read_timeout(Some(io_timeout)).map_err(io)?;

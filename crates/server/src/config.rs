@@ -138,8 +138,9 @@ pub struct Options {
     pub dir: Option<PathBuf>,
 
     /// Also serve each CMI on a Unix socket, DIR/cads-PORT.sock, for clients on this machine
-    /// (they skip TCP's work; `redis-cli -s` connects). Who may connect is whoever may enter
-    /// DIR: keep it private. A socket file left by an earlier run is replaced.
+    /// (they skip TCP's work; `redis-cli -s` connects). Not with --tls-cert. Connecting takes
+    /// access to DIR and write permission on the socket (as the umask leaves it): keep DIR
+    /// private. A socket file nobody serves (left by an earlier run) is replaced.
     #[arg(long, value_name = "DIR")]
     pub unixsocket_dir: Option<PathBuf>,
 
@@ -396,6 +397,12 @@ impl Config {
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             bail!("--tls-cert and --tls-key go together: give both, or neither");
+        }
+        if self.unixsocket_dir.is_some() && self.tls_cert.is_some() {
+            bail!(
+                "--unixsocket-dir is for plaintext clients on this machine; a server with \
+                 --tls-cert serves TLS only"
+            );
         }
         if self.tls_ca.is_some() && self.tls_cert.is_none() {
             bail!("--tls-ca needs --tls-cert and --tls-key");

@@ -818,13 +818,17 @@ impl<'a, H: Handler> Runtime<'a, H> {
         if let Some(unix) = &self.lp.unix {
             listeners.push((unix.as_raw_fd(), UNIX_LISTENER));
         }
+        // Every listener is set each time, so that one that failed is set again by the next call.
+        let mut all = true;
         for (fd, token) in listeners {
             if let Err(e) = self.lp.epoll.modify(fd, events, token) {
                 tracing::warn!(error = %e, "cannot change the listener's epoll interest");
-                return;
+                all = false;
             }
         }
-        self.listener_paused = pause;
+        if all {
+            self.listener_paused = pause;
+        }
     }
 
     fn admit(&mut self, stream: Socket, peer: SocketAddr) {

@@ -4,7 +4,7 @@
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use crate::event_loop::{EventLoop, LoopConfig};
 pub struct Server {
     addrs: Vec<SocketAddr>,
     /// The Unix sockets the CMIs serve, removed when they stop.
-    unix_sockets: Vec<PathBuf>,
+    unix_sockets: SocketFiles,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Result<()>>>,
     /// How far [`Server::advance_clock`] moved the CMIs' clocks, in ms.
@@ -58,7 +58,7 @@ impl Server {
         }
         let clock_ahead = Arc::new(AtomicU64::new(0));
         let mut cmis = Vec::with_capacity(config.cmis);
-        let mut unix_sockets = Vec::new();
+        let mut unix_sockets = SocketFiles(Vec::new());
         for (i, listener) in listeners.into_iter().enumerate() {
             let mut engine = Engine::new(config.engine());
             engine.set_boot_id(boot_id(i));
@@ -78,8 +78,8 @@ impl Server {
                 let path = cads_protocol::unix_socket_path(dir, addr.port());
                 let unix = listen_unix(&path)
                     .with_context(|| format!("cannot listen on {} for CMI {i}", path.display()))?;
+                unix_sockets.0.push(path);
                 event_loop.listen_unix(unix)?;
-                unix_sockets.push(path);
             }
             let cmi = Cmi::new(
                 i,
@@ -149,9 +149,7 @@ impl Server {
     /// Waits for every CMI to stop.
     pub fn join(self) -> Result<()> {
         let mut result = Ok(());
-        for path in &self.unix_sockets {
-            let _ = std::fs::remove_file(path);
-        }
+        drop(self.unix_sockets);
         for thread in self.threads {
             let outcome = thread
                 .join()
@@ -205,11 +203,30 @@ fn boot_id(cmi: usize) -> u64 {
 /// which a burst of clients overflows; the kernel caps it at `net.core.somaxconn`).
 const LISTEN_BACKLOG: i32 = 511;
 
-/// A CMI's Unix socket at `path`, replacing a socket file an earlier run left (a file that is
-/// not a socket is refused).
+/// The Unix sockets a server made, removed when it stops (or fails to start).
+struct SocketFiles(Vec<PathBuf>);
+
+impl Drop for SocketFiles {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A CMI's Unix socket at `path`, replacing a socket file nobody serves (an earlier run's); a
+/// socket another server serves, or a file that is not a socket, is refused.
 fn listen_unix(path: &Path) -> io::Result<UnixListener> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "another server serves this socket",
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
         Ok(_) => {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,

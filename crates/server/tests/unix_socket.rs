@@ -92,3 +92,43 @@ fn a_stale_socket_is_replaced_and_any_other_file_refused() {
     assert!(format!("{error:#}").contains("not a socket"), "{error:#}");
     assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
 }
+
+/// Another server's live socket is not taken over: a second server on the same port (another
+/// loopback address) and directory fails to start, leaves nothing behind, and the first still
+/// serves its socket. Unix sockets are for plaintext clients: not with TLS.
+#[test]
+fn a_served_socket_is_refused_and_tls_is_not_combined() {
+    let dir = cads_testkit::ScratchDir::new("unix-served");
+    let port = cads_testkit::free_port();
+    let on = |bind: [u8; 4]| Options {
+        port: Some(port),
+        cmis: Some(1),
+        bind: Some(std::net::IpAddr::from(bind)),
+        unixsocket_dir: Some(dir.path().to_path_buf()),
+        ..Options::default()
+    };
+    let first = Server::start(Config::resolve(on([127, 0, 0, 1])).unwrap()).unwrap();
+    let error = Server::start(Config::resolve(on([127, 0, 0, 2])).unwrap())
+        .err()
+        .expect("the socket is served");
+    assert!(
+        format!("{error:#}").contains("another server serves"),
+        "{error:#}"
+    );
+    let path = unix_socket_path(dir.path(), port);
+    let mut unix = UnixStream::connect(&path).unwrap();
+    assert_eq!(call(&mut unix, &["PING"]), Reply::Status("PONG".into()));
+    first.stop();
+    first.join().unwrap();
+
+    let tls = Options {
+        tls_cert: Some("cert.pem".into()),
+        tls_key: Some("key.pem".into()),
+        ..on([127, 0, 0, 1])
+    };
+    let error = Config::resolve(tls).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("--unixsocket-dir"),
+        "{error:#}"
+    );
+}

@@ -683,7 +683,10 @@ impl<B: Benchmark> Runner<'_, B> {
                 },
                 cmi_maxmemory: opts.cmi.maxmemory.clone(),
                 cmi_max_pinned_memory: opts.cmi.max_pinned_memory.clone(),
-                cmi_transport: if opts.cmi.unix_sockets { "unix" } else { "tcp" },
+                cmi_transport: match cads.config().cache_unix_dir {
+                    Some(_) => "unix",
+                    None => "tcp",
+                },
                 seed: opts.seed,
                 detail: bench.config(self.loaded, measured.threads),
             },

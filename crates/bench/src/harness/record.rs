@@ -236,7 +236,8 @@ pub struct RunConfig<C> {
     pub cmi_maxmemory: Option<String>,
     /// Embedded CMIs' max-pinned-memory.
     pub cmi_max_pinned_memory: Option<String>,
-    /// How the framework reached embedded CMIs: `tcp` or `unix` (`--cmi-transport`).
+    /// How the framework reached the CMIs: `unix` with `--cmi-transport unix` on embedded CMIs
+    /// it reaches directly, else `tcp` (also without a cache).
     pub cmi_transport: &'static str,
     /// The generators' seed.
     pub seed: u64,
