@@ -129,7 +129,8 @@ pub struct CmiSettings {
     /// framework's default when None).
     pub write_back_replicas: Option<usize>,
     /// Embedded CMIs also serve Unix sockets, which the framework uses instead of TCP
-    /// (`--cmi-transport unix`; CMIs started as processes to kill keep TCP).
+    /// (`--cmi-transport unix`; CMIs started as processes to kill, and Gemini's behind their
+    /// relays, keep TCP).
     pub unix_sockets: bool,
 }
 

@@ -301,20 +301,10 @@ impl Drop for GeminiDeployment {
     }
 }
 
-impl GeminiRecord {
-    /// The record with the run's per-second `load`, if it was sampled.
-    pub(crate) fn with_load(self, load: Option<Vec<LoadSample>>) -> GeminiRecord {
-        GeminiRecord {
-            load: load.unwrap_or_default(),
-            ..self
-        }
-    }
-}
-
 /// What a record says about a run's failure of CMIs.
 #[derive(Clone, Debug, Serialize)]
 pub struct GeminiRecord {
-    /// The variant (`gemini-i`, `gemini-o`, `volatile`, `stale`).
+    /// The variant (`gemini-i`, `gemini-o`, either with `+w`, `volatile`, `stale`).
     pub recovery: &'static str,
     /// How they failed (`cut`, `kill`).
     pub fail_kind: &'static str,
@@ -356,6 +346,16 @@ impl LoadSample {
             t_s,
             ops_per_s,
             p90_ms: (!latencies.is_empty()).then(|| latencies.value_at_quantile(0.9) as f64 / 1e3),
+        }
+    }
+}
+
+impl GeminiRecord {
+    /// The record with the run's per-second `load`, if it was sampled.
+    pub(crate) fn with_load(self, load: Option<Vec<LoadSample>>) -> GeminiRecord {
+        GeminiRecord {
+            load: load.unwrap_or_default(),
+            ..self
         }
     }
 }

@@ -125,7 +125,7 @@ pub struct Common {
     pub cache_tls_cert: Option<TlsIdentity>,
     /// How the framework reaches embedded CMIs: tcp (loopback), or unix (each CMI also serves a
     /// Unix socket in a private directory, which skips TCP's work in the kernel; CMIs started as
-    /// processes to kill stay on TCP).
+    /// processes to kill, and Gemini's behind their relays, stay on TCP).
     #[arg(long, value_name = "tcp|unix", default_value = "tcp", value_parser = ["tcp", "unix"])]
     pub cmi_transport: String,
     /// Where write-back's MAC key comes from: stored (generated on first use and kept in the

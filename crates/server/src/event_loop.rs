@@ -530,7 +530,8 @@ enum Socket {
 }
 
 impl Socket {
-    fn set_nonblocking(&self) -> io::Result<()> {
+    /// Non-blocking, and (TCP) without Nagle's delay.
+    fn configure(&self) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.set_nonblocking(true).and_then(|()| s.set_nodelay(true)),
             Socket::Unix(s) => s.set_nonblocking(true),
@@ -832,7 +833,7 @@ impl<'a, H: Handler> Runtime<'a, H> {
     }
 
     fn admit(&mut self, stream: Socket, peer: SocketAddr) {
-        if let Err(e) = stream.set_nonblocking() {
+        if let Err(e) = stream.configure() {
             tracing::debug!(error = %e, %peer, "dropping a connection that cannot be configured");
             return;
         }
