@@ -148,7 +148,8 @@ impl StoreOptions {
 /// ([`StoreError::Unavailable`] if not).
 ///
 /// - `sqlite:PATH` (also `sqlite://PATH`): a database file, created if missing; `sqlite::memory:` a
-///   private in-memory database (one connection).
+///   private in-memory database (one connection). `?synchronous=off|normal|full|extra` sets how
+///   commits are synced (`PRAGMA synchronous`; `normal` by default, `full` to sync every commit).
 /// - `postgres://user:password@host:port/database` (also `postgresql://`), without TLS.
 /// - `mysql://user:password@host:port/database` (also `mariadb://`), without TLS, over TCP unless
 ///   `?prefer_socket=true` is added.

@@ -8,6 +8,11 @@
 //! with [`StoreError::Conflict`] (nothing was written; retry). A statement running longer than the
 //! timeout is interrupted ([`StoreError::Timeout`]). `:memory:` databases have one connection, since
 //! each SQLite connection would see a database of its own.
+//!
+//! A commit is synced as `PRAGMA synchronous` says, `NORMAL` unless the URL asks otherwise
+//! (`sqlite:PATH?synchronous=full`): in WAL mode `NORMAL` syncs only at checkpoints, so the last
+//! commits before a power failure can be lost; `FULL` syncs the log at every commit, as a server
+//! data store does by default.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,16 +30,75 @@ use crate::sql::{Dialect, Isolation, Row, SqlValue};
 
 pub(crate) struct Sqlite {
     path: String,
+    synchronous: Synchronous,
     timeout: Duration,
 }
 
+/// When SQLite syncs the database to disk (`PRAGMA synchronous`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Synchronous {
+    Off,
+    Normal,
+    Full,
+    Extra,
+}
+
+impl Synchronous {
+    fn parse(value: &str) -> Result<Synchronous> {
+        match value.to_ascii_lowercase().as_str() {
+            "off" => Ok(Synchronous::Off),
+            "normal" => Ok(Synchronous::Normal),
+            "full" => Ok(Synchronous::Full),
+            "extra" => Ok(Synchronous::Extra),
+            _ => Err(StoreError::Invalid(format!(
+                "sqlite: synchronous={value:?} (use off, normal, full or extra)"
+            ))),
+        }
+    }
+
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Off => "OFF",
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+            Synchronous::Extra => "EXTRA",
+        }
+    }
+}
+
+/// Splits `PATH?synchronous=...` into the path and its settings. A `file:` URI is SQLite's own,
+/// query and all.
+fn parse_location(location: &str) -> Result<(&str, Synchronous)> {
+    let mut synchronous = Synchronous::Normal;
+    if location.starts_with("file:") {
+        return Ok((location, synchronous));
+    }
+    let Some((path, query)) = location.split_once('?') else {
+        return Ok((location, synchronous));
+    };
+    for parameter in query.split('&') {
+        match parameter.split_once('=') {
+            Some(("synchronous", value)) => synchronous = Synchronous::parse(value)?,
+            _ => {
+                return Err(StoreError::Invalid(format!(
+                    "sqlite: unknown URL parameter {parameter:?} (the one known is \
+                     synchronous=off|normal|full|extra)"
+                )))
+            }
+        }
+    }
+    Ok((path, synchronous))
+}
+
 impl Sqlite {
-    /// The engine for `path` (`:memory:` for a private in-memory database), and the pool size to use.
+    /// The engine for `location` (a path, `:memory:` for a private in-memory database, with
+    /// `?synchronous=...` if given), and the pool size to use.
     pub(crate) fn new(
-        path: &str,
+        location: &str,
         pool_size: usize,
         timeout: Duration,
     ) -> Result<(Sqlite, usize, Option<Arc<TimedLock>>)> {
+        let (path, synchronous) = parse_location(location)?;
         if path.is_empty() {
             return Err(StoreError::Invalid(
                 "sqlite: URL without a path (use sqlite:FILE or sqlite::memory:)".into(),
@@ -49,6 +113,7 @@ impl Sqlite {
         Ok((
             Sqlite {
                 path: path.to_owned(),
+                synchronous,
                 timeout,
             },
             if memory { 1 } else { pool_size },
@@ -113,7 +178,10 @@ impl Engine for Sqlite {
                     conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
                 }
             }
-            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+            conn.execute_batch(&format!(
+                "PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
+                self.synchronous.pragma()
+            ))?;
             conn.set_prepared_statement_cache_capacity(128);
             Ok(())
         };
@@ -279,5 +347,38 @@ pub(crate) fn map_error(e: rusqlite::Error, timeout: Duration) -> StoreError {
         | E::ExecuteReturnedResults
         | E::InvalidPath(_) => StoreError::Invalid(text),
         _ => StoreError::Backend(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse() {
+        assert_eq!(
+            parse_location("/tmp/a.db").unwrap(),
+            ("/tmp/a.db", Synchronous::Normal)
+        );
+        assert_eq!(
+            parse_location("/tmp/a.db?synchronous=FULL").unwrap(),
+            ("/tmp/a.db", Synchronous::Full)
+        );
+        assert_eq!(
+            parse_location(":memory:?synchronous=off").unwrap(),
+            (":memory:", Synchronous::Off)
+        );
+        assert_eq!(
+            parse_location("file:a.db?mode=ro").unwrap(),
+            ("file:a.db?mode=ro", Synchronous::Normal)
+        );
+        for bad in [
+            "a.db?synchronous=sometimes",
+            "a.db?sync=full",
+            "a.db?synchronous",
+        ] {
+            let e = parse_location(bad).unwrap_err();
+            assert!(matches!(e, StoreError::Invalid(_)), "{bad}: {e}");
+        }
     }
 }

@@ -2165,6 +2165,29 @@ fn called_from_an_async_runtime(cx: &Ctx) {
     });
 }
 
+/// `sqlite:PATH?synchronous=...` sets how every connection of the pool syncs its commits.
+#[test]
+fn sqlite_synchronous_is_set_on_every_connection() {
+    let path = std::env::temp_dir().join(format!("{}.db", unique("sync")));
+    for (setting, expected) in [("", 1), ("?synchronous=full", 2), ("?synchronous=off", 0)] {
+        let store = open(
+            &format!("sqlite:{}{setting}", path.display()),
+            &StoreOptions::default(),
+        )
+        .unwrap();
+        // Two transactions open at once hold two connections of the pool.
+        let mut first = store.begin_read(Isolation::ReadCommitted).unwrap();
+        let mut second = store.begin_read(Isolation::ReadCommitted).unwrap();
+        for tx in [&mut first, &mut second] {
+            let rows = tx.query("PRAGMA synchronous", &[]).unwrap();
+            assert_eq!(rows[0].get::<i64>(0).unwrap(), expected, "{setting:?}");
+        }
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
 /// Stores that are down: a closed port, a server that accepts but never speaks, an unwritable
 /// SQLite path. Each gives a typed error quickly; these run without any server.
 #[test]
