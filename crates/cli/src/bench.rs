@@ -72,9 +72,9 @@ pub struct Common {
     /// redis-server with its ranges in a sorted set (ZRANGEBYLEX, then MGET).
     #[arg(long, value_name = "LIST", default_value = "all", value_parser = policy_list)]
     pub policy: Policies,
-    /// Data store: sqlite:PATH, postgres://USER:PASSWORD@HOST:PORT/DATABASE or
-    /// mysql://USER:PASSWORD@HOST:PORT/DATABASE. [default: a SQLite file in a temporary
-    /// directory, removed afterwards]
+    /// Data store: sqlite:PATH (add ?synchronous=full to sync every commit to disk),
+    /// postgres://USER:PASSWORD@HOST:PORT/DATABASE or mysql://USER:PASSWORD@HOST:PORT/DATABASE.
+    /// [default: a SQLite file in a temporary directory, removed afterwards]
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
     /// Cache: embedded:N starts N CMIs in this process on loopback, fresh for each policy in its
@@ -598,8 +598,11 @@ pub fn with_progress<R>(
     records
 }
 
-/// Runs YCSB with `opts`, showing progress; returns the records.
-pub fn run_ycsb(opts: &YcsbOptions, progress: &Progress) -> Result<Vec<ycsb::RunRecord>> {
+/// Runs a benchmark with `opts`, showing progress; returns the records.
+pub fn run_benchmark<O: BenchmarkOptions>(
+    opts: &O,
+    progress: &Progress,
+) -> Result<Vec<BenchRecord<O::Benchmark>>> {
     with_progress(progress, |p| opts.run(&ThisProgram, p))
 }
 
@@ -637,7 +640,7 @@ fn bench<O: BenchmarkOptions>(
         harness::serve_appnode(&opts.benchmark()?, job)?;
         return Ok(true);
     }
-    let records = with_progress(&Progress::new(), |p| opts.run(&ThisProgram, p))?;
+    let records = run_benchmark(opts, &Progress::new())?;
     let summary = summary(&records);
     finish(&records, &summary, common.out.as_deref())
 }

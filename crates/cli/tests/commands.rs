@@ -226,6 +226,8 @@ fn a_tiny_demo_validates_every_read_and_writes_records_and_charts() {
         "demo",
         "--records",
         "100",
+        "--members",
+        "100",
         "--duration",
         "200ms",
         "--threads",
@@ -235,18 +237,22 @@ fn a_tiny_demo_validates_every_read_and_writes_records_and_charts() {
     ]);
     let (text, log) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "demo failed:\n{log}\n{text}");
-    // Two workloads, the data store alone, cache-aside and three policies each.
+    assert!(log.contains("every commit synced to disk"), "{log}");
+    // Three workloads, the data store alone, cache-aside and three policies each.
     for row in [
         "data store alone",
         "cache-aside, no leases",
         "| write-around",
-        "write-through",
-        "write-back",
+        "| write-through",
+        "| write-back",
     ] {
-        assert_eq!(text.matches(row).count(), 2, "{row}:\n{text}");
+        assert_eq!(text.matches(row).count(), 3, "{row}:\n{text}");
+    }
+    for workload in ["| YCSB A ", "| YCSB B ", "| BG 90% "] {
+        assert_eq!(text.matches(workload).count(), 5, "{workload}:\n{text}");
     }
     let records = files_ending(&out_dir, ".json");
-    assert_eq!(records.len(), 10, "{records:?}");
+    assert_eq!(records.len(), 15, "{records:?}");
     for path in &records {
         let record: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         assert_record_keys(&record);
@@ -256,7 +262,12 @@ fn a_tiny_demo_validates_every_read_and_writes_records_and_charts() {
         }
         assert!(record["reads"].as_u64().unwrap() > 0, "{}", path.display());
     }
-    for chart in ["ycsb-A-throughput", "ycsb-B-latency", "ycsb-A-write-back"] {
+    for chart in [
+        "ycsb-A-throughput",
+        "ycsb-B-latency",
+        "ycsb-A-write-back",
+        "bg-90-throughput",
+    ] {
         for ext in ["png", "svg"] {
             let path = out_dir.join(format!("{chart}.{ext}"));
             assert!(

@@ -22,7 +22,7 @@ pub mod soar;
 pub mod validate;
 pub mod workload;
 
-pub use cads_apps::bg::{GraphParams, LayoutKind};
+pub use cads_apps::bg::{ActionKind, GraphParams, LayoutKind};
 pub use options::{BgOptions, ConfigRecord, Sla};
 pub use record::{
     render_summary, summarize, BgRecord, BgRun, BgSummary, CacheCheck, Probe, SoarRecord,
