@@ -34,6 +34,13 @@ pub enum Error {
     App(String),
 }
 
+impl From<cads_doc::DocError> for Error {
+    /// A bad document or change is the data store's error, as if it had refused it.
+    fn from(e: cads_doc::DocError) -> Error {
+        Error::Store(e.into())
+    }
+}
+
 impl Error {
     /// Whether running the session again may succeed (a conflict, not a failure).
     pub fn is_retryable(&self) -> bool {

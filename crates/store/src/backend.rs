@@ -11,17 +11,17 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::changes::Changes;
 use crate::document::{
     column_name, indexed_from_json, indexed_to_json, indexed_value, key_of,
-    validate_collection_name, validate_id, validate_indexed, DocOp, DocWrite, Document,
-    DocumentStore, FieldKind, IndexKey, IndexedField, CATALOG_TABLE,
+    validate_collection_name, validate_id, validate_indexed, DocOp, DocWrite, DocumentStore,
+    FieldKind, IndexKey, IndexedField, CATALOG_TABLE,
 };
 use crate::error::{Result, StoreError};
 use crate::limits::check_document;
 use crate::pool::{Pool, Pooled, ServerSession, ServerSide, TimedGuard, TimedLock};
 use crate::sql::{Dialect, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
 use crate::DataStore;
+use cads_doc::{Changes, Document};
 
 /// One connection of a backend.
 pub(crate) trait Conn: Send + ServerSide {

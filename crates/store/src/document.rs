@@ -4,11 +4,8 @@ use std::ops::Bound;
 
 use serde_json::Value;
 
-use crate::changes::{get_path, split_path, Changes};
 use crate::error::{Result, StoreError};
-
-/// A JSON document: an object. Its id is kept apart from it (it is not a field of the document).
-pub type Document = serde_json::Map<String, Value>;
+use cads_doc::{get_path, split_path, Changes, Document};
 
 /// The longest document id, in bytes.
 pub const MAX_ID_LEN: usize = 512;
@@ -196,7 +193,7 @@ impl DocOp {
                 crate::limits::check_document(d)?;
                 Ok(())
             }
-            DocOp::Update(changes) => changes.check(),
+            DocOp::Update(changes) => Ok(changes.check()?),
             DocOp::Delete => Ok(()),
         }
     }

@@ -35,10 +35,19 @@ pub enum StoreError {
     /// A document or a change went past one of the bounds of [`limits`](crate::limits): too
     /// many path segments, too deep, too large. Nothing was changed.
     #[error("limit exceeded: {0}")]
-    Limit(#[from] crate::limits::LimitExceeded),
+    Limit(#[from] cads_doc::LimitExceeded),
     /// Anything else the backend reported.
     #[error("data store error: {0}")]
     Backend(String),
+}
+
+impl From<cads_doc::DocError> for StoreError {
+    fn from(e: cads_doc::DocError) -> StoreError {
+        match e {
+            cads_doc::DocError::Invalid(m) => StoreError::Invalid(m),
+            cads_doc::DocError::Limit(l) => StoreError::Limit(l),
+        }
+    }
 }
 
 impl StoreError {

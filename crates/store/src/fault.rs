@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::changes::Changes;
-use crate::document::{DocWrite, Document, DocumentStore, IndexedField};
+use crate::document::{DocWrite, DocumentStore, IndexedField};
 use crate::error::{Result, StoreError};
 use crate::sql::{Dialect, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
 use crate::DataStore;
+use cads_doc::{Changes, Document};
 
 /// How a [`FaultyStore`] behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

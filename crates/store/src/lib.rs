@@ -62,12 +62,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod backend;
-mod changes;
 mod document;
 mod error;
 mod fault;
-mod json;
-pub mod limits;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pool;
@@ -77,16 +74,13 @@ pub mod relay;
 mod sql;
 mod sqlite;
 
-pub use changes::{Change, Changes, Op};
+pub use cads_doc::{limits, parse_json, Change, Changes, Document, LimitExceeded, Op};
 pub use document::{
-    validate_collection_name, validate_id, DocOp, DocWrite, Document, DocumentStore, FieldKind,
-    IndexedField, CATALOG_TABLE, MAX_COLLECTION_NAME_LEN, MAX_ID_LEN, MAX_INDEXED_TEXT_LEN,
-    RESERVED_PREFIX,
+    validate_collection_name, validate_id, DocOp, DocWrite, DocumentStore, FieldKind, IndexedField,
+    CATALOG_TABLE, MAX_COLLECTION_NAME_LEN, MAX_ID_LEN, MAX_INDEXED_TEXT_LEN, RESERVED_PREFIX,
 };
 pub use error::{Result, StoreError};
 pub use fault::{CallCounts, FaultMode, Faults, FaultyStore};
-pub use json::parse_json;
-pub use limits::LimitExceeded;
 pub use relay::Relay;
 pub use sql::{
     rewrite_placeholders, ColumnIndex, Dialect, FromSqlValue, Isolation, Row, SqlStore,

@@ -366,7 +366,9 @@ fn type_errors_change_nothing(cx: &Ctx) {
         json!({"$inc": {"n": i64::MAX}}),
     ];
     for change in bad {
-        let r = Changes::from_json(&change).and_then(|ch| cx.store.update(&c, "x", &ch));
+        let r = Changes::from_json(&change)
+            .map_err(StoreError::from)
+            .and_then(|ch| cx.store.update(&c, "x", &ch));
         assert!(is_invalid(r.clone()), "{change}: {r:?}");
         assert_eq!(
             cx.store.get(&c, "x").unwrap().map(Value::Object),
@@ -383,7 +385,10 @@ fn type_errors_change_nothing(cx: &Ctx) {
         json!({"$set": {"a": 1}, "$inc": {"a.b": 1}}),
         json!(3),
     ] {
-        assert!(is_invalid(Changes::from_json(&change)), "{change}");
+        assert!(
+            is_invalid(Changes::from_json(&change).map_err(StoreError::from)),
+            "{change}"
+        );
     }
 }
 
@@ -503,7 +508,7 @@ fn random_updates_match_apply(cx: &Ctx) {
                 assert_eq!(got.unwrap().unwrap(), next, "{}", ch.to_json());
                 model = next;
             }
-            Err(e) => assert_eq!(got.unwrap_err(), e),
+            Err(e) => assert_eq!(got.unwrap_err(), e.into()),
         }
     }
     assert_eq!(cx.store.get(&c, "x").unwrap().unwrap(), model);

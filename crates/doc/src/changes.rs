@@ -7,9 +7,9 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::error::{Result, StoreError};
 use crate::limits::{check_path_segments, check_placed_depth};
 use crate::Document;
+use crate::{DocError, Result};
 
 /// A change operator, as in MongoDB's update command (000 Table 3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -113,7 +113,7 @@ impl Change {
         let operands: Vec<&Value> = match (self.op, &self.value) {
             (Op::Unset, _) => Vec::new(),
             (Op::Inc, v) if !v.is_number() => {
-                return Err(StoreError::Invalid(format!(
+                return Err(DocError::Invalid(format!(
                     "$inc of {:?} by a non-number {v}",
                     self.field
                 )))
@@ -172,7 +172,7 @@ impl Change {
             }
             Op::Inc => {
                 if !self.value.is_number() {
-                    return Err(StoreError::Invalid(format!(
+                    return Err(DocError::Invalid(format!(
                         "$inc of {:?} by a non-number {}",
                         self.field, self.value
                     )));
@@ -197,7 +197,7 @@ impl Change {
                         match &m["$each"] {
                             Value::Array(items) => items.iter().collect(),
                             other => {
-                                return Err(StoreError::Invalid(format!(
+                                return Err(DocError::Invalid(format!(
                                     "{} of {:?}: $each needs an array, not {other}",
                                     self.op, self.field
                                 )))
@@ -229,12 +229,12 @@ impl Change {
     }
 }
 
-fn type_error(change: &Change, found: &Value) -> StoreError {
+fn type_error(change: &Change, found: &Value) -> DocError {
     let wanted = match change.op {
         Op::Inc => "a number",
         _ => "an array",
     };
-    StoreError::Invalid(format!(
+    DocError::Invalid(format!(
         "{} of {:?} needs {wanted}, the field holds {}",
         change.op,
         change.field,
@@ -276,7 +276,7 @@ fn add_numbers(a: &serde_json::Number, b: &serde_json::Number, field: &str) -> R
             "unsigned"
         };
         return sum.ok_or_else(|| {
-            StoreError::Invalid(format!(
+            DocError::Invalid(format!(
                 "$inc of {field:?}: {x} + {y} overflows a {width} 64-bit integer"
             ))
         });
@@ -285,22 +285,22 @@ fn add_numbers(a: &serde_json::Number, b: &serde_json::Number, field: &str) -> R
     serde_json::Number::from_f64(sum)
         .map(Value::Number)
         .ok_or_else(|| {
-            StoreError::Invalid(format!("$inc of {field:?} gives {sum}, not a JSON number"))
+            DocError::Invalid(format!("$inc of {field:?} gives {sum}, not a JSON number"))
         })
 }
 
 /// Splits a dotted path into its segments, checking that none is empty and that there are at most
 /// [`MAX_PATH_SEGMENTS`](crate::limits::MAX_PATH_SEGMENTS).
-pub(crate) fn split_path(field: &str) -> Result<Vec<&str>> {
+pub fn split_path(field: &str) -> Result<Vec<&str>> {
     check_path_segments(field)?;
     let segments: Vec<&str> = field.split('.').collect();
     if segments.iter().any(|s| s.is_empty()) {
-        return Err(StoreError::Invalid(format!(
+        return Err(DocError::Invalid(format!(
             "bad field path {field:?}: empty name"
         )));
     }
     if segments[0].starts_with('$') {
-        return Err(StoreError::Invalid(format!(
+        return Err(DocError::Invalid(format!(
             "bad field path {field:?}: names may not start with '$'"
         )));
     }
@@ -340,7 +340,7 @@ fn create_parents<'d>(
             None => break,
             Some(Value::Object(m)) => probe = m,
             Some(other) => {
-                return Err(StoreError::Invalid(format!(
+                return Err(DocError::Invalid(format!(
                     "cannot create field {field:?}: {name:?} holds {}, not an object",
                     kind_name(other)
                 )))
@@ -359,7 +359,7 @@ fn create_parents<'d>(
 }
 
 /// The value at a dotted path, if every step is an object and the field exists.
-pub(crate) fn get_path<'d>(doc: &'d Document, field: &str) -> Option<&'d Value> {
+pub fn get_path<'d>(doc: &'d Document, field: &str) -> Option<&'d Value> {
     let mut segments = field.split('.');
     let mut cur = doc.get(segments.next()?)?;
     for name in segments {
@@ -368,8 +368,8 @@ pub(crate) fn get_path<'d>(doc: &'d Document, field: &str) -> Option<&'d Value> 
     Some(cur)
 }
 
-/// An ordered sequence of changes to one document, applied in order and atomically by
-/// [`DocumentStore::update`](crate::DocumentStore::update).
+/// An ordered sequence of changes to one document, applied in order and atomically (by the data
+/// store's document update, and by the cache server to a cached copy).
 ///
 /// In JSON it is a MongoDB-style update object, `{"$set": {"name": "Bob"}, "$inc": {"visits": 1}}`,
 /// or an array of such objects applied one after another (the form [`Changes::to_json`] uses when the
@@ -447,8 +447,8 @@ impl Changes {
     /// one object may not change a field twice or change both a field and a field inside it (`a` and
     /// `a.b`); so the order in which one object's changes are applied cannot matter, and the result is
     /// deterministic. Unknown operators, empty or bad paths, and a non-number `$inc` are
-    /// [`StoreError::Invalid`]; a path or an operand past the bounds of [`limits`](crate::limits)
-    /// is [`StoreError::Limit`]. A value has no duplicate keys; from text, [`Changes::parse`]
+    /// [`DocError::Invalid`]; a path or an operand past the bounds of [`limits`](crate::limits)
+    /// is [`DocError::Limit`]. A value has no duplicate keys; from text, [`Changes::parse`]
     /// refuses them.
     pub fn from_json(v: &Value) -> Result<Changes> {
         match v {
@@ -464,7 +464,7 @@ impl Changes {
     }
 
     /// Parses changes from JSON text, as [`Changes::from_json`] does; an object that names a key
-    /// twice (`{"$set": {"a": 1}, "$set": {"b": 2}}`) is [`StoreError::Invalid`] rather than
+    /// twice (`{"$set": {"a": 1}, "$set": {"b": 2}}`) is [`DocError::Invalid`] rather than
     /// silently keeping the last.
     pub fn parse(text: &str) -> Result<Changes> {
         Changes::from_json(&crate::json::parse_json(text.as_bytes())?)
@@ -478,13 +478,13 @@ impl Changes {
 
     fn from_object(v: &Value) -> Result<Changes> {
         let Value::Object(ops) = v else {
-            return Err(StoreError::Invalid(format!(
+            return Err(DocError::Invalid(format!(
                 "changes must be a JSON object or array, not {v}"
             )));
         };
         for key in ops.keys() {
             if Op::from_name(key).is_none() {
-                return Err(StoreError::Invalid(format!(
+                return Err(DocError::Invalid(format!(
                     "unknown change operator {key:?}"
                 )));
             }
@@ -495,7 +495,7 @@ impl Changes {
                 continue;
             };
             let Value::Object(fields) = fields else {
-                return Err(StoreError::Invalid(format!(
+                return Err(DocError::Invalid(format!(
                     "{op} needs an object of fields, not {fields}"
                 )));
             };
@@ -507,7 +507,7 @@ impl Changes {
         }
         for (i, a) in out.iter().enumerate() {
             if let Some(b) = out[..i].iter().find(|b| paths_conflict(&a.field, &b.field)) {
-                return Err(StoreError::Invalid(format!(
+                return Err(DocError::Invalid(format!(
                     "{} of {:?} conflicts with {} of {:?} in one change object",
                     a.op, a.field, b.op, b.field
                 )));
@@ -703,7 +703,7 @@ mod tests {
             let mut d = doc(json!({ "n": start.clone() }));
             let r = Changes::new().inc("n", by.clone()).apply(&mut d);
             assert!(
-                matches!(r, Err(StoreError::Invalid(ref m)) if m.contains("overflows")),
+                matches!(r, Err(DocError::Invalid(ref m)) if m.contains("overflows")),
                 "{start} + {by}: {r:?}"
             );
             assert_eq!(d["n"], start, "unchanged");
@@ -728,7 +728,7 @@ mod tests {
     fn duplicate_keys_are_refused_from_text() {
         assert!(matches!(
             Changes::parse(r#"{"$set": {"a": 1}, "$set": {"b": 2}}"#),
-            Err(StoreError::Invalid(m)) if m.contains("duplicate key")
+            Err(DocError::Invalid(m)) if m.contains("duplicate key")
         ));
         assert!(Changes::parse(r#"{"$set": {"a": 1, "a": 2}}"#).is_err());
         assert_eq!(
@@ -748,7 +748,7 @@ mod tests {
             }
             v
         };
-        let limit = |r: Result<Changes>| matches!(r, Err(StoreError::Limit(_)));
+        let limit = |r: Result<Changes>| matches!(r, Err(DocError::Limit(_)));
         // Paths: the issue's 130 segments, and a huge one, are refused before anything splits them.
         assert!(Changes::from_json(&json!({"$set": {path(MAX_PATH_SEGMENTS): 1}})).is_ok());
         assert!(limit(Changes::from_json(
@@ -757,7 +757,7 @@ mod tests {
         assert!(limit(Changes::from_json(&json!({"$set": {path(130): 1}}))));
         assert!(matches!(
             Changes::from_json(&json!({"$unset": {path(50_000): ""}})),
-            Err(StoreError::Limit(LimitExceeded::PathSegments {
+            Err(DocError::Limit(LimitExceeded::PathSegments {
                 segments: 50_000,
                 ..
             }))
@@ -786,7 +786,7 @@ mod tests {
             .set("a.b", nested(deepest + 1))
             .apply(&mut d);
         assert!(
-            matches!(r, Err(StoreError::Limit(LimitExceeded::Depth { .. }))),
+            matches!(r, Err(DocError::Limit(LimitExceeded::Depth { .. }))),
             "{r:?}"
         );
         assert_eq!(d, before);

@@ -6,16 +6,16 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use crate::error::{Result, StoreError};
+use crate::{DocError, Result};
 
 /// Parses JSON text into a value, refusing duplicate keys in any object
-/// ([`StoreError::Invalid`]). Nesting is bounded by serde_json's recursion limit (128).
+/// ([`DocError::Invalid`]). Nesting is bounded by serde_json's recursion limit (128).
 pub fn parse_json(text: &[u8]) -> Result<Value> {
     let mut de = serde_json::Deserializer::from_slice(text);
     let value = Strict
         .deserialize(&mut de)
         .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| StoreError::Invalid(format!("bad JSON: {e}")))?;
+        .map_err(|e| DocError::Invalid(format!("bad JSON: {e}")))?;
     Ok(value)
 }
 
@@ -115,7 +115,7 @@ mod tests {
             b"{",
         ] {
             assert!(
-                matches!(parse_json(bad), Err(StoreError::Invalid(_))),
+                matches!(parse_json(bad), Err(DocError::Invalid(_))),
                 "{}",
                 String::from_utf8_lossy(bad)
             );

@@ -2,7 +2,7 @@
 //! that no read can parse back (serde_json stops at 128 levels of nesting), a path of tens of
 //! thousands of segments builds a value whose serialization overflows the stack, and one huge
 //! document fills the cache it is cached in. Every bound is checked before anything is written,
-//! and answers [`StoreError::Limit`](crate::StoreError::Limit), so the write changes nothing.
+//! and answers [`DocError::Limit`](crate::DocError::Limit), so the write changes nothing.
 //!
 //! Depth counts nested objects and arrays: a document of scalars has depth 1, `{"a": {"b": 1}}`
 //! depth 2. A change's bound is the depth it gives the document along its path, so a change that
