@@ -371,6 +371,7 @@ impl Engine {
                 Ok(Reply::Array(replies))
             }
             C::LAppend { sid, key, delta } => self.session_append(sid, key, delta, false, now),
+            C::LUpdate { sid, key, changes } => self.session_update(sid, key, changes, now),
             C::LPrepend { sid, key, delta } => self.session_append(sid, key, delta, true, now),
             C::LMAppend { sid, pairs } => {
                 self.require_write_through()?;
@@ -1134,6 +1135,42 @@ impl Engine {
         let len = value.len();
         self.set_pending(sid, key, Pending::Value { value, pinned })?;
         Ok(Reply::Int(len as i64))
+    }
+
+    /// LUPDATE: stages the cached JSON document with `changes` applied, as the data store
+    /// applies them to the stored one, so that a write-through or write-back update of a document
+    /// costs no read of it. A cached value that is not a document, cannot take the changes (an
+    /// operator on a field of the wrong type) or would grow past the largest value is staged as a
+    /// delete instead: the data store reports such an error to the writer, and a miss refills.
+    /// Replies the new length, 0 for a delete, nil if nothing is cached.
+    fn session_update(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        changes: &[u8],
+        now: Now,
+    ) -> Outcome<'static> {
+        self.require_write_through()?;
+        let changes = cads_doc::parse_json(changes)
+            .and_then(|json| cads_doc::Changes::from_json(&json))
+            .map_err(|e| ErrorReply::err(format!("bad changes: {e}")))?;
+        self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
+        let Some((current, pinned)) = self.session_view(sid, key, now) else {
+            return Ok(Reply::Nil);
+        };
+        match cads_doc::apply_to_text(current, &changes)
+            .filter(|value| value.len() <= self.config().max_value_bytes)
+        {
+            Some(value) => {
+                let len = value.len();
+                self.set_pending(sid, key, Pending::Value { value, pinned })?;
+                Ok(Reply::Int(len as i64))
+            }
+            None => {
+                self.set_pending(sid, key, Pending::Delete)?;
+                Ok(Reply::Int(0))
+            }
+        }
     }
 
     fn session_incr(

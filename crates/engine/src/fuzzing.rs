@@ -52,6 +52,13 @@ const KEYS: [&[u8]; 6] = [
 const SIDS: [u64; 5] = [1, 2, 3, 0, u64::MAX];
 
 /// Integer arguments: ordinary, limits, and ones that are not integers at all.
+/// LUPDATE's changes (other values are mostly not changes at all, which LUPDATE refuses).
+const CHANGES: [&str; 3] = [
+    r#"{"$inc":{"n":1}}"#,
+    r#"{"$set":{"a":"b"}}"#,
+    r#"[{"$set":{"n":"s"}},{"$inc":{"n":1}}]"#,
+];
+
 const NUMBERS: [&str; 12] = [
     "0",
     "1",
@@ -330,6 +337,14 @@ fn decode_op(b: &mut Bytes<'_>, now: u64) -> Op {
         28 => cmd(vec![b"LDEL".to_vec(), b.sid(), b.key()]),
         29 => cmd(vec![b"LMDEL".to_vec(), b.sid(), b.key(), b.key()]),
         30 => {
+            if b.flag() {
+                let changes = if b.flag() {
+                    b.pick(&CHANGES).as_bytes().to_vec()
+                } else {
+                    b.value()
+                };
+                return cmd(vec![b"LUPDATE".to_vec(), b.sid(), b.key(), changes]);
+            }
             let name: &[u8] = if b.flag() { b"LPREPEND" } else { b"LAPPEND" };
             cmd(vec![name.to_vec(), b.sid(), b.key(), b.value()])
         }

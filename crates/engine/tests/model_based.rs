@@ -17,7 +17,25 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
 const KEYS: [&str; 6] = ["k0", "k1", "k2", "k3", "k4", "k5"];
-const VALUES: [&str; 7] = ["a", "bb", "12", "-3", "ccc", "0", "9223372036854775807"];
+const VALUES: [&str; 8] = [
+    "a",
+    "bb",
+    "12",
+    "-3",
+    "ccc",
+    "0",
+    r#"{"n":1}"#,
+    "9223372036854775807",
+];
+
+/// LUPDATE's changes: to a field the documents have, one they lack, one of the wrong type, and
+/// text that is not a change.
+const CHANGES: [&str; 4] = [
+    r#"{"$inc":{"n":1}}"#,
+    r#"{"$set":{"m":"x"}}"#,
+    r#"{"$push":{"n":2}}"#,
+    "nonsense",
+];
 const LEASE_MS: u64 = 100;
 const TOMBSTONE_MS: u64 = 400;
 
@@ -383,6 +401,8 @@ fn session_cmd(sid: u64, shape: Shape) -> impl Strategy<Value = Cmd> {
             .prop_map(move |(key, bytes, prepend)| Cmd::LAppend { sid, key, bytes, prepend }),
         wt(1) => pairs().prop_map(move |pairs| Cmd::LMAppend { sid, pairs }),
         wt(2) => (key(), -3i64..=3).prop_map(move |(key, delta)| Cmd::LIncr { sid, key, delta }),
+        wt(2) => (key(), 0..CHANGES.len())
+            .prop_map(move |(key, c)| Cmd::LUpdate { sid, key, changes: CHANGES[c].to_string() }),
         wt(1) => key().prop_map(move |key| Cmd::LUnpin { sid, key }),
         2 => (key(), any::<bool>()).prop_map(move |(key, set)| Cmd::LMark { sid, key, set }),
         5 => Just(Cmd::LValidate(sid)),

@@ -89,6 +89,73 @@ fn an_empty_pending_version_deletes_at_commit() {
 }
 
 #[test]
+fn a_document_update_applies_change_operators_to_the_session_s_copy() {
+    let mut cmi = Cmi::wt();
+    cmi.ok(r#"SET d {"n":1,"s":"a"}"#);
+    assert_eq!(
+        cmi.run(r#"LUPDATE 1 missing {"$inc":{"n":1}}"#),
+        Reply::Nil,
+        "nothing cached, nothing to change"
+    );
+    assert_eq!(cmi.int(r#"LUPDATE 1 d {"$inc":{"n":1}}"#), 15);
+    assert_eq!(
+        cmi.cached("d").as_deref(),
+        Some(r#"{"n":1,"s":"a"}"#),
+        "others see the committed copy"
+    );
+    assert_eq!(cmi.err("LGET 2 d"), ErrorKind::Abort, "under an X lease");
+    // The second change applies to the session's own version.
+    assert_eq!(
+        cmi.int(r#"LUPDATE 1 d [{"$set":{"t":true}},{"$unset":{"s":""}}]"#),
+        16
+    );
+    assert_eq!(cmi.value("LGET 1 d"), r#"{"n":2,"t":true}"#);
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("d").as_deref(), Some(r#"{"n":2,"t":true}"#));
+    assert_eq!(cmi.cached("missing"), None);
+}
+
+#[test]
+fn a_copy_that_cannot_take_a_document_update_goes_at_commit() {
+    let mut cmi = Cmi::wt();
+    cmi.ok(r#"SET d {"n":1}"#);
+    cmi.ok("SET s abc");
+    assert_eq!(
+        cmi.int(r#"LUPDATE 1 d {"$push":{"n":2}}"#),
+        0,
+        "not an array"
+    );
+    assert_eq!(
+        cmi.int(r#"LUPDATE 1 s {"$inc":{"n":1}}"#),
+        0,
+        "not a document"
+    );
+    assert_eq!(cmi.cached("d").as_deref(), Some(r#"{"n":1}"#));
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("d"), None);
+    assert_eq!(cmi.cached("s"), None);
+}
+
+#[test]
+fn a_malformed_document_update_is_refused_before_any_lease() {
+    let mut cmi = Cmi::wt();
+    cmi.ok(r#"SET d {"n":1}"#);
+    for changes in [
+        "nonsense",
+        r#"{"$rename":{"n":"m"}}"#,
+        r#"{"$set":{"a":1},"$set":{"b":2}}"#,
+    ] {
+        assert_eq!(
+            cmi.err(&format!("LUPDATE 1 d {changes}")),
+            ErrorKind::Err,
+            "{changes}"
+        );
+    }
+    assert_eq!(cmi.engine.lease_count(), 0);
+    assert_eq!(cmi.cached("d").as_deref(), Some(r#"{"n":1}"#));
+}
+
+#[test]
 fn incremental_updates_need_an_existing_value() {
     let mut cmi = Cmi::wt();
     assert_eq!(cmi.run("LINCR 1 n 5"), Reply::Nil);
@@ -295,6 +362,7 @@ fn write_through_commands_are_not_available_in_write_around() {
         "LADD 1 k v",
         "LAPPEND 1 k v",
         "LPREPEND 1 k v",
+        "LUPDATE 1 k {}",
         "LMAPPEND 1 k v",
         "LINCR 1 k 1",
         "LDECR 1 k 1",

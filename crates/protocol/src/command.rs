@@ -348,6 +348,12 @@ pub enum Command<'a> {
         key: &'a [u8],
         delta: &'a [u8],
     },
+    /// LUPDATE: change operators (`{"$set": ...}`, JSON text) applied to a cached JSON document.
+    LUpdate {
+        sid: SessionId,
+        key: &'a [u8],
+        changes: &'a [u8],
+    },
     /// LINCR and LDECR (a decrement is a negative delta).
     LIncr {
         sid: SessionId,
@@ -618,6 +624,7 @@ impl<'a> Command<'a> {
             | LAppend { sid, .. }
             | LMAppend { sid, .. }
             | LPrepend { sid, .. }
+            | LUpdate { sid, .. }
             | LIncr { sid, .. }
             | LUnpin { sid, .. }
             | LMark { sid, .. }
@@ -709,6 +716,7 @@ impl<'a> Command<'a> {
             LAppend { .. } => "lappend",
             LMAppend { .. } => "lmappend",
             LPrepend { .. } => "lprepend",
+            LUpdate { .. } => "lupdate",
             LIncr { delta, .. } => {
                 if *delta < 0 {
                     "ldecr"
@@ -982,9 +990,13 @@ impl<'a> Command<'a> {
                 out.push(u(*sid));
                 out.extend(items.iter().map(|s| b(s)));
             }
-            LAppend { sid, key, delta } | LPrepend { sid, key, delta } => {
-                out.extend([u(*sid), b(key), b(delta)])
-            }
+            LAppend { sid, key, delta }
+            | LPrepend { sid, key, delta }
+            | LUpdate {
+                sid,
+                key,
+                changes: delta,
+            } => out.extend([u(*sid), b(key), b(delta)]),
             LIncr { sid, key, delta } => out.extend([u(*sid), b(key), u(delta.unsigned_abs())]),
             LValidate(sid) | LCommit(sid) | LAbort(sid) => out.push(u(*sid)),
             LPriority { sid, ticket } => out.extend([u(*sid), u(*ticket)]),
@@ -1335,6 +1347,11 @@ fn parse_with<'a>(
             sid: session_id(a[1])?,
             key: a[2],
             delta: a[3],
+        },
+        "lupdate" => C::LUpdate {
+            sid: session_id(a[1])?,
+            key: a[2],
+            changes: a[3],
         },
         "lmappend" => {
             if a.len() % 2 != 0 {
@@ -1979,6 +1996,7 @@ mod tests {
             "LAPPEND 1 k d",
             "LMAPPEND 1 a x b y",
             "LPREPEND 1 k d",
+            "LUPDATE 1 k {}",
             "LINCR 1 k 2",
             "LDECR 1 k 2",
             "LUNPIN 1 k",

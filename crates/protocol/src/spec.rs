@@ -580,6 +580,14 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Stages bytes prepended to a value in a session.",
     ),
     spec(
+        "lupdate",
+        4,
+        W,
+        SK,
+        Session,
+        "Stages change operators applied to a cached JSON document in a session.",
+    ),
+    spec(
         "lincr",
         4,
         W,

@@ -59,6 +59,12 @@ pub enum Cmd {
         sid: Sid,
         pairs: Vec<(String, String)>,
     },
+    /// LUPDATE: document change operators, JSON text.
+    LUpdate {
+        sid: Sid,
+        key: String,
+        changes: String,
+    },
     /// LINCR for a delta >= 0, LDECR for a delta < 0.
     LIncr {
         sid: Sid,
@@ -188,6 +194,7 @@ impl Cmd {
                 w.extend(flat(pairs));
                 w
             }
+            Cmd::LUpdate { sid, key, changes } => words!["LUPDATE", sid, key, changes],
             Cmd::LIncr { sid, key, delta } => {
                 words![
                     flag(*delta < 0, "LDECR", "LINCR"),
@@ -298,6 +305,11 @@ impl Cmd {
             "LMAPPEND" => Cmd::LMAppend {
                 sid: sid(),
                 pairs: pairs(2),
+            },
+            "LUPDATE" => Cmd::LUpdate {
+                sid: sid(),
+                key: key(),
+                changes: arg(3),
             },
             "LINCR" | "LDECR" => {
                 let n: i64 = arg(3).parse().expect("an integer");

@@ -421,6 +421,29 @@ impl Model {
                 }
                 Ok(Reply::Array(replies))
             }
+            Cmd::LUpdate { sid, key, changes } => {
+                self.write_through_only()?;
+                let changes = cads_doc::parse_json(changes.as_bytes())
+                    .and_then(|json| cads_doc::Changes::from_json(&json))
+                    .map_err(|e| ErrorReply::err(format!("bad changes: {e}")))?;
+                self.acquire(*sid, key, Kind::Exclusive, Family::Session, at)?;
+                let Some(view) = self.view(*sid, key) else {
+                    return Ok(Reply::Nil);
+                };
+                // A value that is not a document, or cannot take the changes, goes.
+                match cads_doc::apply_to_text(view.value.as_bytes(), &changes) {
+                    Some(text) => {
+                        let value = String::from_utf8(text).expect("JSON text");
+                        let len = value.len();
+                        self.stage(*sid, key, Pending::Value(Entry { value, ..view }))?;
+                        Ok(Reply::Int(len as i64))
+                    }
+                    None => {
+                        self.stage(*sid, key, Pending::Delete)?;
+                        Ok(Reply::Int(0))
+                    }
+                }
+            }
             Cmd::LIncr { sid, key, delta } => {
                 self.write_through_only()?;
                 self.acquire(*sid, key, Kind::Exclusive, Family::Session, at)?;
