@@ -4,7 +4,7 @@
 
 use crate::tx::StoreTx;
 use crate::writeback::SqlBuffer;
-use cads_store::{DocOp, StoreError};
+use cads_store::{Changes, DocOp, StoreError};
 
 /// A document, the unit of write-back's Design 1: writes are buffered per document (000 §3.2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,7 +115,8 @@ pub trait CacheStore: Send + Sync {
 pub type Modifier = Box<dyn FnOnce(&[u8]) -> Option<Vec<u8>> + Send>;
 
 /// A change to one cached value, applied under an exclusive lease at pre-commit and made visible
-/// at commit. The incremental forms take one round trip; `Modify` reads the value first.
+/// at commit. The incremental forms and `Update` take one round trip; `Modify` reads the value
+/// first.
 pub enum CacheChange {
     /// Delete the entry: the next read refills it from the data store.
     Delete,
@@ -125,6 +126,10 @@ pub enum CacheChange {
     Append(Vec<u8>),
     /// Add to an integer value (if it is cached).
     Incr(i64),
+    /// Apply document change operators to a cached JSON document (if it is cached), on the CMI
+    /// (`LUPDATE`) as the data store applies them. A cached value that is not a document, or
+    /// cannot take the changes, is deleted.
+    Update(Changes),
     /// Read-modify-write: from the cached value to the new one (`None` deletes the entry).
     Modify(Modifier),
 }
@@ -143,6 +148,9 @@ impl CacheChange {
                 let n: i64 = std::str::from_utf8(&v).ok()?.parse().ok()?;
                 Some(n.checked_add(delta)?.to_string().into_bytes())
             }),
+            CacheChange::Update(changes) => {
+                value.and_then(|v| cads_doc::apply_to_text(&v, &changes))
+            }
             CacheChange::Modify(f) => value.and_then(|v| f(&v)),
         }
     }
@@ -155,6 +163,7 @@ impl std::fmt::Debug for CacheChange {
             CacheChange::Set(v) => write!(f, "Set({} bytes)", v.len()),
             CacheChange::Append(v) => write!(f, "Append({} bytes)", v.len()),
             CacheChange::Incr(n) => write!(f, "Incr({n})"),
+            CacheChange::Update(changes) => write!(f, "Update({})", changes.to_json()),
             CacheChange::Modify(_) => write!(f, "Modify(..)"),
         }
     }

@@ -122,9 +122,7 @@ fn checked(id: &str) -> Result<String> {
     Ok(id.to_string())
 }
 
-pub(crate) fn encode(document: &Document) -> Vec<u8> {
-    serde_json::to_vec(document).expect("a JSON map serializes")
-}
+pub(crate) use cads_doc::encode;
 
 pub(crate) fn decode(bytes: &[u8]) -> Option<Document> {
     serde_json::from_slice(bytes).ok()
@@ -188,16 +186,7 @@ impl CacheStore for Collection {
         match op {
             DocOp::Insert(document) | DocOp::Put(document) => CacheChange::Set(encode(document)),
             DocOp::Delete => CacheChange::Delete,
-            DocOp::Update(changes) => {
-                let changes = changes.clone();
-                CacheChange::Modify(Box::new(move |cached| {
-                    let mut document = decode(cached)?;
-                    // A change the cached copy cannot take (a type error) drops the entry; the data
-                    // store reports the error to the writer.
-                    changes.apply(&mut document).ok()?;
-                    Some(encode(&document))
-                }))
-            }
+            DocOp::Update(changes) => CacheChange::Update(changes.clone()),
         }
     }
 }

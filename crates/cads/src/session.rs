@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cads_client::{ClientError, MarkOp, Write};
-use cads_store::{DocOp, StoreError};
+use cads_store::{Changes, DocOp, StoreError};
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
 use crate::cpr::{Ended, SessionLeases};
@@ -1328,6 +1328,28 @@ impl<'a> Session<'a> {
         let mut modify: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
         for (key, mut list) in per_key {
             let cmi = client.route(&key);
+            if list.iter().all(|c| matches!(c, CacheChange::Update(_))) {
+                // Document updates, however many, go as one LUPDATE: the CMI applies them.
+                let changes: Changes = list
+                    .into_iter()
+                    .filter_map(|c| match c {
+                        CacheChange::Update(changes) => Some(changes.0),
+                        _ => None,
+                    })
+                    .flatten()
+                    .collect();
+                let write = match changes.check() {
+                    Ok(()) => Write::Update {
+                        key,
+                        changes: serde_json::to_vec(&changes.to_json()).expect("JSON serializes"),
+                    },
+                    // The data store refuses them at commit (the session's error); until then the
+                    // copy goes, which the CMI would refuse to change.
+                    Err(_) => Write::Delete { key },
+                };
+                writes.push((cmi, write));
+                continue;
+            }
             let write = match (list.len(), list.last()) {
                 (1, Some(CacheChange::Delete)) => Write::Delete { key },
                 (1, Some(CacheChange::Set(_))) => match list.pop() {

@@ -45,6 +45,8 @@ pub enum Write {
     Append { key: Vec<u8>, bytes: Vec<u8> },
     /// LINCR, or LDECR for a negative `delta`.
     Incr { key: Vec<u8>, delta: i64 },
+    /// LUPDATE: document change operators (JSON text) applied to the cached document.
+    Update { key: Vec<u8>, changes: Vec<u8> },
     /// LDEL.
     Delete { key: Vec<u8> },
     /// LMARK or LUNMARK: a TARDIS marker change at commit, on a key the session already holds
@@ -63,6 +65,8 @@ pub enum Written {
     Length(Option<usize>),
     /// `Incr`: the new value, or `None` if the key had no value.
     Value(Option<i64>),
+    /// `Update`: whether the key had a value (that took the changes, or that goes at commit).
+    Updated(bool),
     /// `Delete`: whether the key had a value.
     Deleted(bool),
     /// `Mark`: the change is staged.
@@ -77,6 +81,7 @@ impl Write {
             | Write::Add { key, .. }
             | Write::Append { key, .. }
             | Write::Incr { key, .. }
+            | Write::Update { key, .. }
             | Write::Delete { key }
             | Write::Mark { key, .. } => key,
         }
@@ -114,6 +119,7 @@ impl Write {
                 key,
                 delta: *delta,
             },
+            Write::Update { key, changes } => Command::LUpdate { sid, key, changes },
             Write::Delete { key } => Command::LDel { sid, key },
             Write::Mark { key, op } => Command::LMark { sid, key, op: *op },
         }
@@ -127,6 +133,7 @@ impl Write {
             Write::Add { .. } => Written::Added(int(reply)? == 1),
             Write::Append { .. } => Written::Length(optional_int(reply)?.map(|n| n as usize)),
             Write::Incr { .. } => Written::Value(optional_int(reply)?),
+            Write::Update { .. } => Written::Updated(optional_int(reply)?.is_some()),
             Write::Delete { .. } => Written::Deleted(int(reply)? == 1),
             Write::Mark { .. } => ok(reply).map(|()| Written::Marked)?,
         })
