@@ -1088,18 +1088,16 @@ impl<'a> Session<'a> {
         })?;
         let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
         let marks = t.marks();
-        let validated = match self.stage(Some(&staging), !marks) {
-            Ok(validated) => validated,
+        match self.stage(Some(&staging), !marks) {
+            Ok(()) => {}
             Err(ClientError::NotStored) => {
                 t.note_refused_write();
                 return Err(Error::BufferFull);
             }
             Err(e) => return Err(e.into()),
-        };
+        }
         if marks {
             self.mark_written()?;
-        } else if !validated {
-            self.cache.as_mut().expect("checked").validate()?;
         }
         // With the leases held, a monitor cannot be ending recovery (it needs the TeleW keys'
         // leases, and this session holds its new buffered writes' ones). If it ended it before,
@@ -1220,22 +1218,20 @@ impl<'a> Session<'a> {
             let seal = self.cads.seal()?;
             let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
             let sql = !self.sql_writes.is_empty();
-            let validated = match self.stage(Some(&staging), !sql) {
-                Ok(validated) => validated,
+            match self.stage(Some(&staging), !sql) {
+                Ok(()) => {}
                 // Whatever could not be stored, pinned memory is what is full (unpinned values
                 // make room by eviction).
                 Err(ClientError::NotStored) => return Err(Error::BufferFull),
                 Err(e) => return Err(e.into()),
-            };
-            if !sql && validated {
+            }
+            if !sql {
                 return Ok(());
             }
-            if sql {
-                self.sql_writes.mapped.sort();
-                self.sql_writes.mapped.dedup();
-                let cache = self.cache.as_mut().expect("checked");
-                design2::stage(self.cads, cache, &self.sql_writes)?;
-            }
+            self.sql_writes.mapped.sort();
+            self.sql_writes.mapped.dedup();
+            let cache = self.cache.as_mut().expect("checked");
+            design2::stage(self.cads, cache, &self.sql_writes)?;
         }
         self.cache
             .as_mut()
@@ -1287,12 +1283,13 @@ impl<'a> Session<'a> {
     /// and write-back's buffered writes in `staging`, in at most two round trips: one `LMGET`
     /// taking the exclusive leases of every value a change must read first (cached values changed
     /// by read-modify-write, buffered writes), then every write pipelined, followed by
-    /// `LVALIDATE` when `validate`. Returns whether the session ends validated.
+    /// `LVALIDATE` when `validate` (append buffering's new buffered writes take one more round
+    /// trip, validated again: see `Staging::finish`).
     fn stage(
         &mut self,
         staging: Option<&design1::Staging>,
         validate: bool,
-    ) -> Result<bool, ClientError> {
+    ) -> Result<(), ClientError> {
         let mut per_key: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
         for key in std::mem::take(&mut self.deletes) {
             per_key.push((key, vec![CacheChange::Delete]));
@@ -1415,13 +1412,13 @@ impl<'a> Session<'a> {
             self.refused.extend(refused);
         }
         if writes.is_empty() && !validate {
-            return Ok(false);
+            return Ok(());
         }
         let written = cache.write_at(&writes, validate)?;
-        match staging {
-            Some(staging) if staging.finish(self.cads, cache, &written[own..])? => Ok(false),
-            _ => Ok(validate),
+        if let Some(staging) = staging {
+            staging.finish(self.cads, cache, &written[own..], validate)?;
         }
+        Ok(())
     }
 
     /// Pre-commits (if not done yet), commits the data-store transaction, then the cache session

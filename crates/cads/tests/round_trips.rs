@@ -230,12 +230,13 @@ fn a_write_through_document_update_takes_two_round_trips() {
 /// read-modify-write, it reads the buffered write under an exclusive lease first, then stages the
 /// document and the buffered write with the validation, and commits: three round trips. With
 /// append buffering the first write of a document also writes the new buffered write whole and
-/// registers it, and only then validates (four); later writes append without a read (two).
+/// registers it, validating again with those writes (three); later writes append without a read
+/// (two).
 #[test]
 fn a_write_back_session_validates_once_after_its_last_staged_write() {
     for (buffering, first, later) in [
         (Buffering::ReadModifyWrite, 3, 3),
-        (Buffering::Append, 4, 2),
+        (Buffering::Append, 3, 2),
     ] {
         let d = Deployment::start(Policy::WriteBack);
         let cads = d.cads(documents_config(buffering));

@@ -174,16 +174,19 @@ impl Staging {
     /// Append buffering, after the writes: a document whose replicas all lacked a buffered write
     /// gets a new one, registered in PendingWrites; a replica without a copy while another has
     /// one lost it (a CMI that restarted empty) and gets the whole buffered write. `written` is
-    /// what the session's pipeline returned for [`writes`](Self::writes), in its order. Returns
-    /// whether it wrote anything (the session must validate again).
+    /// what the session's pipeline returned for [`writes`](Self::writes), in its order. These
+    /// writes go with `LVALIDATE` when `validate` (the session's validation must follow its last
+    /// write), so that a document's first buffered write costs one round trip more than a later
+    /// one, not two.
     pub(crate) fn finish(
         &self,
         cads: &Cads,
         session: &mut CacheSession<'_>,
         written: &[Written],
-    ) -> Result<bool, ClientError> {
+        validate: bool,
+    ) -> Result<(), ClientError> {
         if self.buffering != Buffering::Append {
-            return Ok(false);
+            return Ok(());
         }
         let mut fixes = Vec::new();
         let mut written = written.iter();
@@ -226,11 +229,10 @@ impl Staging {
                 (cmi, set)
             }));
         }
-        if fixes.is_empty() {
-            return Ok(false);
+        if !fixes.is_empty() {
+            session.write_at(&fixes, validate)?;
         }
-        session.write_at(&fixes, false)?;
-        Ok(true)
+        Ok(())
     }
 }
 
