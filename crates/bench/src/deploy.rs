@@ -15,7 +15,7 @@ use cads::store::{
     Changes, DataStore, Dialect, DocWrite, Document, DocumentStore, Faults, FaultyStore,
     IndexedField, Isolation, SqlStore, SqlTransaction,
 };
-use cads::writeback::MacKey;
+use cads::writeback::{Buffering, MacKey};
 use cads::{Cads, Client, Config, Password, Policy, SasConfig, TlsConfig};
 
 use crate::gemini::{GeminiDeployment, GeminiOptions, GeminiRecord};
@@ -128,6 +128,9 @@ pub struct CmiSettings {
     /// Write-back's replicas of each buffered write (`WriteBackConfig::replicas`; the
     /// framework's default when None).
     pub write_back_replicas: Option<usize>,
+    /// How write-back adds a write to a buffered write (`WriteBackConfig::buffering`; the
+    /// framework's default when None).
+    pub write_back_buffering: Option<Buffering>,
     /// Embedded CMIs also serve Unix sockets, which the framework uses instead of TCP
     /// (`--cmi-transport unix`; CMIs started as processes to kill, and Gemini's behind their
     /// relays, keep TCP).
@@ -142,6 +145,9 @@ impl CmiSettings {
         config.write_back.mac_key = self.write_back_key.clone();
         if let Some(replicas) = self.write_back_replicas {
             config.write_back.replicas = replicas;
+        }
+        if let Some(buffering) = self.write_back_buffering {
+            config.write_back.buffering = buffering;
         }
         config
     }

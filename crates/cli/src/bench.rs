@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use cads::writeback::MacKey;
+use cads::writeback::{Buffering, MacKey};
 use cads::{AppNodes, Password, Policy, TardisConfig, Technique, TlsConfig, TlsIdentity, TlsName};
 use cads_bench::bg::{self, BgOptions, LayoutKind, Popularity, Sla};
 use cads_bench::gemini::{CmiFailure, FailKind, GeminiOptions, Recovery};
@@ -137,6 +137,12 @@ pub struct Common {
     /// [default: 3]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub write_back_replicas: Option<u16>,
+    /// How write-back adds a write to a document's buffered write: rmw (read it under an
+    /// exclusive lease, add the write, compact, write it back) or append (append the write
+    /// without reading: a round trip fewer once the document has a buffered write).
+    /// [default: rmw]
+    #[arg(long, value_name = "rmw|append", value_parser = parse_buffering)]
+    pub write_back_buffering: Option<Buffering>,
     /// maxmemory of each embedded CMI (e.g. 512mb). [default: the server's]
     #[arg(long, value_name = "BYTES")]
     pub maxmemory: Option<String>,
@@ -254,6 +260,10 @@ fn appnodes_consistency(text: &str) -> Result<AppNodes, String> {
         .ok_or_else(|| format!("unknown choice {text:?} (use recon or contextual)"))
 }
 
+fn parse_buffering(text: &str) -> Result<Buffering, String> {
+    Buffering::parse(text).ok_or_else(|| format!("unknown buffering {text:?} (use rmw or append)"))
+}
+
 fn technique(text: &str) -> Result<Technique, String> {
     Technique::parse(text)
         .ok_or_else(|| format!("unknown technique {text:?} (use tar, dis, tard or tardis)"))
@@ -318,6 +328,7 @@ impl Common {
             }),
             write_back_key: self.write_back_key.clone(),
             write_back_replicas: self.write_back_replicas.map(usize::from),
+            write_back_buffering: self.write_back_buffering,
             unix_sockets: self.cmi_transport == "unix",
         }
     }

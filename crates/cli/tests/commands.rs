@@ -820,3 +820,42 @@ fn coord_killed_goes_on_from_its_state_file() {
     coord.kill().unwrap();
     coord.wait().unwrap();
 }
+
+#[test]
+fn write_back_buffering_is_chosen_and_recorded() {
+    let dir = ScratchDir::new("cli");
+    for buffering in ["append", "rmw"] {
+        let json_path = dir.path().join(format!("{buffering}.json"));
+        let out = cads(&[
+            "bench",
+            "ycsb",
+            "--policy",
+            "write-back",
+            "--write-back-buffering",
+            buffering,
+            "--records",
+            "20",
+            "--threads",
+            "2",
+            "--operations",
+            "200",
+            "--json",
+            json_path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{buffering}: {}", stderr(&out));
+        let records: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        assert_eq!(
+            records[0]["config"]["write_back_buffering"], buffering,
+            "{records}"
+        );
+        assert_eq!(records[0]["lost_writes"], 0);
+    }
+    let out = cads(&["bench", "ycsb", "--write-back-buffering", "sometimes"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("use rmw or append"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -675,6 +675,7 @@ impl<B: Benchmark> Runner<'_, B> {
                     .replicas
                     .min(cads.cache().map_or(0, |c| c.cmis())),
                 write_back_partitions: cads.config().write_back.partitions,
+                write_back_buffering: cads.config().write_back.buffering.name(),
                 warm: opts.warm && has_cache,
                 cache: if has_cache {
                     opts.cache.describe()

@@ -228,6 +228,8 @@ pub struct RunConfig<C> {
     pub write_back_replicas: usize,
     /// Write-back PendingWrites partitions.
     pub write_back_partitions: usize,
+    /// How write-back adds a write to a buffered write: `rmw` or `append`.
+    pub write_back_buffering: &'static str,
     /// Warm cache before the run.
     pub warm: bool,
     /// The cache (`embedded:N`, addresses, or `none`).

@@ -66,6 +66,14 @@ impl Buffering {
             _ => None,
         }
     }
+
+    /// The name [`parse`](Buffering::parse) takes (its short one).
+    pub fn name(self) -> &'static str {
+        match self {
+            Buffering::Append => "append",
+            Buffering::ReadModifyWrite => "rmw",
+        }
+    }
 }
 
 /// Write-back settings.
@@ -279,6 +287,9 @@ mod tests {
             assert_eq!(Buffering::parse(name), Some(Buffering::ReadModifyWrite));
         }
         assert_eq!(Buffering::parse("Append"), None);
+        for buffering in [Buffering::Append, Buffering::ReadModifyWrite] {
+            assert_eq!(Buffering::parse(buffering.name()), Some(buffering));
+        }
     }
 
     /// Each count of several AppNodes is the sum of theirs, and a count since a snapshot the
