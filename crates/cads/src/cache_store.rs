@@ -163,7 +163,7 @@ impl std::fmt::Debug for CacheChange {
             CacheChange::Set(v) => write!(f, "Set({} bytes)", v.len()),
             CacheChange::Append(v) => write!(f, "Append({} bytes)", v.len()),
             CacheChange::Incr(n) => write!(f, "Incr({n})"),
-            CacheChange::Update(changes) => write!(f, "Update({})", changes.to_json()),
+            CacheChange::Update(changes) => write!(f, "Update({} changes)", changes.0.len()),
             CacheChange::Modify(_) => write!(f, "Modify(..)"),
         }
     }

@@ -124,6 +124,9 @@ fn checked(id: &str) -> Result<String> {
 
 pub(crate) use cads_doc::encode;
 
+/// A cached document, read as serde_json reads it, on a hit's path. Copies this framework writes
+/// never name a key twice; one that does (written by someone else) is taken with its last value
+/// here, and dropped by `LUPDATE`'s strict reading, which is only ever safe.
 pub(crate) fn decode(bytes: &[u8]) -> Option<Document> {
     serde_json::from_slice(bytes).ok()
 }

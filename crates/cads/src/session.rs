@@ -1327,14 +1327,12 @@ impl<'a> Session<'a> {
             let cmi = client.route(&key);
             if list.iter().all(|c| matches!(c, CacheChange::Update(_))) {
                 // Document updates, however many, go as one LUPDATE: the CMI applies them.
-                let changes: Changes = list
-                    .into_iter()
-                    .filter_map(|c| match c {
-                        CacheChange::Update(changes) => Some(changes.0),
-                        _ => None,
-                    })
-                    .flatten()
-                    .collect();
+                let mut changes = Changes::new();
+                for change in &list {
+                    if let CacheChange::Update(more) = change {
+                        changes.extend(more);
+                    }
+                }
                 let write = match changes.check() {
                     Ok(()) => Write::Update {
                         key,

@@ -51,7 +51,6 @@ const KEYS: [&[u8]; 6] = [
 /// Session ids, including 0 and the largest one.
 const SIDS: [u64; 5] = [1, 2, 3, 0, u64::MAX];
 
-/// Integer arguments: ordinary, limits, and ones that are not integers at all.
 /// LUPDATE's changes (other values are mostly not changes at all, which LUPDATE refuses).
 const CHANGES: [&str; 3] = [
     r#"{"$inc":{"n":1}}"#,
@@ -59,6 +58,7 @@ const CHANGES: [&str; 3] = [
     r#"[{"$set":{"n":"s"}},{"$inc":{"n":1}}]"#,
 ];
 
+/// Integer arguments: ordinary, limits, and ones that are not integers at all.
 const NUMBERS: [&str; 12] = [
     "0",
     "1",

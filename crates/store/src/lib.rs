@@ -144,6 +144,8 @@ impl StoreOptions {
 /// - `sqlite:PATH` (also `sqlite://PATH`): a database file, created if missing; `sqlite::memory:` a
 ///   private in-memory database (one connection). `?synchronous=off|normal|full|extra` sets how
 ///   commits are synced (`PRAGMA synchronous`; `normal` by default, `full` to sync every commit).
+///   A path with a `?` in it, or a `file:` URI with SQLite's own parameters, goes as
+///   `sqlite:file:PATH?...`, which SQLite reads as it is (no `synchronous` there).
 /// - `postgres://user:password@host:port/database` (also `postgresql://`), without TLS.
 /// - `mysql://user:password@host:port/database` (also `mariadb://`), without TLS, over TCP unless
 ///   `?prefer_socket=true` is added.
