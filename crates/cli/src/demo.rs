@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use cads_bench::bg::{ActionKind, BgOptions};
-use cads_bench::deploy::redact;
+use cads_bench::deploy::{redact, store_url};
 use cads_bench::harness::{CommonOptions, LatencySummary, Record};
 use cads_bench::ycsb::YcsbOptions;
 use cads_bench::{parse_duration, parse_policies, CacheSpec};
@@ -64,24 +64,13 @@ const POLICIES: &str = "none,cache-aside,write-around,write-through,write-back";
 pub fn run(args: &DemoArgs) -> Result<bool> {
     let progress = Progress::new();
     // Kept until the runs end; the database goes with it.
-    let mut temporary = None;
-    let (store, described) = match &args.store {
-        Some(url) => (url.clone(), redact(url)),
-        None => {
-            let dir = tempfile::Builder::new()
-                .prefix("cads-demo-")
-                .tempdir()
-                .context("creating a temporary directory for the SQLite database")?;
-            let url = format!(
-                "sqlite:{}?synchronous=full",
-                dir.path().join("demo.db").display()
-            );
-            temporary = Some(dir);
-            (
-                url,
-                "SQLite (a temporary file, every commit synced to disk)".into(),
-            )
-        }
+    let (store, temporary) = store_url(&args.store, "demo")?;
+    let (store, described) = match &temporary {
+        Some(_) => (
+            format!("{store}?synchronous=full"),
+            "SQLite (a temporary file, every commit synced to disk)".into(),
+        ),
+        None => (store.clone(), redact(&store)),
     };
     eprintln!(
         "cads demo: YCSB Workloads A and B on {} records and BG's {BG_MIX}% mix on {} members in \

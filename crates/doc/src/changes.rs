@@ -466,8 +466,8 @@ impl Changes {
     /// Parses changes from JSON text, as [`Changes::from_json`] does; an object that names a key
     /// twice (`{"$set": {"a": 1}, "$set": {"b": 2}}`) is [`DocError::Invalid`] rather than
     /// silently keeping the last.
-    pub fn parse(text: &str) -> Result<Changes> {
-        Changes::from_json(&crate::json::parse_json(text.as_bytes())?)
+    pub fn parse(text: impl AsRef<[u8]>) -> Result<Changes> {
+        Changes::from_json(&crate::json::parse_json(text.as_ref())?)
     }
 
     /// Checks every change on its own ([`Change::check`]): what [`Changes::from_json`] checks,

@@ -1151,8 +1151,7 @@ impl Engine {
         now: Now,
     ) -> Outcome<'static> {
         self.require_write_through()?;
-        let changes = cads_doc::parse_json(changes)
-            .and_then(|json| cads_doc::Changes::from_json(&json))
+        let changes = cads_doc::Changes::parse(changes)
             .map_err(|e| ErrorReply::err(format!("bad changes: {e}")))?;
         self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
         let Some((current, pinned)) = self.session_view(sid, key, now) else {

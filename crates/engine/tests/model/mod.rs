@@ -423,8 +423,7 @@ impl Model {
             }
             Cmd::LUpdate { sid, key, changes } => {
                 self.write_through_only()?;
-                let changes = cads_doc::parse_json(changes.as_bytes())
-                    .and_then(|json| cads_doc::Changes::from_json(&json))
+                let changes = cads_doc::Changes::parse(changes)
                     .map_err(|e| ErrorReply::err(format!("bad changes: {e}")))?;
                 self.acquire(*sid, key, Kind::Exclusive, Family::Session, at)?;
                 let Some(view) = self.view(*sid, key) else {
