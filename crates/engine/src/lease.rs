@@ -14,8 +14,10 @@
 //! A session's leases live `lease_ms` from its first grant, and a fresh `lease_ms` from its
 //! validation, on the monotonic clock ([`Now::mono_ms`]): a step of the wall clock changes no
 //! lease. No renewal reaches past the session's maximum lifetime, `max_session_ms` from its start. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
-//! store already, so the cached value can no longer be trusted (000 §3.1). Wounding does the same
-//! for the same reason. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
+//! store already, so the cached value can no longer be trusted (000 §3.1). A wound aborts a
+//! session that has not validated (golden leases are never voided), and a session writes its data
+//! store only once validated (000 §5.2), so a wound deletes nothing of a session's own, as 000
+//! §5.1.1.2 has it; only an IQ writer's keys go, since IQ writes do not validate. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
 //! still get ABORT rather than silently starting a new session with the same id.
 
 use cads_protocol::{ErrorKind, ErrorReply, MarkOp, SessionId};
@@ -103,6 +105,9 @@ pub struct Session {
     pub reserved: HashSet<Box<[u8]>>,
     /// The configuration it routes by (`LCONFIG`, Gemini): see `fencing`.
     pub config: Option<u64>,
+    /// It took a Q lease with an IQ command (`QAREG`, `QAREAD`): an IQ writer changes the data
+    /// store under its Q leases without validating, so a wound must not trust what it holds.
+    pub iq_writer: bool,
 }
 
 impl Session {
@@ -229,6 +234,7 @@ impl Engine {
             ticket,
             reserved: HashSet::default(),
             config: None,
+            iq_writer: false,
         };
         self.put_session(sid, session);
     }
@@ -366,11 +372,16 @@ impl Engine {
             Decision::Take(victims) if !victims.is_empty() => self.note_conflict(key),
             _ => {}
         }
-        if matches!(
+        let granted = matches!(
             decision,
             Decision::New | Decision::Join | Decision::Take(_) | Decision::Already
-        ) {
+        );
+        if granted {
             self.unreserve(sid, key);
+            if want == LeaseKind::Exclusive && requester == Requester::Iq {
+                let session = self.sessions.get_mut(&sid).expect("opened above");
+                session.iq_writer = true;
+            }
         }
         match decision {
             Decision::Already => Ok(()),
@@ -479,16 +490,18 @@ impl Engine {
     }
 
     /// Ends a session: drops its pending versions and releases its leases. A CMI-initiated end
-    /// (conflict, wound, expiry, flush) leaves a tombstone; wounds and expiry also delete the
-    /// unpinned keys the session held exclusively.
+    /// (conflict, wound, expiry, flush) leaves a tombstone; expiry, a fence, and a wound of an IQ
+    /// writer also delete the unpinned keys the session held exclusively (see the module's
+    /// documentation).
     pub(crate) fn end_session(&mut self, sid: SessionId, cause: EndCause, now: Now) {
         let Some(mut session) = self.take_session(sid) else {
             return;
         };
-        let drop_exclusive = matches!(
-            cause,
-            EndCause::Wounded | EndCause::Expired | EndCause::Fenced
-        );
+        let drop_exclusive = match cause {
+            EndCause::Expired | EndCause::Fenced => true,
+            EndCause::Wounded => session.iq_writer,
+            EndCause::ClientAbort | EndCause::Conflict | EndCause::Flushed => false,
+        };
         let was_live = session.state != SessionState::Aborted;
         let validated = session.validated();
         for (key, hold) in std::mem::take(&mut session.holds) {

@@ -188,7 +188,7 @@ fn ladd_only_adds() {
 }
 
 #[test]
-fn wounded_session_loses_its_pending_versions_and_exclusive_keys() {
+fn wounded_session_loses_its_pending_versions_and_keeps_what_it_held() {
     let mut cmi = Cmi::wt();
     cmi.ok("SET r 1");
     cmi.ok("SET w 1");
@@ -196,11 +196,81 @@ fn wounded_session_loses_its_pending_versions_and_exclusive_keys() {
     cmi.ok("LSET 1 w 2");
     cmi.int("LDEL 2 r");
     assert_eq!(cmi.err("LGET 1 x"), ErrorKind::Abort);
-    // Session 1 held w exclusively and might have written the store: w is no longer trusted.
-    assert_eq!(cmi.cached("w"), None);
+    // Session 1 had not validated, so it had not written the data store: w still holds what the
+    // store holds, and readers keep hitting it.
+    assert_eq!(cmi.cached("w").as_deref(), Some("1"));
     assert_eq!(cmi.engine.session_counts(), (1, 1));
     cmi.ok("LABORT 1");
     assert_eq!(cmi.engine.session_counts(), (1, 0));
+    assert_eq!(cmi.value("LGET 3 w"), "1");
+}
+
+/// An IQ writer changes the data store under its Q leases without validating: wounded, it may
+/// have written already, so the unpinned keys it held exclusively go, whichever command took them.
+#[test]
+fn a_wounded_iq_writer_loses_its_exclusive_keys() {
+    for q_command in ["QAREG 1 q", "QAREAD 1 q"] {
+        let mut cmi = Cmi::wt();
+        for key in ["r", "q", "w", "p"] {
+            cmi.ok(&format!("SET {key} 1"));
+        }
+        cmi.ok("LSET 9 pinned x PIN");
+        cmi.ok("LCOMMIT 9");
+        assert_eq!(cmi.value("LGET 1 r"), "1");
+        cmi.ok("LSET 1 w 2");
+        cmi.value("LGET 1 pinned RMW");
+        granted(&mut cmi, q_command);
+        cmi.int("LDEL 2 r");
+        assert_eq!(cmi.err("LGET 1 x"), ErrorKind::Abort, "{q_command}");
+        assert_eq!(cmi.cached("q"), None, "{q_command}");
+        assert_eq!(cmi.cached("w"), None, "{q_command}");
+        assert_eq!(cmi.cached("pinned").as_deref(), Some("x"), "{q_command}");
+        assert_eq!(cmi.cached("p").as_deref(), Some("1"), "{q_command}");
+    }
+}
+
+/// A session already holding X that takes the same key's Q lease with QAREG is an IQ writer too;
+/// one whose Q request was refused (RETRY: the key is reserved for an older writer) is not.
+#[test]
+fn only_a_granted_q_lease_makes_an_iq_writer() {
+    let mut cmi = Cmi::wt();
+    for key in ["r", "w"] {
+        cmi.ok(&format!("SET {key} 1"));
+    }
+    assert_eq!(cmi.value("LGET 1 r"), "1");
+    cmi.ok("LSET 1 w 2");
+    granted(&mut cmi, "QAREG 1 w");
+    cmi.int("LDEL 2 r");
+    assert_eq!(
+        cmi.cached("w"),
+        None,
+        "X held, then Q granted: an IQ writer"
+    );
+
+    let mut cmi = Cmi::wt();
+    for key in ["r", "w", "k"] {
+        cmi.ok(&format!("SET {key} 1"));
+    }
+    cmi.ok("LSET 1 k 2");
+    cmi.ok("LPRIORITY 2 100");
+    assert_eq!(cmi.err("LSET 2 k 3"), ErrorKind::Retry);
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.value("LGET 5 r"), "1");
+    cmi.ok("LSET 5 w 2");
+    assert_eq!(cmi.err("QAREG 5 k"), ErrorKind::Retry);
+    cmi.int("LDEL 6 r");
+    assert_eq!(cmi.err("LGET 5 x"), ErrorKind::Abort);
+    assert_eq!(
+        cmi.cached("w").as_deref(),
+        Some("1"),
+        "no Q lease was granted"
+    );
+}
+
+/// Runs an IQ command that must be granted (any reply but an error).
+fn granted(cmi: &mut Cmi, line: &str) {
+    let reply = cmi.run(line);
+    assert!(!matches!(reply, Reply::Error(_)), "{line}: {reply:?}");
 }
 
 #[test]

@@ -85,6 +85,9 @@ enum Session {
         /// Its ticket (LPRIORITY): a ticketed writer older than every session in its way waits
         /// (RETRY) and reserves the key instead of giving way.
         ticket: Option<u64>,
+        /// It took a Q lease with QAREG or QAREAD: an IQ writer, which writes the data store
+        /// without validating.
+        iq_writer: bool,
     },
     /// Aborted by the CMI: calls get ABORT until LABORT, or until it is forgotten.
     Tombstone { forget_at: u64 },
@@ -744,6 +747,7 @@ impl Model {
         }
         let own = self.hold_kind(sid, key);
         if own == Some(Kind::Exclusive) || (own == Some(Kind::Shared) && want == Kind::Shared) {
+            self.note_iq_writer(sid, want, family);
             return Ok(());
         }
         let others: Vec<Sid> = self
@@ -850,7 +854,15 @@ impl Model {
             mark: None,
         };
         holds.entry(key.to_string()).or_insert(hold).kind = want;
+        self.note_iq_writer(sid, want, family);
         Ok(())
+    }
+
+    /// A Q lease granted to an IQ command makes its session an IQ writer.
+    fn note_iq_writer(&mut self, sid: Sid, want: Kind, family: Family) {
+        if let Some(Session::Live { iq_writer, .. }) = self.sessions.get_mut(&sid) {
+            *iq_writer |= want == Kind::Exclusive && family == Family::Iq;
+        }
     }
 
     /// Opens session `sid` at `at`: its lifetime runs from its first lease request (or
@@ -864,6 +876,7 @@ impl Model {
             deadline,
             ends_by,
             ticket,
+            iq_writer: false,
         };
         self.sessions.insert(sid, live);
     }
@@ -954,12 +967,13 @@ impl Model {
     }
 
     /// The CMI ends a live session: its pending versions go, its leases are released, and it is
-    /// kept as a tombstone. Wounded or expired, it may already have written the data store under
-    /// an X or Q lease, so those keys are deleted unless pinned (000 §3.1, 004 §2.3). A conflict
+    /// kept as a tombstone. Expired, it may already have written the data store under an X or Q
+    /// lease, so those keys are deleted unless pinned (000 §3.1, 004 §2.3). Wounded, it had not
+    /// validated, so it wrote nothing unless it is an IQ writer: only then do they go. A conflict
     /// answers the session's own request, which a client makes before writing the data store, so
     /// like LABORT it deletes nothing.
     fn end(&mut self, sid: Sid, why: End, at: u64) {
-        let Some(Session::Live { .. }) = self.sessions.get(&sid) else {
+        let Some(&Session::Live { iq_writer, .. }) = self.sessions.get(&sid) else {
             return;
         };
         let forget_at = at + self.limits.tombstone_ms;
@@ -969,7 +983,7 @@ impl Model {
         else {
             unreachable!("checked live")
         };
-        if matches!(why, End::Wounded | End::Expired) {
+        if why == End::Expired || (why == End::Wounded && iq_writer) {
             for (key, hold) in holds {
                 if hold.kind == Kind::Exclusive && self.entries.get(&key).is_some_and(|e| !e.pinned)
                 {
