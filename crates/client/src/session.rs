@@ -1145,7 +1145,9 @@ impl<'c> Session<'c> {
 
     /// LCOMMIT everywhere. A session that spans CMIs is validated on all of them first, so that it
     /// commits on all or on none (000 §5.1.3); what can still fail after validation is a lease
-    /// expiring, reported as `PartialCommit`.
+    /// expiring, reported as `PartialCommit`. A caller that writes a data store between its
+    /// leases and this commit calls [`validate`](Self::validate) before that write: a wound keeps
+    /// the cached values of a session that has not validated (docs/PROTOCOL.md, "Wounded").
     pub fn commit(self) -> Result<()> {
         self.commit_first(&[])
     }

@@ -229,6 +229,29 @@ fn a_wounded_iq_writer_loses_its_exclusive_keys() {
     }
 }
 
+/// A Q lease granted by voiding other sessions' S leases (write-through), or shared with another
+/// IQ writer's (write-around), makes an IQ writer too.
+#[test]
+fn a_q_lease_taken_by_voiding_or_joining_makes_an_iq_writer() {
+    for mut cmi in [Cmi::wt(), Cmi::wa()] {
+        for key in ["r", "q", "w"] {
+            cmi.ok(&format!("SET {key} 1"));
+        }
+        if cmi.engine.mode() == Mode::WriteThrough {
+            cmi.ok("LSET 1 w 2");
+            assert_eq!(cmi.value("LGET 4 q"), "1");
+        } else {
+            granted(&mut cmi, "QAREG 4 q");
+            cmi.int("LDEL 1 w");
+        }
+        assert_eq!(cmi.value("LGET 1 r"), "1");
+        granted(&mut cmi, "QAREG 1 q");
+        cmi.int("LDEL 2 r");
+        assert_eq!(cmi.err("LGET 1 x"), ErrorKind::Abort);
+        assert_eq!(cmi.cached("w"), None, "{:?}", cmi.engine.mode());
+    }
+}
+
 /// A session already holding X that takes the same key's Q lease with QAREG is an IQ writer too;
 /// one whose Q request was refused (RETRY: the key is reserved for an older writer) is not.
 #[test]
