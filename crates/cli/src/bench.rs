@@ -16,6 +16,7 @@ use cads_bench::report::{draw_charts, RunPoint};
 use cads_bench::tpcc::{self, Mix, Scale, TpccOptions};
 use cads_bench::ycsb::{self, Distribution, FieldLength, Fields, YcsbOptions};
 use cads_bench::{parse_duration, parse_policies, CacheSpec, CmiSettings};
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
@@ -556,6 +557,11 @@ pub struct TpccArgs {
     /// Threads inserting the initial database.
     #[arg(long, value_name = "N", default_value_t = TpccOptions::default().load_threads)]
     pub load_threads: usize,
+    /// Write-back's sessions a worker applies per data-store transaction (more: fewer
+    /// transactions, but longer ones, which deadlock more often with another queue's).
+    #[arg(long, value_name = "N", default_value_t = TpccOptions::default().write_back_batch,
+          value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    pub write_back_batch: usize,
     /// Load the database once, before the first run; later runs go on with the data the
     /// previous one left (faster, but the policies no longer start from the same data).
     #[arg(long)]
@@ -580,6 +586,7 @@ impl TpccArgs {
             prefix: self.prefix.clone(),
             keep_data: self.keep_data,
             load_threads: self.load_threads,
+            write_back_batch: self.write_back_batch,
             ..TpccOptions::default()
         }
     }

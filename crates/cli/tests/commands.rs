@@ -110,6 +110,10 @@ fn bad_benchmark_options_are_clear_errors() {
         &["--warehouses"],
     );
     fails_with(
+        &["bench", "tpcc", "--write-back-batch", "0"],
+        &["--write-back-batch"],
+    );
+    fails_with(
         &[
             "bench",
             "tpcc",
@@ -429,12 +433,20 @@ fn bg_and_tpcc_run_from_the_command_line() {
     );
     let tpcc = tiny_run(
         "tpcc",
-        &["--policy", "none,write-through", "--scale", "hundredth"],
+        &[
+            "--policy",
+            "none,write-through,write-back",
+            "--scale",
+            "hundredth",
+            "--write-back-batch",
+            "3",
+        ],
     );
-    assert_eq!(tpcc.len(), 2);
+    assert_eq!(tpcc.len(), 3);
     for r in &tpcc {
         assert_eq!(r["consistent"], true, "{r}");
         assert!(r["tpmc"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["config"]["write_back_batch"], 3, "{r}");
     }
 }
 

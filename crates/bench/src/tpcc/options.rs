@@ -99,6 +99,9 @@ pub struct TpccOptions {
     pub keep_data: bool,
     /// `--load-threads`: threads inserting the initial database.
     pub load_threads: usize,
+    /// `--write-back-batch`: write-back's sessions applied per data-store transaction
+    /// (`WriteBackConfig::batch`, alpha of 003 Algorithm 4).
+    pub write_back_batch: usize,
     /// Test hook: Payments also change W_YTD in the data store behind the framework's back, so
     /// the cached warehouse goes stale and condition 1 breaks (shows the checks at work).
     #[doc(hidden)]
@@ -120,6 +123,7 @@ impl Default for TpccOptions {
             prefix: "tpcc_".into(),
             keep_data: false,
             load_threads: 4,
+            write_back_batch: cads::WriteBackConfig::default().batch,
             sabotage: false,
         }
     }
@@ -137,6 +141,9 @@ impl TpccOptions {
         }
         if self.duration.is_zero() {
             bail!("--duration must be positive");
+        }
+        if self.write_back_batch == 0 {
+            bail!("--write-back-batch must be at least 1");
         }
         let prefix_ok = !self.prefix.is_empty()
             && self.prefix.len() <= 24
@@ -170,6 +177,8 @@ pub struct ConfigRecord {
     pub isolation: &'static str,
     /// NURand constants C: customer id, item id, last name at load and at run time.
     pub nurand_c: [u32; 4],
+    /// Write-back's sessions per applying transaction.
+    pub write_back_batch: usize,
 }
 
 #[cfg(test)]

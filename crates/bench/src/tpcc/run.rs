@@ -99,9 +99,14 @@ impl Benchmark for Tpcc {
             .with_pool_size(o.common.threads + o.common.workers + o.load_threads + 4)
     }
 
-    // The framework's settings are the defaults: READ COMMITTED (the data store alone locks what
-    // it changes with `FOR UPDATE`; with a cache, leases order the sessions), and write-back's
-    // sessions applied 8 per transaction, compacted every 64.
+    // The framework's settings are the defaults (READ COMMITTED: the data store alone locks what
+    // it changes with `FOR UPDATE`; with a cache, leases order the sessions), but for how many
+    // write-back sessions a worker applies per data-store transaction.
+    fn framework_config(&self) -> Config {
+        let mut config = Config::default();
+        config.write_back.batch = self.opts.write_back_batch;
+        config
+    }
 
     /// Loads the database (dropping old tables), unless `--keep-data` keeps the first run's.
     fn load(&self, run: &PolicyRun<'_>, dep: &Deployment) -> Result<LoadedDatabase> {
@@ -305,6 +310,7 @@ impl Benchmark for Tpcc {
             keep_data: o.keep_data,
             isolation: "READ COMMITTED",
             nurand_c: [C_ID, OL_I_ID, C_LAST_LOAD, C_LAST_RUN],
+            write_back_batch: o.write_back_batch,
         }
     }
 }
