@@ -89,7 +89,11 @@ pub struct WriteBackConfig {
     /// Design 1: buffered writes (one per document) that a worker applies in one data-store
     /// transaction, and deletes in one cache session.
     pub documents_per_transaction: usize,
-    /// Design 2: sessions applied per data-store transaction (alpha of 003 Algorithm 4).
+    /// Design 2: sessions applied per data-store transaction (alpha of 003 Algorithm 4). Small:
+    /// a batch holds the row locks of all its sessions until it commits, and appliers of queues
+    /// whose sessions touch each other's rows deadlock more the more each batch holds (TPC-C
+    /// on PostgreSQL, docs/RESULTS.md: 2 applied 28% more sessions than 8 and deadlocked a
+    /// third as often).
     pub batch: usize,
     /// Design 2: applied sessions removed from their queue, mappings and
     /// `cads_applied_sessions` together, once this many have accumulated (beta of Algorithm 4).
@@ -112,7 +116,7 @@ impl Default for WriteBackConfig {
             partitions: 64,
             buffering: Buffering::ReadModifyWrite,
             documents_per_transaction: 32,
-            batch: 8,
+            batch: 2,
             compact_every: 64,
             worker_pause: Duration::from_millis(10),
             mac_key: MacKey::default(),
