@@ -13,11 +13,13 @@
 //!
 //! A session's leases live `lease_ms` from its first grant, and a fresh `lease_ms` from its
 //! validation, on the monotonic clock ([`Now::mono_ms`]): a step of the wall clock changes no
-//! lease. No renewal reaches past the session's maximum lifetime, `max_session_ms` from its start. When they run out the session is aborted, and unpinned keys it held exclusively are deleted: the holder may have changed the data
-//! store already, so the cached value can no longer be trusted (000 §3.1). A wound aborts a
-//! session that has not validated (golden leases are never voided), and a session writes its data
-//! store only once validated (000 §5.2), so a wound deletes nothing of a session's own, as 000
-//! §5.1.1.2 has it; only an IQ writer's keys go, since IQ writes do not validate. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
+//! lease. No renewal reaches past the session's maximum lifetime, `max_session_ms` from its
+//! start. When they run out the session is aborted, and unpinned keys it held exclusively are
+//! deleted: the holder may have changed the data store already, so the cached value can no longer
+//! be trusted (000 §3.1). A wound aborts a session that has not validated (golden leases are never
+//! voided), and a session writes its data store only once validated (000 §5.2), so a wound deletes
+//! nothing of a session's own, as 000 §5.1.1.2 has it; only an IQ writer's keys go, since IQ writes
+//! do not validate. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
 //! still get ABORT rather than silently starting a new session with the same id.
 
 use cads_protocol::{ErrorKind, ErrorReply, MarkOp, SessionId};
