@@ -374,11 +374,11 @@ impl Engine {
             Decision::Take(victims) if !victims.is_empty() => self.note_conflict(key),
             _ => {}
         }
-        let granted = matches!(
+        let grants = matches!(
             decision,
             Decision::New | Decision::Join | Decision::Take(_) | Decision::Already
         );
-        if granted {
+        if grants {
             self.unreserve(sid, key);
             if want == LeaseKind::Exclusive && requester == Requester::Iq {
                 let session = self.sessions.get_mut(&sid).expect("opened above");
