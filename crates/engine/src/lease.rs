@@ -378,9 +378,11 @@ impl Engine {
             decision,
             Decision::New | Decision::Join | Decision::Take(_) | Decision::Already
         );
-        if grants {
+        if grants && want == LeaseKind::Exclusive {
+            // A waiting writer's reservation ends with the lease it waited for, not with a read
+            // of the key while it waits.
             self.unreserve(sid, key);
-            if want == LeaseKind::Exclusive && requester == Requester::Iq {
+            if requester == Requester::Iq {
                 let session = self.sessions.get_mut(&sid).expect("opened above");
                 session.iq_writer = true;
             }

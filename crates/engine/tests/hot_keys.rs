@@ -143,6 +143,32 @@ fn a_reservation_ends_with_its_session() {
     assert_eq!(cmi.engine.session_memory(), tombstones_only(&cmi));
 }
 
+/// The reservation waits for the exclusive lease: reading the key meanwhile (a shared lease the
+/// waiter already holds) does not end it, so a younger writer cannot take the key from under it.
+#[test]
+fn a_waiting_writer_keeps_its_reservation_through_a_read() {
+    for mut cmi in [Cmi::wt(), Cmi::wa()] {
+        cmi.ok("SET k v");
+        assert_eq!(cmi.value("LGET 1 k"), "v");
+        cmi.ok("LVALIDATE 1");
+        assert_eq!(cmi.value("LGET 2 k"), "v");
+        cmi.ok("LPRIORITY 2 100");
+        assert_eq!(cmi.err("LDEL 2 k"), ErrorKind::Retry);
+        let reserved = cmi.engine.session_memory();
+        assert_eq!(cmi.value("LGET 2 k"), "v");
+        assert_eq!(cmi.engine.session_memory(), reserved, "still reserved");
+        cmi.ok("LCOMMIT 1");
+        assert_eq!(
+            cmi.err("LDEL 3 k"),
+            ErrorKind::Abort,
+            "the key is session 2's"
+        );
+        assert_eq!(cmi.int("LDEL 2 k"), 1);
+        cmi.ok("LCOMMIT 2");
+        assert_eq!(cmi.cached("k"), None);
+    }
+}
+
 /// The session memory of a CMI whose only sessions are tombstones.
 fn tombstones_only(cmi: &Cmi) -> usize {
     let (active, tombstones) = cmi.engine.session_counts();

@@ -839,7 +839,7 @@ impl Model {
             }
             Err(Refusal::Abort) => return Err(self.abort_requester(sid, at)),
         };
-        if self.reservations.get(key) == Some(&sid) {
+        if want == Kind::Exclusive && self.reservations.get(key) == Some(&sid) {
             self.reservations.remove(key);
         }
         for other in wound {
