@@ -9,7 +9,7 @@ use cads_protocol::{
 };
 
 use crate::failpoints;
-use crate::lease::{EndCause, LeaseKind, Pending, Requester};
+use crate::lease::{EndCause, LeaseKind, Pending, Requester, SessionValue};
 use crate::long_double::LongDouble;
 use crate::store::{entry_charge, Budget, PutOptions, SlotId, Ttl};
 use crate::{Engine, Mode, Now, Recency};
@@ -27,6 +27,11 @@ fn unpinned(ttl: Ttl) -> PutOptions {
 
 fn too_long() -> ErrorReply {
     ErrorReply::err("string exceeds maximum allowed size (proto-max-bulk-len)")
+}
+
+/// A session read's reply: what the session sees, or nil.
+fn session_value_reply(value: Option<SessionValue<'_>>) -> Reply<'_> {
+    value.map_or(Reply::Nil, |v| Reply::Bulk(v.bytes()))
 }
 
 fn overflow() -> ErrorReply {
@@ -389,10 +394,10 @@ impl Engine {
             C::LUnpin { sid, key } => {
                 self.require_write_through()?;
                 self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
-                let Some((value, _)) = self.session_view(sid, key, now) else {
+                let Some(current) = self.session_view(sid, key, now) else {
                     return Ok(Reply::Int(0));
                 };
-                let value = value.to_vec();
+                let value = current.bytes().into_owned();
                 self.set_pending(
                     sid,
                     key,
@@ -497,9 +502,9 @@ impl Engine {
                 self.require_write_through()?;
                 self.acquire(sid, key, LeaseKind::Exclusive, Requester::Iq, now)?;
                 let marker = self.markers.contains(key) as i64;
-                let value = self.session_view(sid, key, now).map(|(v, _)| v);
+                let value = self.session_view(sid, key, now).map(|v| v.bytes());
                 Ok(Reply::Array(vec![
-                    Reply::bulk_or_nil(value),
+                    value.map_or(Reply::Nil, Reply::Bulk),
                     Reply::Int(marker),
                 ]))
             }
@@ -511,7 +516,7 @@ impl Engine {
             } => {
                 self.require_write_through()?;
                 self.require_exclusive(sid, key, now)?;
-                let pinned = self.session_view(sid, key, now).is_some_and(|(_, p)| p);
+                let pinned = self.session_view(sid, key, now).is_some_and(|v| v.pinned);
                 // A swap replaces the cached value, so only what it adds needs room (staged as a
                 // pending version first, it needed room for the whole value next to the old one).
                 let options = PutOptions {
@@ -968,7 +973,7 @@ impl Engine {
         if let Some(slot) = self.store.lookup(key, now.wall_ms) {
             self.touch(slot);
         }
-        Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v))
+        session_value_reply(self.session_view(sid, key, now))
     }
 
     fn session_mget<'e>(
@@ -1005,8 +1010,7 @@ impl Engine {
                     if retry {
                         return Reply::Error(ErrorReply::retry());
                     }
-                    let value =
-                        Reply::bulk_or_nil(self.session_view(sid, key, now).map(|(v, _)| v));
+                    let value = session_value_reply(self.session_view(sid, key, now));
                     if markers {
                         Reply::Array(vec![value, self.marker_reply(key)])
                     } else {
@@ -1072,7 +1076,7 @@ impl Engine {
             return Ok(Reply::Int(0));
         }
         // A pinned value stays pinned through every change but LUNPIN and delete (000 §5.1.1.3).
-        let pinned = pin || current.is_some_and(|(_, p)| p);
+        let pinned = pin || current.is_some_and(|v| v.pinned);
         let pending = Pending::Value {
             value: value.to_vec(),
             pinned,
@@ -1118,22 +1122,20 @@ impl Engine {
     ) -> Outcome<'static> {
         self.require_write_through()?;
         self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
-        let Some((current, pinned)) = self.session_view(sid, key, now) else {
+        let Some(current) = self.session_view(sid, key, now) else {
             return Ok(Reply::Nil);
         };
-        if current.len() + delta.len() > self.config().max_value_bytes {
+        let len = current.len() + delta.len();
+        if len > self.config().max_value_bytes {
             return Err(too_long());
         }
-        let mut value = Vec::with_capacity(current.len() + delta.len());
+        let pinned = current.pinned;
         if prepend {
-            value.extend_from_slice(delta);
-            value.extend_from_slice(current);
+            let value = [delta, &current.bytes()].concat();
+            self.set_pending(sid, key, Pending::Value { value, pinned })?;
         } else {
-            value.extend_from_slice(current);
-            value.extend_from_slice(delta);
+            self.stage_append(sid, key, (current.len(), pinned), delta)?;
         }
-        let len = value.len();
-        self.set_pending(sid, key, Pending::Value { value, pinned })?;
         Ok(Reply::Int(len as i64))
     }
 
@@ -1154,10 +1156,11 @@ impl Engine {
         let changes = cads_doc::Changes::parse(changes)
             .map_err(|e| ErrorReply::err(format!("bad changes: {e}")))?;
         self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
-        let Some((current, pinned)) = self.session_view(sid, key, now) else {
+        let Some(current) = self.session_view(sid, key, now) else {
             return Ok(Reply::Nil);
         };
-        match cads_doc::apply_to_text(current, &changes)
+        let pinned = current.pinned;
+        match cads_doc::apply_to_text(&current.bytes(), &changes)
             .filter(|value| value.len() <= self.config().max_value_bytes)
         {
             Some(value) => {
@@ -1181,10 +1184,11 @@ impl Engine {
     ) -> Outcome<'static> {
         self.require_write_through()?;
         self.acquire(sid, key, LeaseKind::Exclusive, Requester::Session, now)?;
-        let Some((current, pinned)) = self.session_view(sid, key, now) else {
+        let Some(current) = self.session_view(sid, key, now) else {
             return Ok(Reply::Nil);
         };
-        let n = parse_i64(current).ok_or_else(ErrorReply::not_integer)?;
+        let pinned = current.pinned;
+        let n = parse_i64(&current.bytes()).ok_or_else(ErrorReply::not_integer)?;
         let next = n.checked_add(delta).ok_or_else(overflow)?;
         let value = next.to_string().into_bytes();
         self.set_pending(sid, key, Pending::Value { value, pinned })?;

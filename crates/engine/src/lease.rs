@@ -22,6 +22,8 @@
 //! do not validate. Aborted sessions stay as tombstones for `tombstone_ms` so their late calls
 //! still get ABORT rather than silently starting a new session with the same id.
 
+use std::borrow::Cow;
+
 use cads_protocol::{ErrorKind, ErrorReply, MarkOp, SessionId};
 
 use crate::store::{entry_charge, Budget, PutOptions, Ttl};
@@ -75,8 +77,58 @@ pub enum Pending {
         value: Vec<u8>,
         pinned: bool,
     },
+    /// Append `delta` to the cached value, `base_len` bytes long, at commit. The session's
+    /// exclusive lease keeps that value as it is until then, so an append to a long value (a
+    /// write-back queue) copies only the bytes it adds. It is charged as the whole value it makes,
+    /// as a copy would be (ARCHITECTURE.md, "Memory"); `pinned` is the cached value's.
+    Append {
+        delta: Vec<u8>,
+        base_len: usize,
+        pinned: bool,
+    },
     /// Delete the key at commit.
     Delete,
+}
+
+impl Pending {
+    /// The bytes this version is charged, and whether they count as pinned.
+    pub(crate) fn charge(&self, key: &[u8]) -> Option<(usize, bool)> {
+        match self {
+            Pending::Value { value, pinned } => {
+                Some((entry_charge(key.len(), value.len()), *pinned))
+            }
+            Pending::Append {
+                delta,
+                base_len,
+                pinned,
+            } => Some((entry_charge(key.len(), base_len + delta.len()), *pinned)),
+            Pending::Delete => None,
+        }
+    }
+}
+
+/// What a session sees of a key: the cached value or its own version, followed by the bytes it
+/// has appended and not yet committed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SessionValue<'a> {
+    pub head: &'a [u8],
+    pub appended: &'a [u8],
+    pub pinned: bool,
+}
+
+impl<'a> SessionValue<'a> {
+    pub fn len(&self) -> usize {
+        self.head.len() + self.appended.len()
+    }
+
+    /// The value's bytes, copied only when the session has appended to it.
+    pub fn bytes(&self) -> Cow<'a, [u8]> {
+        if self.appended.is_empty() {
+            Cow::Borrowed(self.head)
+        } else {
+            Cow::Owned([self.head, self.appended].concat())
+        }
+    }
 }
 
 /// What a session holds on one key.
@@ -487,9 +539,8 @@ impl Engine {
     }
 
     fn uncharge_pending(&mut self, key: &[u8], pending: &Option<Pending>) {
-        if let Some(Pending::Value { value, pinned }) = pending {
-            self.store
-                .uncharge(entry_charge(key.len(), value.len()), *pinned);
+        if let Some((bytes, pinned)) = pending.as_ref().and_then(|p| p.charge(key)) {
+            self.store.uncharge(bytes, pinned);
         }
     }
 
@@ -562,26 +613,37 @@ impl Engine {
         }
     }
 
-    /// The value `sid` sees for `key`: its own pending version if it has one, else the cached one.
-    /// The second element says whether that value is pinned.
+    /// The value `sid` sees for `key`: its own pending version if it has one, else the cached one
+    /// (with what the session appended to it).
     pub(crate) fn session_view(
         &self,
         sid: SessionId,
         key: &[u8],
         now: Now,
-    ) -> Option<(&[u8], bool)> {
+    ) -> Option<SessionValue<'_>> {
         let pending = self
             .sessions
             .get(&sid)
             .and_then(|s| s.hold(key))
             .and_then(|h| h.pending.as_ref());
+        let cached = || self.store.peek(key, now.wall_ms);
         match pending {
-            Some(Pending::Value { value, pinned }) => Some((value, *pinned)),
+            Some(Pending::Value { value, pinned }) => Some(SessionValue {
+                head: value,
+                appended: &[],
+                pinned: *pinned,
+            }),
+            Some(Pending::Append { delta, .. }) => cached().map(|e| SessionValue {
+                head: &e.value,
+                appended: delta,
+                pinned: e.pinned,
+            }),
             Some(Pending::Delete) => None,
-            None => self
-                .store
-                .peek(key, now.wall_ms)
-                .map(|e| (e.value.as_slice(), e.pinned)),
+            None => cached().map(|e| SessionValue {
+                head: &e.value,
+                appended: &[],
+                pinned: e.pinned,
+            }),
         }
     }
 
@@ -623,32 +685,68 @@ impl Engine {
             .pending
             .take();
         self.uncharge_pending(key, &old);
-        if let Pending::Value { value, pinned } = &pending {
-            let charge = entry_charge(key.len(), value.len());
+        if let Some((charge, pinned)) = pending.charge(key) {
             // Only what the new version adds over the old one needs room (ARCHITECTURE.md,
             // "Memory"): a version that does not grow is taken even where markers, which are
             // never refused, have filled the pinned cap.
-            let grows = match &old {
-                Some(Pending::Value {
-                    value: old_value,
-                    pinned: old_pinned,
-                }) if old_pinned == pinned => charge > entry_charge(key.len(), old_value.len()),
+            let old_charge = old.as_ref().and_then(|p| p.charge(key));
+            let grows = match old_charge {
+                Some((old_charge, old_pinned)) if old_pinned == pinned => charge > old_charge,
                 _ => true,
             };
             let budget = if grows { budget } else { Budget::Forced };
-            if self.store.charge(charge, *pinned, budget).is_err() {
-                if let Some(Pending::Value { value, pinned }) = &old {
-                    let _ = self.store.charge(
-                        entry_charge(key.len(), value.len()),
-                        *pinned,
-                        Budget::Forced,
-                    );
+            if self.store.charge(charge, pinned, budget).is_err() {
+                if let Some((old_charge, old_pinned)) = old_charge {
+                    let _ = self.store.charge(old_charge, old_pinned, Budget::Forced);
                 }
                 self.put_pending(sid, key, old);
                 return Err(ErrorReply::not_stored());
             }
         }
         self.put_pending(sid, key, Some(pending));
+        Ok(())
+    }
+
+    /// Stages `delta` after `current`, what `sid` sees of `key`: added to its pending version
+    /// if it has one, else kept apart from the cached value until commit, so that neither is
+    /// copied. Charged as a copy would be; NOTSTORED changes nothing.
+    pub(crate) fn stage_append(
+        &mut self,
+        sid: SessionId,
+        key: &[u8],
+        current: (usize, bool),
+        delta: &[u8],
+    ) -> Result<(), ErrorReply> {
+        let (current_len, pinned) = current;
+        let hold = self
+            .sessions
+            .get(&sid)
+            .and_then(|s| s.hold(key))
+            .expect("a session appends only under its lease");
+        let grows = match hold.pending {
+            Some(_) => delta.len(),
+            None => entry_charge(key.len(), current_len + delta.len()),
+        };
+        self.store
+            .charge(grows, pinned, Budget::Capped)
+            .map_err(|_| ErrorReply::not_stored())?;
+        let hold = self
+            .sessions
+            .get_mut(&sid)
+            .and_then(|s| s.hold_mut(key))
+            .expect("looked up above");
+        match &mut hold.pending {
+            Some(Pending::Value { value, .. }) => value.extend_from_slice(delta),
+            Some(Pending::Append { delta: staged, .. }) => staged.extend_from_slice(delta),
+            Some(Pending::Delete) => unreachable!("a deleted key has nothing to append to"),
+            None => {
+                hold.pending = Some(Pending::Append {
+                    delta: delta.to_vec(),
+                    base_len: current_len,
+                    pinned,
+                })
+            }
+        }
         Ok(())
     }
 
@@ -696,6 +794,19 @@ impl Engine {
                         force: true,
                     },
                 );
+            }
+            Some(Pending::Append {
+                delta,
+                base_len,
+                pinned,
+            }) => {
+                self.store
+                    .uncharge(entry_charge(key.len(), base_len + delta.len()), pinned);
+                // Only an expiry can have taken the value from under the lease, and what expired
+                // stays gone.
+                if let Some(slot) = self.store.find(key) {
+                    let _ = self.store.append(slot, &delta, true);
+                }
             }
             Some(Pending::Delete) => {
                 self.store.remove(key);

@@ -435,10 +435,17 @@ impl Engine {
                 let lease = self.leases.get(key).expect("a hold has its lease");
                 assert!(lease.holders.contains(sid), "a hold is listed in its lease");
                 assert_eq!(lease.kind, hold.kind, "hold and lease agree on the kind");
-                if let Some(lease::Pending::Value { value, pinned }) = &hold.pending {
-                    let charge = store::entry_charge(key.len(), value.len());
+                if let Some(lease::Pending::Append { base_len, .. }) = &hold.pending {
+                    assert_eq!(hold.kind, LeaseKind::Exclusive, "appends need an X lease");
+                    let cached = self.store.peek(key, u64::MAX).map(|e| e.value.len());
+                    assert!(
+                        cached.is_none_or(|len| len == *base_len),
+                        "the lease keeps the value appended to"
+                    );
+                }
+                if let Some((charge, pinned)) = hold.pending.as_ref().and_then(|p| p.charge(key)) {
                     pending += charge;
-                    if *pinned {
+                    if pinned {
                         pending_pinned += charge;
                     }
                 }

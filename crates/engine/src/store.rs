@@ -183,7 +183,8 @@ impl Store {
         self.hasher.hash_one(key)
     }
 
-    fn find(&self, key: &[u8]) -> Option<SlotId> {
+    /// The slot holding `key`, live or not.
+    pub(crate) fn find(&self, key: &[u8]) -> Option<SlotId> {
         let slots = &self.slots;
         self.table
             .find(self.hash(key), |&s| slot_key(slots, s) == key)
@@ -490,7 +491,8 @@ impl Store {
         let len = entry.value.len();
         self.account(bytes.len(), pinned, true);
         self.enter_candidates(slot);
-        if self.log.enabled() {
+        // An entry the log forgot under a writer's lease is logged whole when the lease ends.
+        if self.log.enabled() && !self.entry_ref(slot).unlogged {
             let key = self.entry_ref(slot).key.clone();
             let cfg = config_id.to_string();
             self.log

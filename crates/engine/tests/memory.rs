@@ -42,6 +42,35 @@ fn session_pins_and_unpins() {
     assert_eq!(cmi.engine.memory().pinned, 0);
 }
 
+/// A session's appends are charged as the whole value they make, pinned as the value is, as a
+/// pending copy would be (room a later rewrite of the value needs), though only the appended
+/// bytes are kept until commit grows the entry by them.
+#[test]
+fn a_session_append_is_charged_as_the_value_it_makes() {
+    let mut cmi = sized(0, 0);
+    cmi.ok(&format!("LSET 1 q {TEN} PIN"));
+    cmi.ok("LCOMMIT 1");
+    let before = cmi.engine.memory().clone();
+    let whole = 1 + 15 + ENTRY_OVERHEAD;
+    assert_eq!(cmi.int("LAPPEND 2 q abc"), 13);
+    assert_eq!(cmi.int("LAPPEND 2 q de"), 15);
+    assert_eq!(cmi.engine.memory().used, before.used + whole);
+    assert_eq!(cmi.engine.memory().pinned, before.pinned + whole);
+    cmi.ok("LCOMMIT 2");
+    assert_eq!(cmi.cached("q"), Some(format!("{TEN}abcde")));
+    assert_eq!(cmi.inspect("q", "pinned"), Reply::Int(1));
+    assert_eq!(cmi.engine.memory().used, before.used + 5);
+    assert_eq!(cmi.engine.memory().pinned, before.pinned + 5);
+
+    assert_eq!(cmi.int("LAPPEND 3 q fgh"), 18);
+    cmi.ok("LABORT 3");
+    assert_eq!(
+        cmi.engine.memory().used,
+        before.used + 5,
+        "an abort frees it"
+    );
+}
+
 #[test]
 fn eviction_never_takes_pinned_or_leased_entries() {
     let mut cmi = sized(EACH * 3, 0);

@@ -235,6 +235,25 @@ fn a_value_the_log_forgot_under_a_lease_is_logged_again_when_the_lease_ends() {
     assert_eq!(back.cached("k").as_deref(), Some("abcdef"));
 }
 
+/// A session's append is logged as an append where the log holds the value (pinned), and as the
+/// whole value where the log forgot it under the writer's lease (unpinned).
+#[test]
+fn a_session_append_replays_to_the_whole_value() {
+    let mut c = logged();
+    c.ok("SET plain abc");
+    c.ok("LSET 9 pinned abc PIN");
+    c.ok("LCOMMIT 9");
+    assert_eq!(c.int("LAPPEND 1 plain def"), 6);
+    assert_eq!(c.int("LAPPEND 1 pinned def"), 6);
+    c.ok("LCOMMIT 1");
+    let mut log = Vec::new();
+    c.engine.drain_log(&mut log);
+    let mut back = restart(&log, c.now);
+    assert_eq!(back.cached("plain").as_deref(), Some("abcdef"));
+    assert_eq!(back.cached("pinned").as_deref(), Some("abcdef"));
+    assert_eq!(back.inspect("pinned", "pinned"), Reply::Int(1));
+}
+
 #[test]
 fn a_rewrite_begun_on_an_empty_cmi_receives_every_later_change() {
     let mut c = logged();

@@ -75,6 +75,59 @@ fn pending_versions_are_private_until_commit() {
     assert_eq!(cmi.cached("k").as_deref(), Some("zbc"));
 }
 
+/// An append to the cached value is kept apart from it until commit; whatever the session does
+/// next with the key sees the two together.
+#[test]
+fn appends_to_the_cached_value_read_and_commit_as_one_value() {
+    let mut cmi = Cmi::wt();
+    cmi.ok("SET n 1");
+    assert_eq!(cmi.int("LAPPEND 1 n 2"), 2);
+    assert_eq!(cmi.int("LAPPEND 1 n 3"), 3);
+    assert_eq!(cmi.value("LGET 1 n"), "123");
+    assert_eq!(
+        cmi.cached("n").as_deref(),
+        Some("1"),
+        "others see the old value"
+    );
+    assert_eq!(cmi.int("LINCR 1 n 1"), 124);
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("n").as_deref(), Some("124"));
+
+    cmi.ok(r#"SET d {"n":1}"#);
+    assert_eq!(cmi.int("LAPPEND 2 d ,"), 8);
+    assert_eq!(
+        cmi.int(r#"LUPDATE 2 d {"$set":{"n":2}}"#),
+        0,
+        "not a document now"
+    );
+    cmi.ok("LCOMMIT 2");
+    assert_eq!(cmi.cached("d"), None);
+
+    cmi.ok("SET q a");
+    assert_eq!(cmi.int("LAPPEND 3 q b"), 2);
+    assert_eq!(cmi.int("LPREPEND 3 q z"), 3);
+    assert_eq!(cmi.int("LAPPEND 3 q c"), 4);
+    assert_eq!(cmi.value("LGET 3 q"), "zabc");
+    cmi.ok("LCOMMIT 3");
+    assert_eq!(cmi.cached("q").as_deref(), Some("zabc"));
+
+    assert_eq!(cmi.int("LAPPEND 4 q d"), 5);
+    cmi.ok("LABORT 4");
+    assert_eq!(
+        cmi.cached("q").as_deref(),
+        Some("zabc"),
+        "an abort appends nothing"
+    );
+    assert_eq!(cmi.int("LAPPEND 5 q d"), 5);
+    cmi.ok("LSET 5 q new");
+    cmi.ok("LCOMMIT 5");
+    assert_eq!(
+        cmi.cached("q").as_deref(),
+        Some("new"),
+        "a later set replaces the append"
+    );
+}
+
 #[test]
 fn an_empty_pending_version_deletes_at_commit() {
     let mut cmi = Cmi::wt();

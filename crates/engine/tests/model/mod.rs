@@ -1037,7 +1037,13 @@ impl Model {
             _ => None,
         };
         if let Pending::Value(new) = &pending {
-            self.make_room(key, new, old.as_ref())?;
+            // A version that does not grow is taken as it is, even over the limit (markers).
+            let grows = !old
+                .as_ref()
+                .is_some_and(|old| old.pinned == new.pinned && new.value.len() <= old.value.len());
+            if grows {
+                self.make_room(key, new, old.as_ref())?;
+            }
         }
         self.hold_mut(sid, key)
             .expect("staged under a lease")
