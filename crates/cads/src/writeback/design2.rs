@@ -12,8 +12,8 @@
 //!   transaction that also inserts the session ids into `cads_applied_sessions`; an id already
 //!   there was applied by a worker that died before deleting the session object, and is skipped
 //!   (Algorithm 4). Exactly-once rests on that table's primary key, not on leases.
-//! - Every `compact_every` applied sessions (or when the queue runs dry), the ids leave the queue,
-//!   the mappings and the table.
+//! - Every `compact_every` applied sessions, or an eighth of the queue as read if that is more
+//!   (or when the queue runs dry), the ids leave the queue, the mappings and the table.
 //! - A read that misses a key with pending sessions either applies them, with every session
 //!   queued before them, and then queries the data store (Algorithm 1), or, when each of them left
 //!   a query result change for the key, queries the data store and folds the changes in
@@ -641,10 +641,19 @@ fn apply_prefix(
         None => ids.len(),
     };
     let batch = cads.config().write_back.batch.max(1);
+    // A compaction reads and rewrites the whole queue and the mappings: behind a backlog of n
+    // sessions, one every `compact_every` would cost O(n) per few dozen sessions applied. At
+    // least an eighth of the queue as read between two keeps it in proportion to the work done.
+    let compact_every = cads
+        .config()
+        .write_back
+        .compact_every
+        .max(ids.len() / 8)
+        .max(1);
     let mut applied = 0;
     for chunk in ids[..end].chunks(batch) {
         applied += with_retries(cads, || apply_batch(cads, chunk, done))?;
-        if compact_midway && done.ids.len() >= cads.config().write_back.compact_every.max(1) {
+        if compact_midway && done.ids.len() >= compact_every {
             compact(cads, queue, done)?;
         }
     }

@@ -96,7 +96,9 @@ pub struct WriteBackConfig {
     /// third as often).
     pub batch: usize,
     /// Design 2: applied sessions removed from their queue, mappings and
-    /// `cads_applied_sessions` together, once this many have accumulated (beta of Algorithm 4).
+    /// `cads_applied_sessions` together, once this many have accumulated (beta of Algorithm 4),
+    /// or an eighth of the queue as the applier read it if that is more: each compaction
+    /// rewrites the whole queue, so behind a backlog a fixed beta would cost time quadratic in it.
     pub compact_every: usize,
     /// How long a worker waits after a pass that applied something but found no full batch, so
     /// that writes accumulate into larger batches: fewer cache round trips and data-store
