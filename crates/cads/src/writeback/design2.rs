@@ -19,7 +19,7 @@
 //!   a query result change for the key, queries the data store and folds the changes in
 //!   (Algorithm 3).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 
 use super::mac::Seal;
 use super::replicated::{
-    open_lines, placed, purge_list, read_all, read_many, rewrite_lists, sealed_line,
+    open_lines, placed, purge_list, read_all, read_many, remove_lines, rewrite_lists, sealed_line,
 };
 use super::{Refusal, Refused};
 use crate::attempts::Attempts;
@@ -665,7 +665,8 @@ fn apply_prefix(
 #[derive(Default)]
 struct Done {
     ids: Vec<String>,
-    mapped: BTreeSet<Vec<u8>>,
+    /// The keys the applied sessions changed, each with the ids of those that did.
+    mapped: BTreeMap<Vec<u8>, Vec<String>>,
     /// The queue holds lines whose seals do not open.
     refused_lines: bool,
 }
@@ -814,7 +815,9 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
             refused.discarded(cads.write_back_stats());
             for (id, writes) in objects {
                 done.ids.push(id.clone());
-                done.mapped.extend(writes.mapped);
+                for key in writes.mapped {
+                    done.mapped.entry(key).or_default().push(id.clone());
+                }
             }
         }
         // Some replicas kept their copy (a lease ran out): the ids stay in the queue and in
@@ -915,9 +918,12 @@ fn forget_applied(cads: &Cads, ids: &[String]) -> Result<()> {
     })
 }
 
-/// Rewrites, in `session`, the queue and the mappings without the ids in `done` and without
-/// their lines whose seals do not open (returned, to be counted once the session commits). An
-/// emptied queue stays (empty), so that it is not registered again; an emptied mapping goes.
+/// Rewrites, in `session`, the queue without the ids in `done` and each mapping without the
+/// applied ids that listed it. An emptied queue stays (empty), so that it is not registered
+/// again; an emptied mapping goes. The lines to remove are sealed here and compared byte for
+/// byte, so that the lines a long list keeps are not opened; when the queue was read with lines
+/// whose seals do not open, every line is opened and those go too (returned, to be counted once
+/// the session commits).
 fn remove_ids(
     cads: &Cads,
     session: &mut CacheSession<'_>,
@@ -926,14 +932,32 @@ fn remove_ids(
 ) -> Result<Refused> {
     let client = cads.cache().expect("write-back has a cache");
     let seal = cads.seal()?;
-    let ids: BTreeSet<&[u8]> = done.ids.iter().map(String::as_bytes).collect();
     let queue = queue_key(queue);
-    let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
-    lists.extend(done.mapped.iter().map(|k| mapping_key(k)));
-    let places = placed(cads, client, &lists);
-    let keep = |_: &[u8], id: &[u8]| !ids.contains(id);
     let keep_empty = |key: &[u8]| key == queue.as_slice();
-    Ok(rewrite_lists(seal, session, &places, keep, keep_empty)?)
+    if done.refused_lines {
+        let ids: BTreeSet<&[u8]> = done.ids.iter().map(String::as_bytes).collect();
+        let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
+        lists.extend(done.mapped.keys().map(|k| mapping_key(k)));
+        let places = placed(cads, client, &lists);
+        let keep = |_: &[u8], id: &[u8]| !ids.contains(id);
+        return Ok(rewrite_lists(seal, session, &places, keep, keep_empty)?);
+    }
+    let sealed_lines = |list: &[u8], ids: &[String]| -> HashSet<Vec<u8>> {
+        ids.iter()
+            .map(|id| seal.seal(list, id.as_bytes()))
+            .collect()
+    };
+    let mut removals = HashMap::new();
+    removals.insert(queue.clone(), sealed_lines(&queue, &done.ids));
+    for (key, ids) in &done.mapped {
+        let mapping = mapping_key(key);
+        let lines = sealed_lines(&mapping, ids);
+        removals.insert(mapping, lines);
+    }
+    let lists: Vec<Vec<u8>> = removals.keys().cloned().collect();
+    let places = placed(cads, client, &lists);
+    remove_lines(session, &places, &removals, keep_empty)?;
+    Ok(Refused::default())
 }
 
 /// Sessions still waiting in every queue.

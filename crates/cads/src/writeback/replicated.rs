@@ -2,6 +2,8 @@
 //! replicated so that losing a CMI loses no acknowledged write), and the newline-separated lists
 //! several of them hold.
 
+use std::collections::{HashMap, HashSet};
+
 use cads_client::{Client, ClientError, Session as CacheSession, Write};
 
 use super::mac::Seal;
@@ -162,7 +164,13 @@ pub(crate) fn filter_list(
             }
         })
         .collect();
-    if kept.len() == all.len() {
+    list_write(key, all.len(), &kept, keep_empty)
+}
+
+/// The write that leaves the list `key`, of `count` lines, with the lines `kept`; `None` if they
+/// are all of them.
+fn list_write(key: &[u8], count: usize, kept: &[&[u8]], keep_empty: bool) -> Option<Write> {
+    if kept.len() == count {
         return None;
     }
     Some(if kept.is_empty() && !keep_empty {
@@ -170,7 +178,7 @@ pub(crate) fn filter_list(
     } else {
         Write::Set {
             key: key.to_vec(),
-            value: join_lines(&kept),
+            value: join_lines(kept),
             pin: true,
         }
     })
@@ -202,6 +210,39 @@ pub(crate) fn rewrite_lists(
         session.write_at(&writes, false)?;
     }
     Ok(refused)
+}
+
+/// Reads the lists at `places` in `session` under exclusive leases and removes from each the
+/// lines `removals` names for it, compared byte for byte (sealed lines without their line break),
+/// without opening the others: a compaction knows the sealed lines of what it applied, and
+/// checking the MAC of every line a long list keeps would cost one each time. Lines whose seals
+/// do not open stay, for the readers that open them to remove. An emptied list goes unless
+/// `keep_empty(list key)`.
+pub(crate) fn remove_lines(
+    session: &mut CacheSession<'_>,
+    places: &[(usize, &[u8])],
+    removals: &HashMap<Vec<u8>, HashSet<Vec<u8>>>,
+    keep_empty: impl Fn(&[u8]) -> bool,
+) -> Result<(), ClientError> {
+    let values = session.mget_at(places, true)?;
+    let writes: Vec<(usize, Write)> = places
+        .iter()
+        .zip(&values)
+        .filter_map(|(&(cmi, key), value)| {
+            let remove = removals.get(key)?;
+            let all = lines(value.as_deref()?);
+            let kept: Vec<&[u8]> = all
+                .iter()
+                .copied()
+                .filter(|line| !remove.contains(*line))
+                .collect();
+            list_write(key, all.len(), &kept, keep_empty(key)).map(|w| (cmi, w))
+        })
+        .collect();
+    if !writes.is_empty() {
+        session.write_at(&writes, false)?;
+    }
+    Ok(())
 }
 
 /// Removes the lines whose seals do not open from the list `key` on every replica, in a session

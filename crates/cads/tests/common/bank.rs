@@ -290,6 +290,30 @@ pub fn assert_nothing_left(cads: &Cads, accounts: &[&str]) {
         keys.push(balance_key(a));
         keys.push(entries_key(a));
     }
+    // Every queue named in SQS is empty, where it is kept.
+    for cmi in 0..client.cmis() {
+        let queues = client
+            .execute(cmi, &cads_protocol::Command::Get(b"SQS"))
+            .unwrap();
+        let cads_protocol::Reply::Bulk(queues) = queues else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&queues).lines() {
+            let name = line.split(' ').next().unwrap();
+            let queue = format!("SQ:{name}");
+            let left = client
+                .execute(cmi, &cads_protocol::Command::Get(queue.as_bytes()))
+                .unwrap();
+            let cads_protocol::Reply::Bulk(left) = left else {
+                continue;
+            };
+            assert!(
+                left.is_empty(),
+                "{queue} still lists sessions: {}",
+                String::from_utf8_lossy(&left)
+            );
+        }
+    }
     for key in keys {
         let mapping = [b"SM:".as_slice(), &key].concat();
         for cmi in 0..client.cmis() {
