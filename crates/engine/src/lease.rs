@@ -779,10 +779,11 @@ impl Engine {
     /// releases the lease. Never fails: the pending version's bytes were reserved when it was made.
     /// `validated`: the session was validated (its shared leases are golden).
     fn commit_hold(&mut self, sid: SessionId, key: &[u8], hold: Hold, validated: bool) {
+        if let Some((charge, pinned)) = hold.pending.as_ref().and_then(|p| p.charge(key)) {
+            self.store.uncharge(charge, pinned);
+        }
         match hold.pending {
             Some(Pending::Value { value, pinned }) => {
-                self.store
-                    .uncharge(entry_charge(key.len(), value.len()), pinned);
                 let leased = self.leases.contains_key(key);
                 let _ = self.store.put(
                     key,
@@ -795,15 +796,9 @@ impl Engine {
                     },
                 );
             }
-            Some(Pending::Append {
-                delta,
-                base_len,
-                pinned,
-            }) => {
-                self.store
-                    .uncharge(entry_charge(key.len(), base_len + delta.len()), pinned);
-                // Only an expiry can have taken the value from under the lease, and what expired
-                // stays gone.
+            Some(Pending::Append { delta, .. }) => {
+                // An expiry, or the session's own ISET, can have taken the value from under the
+                // lease: what is gone stays gone, a miss.
                 if let Some(slot) = self.store.find(key) {
                     let _ = self.store.append(slot, &delta, true);
                 }

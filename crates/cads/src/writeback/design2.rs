@@ -667,6 +667,10 @@ struct Done {
     ids: Vec<String>,
     /// The keys the applied sessions changed, each with the ids of those that did.
     mapped: BTreeMap<Vec<u8>, Vec<String>>,
+    /// Ids found with no object to read (applied and deleted by an applier that did not compact,
+    /// or refused everywhere): which keys they changed is unknown, so they leave every mapping
+    /// compacted with them.
+    unread: Vec<String>,
     /// The queue holds lines whose seals do not open.
     refused_lines: bool,
 }
@@ -739,6 +743,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
                     tracing::warn!(session = %id, "a queued session is refused; its queue goes on");
                 }
                 done.ids.push(id.clone());
+                done.unread.push(id.clone());
             }
         }
     }
@@ -903,19 +908,22 @@ fn compact(cads: &Cads, queue: &str, done: &mut Done) -> Result<()> {
 
 /// Deletes ids from `cads_applied_sessions`.
 fn forget_applied(cads: &Cads, ids: &[String]) -> Result<()> {
-    if ids.is_empty() {
-        return Ok(());
+    // A compaction behind a long backlog holds thousands of ids; a statement takes at most this
+    // many parameters, well under every data store's limit.
+    const PER_STATEMENT: usize = 1000;
+    for chunk in ids.chunks(PER_STATEMENT) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let params: Vec<SqlValue> = chunk.iter().map(|id| SqlValue::Text(id.clone())).collect();
+        with_retries(cads, || {
+            let mut tx = cads.store().begin(cads.config().isolation)?;
+            tx.execute(
+                &format!("DELETE FROM {APPLIED_SESSIONS} WHERE id IN ({marks})"),
+                &params,
+            )?;
+            Ok(tx.commit()?)
+        })?;
     }
-    let marks = vec!["?"; ids.len()].join(", ");
-    let params: Vec<SqlValue> = ids.iter().map(|id| SqlValue::Text(id.clone())).collect();
-    with_retries(cads, || {
-        let mut tx = cads.store().begin(cads.config().isolation)?;
-        tx.execute(
-            &format!("DELETE FROM {APPLIED_SESSIONS} WHERE id IN ({marks})"),
-            &params,
-        )?;
-        Ok(tx.commit()?)
-    })
+    Ok(())
 }
 
 /// Rewrites, in `session`, the queue without the ids in `done` and each mapping without the
@@ -951,7 +959,8 @@ fn remove_ids(
     removals.insert(queue.clone(), sealed_lines(&queue, &done.ids));
     for (key, ids) in &done.mapped {
         let mapping = mapping_key(key);
-        let lines = sealed_lines(&mapping, ids);
+        let mut lines = sealed_lines(&mapping, ids);
+        lines.extend(sealed_lines(&mapping, &done.unread));
         removals.insert(mapping, lines);
     }
     let lists: Vec<Vec<u8>> = removals.keys().cloned().collect();

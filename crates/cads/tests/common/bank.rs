@@ -299,7 +299,8 @@ pub fn assert_nothing_left(cads: &Cads, accounts: &[&str]) {
             continue;
         };
         for line in String::from_utf8_lossy(&queues).lines() {
-            let name = line.split(' ').next().unwrap();
+            // The queue's name, before the line's tag.
+            let name = line.rsplit_once(' ').map_or(line, |(name, _tag)| name);
             let queue = format!("SQ:{name}");
             let left = client
                 .execute(cmi, &cads_protocol::Command::Get(queue.as_bytes()))
