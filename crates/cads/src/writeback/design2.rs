@@ -963,7 +963,9 @@ fn remove_ids(
         lines.extend(sealed_lines(&mapping, &done.unread));
         removals.insert(mapping, lines);
     }
-    let lists: Vec<Vec<u8>> = removals.keys().cloned().collect();
+    // The queue first, then the mappings in key order, as before: leases taken in one order.
+    let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
+    lists.extend(done.mapped.keys().map(|k| mapping_key(k)));
     let places = placed(cads, client, &lists);
     remove_lines(session, &places, &removals, keep_empty)?;
     Ok(Refused::default())
