@@ -154,6 +154,26 @@ fn setrange_is_bounded_by_the_largest_value() {
     assert_eq!(c.int("EXISTS missing"), 0);
 }
 
+/// A session's appends stop at the largest value too, counting what it appended before: up to
+/// it they are taken, one byte past it is an error that stages nothing.
+#[test]
+fn session_appends_are_bounded_by_the_largest_value() {
+    let mut c = Cmi::with(EngineConfig {
+        max_value_bytes: 10,
+        ..EngineConfig::default()
+    });
+    c.ok("SET s abc");
+    assert_eq!(c.int("LAPPEND 1 s defg"), 7);
+    assert_eq!(
+        c.err_text("LAPPEND 1 s hijk"),
+        "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+    );
+    assert_eq!(c.int("LAPPEND 1 s hij"), 10);
+    assert_eq!(c.err_text("LPREPEND 1 s z").split(' ').next(), Some("ERR"));
+    c.ok("LCOMMIT 1");
+    assert_eq!(c.value("GET s"), "abcdefghij");
+}
+
 #[test]
 fn msetnx_sets_all_or_nothing() {
     let mut c = Cmi::wt();
