@@ -71,6 +71,36 @@ fn a_session_append_is_charged_as_the_value_it_makes() {
     );
 }
 
+/// A session's new pending version in place of its own needs room only for what it adds, and
+/// adds all of itself when it turns pinned: markers, which are never refused, may fill the pinned
+/// cap, and a pinned version that stays as large or shrinks is still taken, while an unpinned one
+/// turning pinned is not.
+#[test]
+fn a_pending_version_needs_pinned_room_only_for_what_it_adds() {
+    // The pinned cap less its reserved eighth takes one entry and a marker, not two markers more.
+    let mut cmi = sized(0, EACH * 2);
+    cmi.ok(&format!("LSET 1 p1 {TEN} PIN"));
+    cmi.ok(&format!("LSET 2 u1 {TEN}"));
+    for marker in ["m1", "m2"] {
+        cmi.int(&format!("QAREG 9 {marker}"));
+        cmi.ok(&format!("LMARK 9 {marker}"));
+    }
+    cmi.ok("LCOMMIT 9");
+    assert!(
+        cmi.engine.memory().pinned > EACH * 2 - EACH * 2 / 8,
+        "the cap is full"
+    );
+    cmi.ok(&format!("LSET 1 p1 {TEN} PIN"));
+    cmi.ok("LSET 1 p1 012 PIN");
+    assert_eq!(
+        cmi.err(&format!("LSET 2 u1 {TEN} PIN")),
+        ErrorKind::NotStored,
+        "pinned now: all of it is new to the pinned cap"
+    );
+    cmi.ok("LCOMMIT 1");
+    assert_eq!(cmi.cached("p1").as_deref(), Some("012"));
+}
+
 #[test]
 fn eviction_never_takes_pinned_or_leased_entries() {
     let mut cmi = sized(EACH * 3, 0);
