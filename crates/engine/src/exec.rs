@@ -502,11 +502,8 @@ impl Engine {
                 self.require_write_through()?;
                 self.acquire(sid, key, LeaseKind::Exclusive, Requester::Iq, now)?;
                 let marker = self.markers.contains(key) as i64;
-                let value = self.session_view(sid, key, now).map(|v| v.bytes());
-                Ok(Reply::Array(vec![
-                    value.map_or(Reply::Nil, Reply::Bulk),
-                    Reply::Int(marker),
-                ]))
+                let value = session_value_reply(self.session_view(sid, key, now));
+                Ok(Reply::Array(vec![value, Reply::Int(marker)]))
             }
             C::Sar {
                 sid,

@@ -942,11 +942,12 @@ fn remove_ids(
     let seal = cads.seal()?;
     let queue = queue_key(queue);
     let keep_empty = |key: &[u8]| key == queue.as_slice();
+    // The queue first, then the mappings in key order: leases taken in one order.
+    let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
+    lists.extend(done.mapped.keys().map(|k| mapping_key(k)));
+    let places = placed(cads, client, &lists);
     if done.refused_lines {
         let ids: BTreeSet<&[u8]> = done.ids.iter().map(String::as_bytes).collect();
-        let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
-        lists.extend(done.mapped.keys().map(|k| mapping_key(k)));
-        let places = placed(cads, client, &lists);
         let keep = |_: &[u8], id: &[u8]| !ids.contains(id);
         return Ok(rewrite_lists(seal, session, &places, keep, keep_empty)?);
     }
@@ -963,10 +964,6 @@ fn remove_ids(
         lines.extend(sealed_lines(&mapping, &done.unread));
         removals.insert(mapping, lines);
     }
-    // The queue first, then the mappings in key order, as before: leases taken in one order.
-    let mut lists: Vec<Vec<u8>> = vec![queue.clone()];
-    lists.extend(done.mapped.keys().map(|k| mapping_key(k)));
-    let places = placed(cads, client, &lists);
     remove_lines(session, &places, &removals, keep_empty)?;
     Ok(Refused::default())
 }

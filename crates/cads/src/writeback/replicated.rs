@@ -185,9 +185,28 @@ fn list_write(key: &[u8], count: usize, kept: &[&[u8]], keep_empty: bool) -> Opt
 }
 
 /// Reads the lists at `places` in `session` under exclusive leases (so that no writer's line is
-/// lost) and rewrites each with [`filter_list`]: only the lines whose seals open and that
-/// `keep(list key, payload)` accepts stay; an emptied list goes unless `keep_empty(list key)`.
-/// Returns the lines refused, to be counted once the session commits.
+/// lost) and writes back, on each replica, what `rewrite(list key, list)` makes of it (nothing
+/// where it returns `None`).
+fn rewrite_each(
+    session: &mut CacheSession<'_>,
+    places: &[(usize, &[u8])],
+    mut rewrite: impl FnMut(&[u8], &[u8]) -> Option<Write>,
+) -> Result<(), ClientError> {
+    let values = session.mget_at(places, true)?;
+    let writes: Vec<(usize, Write)> = places
+        .iter()
+        .zip(&values)
+        .filter_map(|(&(cmi, key), value)| rewrite(key, value.as_deref()?).map(|w| (cmi, w)))
+        .collect();
+    if !writes.is_empty() {
+        session.write_at(&writes, false)?;
+    }
+    Ok(())
+}
+
+/// Rewrites the lists at `places` ([`rewrite_each`]) with [`filter_list`]: only the lines whose
+/// seals open and that `keep(list key, payload)` accepts stay; an emptied list goes unless
+/// `keep_empty(list key)`. Returns the lines refused, to be counted once the session commits.
 pub(crate) fn rewrite_lists(
     seal: &Seal,
     session: &mut CacheSession<'_>,
@@ -195,54 +214,35 @@ pub(crate) fn rewrite_lists(
     keep: impl Fn(&[u8], &[u8]) -> bool,
     keep_empty: impl Fn(&[u8]) -> bool,
 ) -> Result<Refused, ClientError> {
-    let values = session.mget_at(places, true)?;
     let mut refused = Refused::default();
-    let writes: Vec<(usize, Write)> = places
-        .iter()
-        .zip(&values)
-        .filter_map(|(&(cmi, key), value)| {
-            let list = value.as_deref()?;
-            let keep_line = |payload: &[u8]| keep(key, payload);
-            filter_list(seal, key, list, keep_line, keep_empty(key), &mut refused).map(|w| (cmi, w))
-        })
-        .collect();
-    if !writes.is_empty() {
-        session.write_at(&writes, false)?;
-    }
+    rewrite_each(session, places, |key, list| {
+        let keep_line = |payload: &[u8]| keep(key, payload);
+        filter_list(seal, key, list, keep_line, keep_empty(key), &mut refused)
+    })?;
     Ok(refused)
 }
 
-/// Reads the lists at `places` in `session` under exclusive leases and removes from each the
-/// lines `removals` names for it, compared byte for byte (sealed lines without their line break),
-/// without opening the others: a compaction knows the sealed lines of what it applied, and
-/// checking the MAC of every line a long list keeps would cost one each time. Lines whose seals
-/// do not open stay, for the readers that open them to remove. An emptied list goes unless
-/// `keep_empty(list key)`.
+/// Rewrites the lists at `places` ([`rewrite_each`]) without the lines `removals` names for each,
+/// compared byte for byte (sealed lines without their line break), opening none of the others: a
+/// compaction knows the sealed lines of what it applied, and checking the MAC of every line a
+/// long list keeps would cost one each time. Lines whose seals do not open stay, for the readers
+/// that open them to remove. An emptied list goes unless `keep_empty(list key)`.
 pub(crate) fn remove_lines(
     session: &mut CacheSession<'_>,
     places: &[(usize, &[u8])],
     removals: &HashMap<Vec<u8>, HashSet<Vec<u8>>>,
     keep_empty: impl Fn(&[u8]) -> bool,
 ) -> Result<(), ClientError> {
-    let values = session.mget_at(places, true)?;
-    let writes: Vec<(usize, Write)> = places
-        .iter()
-        .zip(&values)
-        .filter_map(|(&(cmi, key), value)| {
-            let remove = removals.get(key)?;
-            let all = lines(value.as_deref()?);
-            let kept: Vec<&[u8]> = all
-                .iter()
-                .copied()
-                .filter(|line| !remove.contains(*line))
-                .collect();
-            list_write(key, all.len(), &kept, keep_empty(key)).map(|w| (cmi, w))
-        })
-        .collect();
-    if !writes.is_empty() {
-        session.write_at(&writes, false)?;
-    }
-    Ok(())
+    rewrite_each(session, places, |key, list| {
+        let remove = removals.get(key)?;
+        let all = lines(list);
+        let kept: Vec<&[u8]> = all
+            .iter()
+            .copied()
+            .filter(|line| !remove.contains(*line))
+            .collect();
+        list_write(key, all.len(), &kept, keep_empty(key))
+    })
 }
 
 /// Removes the lines whose seals do not open from the list `key` on every replica, in a session
