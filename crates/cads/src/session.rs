@@ -2,6 +2,7 @@
 //! `writeStatement`, `preCommitSession`, `commitSession` and `abortSession` (000 §5.2,
 //! Algorithms 8-11).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -75,6 +76,9 @@ pub struct Session<'a> {
     sas: Option<SasSession>,
     /// CPR: the interval leases of the session's range writes, held until it ends.
     cpr: SessionLeases,
+    /// Values this session found cached under its shared leases: a change computed from one of
+    /// them (`CacheChange::Modify`) starts from it instead of reading it again (see `stage`).
+    read_values: HashMap<Vec<u8>, Vec<u8>>,
 }
 
 impl<'a> Session<'a> {
@@ -125,6 +129,7 @@ impl<'a> Session<'a> {
             routes,
             sas: cads.sas_node().map(SasSession::new),
             cpr: SessionLeases::default(),
+            read_values: HashMap::new(),
         }
     }
 
@@ -440,6 +445,7 @@ impl<'a> Session<'a> {
         if values.iter().all(Option::is_some) {
             let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
             if let Some(output) = cs.result_from_cache(query, &cached) {
+                self.read_values.extend(keys.into_iter().zip(cached));
                 return Ok(output);
             }
         } else if let Some(output) = self.transfer_working_set(cs, query, &keys, &values) {
@@ -1367,6 +1373,13 @@ impl<'a> Session<'a> {
             };
             writes.push((cmi, write));
         }
+        // A value the session read under its shared lease is still the cached one (a writer's
+        // exclusive lease would have wounded the session, and the CMI would answer ABORT to the
+        // write), so its change is computed here and written, the write upgrading the lease;
+        // only the others are read first, under exclusive leases.
+        let (known, modify): (Vec<_>, Vec<_>) = modify
+            .into_iter()
+            .partition(|(key, _)| self.read_values.contains_key(key));
         let mut reads: Vec<(usize, Vec<u8>)> = modify
             .iter()
             .map(|(key, _)| (client.route(key), key.clone()))
@@ -1382,10 +1395,20 @@ impl<'a> Session<'a> {
                 reads.iter().map(|(c, k)| (*c, k.as_slice())).collect();
             cache.mget_at(&places, true)?
         };
-        for ((key, list), value) in modify.into_iter().zip(&values) {
+        let known = known.into_iter().map(|(key, list)| {
+            let value = self.read_values.remove(&key);
+            (key, list, value)
+        });
+        let read = modify
+            .into_iter()
+            .zip(&values)
+            .map(|((key, list), value)| (key, list, value.clone()));
+        let mut modified: Vec<_> = known.chain(read).collect();
+        modified.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, list, value) in modified {
             // Not cached: nothing to change; the exclusive lease keeps fills out until commit.
             let Some(current) = value else { continue };
-            let mut next = Some(current.clone());
+            let mut next = Some(current);
             for change in list {
                 next = change.apply(next);
             }

@@ -179,6 +179,56 @@ fn a_write_through_change_computed_from_the_cached_value_reads_it_first() {
     assert_eq!((d.stored("c0"), d.stored("c1")), (2, 2));
 }
 
+/// Write-through: a change computed from a value the session read under its shared lease starts
+/// from that value, upgrading the lease with the write: the read, the write with the validation,
+/// and the commit, three round trips where reading the value again took four.
+#[test]
+fn a_change_of_a_value_the_session_read_does_not_read_it_again() {
+    let d = Deployment::start(Policy::WriteThrough);
+    d.counters(1);
+    let cads = d.cads(Config::default());
+    let client = cads.cache().unwrap();
+    let c0 = "c0".to_string();
+    cads.run(|s| s.read(&Counters, &c0)).unwrap();
+    let read_and_write_twice = round_trips(&cads, |s| {
+        assert_eq!(s.read(&Counters, &c0).unwrap(), 0);
+        s.write(&Counters, &c0).unwrap();
+        s.write(&Counters, &c0).unwrap();
+    });
+    assert_eq!(read_and_write_twice, 3);
+    assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"2".to_vec()));
+    assert_eq!(d.stored("c0"), 2);
+}
+
+/// Write-through: a writer that changes a key after a session read it wounds that session, whose
+/// change computed from the value it read is then refused (`ABORT`) rather than cached: the
+/// session runs again from the new value, and the cache ends with both writes.
+#[test]
+fn a_change_computed_from_a_read_that_a_writer_overtook_runs_again() {
+    let d = Deployment::start(Policy::WriteThrough);
+    d.counters(1);
+    let cads = d.cads(Config::default());
+    let client = cads.cache().unwrap();
+    let c0 = "c0".to_string();
+    cads.run(|s| s.read(&Counters, &c0)).unwrap();
+    let mut attempts = 0;
+    cads.run(|s| {
+        attempts += 1;
+        let read = s.read(&Counters, &c0)?;
+        if attempts == 1 {
+            // Another session's write, between this session's read and its writes.
+            cads.run(|other| other.write(&Counters, &c0)).unwrap();
+        }
+        assert_eq!(read, attempts - 1, "attempt {attempts} read");
+        s.write(&Counters, &c0)?;
+        s.write(&Counters, &c0)
+    })
+    .unwrap();
+    assert_eq!(attempts, 2, "the overtaken session ran again");
+    assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"3".to_vec()));
+    assert_eq!(d.stored("c0"), 3);
+}
+
 /// Write-through: a document update is staged on the CMI (`LUPDATE`) with its validation and
 /// committed, two round trips, however many updates of the document the session makes (two of
 /// one field travel as an array of change objects); the cached copy then matches the stored

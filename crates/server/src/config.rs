@@ -55,8 +55,8 @@ pub struct Options {
     #[arg(long, value_name = "MS")]
     pub lease_ms: Option<u64>,
 
-    /// How long an aborted session is remembered so its late calls still get ABORT, in ms.
-    /// [default: 60000]
+    /// How long an aborted session is remembered so its late calls still get ABORT, in ms; at
+    /// least --max-session-ms. [default: 60000, or --max-session-ms if longer]
     #[arg(long, value_name = "MS")]
     pub tombstone_ms: Option<u64>,
 
@@ -312,6 +312,9 @@ impl Config {
             None => maxmemory / 4,
         };
         let lease_ms = o.lease_ms.unwrap_or(500);
+        let max_session_ms = o
+            .max_session_ms
+            .unwrap_or_else(|| lease_ms.saturating_mul(5));
         let mode_name = o.mode.as_deref().unwrap_or("write-through");
         let mode = Mode::parse(mode_name).with_context(|| {
             format!("--mode: unknown mode '{mode_name}' (write-around, write-through, write-back)")
@@ -336,10 +339,8 @@ impl Config {
             max_pinned_memory,
             eviction,
             lease_ms,
-            tombstone_ms: o.tombstone_ms.unwrap_or(60_000),
-            max_session_ms: o
-                .max_session_ms
-                .unwrap_or_else(|| lease_ms.saturating_mul(5)),
+            tombstone_ms: o.tombstone_ms.unwrap_or(60_000.max(max_session_ms)),
+            max_session_ms,
             max_session_memory,
             requirepass: o.requirepass.filter(|p| !p.is_empty()),
             tls_cert: o.tls_cert,
@@ -384,6 +385,15 @@ impl Config {
                 "--max-session-ms ({}) must be at least --lease-ms ({})",
                 self.max_session_ms,
                 self.lease_ms
+            );
+        }
+        // A session's late calls must meet its tombstone: a call that found the session
+        // forgotten would open a new one under its id, validating what the old one read.
+        if self.tombstone_ms < self.max_session_ms {
+            bail!(
+                "--tombstone-ms ({}) must be at least --max-session-ms ({})",
+                self.tombstone_ms,
+                self.max_session_ms
             );
         }
         if self.max_bulk == 0 || self.max_request < self.max_bulk {
@@ -465,6 +475,21 @@ mod tests {
             ..Options::default()
         })
         .contains("past port"));
+        assert!(bad(Options {
+            tombstone_ms: Some(2_000),
+            lease_ms: Some(500),
+            ..Options::default()
+        })
+        .contains("--tombstone-ms (2000) must be at least --max-session-ms (2500)"));
+        let long_leases = Config::resolve(Options {
+            lease_ms: Some(30_000),
+            ..Options::default()
+        })
+        .unwrap();
+        assert_eq!(
+            long_leases.tombstone_ms, 150_000,
+            "follows --max-session-ms"
+        );
     }
 
     #[test]
