@@ -76,9 +76,11 @@ pub struct Session<'a> {
     sas: Option<SasSession>,
     /// CPR: the interval leases of the session's range writes, held until it ends.
     cpr: SessionLeases,
-    /// Values this session found cached under its shared leases: a change computed from one of
-    /// them (`CacheChange::Modify`) starts from it instead of reading it again (see `stage`).
-    read_values: HashMap<Vec<u8>, Vec<u8>>,
+    /// Values this session found cached under its shared leases: a change that needs the cached
+    /// value starts from it instead of reading it again (see `stage`). `None` for a key the
+    /// session filled itself: its fill is pending under a shared lease that a write would not
+    /// upgrade (PROTOCOL, `LSET`), so a change of it reads it under an exclusive lease first.
+    read_values: HashMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
 impl<'a> Session<'a> {
@@ -445,7 +447,12 @@ impl<'a> Session<'a> {
         if values.iter().all(Option::is_some) {
             let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
             if let Some(output) = cs.result_from_cache(query, &cached) {
-                self.read_values.extend(keys.into_iter().zip(cached));
+                for (key, value) in keys.into_iter().zip(cached) {
+                    // A key this session filled stays `None` (see `read_values`).
+                    if let Some(known) = self.read_values.entry(key).or_insert(Some(Vec::new())) {
+                        *known = value;
+                    }
+                }
                 return Ok(output);
             }
         } else if let Some(output) = self.transfer_working_set(cs, query, &keys, &values) {
@@ -483,6 +490,9 @@ impl<'a> Session<'a> {
                 .iter()
                 .map(|(k, v)| (k.as_slice(), v.as_slice()))
                 .collect();
+            for (key, _) in &fills {
+                self.read_values.insert(key.clone(), None);
+            }
             match self.cache.as_mut().expect("checked").mset(&pairs, false) {
                 Ok(()) => {}
                 // No room to cache the result: the read still succeeds.
@@ -1379,7 +1389,8 @@ impl<'a> Session<'a> {
         // only the others are read first, under exclusive leases.
         let (known, modify): (Vec<_>, Vec<_>) = modify
             .into_iter()
-            .partition(|(key, _)| self.read_values.contains_key(key));
+            .partition(|(key, _)| matches!(self.read_values.get(key), Some(Some(_))));
+        let from_reads = !known.is_empty();
         let mut reads: Vec<(usize, Vec<u8>)> = modify
             .iter()
             .map(|(key, _)| (client.route(key), key.clone()))
@@ -1396,7 +1407,7 @@ impl<'a> Session<'a> {
             cache.mget_at(&places, true)?
         };
         let known = known.into_iter().map(|(key, list)| {
-            let value = self.read_values.remove(&key);
+            let value = self.read_values.remove(&key).flatten();
             (key, list, value)
         });
         let read = modify
@@ -1435,7 +1446,13 @@ impl<'a> Session<'a> {
         if writes.is_empty() && !validate {
             return Ok(());
         }
-        let written = cache.write_at(&writes, validate)?;
+        let written = if from_reads {
+            // A CMI that forgot the session (it outlived its tombstone) must not take writes
+            // computed from its reads for a new session's.
+            cache.write_at_after_validating(&writes, validate)?
+        } else {
+            cache.write_at(&writes, validate)?
+        };
         if let Some(staging) = staging {
             staging.finish(self.cads, cache, &written[own..], validate)?;
         }

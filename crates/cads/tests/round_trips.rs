@@ -1,8 +1,8 @@
 //! What a session costs in cache round trips, counted by the client: a write whose change needs
 //! no cached value (a set, an append, an increment) is staged and validated in one round trip and
-//! committed in another; a change computed from the cached value reads it first; write-back
-//! validates once, after its last staged write. The counts are the design's (see
-//! `Session::stage`), and each test also checks what the cache then holds.
+//! committed in another; a change computed from the cached value reads it first, unless the
+//! session read it already; write-back validates once, after its last staged write. The counts
+//! are the design's (see `Session::stage`), and each test also checks what the cache then holds.
 
 mod common;
 
@@ -227,6 +227,64 @@ fn a_change_computed_from_a_read_that_a_writer_overtook_runs_again() {
     assert_eq!(attempts, 2, "the overtaken session ran again");
     assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"3".to_vec()));
     assert_eq!(d.stored("c0"), 3);
+}
+
+/// Write-through: a session stalled until its CMI forgot it (its leases ran out, then its
+/// tombstone) while another session changed the key it read: its write computed from that read
+/// is refused by the `LVALIDATE` sent before it, not taken for a new session's, and the session
+/// runs again from the new value.
+#[test]
+fn a_change_computed_from_a_read_the_cmi_forgot_runs_again() {
+    let short = |o: &mut cads_testkit::CmiOptions| {
+        o.lease_ms = Some(200);
+        o.max_session_ms = Some(200);
+        o.tombstone_ms = Some(200);
+    };
+    let d = Deployment::start_with(Policy::WriteThrough, 2, short);
+    d.counters(1);
+    let cads = d.cads(Config::default());
+    let client = cads.cache().unwrap();
+    let c0 = "c0".to_string();
+    cads.run(|s| s.read(&Counters, &c0)).unwrap();
+    let mut attempts = 0;
+    cads.run(|s| {
+        attempts += 1;
+        let read = s.read(&Counters, &c0)?;
+        if attempts == 1 {
+            // Well past the session's lease and its tombstone, on any machine.
+            std::thread::sleep(Duration::from_secs(1));
+            cads.run(|other| other.write(&Counters, &c0)).unwrap();
+        }
+        s.write(&Counters, &c0)?;
+        s.write(&Counters, &c0)?;
+        Ok(read)
+    })
+    .unwrap();
+    assert!(attempts >= 2, "the forgotten session ran again");
+    assert_eq!(d.stored("c0"), 3);
+    assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"3".to_vec()));
+}
+
+/// Write-through: a key the session filled itself is read under an exclusive lease before a
+/// change computed from it, even after the session read its own fill: the fill is pending under
+/// the shared lease, which the write would keep rather than upgrade.
+#[test]
+fn a_change_of_a_key_the_session_filled_reads_it_under_an_exclusive_lease() {
+    let d = Deployment::start(Policy::WriteThrough);
+    d.counters(1);
+    let cads = d.cads(Config::default());
+    let client = cads.cache().unwrap();
+    let c0 = "c0".to_string();
+    let fill_read_and_write_twice = round_trips(&cads, |s| {
+        assert_eq!(s.read(&Counters, &c0).unwrap(), 0, "a miss, filled");
+        assert_eq!(s.read(&Counters, &c0).unwrap(), 0, "its own fill");
+        s.write(&Counters, &c0).unwrap();
+        s.write(&Counters, &c0).unwrap();
+    });
+    // The miss, the fill, the second read, the exclusive read, the writes, the commit.
+    assert_eq!(fill_read_and_write_twice, 6);
+    assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"2".to_vec()));
+    assert_eq!(d.stored("c0"), 2);
 }
 
 /// Write-through: a document update is staged on the CMI (`LUPDATE`) with its validation and

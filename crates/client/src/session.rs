@@ -833,6 +833,18 @@ impl<'c> Session<'c> {
         self.pipeline_writes(writes, true, true)
     }
 
+    /// [`write_at`](Self::write_at) preceded, on each CMI where the session already holds
+    /// leases, by an `LVALIDATE` in the same round trip: for writes computed from what the
+    /// session read there, which a CMI that forgot the session must refuse rather than take for
+    /// a new session's (see [`validate_and_write_at`](Self::validate_and_write_at)).
+    pub fn write_at_after_validating(
+        &mut self,
+        writes: &[(usize, Write)],
+        validate: bool,
+    ) -> Result<Vec<Written>> {
+        self.pipeline_writes(writes, true, validate)
+    }
+
     fn pipeline_writes(
         &mut self,
         writes: &[(usize, Write)],
@@ -887,11 +899,17 @@ impl<'c> Session<'c> {
             }
         }
         let sid = self.id;
+        // A CMI the session holds no lease on yet does not know it: LVALIDATE would be ABORT.
+        let validated_first: Vec<bool> = groups
+            .iter()
+            .map(|(cmi, _)| validate_first && !self.held[*cmi].is_empty())
+            .collect();
         let commands: Vec<(usize, Vec<Command<'_>>)> = groups
             .iter()
-            .map(|(cmi, idx)| {
+            .zip(&validated_first)
+            .map(|((cmi, idx), &first)| {
                 let mut list: Vec<Command<'_>> = Vec::with_capacity(idx.len() + 2);
-                if validate_first {
+                if first {
                     list.push(Command::LValidate(sid));
                 }
                 list.extend(idx.iter().map(|&i| writes[i].1.command(sid)));
@@ -916,9 +934,11 @@ impl<'c> Session<'c> {
             return Err(self.aborted_by(reply));
         }
         let mut retry = Vec::new();
-        for ((cmi, list), (_, idx)) in replies.into_iter().zip(&groups) {
+        for (((cmi, list), (_, idx)), first) in
+            replies.into_iter().zip(&groups).zip(validated_first)
+        {
             let mut list = list.into_iter();
-            if validate_first {
+            if first {
                 let reply = list.next().expect("a reply per command");
                 if let Err(e) = ok(reply) {
                     *failure = Some(e);
