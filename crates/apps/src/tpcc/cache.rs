@@ -264,6 +264,145 @@ impl<E: Entity> CacheStore for Rows<'_, E> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The rows a New-Order or a Payment starts from
+// ---------------------------------------------------------------------------------------------
+
+/// The WAREHOUSE and DISTRICT rows a New-Order or a Payment starts from, with the CUSTOMER row
+/// when its id is known and, for New-Order over a cache, the district's recent orders (which it
+/// changes): read together, one cache round trip instead of one per row, and the recent orders
+/// read under the session's lease need no read of their own when the session changes them.
+pub struct OpeningRows<'a>(pub &'a Db);
+
+/// What [`OpeningRows`] reads.
+#[derive(Clone, Debug)]
+pub struct OpeningQuery {
+    /// The warehouse.
+    pub w: u32,
+    /// The district, in warehouse `w`.
+    pub d: u32,
+    /// The customer `(w, d, c)`, when known by id.
+    pub customer: Option<(u32, u32, u32)>,
+    /// Read the district's recent orders too.
+    pub recent: bool,
+    /// Lock the district row (the data store alone: see [`RowsQuery`]).
+    pub lock_district: bool,
+    /// Lock the customer row (likewise).
+    pub lock_customer: bool,
+}
+
+/// What [`OpeningRows`] found: `None` for a row the database lacks, and for what was not asked.
+#[derive(Debug)]
+pub struct Opening {
+    /// The WAREHOUSE row.
+    pub warehouse: Option<Warehouse>,
+    /// The DISTRICT row.
+    pub district: Option<District>,
+    /// The CUSTOMER row, if asked for.
+    pub customer: Option<Customer>,
+    /// The district's recent orders, if asked for.
+    pub recent: Option<RecentOrders>,
+}
+
+impl OpeningQuery {
+    fn district(&self) -> RowId {
+        RowId::in_warehouse(self.w, self.d)
+    }
+}
+
+impl CacheStore for OpeningRows<'_> {
+    type Query = OpeningQuery;
+    type Write = Infallible;
+    type Output = Opening;
+
+    fn keys_read(&self, q: &OpeningQuery) -> Vec<Vec<u8>> {
+        let mut keys = vec![warehouse_key(q.w), district_key(q.w, q.d)];
+        keys.extend(q.customer.map(|(w, d, c)| customer_key(w, d, c)));
+        if q.recent {
+            keys.push(recent_lines_key(q.w, q.d));
+        }
+        keys
+    }
+
+    fn result_from_cache(&self, q: &OpeningQuery, values: &[Vec<u8>]) -> Option<Opening> {
+        let mut values = values.iter();
+        let mut next = || values.next().map(Vec::as_slice);
+        Some(Opening {
+            warehouse: decode(next()?)?,
+            district: decode(next()?)?,
+            customer: match q.customer {
+                Some(_) => decode(next()?)?,
+                None => None,
+            },
+            recent: match q.recent {
+                true => Some(serde_json::from_slice(next()?).ok()?),
+                false => None,
+            },
+        })
+    }
+
+    fn query_store(&self, q: &OpeningQuery, tx: &mut StoreTx<'_>) -> Result<Opening, StoreError> {
+        fn one<E: Entity>(
+            db: &Db,
+            id: RowId,
+            for_update: bool,
+            tx: &mut StoreTx<'_>,
+        ) -> Result<Option<E>, StoreError> {
+            let query = RowsQuery {
+                ids: vec![id],
+                for_update,
+            };
+            Ok(Rows::<E>::new(db).query_store(&query, tx)?.pop().flatten())
+        }
+        let db = self.0;
+        Ok(Opening {
+            warehouse: one(db, RowId::top(q.w), false, tx)?,
+            district: one(db, q.district(), q.lock_district, tx)?,
+            customer: match q.customer {
+                Some((w, d, c)) => one(db, RowId::in_district(w, d, c), q.lock_customer, tx)?,
+                None => None,
+            },
+            recent: match q.recent {
+                true => Some(RecentLines(db).query_store(&(q.w, q.d), tx)?),
+                false => None,
+            },
+        })
+    }
+
+    fn entries(&self, q: &OpeningQuery, o: &Opening) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut entries = vec![
+            (warehouse_key(q.w), encode(o.warehouse.as_ref())),
+            (district_key(q.w, q.d), encode(o.district.as_ref())),
+        ];
+        if let Some((w, d, c)) = q.customer {
+            entries.push((customer_key(w, d, c), encode(o.customer.as_ref())));
+        }
+        if let Some(recent) = &o.recent {
+            entries.extend(RecentLines(self.0).entries(&(q.w, q.d), recent));
+        }
+        entries
+    }
+
+    /// New-Order sessions not yet applied leave query result changes for the recent orders only
+    /// (see `Writes::result_changes`).
+    fn fold_result_changes(&self, q: &OpeningQuery, o: &mut Opening, changes: &[Vec<u8>]) -> bool {
+        match &mut o.recent {
+            Some(recent) => RecentLines(self.0).fold_result_changes(&(q.w, q.d), recent, changes),
+            None => false,
+        }
+    }
+
+    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
+        match *w {}
+    }
+    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+        match *w {}
+    }
+    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
+        match *w {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Orders with their lines
 // ---------------------------------------------------------------------------------------------
 

@@ -13,14 +13,13 @@ use cads::{CacheStore, Cads, Policy, Session};
 
 use super::cache::{
     apply_stock_change, CustomersByName, Db, Delivered, DeliveryWrite, LastOrders, LastOrdersQuery,
-    NamesQuery, NewOrderWrite, OldestNewOrders, OldestQuery, Orders, OrdersQuery, PaymentWrite,
-    RecentLines, Rows, RowsQuery, StockChange, TpccWrite, Writes,
+    NamesQuery, NewOrderWrite, OldestNewOrders, OldestQuery, Opening, OpeningQuery, OpeningRows,
+    Orders, OrdersQuery, PaymentWrite, RecentLines, Rows, RowsQuery, StockChange, TpccWrite,
+    Writes,
 };
 use super::load::now_ms;
 use super::random::{last_name, nurand, uniform, C_ID, C_LAST_RUN, OL_I_ID};
-use super::rows::{
-    Customer, District, History, Item, Order, OrderLine, OrderRow, RowId, Stock, Warehouse,
-};
+use super::rows::{Customer, History, Item, Order, OrderLine, OrderRow, RowId, Stock};
 use super::{Scale, DISTRICTS};
 use crate::generator::Rng;
 
@@ -407,6 +406,13 @@ impl Reader<'_, '_, '_> {
             .ok_or_else(|| cads::Error::App(format!("missing {} row {id:?}", E::TAG)))
     }
 
+    /// The rows a New-Order or a Payment starts from, in one read (see [`OpeningRows`]).
+    fn opening(&mut self, mut q: OpeningQuery) -> cads::Result<Opening> {
+        q.lock_district &= self.lock;
+        q.lock_customer &= self.lock;
+        self.read(&OpeningRows(self.db), &q)
+    }
+
     /// With the data store alone, a read-write transaction begins its SQL transaction before it
     /// reads, so its reads and locks belong to it.
     fn begin_writing(&mut self) -> cads::Result<()> {
@@ -443,9 +449,18 @@ impl Reader<'_, '_, '_> {
     /// New-Order (clause 2.4.2).
     fn new_order(&mut self, w: u32, d: u32, c: u32, lines: &[LineInput]) -> cads::Result<()> {
         self.begin_writing()?;
-        let _warehouse: Warehouse = self.row(RowId::top(w), false)?;
-        let district: District = self.row(RowId::in_warehouse(w, d), true)?;
-        let _customer: Customer = self.row(RowId::in_district(w, d, c), false)?;
+        // With a cache, the district's recent orders too, which this session changes.
+        let opening = self.opening(OpeningQuery {
+            w,
+            d,
+            customer: Some((w, d, c)),
+            recent: !self.lock,
+            lock_district: true,
+            lock_customer: false,
+        })?;
+        present(opening.warehouse, "warehouse", w)?;
+        let district = present(opening.district, "district", (w, d))?;
+        present(opening.customer, "customer", (w, d, c))?;
         let mut item_ids: Vec<u32> = lines.iter().map(|l| l.item).collect();
         item_ids.sort_unstable();
         item_ids.dedup();
@@ -539,10 +554,27 @@ impl Reader<'_, '_, '_> {
         amount: i64,
     ) -> cads::Result<()> {
         self.begin_writing()?;
-        let warehouse: Warehouse = self.row(RowId::top(w), false)?;
-        let district: District = self.row(RowId::in_warehouse(w, d), false)?;
-        let c = self.customer_id(cw, cd, customer)?;
-        let customer: Customer = self.row(RowId::in_district(cw, cd, c), true)?;
+        let by_id = match customer {
+            CustomerRef::Id(c) => Some((cw, cd, *c)),
+            CustomerRef::Last(_) => None,
+        };
+        let opening = self.opening(OpeningQuery {
+            w,
+            d,
+            customer: by_id,
+            recent: false,
+            lock_district: false,
+            lock_customer: true,
+        })?;
+        let warehouse = present(opening.warehouse, "warehouse", w)?;
+        let district = present(opening.district, "district", (w, d))?;
+        let (c, customer) = match (by_id, opening.customer) {
+            (Some((_, _, c)), customer) => (c, present(customer, "customer", (cw, cd, c))?),
+            (None, _) => {
+                let c = self.customer_id(cw, cd, customer)?;
+                (c, self.row(RowId::in_district(cw, cd, c), true)?)
+            }
+        };
         let new_data = (customer.credit == "BC").then(|| {
             let mut data = format!(
                 "{c} {cd} {cw} {d} {w} {}.{:02} | {}",
@@ -656,6 +688,11 @@ impl Reader<'_, '_, '_> {
             .filter(|s| s.quantity < threshold)
             .count())
     }
+}
+
+/// A row the database must have; its absence is an error of the database.
+fn present<T>(row: Option<T>, what: &str, id: impl fmt::Debug) -> cads::Result<T> {
+    row.ok_or_else(|| cads::Error::App(format!("missing {what} row {id:?}")))
 }
 
 #[cfg(test)]
