@@ -77,10 +77,8 @@ pub struct Session<'a> {
     /// CPR: the interval leases of the session's range writes, held until it ends.
     cpr: SessionLeases,
     /// Values this session found cached under its shared leases: a change that needs the cached
-    /// value starts from it instead of reading it again (see `stage`). `None` for a key the
-    /// session filled itself: its fill is pending under a shared lease that a write would not
-    /// upgrade (PROTOCOL, `LSET`), so a change of it reads it under an exclusive lease first.
-    read_values: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// value starts from it instead of reading it again (see `stage`).
+    read_values: HashMap<Vec<u8>, Vec<u8>>,
 }
 
 impl<'a> Session<'a> {
@@ -447,12 +445,7 @@ impl<'a> Session<'a> {
         if values.iter().all(Option::is_some) {
             let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
             if let Some(output) = cs.result_from_cache(query, &cached) {
-                for (key, value) in keys.into_iter().zip(cached) {
-                    // A key this session filled stays `None` (see `read_values`).
-                    if let Some(known) = self.read_values.entry(key).or_insert(Some(Vec::new())) {
-                        *known = value;
-                    }
-                }
+                self.read_values.extend(keys.into_iter().zip(cached));
                 return Ok(output);
             }
         } else if let Some(output) = self.transfer_working_set(cs, query, &keys, &values) {
@@ -490,9 +483,6 @@ impl<'a> Session<'a> {
                 .iter()
                 .map(|(k, v)| (k.as_slice(), v.as_slice()))
                 .collect();
-            for (key, _) in &fills {
-                self.read_values.insert(key.clone(), None);
-            }
             match self.cache.as_mut().expect("checked").mset(&pairs, false) {
                 Ok(()) => {}
                 // No room to cache the result: the read still succeeds.
@@ -1383,14 +1373,12 @@ impl<'a> Session<'a> {
             };
             writes.push((cmi, write));
         }
-        // A value the session read under its shared lease is still the cached one (a writer's
-        // exclusive lease would have wounded the session, and the CMI would answer ABORT to the
-        // write), so its change is computed here and written, the write upgrading the lease;
-        // only the others are read first, under exclusive leases.
+        // A value the session read is computed from here and written, with a check in the same
+        // pipeline that it is still the key's value (see `Write::Expect`); only the others are
+        // read first, under exclusive leases.
         let (known, modify): (Vec<_>, Vec<_>) = modify
             .into_iter()
-            .partition(|(key, _)| matches!(self.read_values.get(key), Some(Some(_))));
-        let from_reads = !known.is_empty();
+            .partition(|(key, _)| self.read_values.contains_key(key));
         let mut reads: Vec<(usize, Vec<u8>)> = modify
             .iter()
             .map(|(key, _)| (client.route(key), key.clone()))
@@ -1407,23 +1395,34 @@ impl<'a> Session<'a> {
             cache.mget_at(&places, true)?
         };
         let known = known.into_iter().map(|(key, list)| {
-            let value = self.read_values.remove(&key).flatten();
-            (key, list, value)
+            let value = self.read_values.remove(&key);
+            (key, list, value, true)
         });
         let read = modify
             .into_iter()
             .zip(&values)
-            .map(|((key, list), value)| (key, list, value.clone()));
+            .map(|((key, list), value)| (key, list, value.clone(), false));
         let mut modified: Vec<_> = known.chain(read).collect();
         modified.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, list, value) in modified {
+        let mut expected = Vec::new();
+        for (key, list, value, known) in modified {
             // Not cached: nothing to change; the exclusive lease keeps fills out until commit.
             let Some(current) = value else { continue };
+            let cmi = client.route(&key);
+            if known {
+                expected.push(writes.len());
+                writes.push((
+                    cmi,
+                    Write::Expect {
+                        key: key.clone(),
+                        value: current.clone(),
+                    },
+                ));
+            }
             let mut next = Some(current);
             for change in list {
                 next = change.apply(next);
             }
-            let cmi = client.route(&key);
             writes.push(match next {
                 Some(value) => (
                     cmi,
@@ -1446,13 +1445,15 @@ impl<'a> Session<'a> {
         if writes.is_empty() && !validate {
             return Ok(());
         }
-        let written = if from_reads {
-            // A CMI that forgot the session (it outlived its tombstone) must not take writes
-            // computed from its reads for a new session's.
-            cache.write_at_after_validating(&writes, validate)?
-        } else {
-            cache.write_at(&writes, validate)?
-        };
+        let written = cache.write_at(&writes, validate)?;
+        if expected
+            .iter()
+            .any(|&i| written[i] != cads_client::Written::Matched(true))
+        {
+            return Err(ClientError::Aborted {
+                reason: "a value the session read was no longer the key's at its write".into(),
+            });
+        }
         if let Some(staging) = staging {
             staging.finish(self.cads, cache, &written[own..], validate)?;
         }

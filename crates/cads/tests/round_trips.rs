@@ -230,9 +230,9 @@ fn a_change_computed_from_a_read_that_a_writer_overtook_runs_again() {
 }
 
 /// Write-through: a session stalled until its CMI forgot it (its leases ran out, then its
-/// tombstone) while another session changed the key it read: its write computed from that read
-/// is refused by the `LVALIDATE` sent before it, not taken for a new session's, and the session
-/// runs again from the new value.
+/// tombstone) while another session changed the key it read: the CMI takes its write for a new
+/// session's, but the check in front of it finds the value changed, and the session runs again
+/// from the new value instead of caching one computed from the old.
 #[test]
 fn a_change_computed_from_a_read_the_cmi_forgot_runs_again() {
     let short = |o: &mut cads_testkit::CmiOptions| {
@@ -265,11 +265,10 @@ fn a_change_computed_from_a_read_the_cmi_forgot_runs_again() {
     assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"3".to_vec()));
 }
 
-/// Write-through: a key the session filled itself is read under an exclusive lease before a
-/// change computed from it, even after the session read its own fill: the fill is pending under
-/// the shared lease, which the write would keep rather than upgrade.
+/// Write-through: a key the session filled itself, then read again (its own pending fill), is
+/// changed like any value it read: checked and written in one round trip, and the change lands.
 #[test]
-fn a_change_of_a_key_the_session_filled_reads_it_under_an_exclusive_lease() {
+fn a_change_of_a_key_the_session_filled_starts_from_its_fill() {
     let d = Deployment::start(Policy::WriteThrough);
     d.counters(1);
     let cads = d.cads(Config::default());
@@ -281,8 +280,8 @@ fn a_change_of_a_key_the_session_filled_reads_it_under_an_exclusive_lease() {
         s.write(&Counters, &c0).unwrap();
         s.write(&Counters, &c0).unwrap();
     });
-    // The miss, the fill, the second read, the exclusive read, the writes, the commit.
-    assert_eq!(fill_read_and_write_twice, 6);
+    // The miss, the fill, the second read, the check with the writes, the commit.
+    assert_eq!(fill_read_and_write_twice, 5);
     assert_eq!(client.get(&counter_key("c0")).unwrap(), Some(b"2".to_vec()));
     assert_eq!(d.stored("c0"), 2);
 }

@@ -52,6 +52,10 @@ pub enum Write {
     /// LMARK or LUNMARK: a TARDIS marker change at commit, on a key the session already holds
     /// a lease on (an earlier write of the same call, or an earlier read).
     Mark { key: Vec<u8>, op: MarkOp },
+    /// LGET ... RMW: the exclusive lease on a key, and whether its value (the session's own
+    /// pending version, if it has one) is still `value`. Before a write computed from a value the
+    /// session read earlier, in the same pipeline: the check that it did not change meanwhile.
+    Expect { key: Vec<u8>, value: Vec<u8> },
 }
 
 /// What a [`Write`] did.
@@ -71,6 +75,8 @@ pub enum Written {
     Deleted(bool),
     /// `Mark`: the change is staged.
     Marked,
+    /// `Expect`: whether the key held the expected value.
+    Matched(bool),
 }
 
 impl Write {
@@ -83,7 +89,8 @@ impl Write {
             | Write::Incr { key, .. }
             | Write::Update { key, .. }
             | Write::Delete { key }
-            | Write::Mark { key, .. } => key,
+            | Write::Mark { key, .. }
+            | Write::Expect { key, .. } => key,
         }
     }
 
@@ -122,6 +129,11 @@ impl Write {
             Write::Update { key, changes } => Command::LUpdate { sid, key, changes },
             Write::Delete { key } => Command::LDel { sid, key },
             Write::Mark { key, op } => Command::LMark { sid, key, op: *op },
+            Write::Expect { key, .. } => Command::LGet {
+                sid,
+                key,
+                rmw: true,
+            },
         }
     }
 
@@ -136,6 +148,9 @@ impl Write {
             Write::Update { .. } => Written::Updated(optional_int(reply)?.is_some()),
             Write::Delete { .. } => Written::Deleted(int(reply)? == 1),
             Write::Mark { .. } => ok(reply).map(|()| Written::Marked)?,
+            Write::Expect { value, .. } => {
+                Written::Matched(bulk(reply)?.as_deref() == Some(value.as_slice()))
+            }
         })
     }
 }
@@ -833,18 +848,6 @@ impl<'c> Session<'c> {
         self.pipeline_writes(writes, true, true)
     }
 
-    /// [`write_at`](Self::write_at) preceded, on each CMI where the session already holds
-    /// leases, by an `LVALIDATE` in the same round trip: for writes computed from what the
-    /// session read there, which a CMI that forgot the session must refuse rather than take for
-    /// a new session's (see [`validate_and_write_at`](Self::validate_and_write_at)).
-    pub fn write_at_after_validating(
-        &mut self,
-        writes: &[(usize, Write)],
-        validate: bool,
-    ) -> Result<Vec<Written>> {
-        self.pipeline_writes(writes, true, validate)
-    }
-
     fn pipeline_writes(
         &mut self,
         writes: &[(usize, Write)],
@@ -899,17 +902,11 @@ impl<'c> Session<'c> {
             }
         }
         let sid = self.id;
-        // A CMI the session holds no lease on yet does not know it: LVALIDATE would be ABORT.
-        let validated_first: Vec<bool> = groups
-            .iter()
-            .map(|(cmi, _)| validate_first && !self.held[*cmi].is_empty())
-            .collect();
         let commands: Vec<(usize, Vec<Command<'_>>)> = groups
             .iter()
-            .zip(&validated_first)
-            .map(|((cmi, idx), &first)| {
+            .map(|(cmi, idx)| {
                 let mut list: Vec<Command<'_>> = Vec::with_capacity(idx.len() + 2);
-                if first {
+                if validate_first {
                     list.push(Command::LValidate(sid));
                 }
                 list.extend(idx.iter().map(|&i| writes[i].1.command(sid)));
@@ -934,11 +931,9 @@ impl<'c> Session<'c> {
             return Err(self.aborted_by(reply));
         }
         let mut retry = Vec::new();
-        for (((cmi, list), (_, idx)), first) in
-            replies.into_iter().zip(&groups).zip(validated_first)
-        {
+        for ((cmi, list), (_, idx)) in replies.into_iter().zip(&groups) {
             let mut list = list.into_iter();
-            if first {
+            if validate_first {
                 let reply = list.next().expect("a reply per command");
                 if let Err(e) = ok(reply) {
                     *failure = Some(e);
