@@ -116,7 +116,7 @@ pub type Modifier = Box<dyn FnOnce(&[u8]) -> Option<Vec<u8>> + Send>;
 
 /// A change to one cached value, applied under an exclusive lease at pre-commit and made visible
 /// at commit. The incremental forms and `Update` take one round trip; `Modify` reads the value
-/// first, unless the session read it already (the value it then found is still current).
+/// first, unless the session read it already (the write then checks that the value is unchanged).
 pub enum CacheChange {
     /// Delete the entry: the next read refills it from the data store.
     Delete,

@@ -1288,9 +1288,10 @@ impl<'a> Session<'a> {
     /// Stages the session's cache changes (write-around's deletes, write-through's new values)
     /// and write-back's buffered writes in `staging`, in at most two round trips: one `LMGET`
     /// taking the exclusive leases of every value a change must read first (cached values changed
-    /// by read-modify-write, buffered writes), then every write pipelined, followed by
-    /// `LVALIDATE` when `validate` (append buffering's new buffered writes take one more round
-    /// trip, validated again: see `Staging::finish`).
+    /// by read-modify-write that the session did not read already, buffered writes), then every
+    /// write pipelined, each computed from a value read earlier behind its check
+    /// (`Write::Expect`), followed by `LVALIDATE` when `validate` (append buffering's new buffered
+    /// writes take one more round trip, validated again: see `Staging::finish`).
     fn stage(
         &mut self,
         staging: Option<&design1::Staging>,
@@ -1450,6 +1451,8 @@ impl<'a> Session<'a> {
             .iter()
             .any(|&i| written[i] != cads_client::Written::Matched(true))
         {
+            // What it staged must not commit, whatever the caller does next.
+            cache.abort();
             return Err(ClientError::Aborted {
                 reason: "a value the session read was no longer the key's at its write".into(),
             });

@@ -180,8 +180,9 @@ fn a_write_through_change_computed_from_the_cached_value_reads_it_first() {
 }
 
 /// Write-through: a change computed from a value the session read under its shared lease starts
-/// from that value, upgrading the lease with the write: the read, the write with the validation,
-/// and the commit, three round trips where reading the value again took four.
+/// from that value, its check (taking the exclusive lease) going with the write: the read, the
+/// check with the write and the validation, and the commit, three round trips where reading the
+/// value again took four.
 #[test]
 fn a_change_of_a_value_the_session_read_does_not_read_it_again() {
     let d = Deployment::start(Policy::WriteThrough);

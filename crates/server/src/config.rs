@@ -387,8 +387,8 @@ impl Config {
                 self.lease_ms
             );
         }
-        // A session's late calls must meet its tombstone: a call that found the session
-        // forgotten would open a new one under its id, validating what the old one read.
+        // A session's late calls should meet its tombstone: a call that finds the session
+        // forgotten opens a new one under its id, which can validate what the old one read.
         if self.tombstone_ms < self.max_session_ms {
             bail!(
                 "--tombstone-ms ({}) must be at least --max-session-ms ({})",

@@ -225,23 +225,7 @@ impl<E: Entity> CacheStore for Rows<'_, E> {
         tx: &mut StoreTx<'_>,
     ) -> Result<Vec<Option<E>>, StoreError> {
         self.db.count_query();
-        let t = &self.db.tables;
-        let lock = if q.for_update { t.for_update() } else { "" };
-        let mut found: HashMap<RowId, E> = HashMap::with_capacity(q.ids.len());
-        let tx = reader(tx, q.for_update)?;
-        for (scope, ids) in by_scope(&q.ids) {
-            let (filter, params) = scoped_in(E::SCOPE, E::ID, &scope[..E::SCOPE.len()], &ids);
-            let sql = format!(
-                "SELECT {} FROM {} WHERE {filter}{lock}",
-                column_list(E::COLUMNS),
-                E::table(t)
-            );
-            for row in tx.query(&sql, &params)? {
-                let e = E::from_row(&row)?;
-                found.insert(e.row_id(), e);
-            }
-        }
-        Ok(q.ids.iter().map(|id| found.remove(id)).collect())
+        self.fetch(q, tx)
     }
 
     fn entries(&self, q: &RowsQuery, rows: &Vec<Option<E>>) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -260,6 +244,29 @@ impl<E: Entity> CacheStore for Rows<'_, E> {
     }
     fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
         match *w {}
+    }
+}
+
+impl<E: Entity> Rows<'_, E> {
+    /// The rows from the data store, not counted as a query (see [`Db::store_queries`]).
+    fn fetch(&self, q: &RowsQuery, tx: &mut StoreTx<'_>) -> Result<Vec<Option<E>>, StoreError> {
+        let t = &self.db.tables;
+        let lock = if q.for_update { t.for_update() } else { "" };
+        let mut found: HashMap<RowId, E> = HashMap::with_capacity(q.ids.len());
+        let tx = reader(tx, q.for_update)?;
+        for (scope, ids) in by_scope(&q.ids) {
+            let (filter, params) = scoped_in(E::SCOPE, E::ID, &scope[..E::SCOPE.len()], &ids);
+            let sql = format!(
+                "SELECT {} FROM {} WHERE {filter}{lock}",
+                column_list(E::COLUMNS),
+                E::table(t)
+            );
+            for row in tx.query(&sql, &params)? {
+                let e = E::from_row(&row)?;
+                found.insert(e.row_id(), e);
+            }
+        }
+        Ok(q.ids.iter().map(|id| found.remove(id)).collect())
     }
 }
 
@@ -351,9 +358,10 @@ impl CacheStore for OpeningRows<'_> {
                 ids: vec![id],
                 for_update,
             };
-            Ok(Rows::<E>::new(db).query_store(&query, tx)?.pop().flatten())
+            Ok(Rows::<E>::new(db).fetch(&query, tx)?.pop().flatten())
         }
         let db = self.0;
+        db.count_query();
         Ok(Opening {
             warehouse: one(db, RowId::top(q.w), false, tx)?,
             district: one(db, q.district(), q.lock_district, tx)?,
@@ -362,7 +370,7 @@ impl CacheStore for OpeningRows<'_> {
                 None => None,
             },
             recent: match q.recent {
-                true => Some(RecentLines(db).query_store(&(q.w, q.d), tx)?),
+                true => Some(RecentLines(db).fetch((q.w, q.d), tx)?),
                 false => None,
             },
         })
@@ -806,39 +814,11 @@ impl CacheStore for RecentLines<'_> {
 
     fn query_store(
         &self,
-        &(w, d): &(u32, u32),
+        q: &(u32, u32),
         tx: &mut StoreTx<'_>,
     ) -> Result<RecentOrders, StoreError> {
         self.0.count_query();
-        let t = &self.0.tables;
-        let tx = tx.read_sql()?;
-        let rows = tx.query(
-            &format!(
-                "SELECT d_next_o_id FROM {} WHERE d_w_id = ? AND d_id = ?",
-                t.district
-            ),
-            &[w.into(), d.into()],
-        )?;
-        let next: u32 = rows
-            .first()
-            .ok_or_else(|| StoreError::Invalid(format!("no district {w}/{d}")))?
-            .col(0)?;
-        let first = next.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
-        let sql = format!(
-            "SELECT ol_o_id, ol_i_id FROM {} WHERE ol_w_id = ? AND ol_d_id = ? \
-             AND ol_o_id >= ? AND ol_o_id < ? ORDER BY ol_o_id, ol_number",
-            t.order_line
-        );
-        let mut by_order: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        for row in tx.query(&sql, &[w.into(), d.into(), first.into(), next.into()])? {
-            by_order.entry(row.col(0)?).or_default().push(row.col(1)?);
-        }
-        Ok(RecentOrders {
-            orders: by_order
-                .into_iter()
-                .map(|(o_id, items)| RecentOrder { o_id, items })
-                .collect(),
-        })
+        self.fetch(*q, tx)
     }
 
     fn entries(&self, &(w, d): &(u32, u32), recent: &RecentOrders) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -871,6 +851,41 @@ impl CacheStore for RecentLines<'_> {
     }
     fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
         match *w {}
+    }
+}
+
+impl RecentLines<'_> {
+    /// The window from the data store, not counted as a query (see [`Db::store_queries`]).
+    fn fetch(&self, (w, d): (u32, u32), tx: &mut StoreTx<'_>) -> Result<RecentOrders, StoreError> {
+        let t = &self.0.tables;
+        let tx = tx.read_sql()?;
+        let rows = tx.query(
+            &format!(
+                "SELECT d_next_o_id FROM {} WHERE d_w_id = ? AND d_id = ?",
+                t.district
+            ),
+            &[w.into(), d.into()],
+        )?;
+        let next: u32 = rows
+            .first()
+            .ok_or_else(|| StoreError::Invalid(format!("no district {w}/{d}")))?
+            .col(0)?;
+        let first = next.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
+        let sql = format!(
+            "SELECT ol_o_id, ol_i_id FROM {} WHERE ol_w_id = ? AND ol_d_id = ? \
+             AND ol_o_id >= ? AND ol_o_id < ? ORDER BY ol_o_id, ol_number",
+            t.order_line
+        );
+        let mut by_order: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for row in tx.query(&sql, &[w.into(), d.into(), first.into(), next.into()])? {
+            by_order.entry(row.col(0)?).or_default().push(row.col(1)?);
+        }
+        Ok(RecentOrders {
+            orders: by_order
+                .into_iter()
+                .map(|(o_id, items)| RecentOrder { o_id, items })
+                .collect(),
+        })
     }
 }
 

@@ -312,6 +312,7 @@ impl Context<'_> {
         let reads = Cell::new(0u64);
         let sessions = Cell::new(0u64);
         let lock = self.cads.policy() == Policy::DataStoreOnly;
+        let together = matches!(self.cads.policy(), Policy::WriteThrough | Policy::WriteBack);
         let result = self.cads.run(|s| {
             sessions.set(sessions.get() + 1);
             let mut r = Reader {
@@ -319,6 +320,7 @@ impl Context<'_> {
                 reads: &reads,
                 db: self.db,
                 lock,
+                together,
             };
             match input {
                 Input::NewOrder { w, d, c, lines } => r.new_order(*w, *d, *c, lines),
@@ -378,6 +380,8 @@ struct Reader<'r, 's, 'a> {
     db: &'r Db,
     /// Lock what is read for update (the data store alone).
     lock: bool,
+    /// Read a transaction's opening rows together (see `opening`).
+    together: bool,
 }
 
 impl Reader<'_, '_, '_> {
@@ -400,17 +404,32 @@ impl Reader<'_, '_, '_> {
     }
 
     fn row<E: super::rows::Entity>(&mut self, id: RowId, for_update: bool) -> cads::Result<E> {
-        self.rows::<E>(vec![id], for_update)?
-            .pop()
-            .flatten()
-            .ok_or_else(|| cads::Error::App(format!("missing {} row {id:?}", E::TAG)))
+        let row = self.rows::<E>(vec![id], for_update)?.pop().flatten();
+        present(row, E::TAG, id)
     }
 
-    /// The rows a New-Order or a Payment starts from, in one read (see [`OpeningRows`]).
+    /// The rows a New-Order or a Payment starts from. Where writes change cached values in place
+    /// (write-through, write-back) in one read, with the recent orders if `q.recent` (see
+    /// [`OpeningRows`]); elsewhere row by row, without them: a write-around New-Order deletes its
+    /// district's entry, and a read of all the rows that misses queries them all again.
     fn opening(&mut self, mut q: OpeningQuery) -> cads::Result<Opening> {
-        q.lock_district &= self.lock;
-        q.lock_customer &= self.lock;
-        self.read(&OpeningRows(self.db), &q)
+        if self.together {
+            q.lock_district &= self.lock;
+            q.lock_customer &= self.lock;
+            return self.read(&OpeningRows(self.db), &q);
+        }
+        let warehouse = self.row(RowId::top(q.w), false)?;
+        let district = self.row(RowId::in_warehouse(q.w, q.d), q.lock_district)?;
+        let customer = match q.customer {
+            Some((w, d, c)) => Some(self.row(RowId::in_district(w, d, c), q.lock_customer)?),
+            None => None,
+        };
+        Ok(Opening {
+            warehouse: Some(warehouse),
+            district: Some(district),
+            customer,
+            recent: None,
+        })
     }
 
     /// With the data store alone, a read-write transaction begins its SQL transaction before it
@@ -449,12 +468,12 @@ impl Reader<'_, '_, '_> {
     /// New-Order (clause 2.4.2).
     fn new_order(&mut self, w: u32, d: u32, c: u32, lines: &[LineInput]) -> cads::Result<()> {
         self.begin_writing()?;
-        // With a cache, the district's recent orders too, which this session changes.
+        // The district's recent orders too, which this session changes.
         let opening = self.opening(OpeningQuery {
             w,
             d,
             customer: Some((w, d, c)),
-            recent: !self.lock,
+            recent: true,
             lock_district: true,
             lock_customer: false,
         })?;
