@@ -996,8 +996,9 @@ impl TpccWrite {
     }
 }
 
-/// How a write changes one cached entry (built into a [`CacheChange`] on demand).
-enum EntryChange {
+/// How a write changes one cached entry (built into a [`CacheChange`] on demand: the framework
+/// asks for each written key's change apart, so nothing is encoded here for the other keys).
+enum EntryChange<'w> {
     NextOrder {
         expected: u32,
     },
@@ -1011,8 +1012,12 @@ enum EntryChange {
         amount: i64,
     },
     Stock(Vec<StockChange>),
-    Set(Vec<u8>),
-    Recent(RecentOrder),
+    /// A new order's entry: the order with its lines.
+    Created(&'w Order),
+    /// A customer's newest order id.
+    LastOrder(u32),
+    /// The district's recent orders gain this order.
+    Recent(&'w Order),
     Carrier {
         carrier: u32,
         date: i64,
@@ -1035,7 +1040,7 @@ where
     }))
 }
 
-impl EntryChange {
+impl EntryChange<'_> {
     fn into_change(self) -> CacheChange {
         match self {
             EntryChange::NextOrder { expected } => modify_json(move |d: &mut District| {
@@ -1070,8 +1075,10 @@ impl EntryChange {
                 }
                 true
             }),
-            EntryChange::Set(value) => CacheChange::Set(value),
+            EntryChange::Created(order) => CacheChange::Set(encode(Some(order))),
+            EntryChange::LastOrder(id) => CacheChange::Set(encode(Some(&id))),
             EntryChange::Recent(order) => {
+                let order = recent_order(order);
                 modify_json(move |recent: &mut RecentOrders| recent.push(order))
             }
             EntryChange::Carrier { carrier, date } => modify_json(move |o: &mut Order| {
@@ -1104,7 +1111,7 @@ pub struct Writes<'a>(pub &'a Db);
 
 impl Writes<'_> {
     /// The changes to cached entries, by key, in key order of first appearance.
-    fn entry_changes(&self, write: &TpccWrite) -> Vec<(Vec<u8>, EntryChange)> {
+    fn entry_changes<'w>(&self, write: &'w TpccWrite) -> Vec<(Vec<u8>, EntryChange<'w>)> {
         match write {
             TpccWrite::NewOrder(n) => {
                 let o = &n.order.order;
@@ -1115,15 +1122,15 @@ impl Writes<'_> {
                     ),
                     (
                         order_key(o.w_id, o.d_id, o.id),
-                        EntryChange::Set(encode(Some(&n.order))),
+                        EntryChange::Created(&n.order),
                     ),
                     (
                         last_order_key(o.w_id, o.d_id, o.c_id),
-                        EntryChange::Set(encode(Some(&o.id))),
+                        EntryChange::LastOrder(o.id),
                     ),
                     (
                         recent_lines_key(o.w_id, o.d_id),
-                        EntryChange::Recent(recent_order(&n.order)),
+                        EntryChange::Recent(&n.order),
                     ),
                 ];
                 // Lines of the same item change its stock row in line order, in one entry change.
