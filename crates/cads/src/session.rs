@@ -445,7 +445,10 @@ impl<'a> Session<'a> {
         if values.iter().all(Option::is_some) {
             let cached: Vec<Vec<u8>> = values.iter().flatten().cloned().collect();
             if let Some(output) = cs.result_from_cache(query, &cached) {
-                self.read_values.extend(keys.into_iter().zip(cached));
+                // Only write-through and write-back change cached values from what was read.
+                if matches!(self.cads.policy(), Policy::WriteThrough | Policy::WriteBack) {
+                    self.read_values.extend(keys.into_iter().zip(cached));
+                }
                 return Ok(output);
             }
         } else if let Some(output) = self.transfer_working_set(cs, query, &keys, &values) {

@@ -275,9 +275,9 @@ impl<E: Entity> Rows<'_, E> {
 // ---------------------------------------------------------------------------------------------
 
 /// The WAREHOUSE and DISTRICT rows a New-Order or a Payment starts from, with the CUSTOMER row
-/// when its id is known and, for New-Order over a cache, the district's recent orders (which it
-/// changes): read together, one cache round trip instead of one per row, and the recent orders
-/// read under the session's lease need no read of their own when the session changes them.
+/// when its id is known and, for New-Order, the district's recent orders (which it changes):
+/// read together, one cache round trip instead of one per row, and the recent orders read under
+/// the session's lease need no read of their own when the session changes them.
 pub struct OpeningRows<'a>(pub &'a Db);
 
 /// What [`OpeningRows`] reads.
@@ -308,12 +308,6 @@ pub struct Opening {
     pub customer: Option<Customer>,
     /// The district's recent orders, if asked for.
     pub recent: Option<RecentOrders>,
-}
-
-impl OpeningQuery {
-    fn district(&self) -> RowId {
-        RowId::in_warehouse(self.w, self.d)
-    }
 }
 
 impl CacheStore for OpeningRows<'_> {
@@ -364,7 +358,7 @@ impl CacheStore for OpeningRows<'_> {
         db.count_query();
         Ok(Opening {
             warehouse: one(db, RowId::top(q.w), false, tx)?,
-            district: one(db, q.district(), q.lock_district, tx)?,
+            district: one(db, RowId::in_warehouse(q.w, q.d), q.lock_district, tx)?,
             customer: match q.customer {
                 Some((w, d, c)) => one(db, RowId::in_district(w, d, c), q.lock_customer, tx)?,
                 None => None,
