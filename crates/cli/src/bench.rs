@@ -401,7 +401,7 @@ pub struct YcsbArgs {
     /// How long a write-back worker waits after a pass that found no full batch, so that
     /// writes accumulate into larger batches (shorter: writes pending less, more data-store
     /// transactions and cache round trips per write).
-    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
     pub worker_pause: Duration,
     /// Seed of the load's and the threads' generators.
     #[arg(long, default_value_t = YcsbOptions::default().common.seed)]

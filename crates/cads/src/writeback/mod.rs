@@ -120,7 +120,7 @@ impl Default for WriteBackConfig {
             documents_per_transaction: 32,
             batch: 2,
             compact_every: 64,
-            worker_pause: Duration::from_millis(10),
+            worker_pause: Duration::from_millis(250),
             mac_key: MacKey::default(),
         }
     }
