@@ -19,7 +19,9 @@ use crate::document::{
 use crate::error::{Result, StoreError};
 use crate::limits::check_document;
 use crate::pool::{Pool, Pooled, ServerSession, ServerSide, TimedGuard, TimedLock};
-use crate::sql::{Dialect, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
+use crate::sql::{
+    execute_each, Dialect, Failed, Isolation, Row, SqlStore, SqlTransaction, SqlValue,
+};
 use crate::DataStore;
 use cads_doc::{Changes, Document};
 
@@ -29,6 +31,10 @@ pub(crate) trait Conn: Send + ServerSide {
     fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Row>>;
     /// Runs a statement with `?` parameters; the number of rows it changed (matched, for updates).
     fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64>;
+    /// [`SqlTransaction::execute_all`]: one by one unless the backend can pipeline them.
+    fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
+        execute_each(statements, |sql, params| self.execute(sql, params))
+    }
     /// Runs statements separated by `;`, without parameters.
     fn batch(&mut self, sql: &str) -> Result<()>;
     /// Begins a transaction.
@@ -920,6 +926,32 @@ impl<C: Conn> SqlTransaction for Tx<'_, C> {
             ));
         }
         self.run(|c| c.execute(sql, params))
+    }
+
+    fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
+        if self.read_only {
+            return Err(Failed {
+                index: 0,
+                error: StoreError::Invalid(
+                    "execute in a read-only transaction (begin one with begin, not begin_read)"
+                        .into(),
+                ),
+                changed: Vec::new(),
+            });
+        }
+        // An error before any statement ran (the transaction failed already) is the first's.
+        let (mut index, mut changed) = (0, Vec::new());
+        self.run(|c| {
+            c.execute_all(statements).map_err(|failed| {
+                (index, changed) = (failed.index, failed.changed);
+                failed.error
+            })
+        })
+        .map_err(|error| Failed {
+            index,
+            error,
+            changed,
+        })
     }
 
     fn commit(mut self: Box<Self>) -> Result<()> {

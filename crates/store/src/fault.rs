@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::document::{DocWrite, DocumentStore, IndexedField};
 use crate::error::{Result, StoreError};
-use crate::sql::{Dialect, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
+use crate::sql::{Dialect, Failed, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
 use crate::DataStore;
 use cads_doc::{Changes, Document};
 
@@ -320,6 +320,18 @@ impl SqlTransaction for FaultyTx<'_> {
     fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64> {
         self.store.enter(Kind::Write)?;
         self.inner.execute(sql, params)
+    }
+
+    fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
+        for _ in statements {
+            // Nothing has run when the store turns out to be down.
+            self.store.enter(Kind::Write).map_err(|error| Failed {
+                index: 0,
+                error,
+                changed: Vec::new(),
+            })?;
+        }
+        self.inner.execute_all(statements)
     }
 
     /// Fails (rolling back) when the store is down or hangs.

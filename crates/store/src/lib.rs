@@ -83,7 +83,7 @@ pub use error::{Result, StoreError};
 pub use fault::{CallCounts, FaultMode, Faults, FaultyStore};
 pub use relay::Relay;
 pub use sql::{
-    rewrite_placeholders, ColumnIndex, Dialect, FromSqlValue, Isolation, Row, SqlStore,
+    rewrite_placeholders, ColumnIndex, Dialect, Failed, FromSqlValue, Isolation, Row, SqlStore,
     SqlTransaction, SqlValue,
 };
 

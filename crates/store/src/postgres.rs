@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt::Write as _;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
@@ -25,7 +27,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 use crate::backend::{wait_until_gone, Conn, Engine};
 use crate::error::{Result, StoreError};
 use crate::pool::{ServerSession, ServerSide};
-use crate::sql::{rewrite_placeholders, Dialect, Isolation, Row, SqlValue};
+use crate::sql::{rewrite_placeholders, Dialect, Failed, Isolation, Row, SqlValue};
 
 /// How long after the timeout the client gives up on a call the server did not answer.
 const CLIENT_SLACK: Duration = Duration::from_millis(250);
@@ -241,6 +243,51 @@ impl Conn for PgConn {
         self.call(self.client.execute(&st, &refs))
     }
 
+    /// One pipeline: every statement is sent before any reply is read. Each is prepared first
+    /// (once per connection, as for `execute`). The pipeline as a whole is bounded like one call:
+    /// its statements are the few quick writes of a transaction, and a lock wait in one ends at
+    /// `lock_timeout` with an error that aborts the rest at once.
+    fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
+        let mut bound = Vec::with_capacity(statements.len());
+        for (index, (sql, params)) in statements.iter().enumerate() {
+            // Nothing has run yet: a statement that does not prepare fails alone.
+            bound.push(self.bound(sql, params).map_err(|error| Failed {
+                index,
+                error,
+                changed: Vec::new(),
+            })?);
+        }
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = bound
+            .iter()
+            .map(|(_, params)| params.iter().map(|p| p as &(dyn ToSql + Sync)).collect())
+            .collect();
+        let client = &self.client;
+        let replies = bound
+            .iter()
+            .zip(&refs)
+            .map(|((st, _), params)| Box::pin(client.execute(st, params)));
+        let outcomes = self.call(async move { Ok(in_order(replies.collect()).await) });
+        let outcomes = outcomes.map_err(|error| Failed {
+            index: 0,
+            error,
+            changed: Vec::new(),
+        })?;
+        let mut changed = Vec::with_capacity(outcomes.len());
+        for (index, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Ok(rows) => changed.push(rows),
+                Err(e) => {
+                    return Err(Failed {
+                        index,
+                        error: map_error(&e, self.timeout),
+                        changed,
+                    })
+                }
+            }
+        }
+        Ok(changed)
+    }
+
     fn batch(&mut self, sql: &str) -> Result<()> {
         let transaction_control = sql.eq_ignore_ascii_case("COMMIT")
             || sql.eq_ignore_ascii_case("ROLLBACK")
@@ -262,6 +309,33 @@ impl Conn for PgConn {
             isolation.sql()
         ))
     }
+}
+
+/// Awaits `futures`, polling each pending one in the order given every time: the first round of
+/// polls sends tokio-postgres's requests in that order, which is the order the server runs them.
+async fn in_order<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match Pin::new(future).poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future is ready"))
+        .collect()
 }
 
 /// A column value as the server sent it (binary format), or NULL.

@@ -329,6 +329,45 @@ pub trait SqlStore: Send + Sync {
     }
 }
 
+/// The statement of [`SqlTransaction::execute_all`] that failed first.
+#[derive(Debug)]
+pub struct Failed {
+    /// Its index among the statements given.
+    pub index: usize,
+    /// Why it failed.
+    pub error: StoreError,
+    /// The rows each statement before it changed (fewer entries when not all of them ran: a
+    /// statement that PostgreSQL cannot prepare fails before any is sent).
+    pub changed: Vec<u64>,
+}
+
+/// [`SqlTransaction::execute_all`] one statement at a time, through `execute`.
+pub(crate) fn execute_each(
+    statements: &[(&str, &[SqlValue])],
+    mut execute: impl FnMut(&str, &[SqlValue]) -> Result<u64>,
+) -> Result<Vec<u64>, Failed> {
+    let mut changed = Vec::with_capacity(statements.len());
+    for (index, (sql, params)) in statements.iter().enumerate() {
+        match execute(sql, params) {
+            Ok(rows) => changed.push(rows),
+            Err(error) => {
+                return Err(Failed {
+                    index,
+                    error,
+                    changed,
+                })
+            }
+        }
+    }
+    Ok(changed)
+}
+
+impl From<Failed> for StoreError {
+    fn from(failed: Failed) -> StoreError {
+        failed.error
+    }
+}
+
 /// An open SQL transaction; it holds a connection until committed, rolled back or dropped. It may
 /// move between threads, though a statement runs on the calling thread.
 ///
@@ -343,6 +382,15 @@ pub trait SqlTransaction: Send {
     /// Runs a statement and returns the number of rows it inserted, updated or deleted (rows matched,
     /// also on MySQL).
     fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64>;
+
+    /// Runs `statements` in order, as many [`execute`](Self::execute) calls would, and returns
+    /// the rows each changed; the first that fails ends it, and spoils the transaction. On
+    /// PostgreSQL they go in one pipeline: all are sent before any reply is read, one round trip
+    /// for the lot instead of one each (the others run them one by one). For statements that do
+    /// not depend on one another's results, such as the writes a buffered session replays.
+    fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
+        execute_each(statements, |sql, params| self.execute(sql, params))
+    }
 
     /// Commits. A serialization failure at commit is [`StoreError::Conflict`].
     fn commit(self: Box<Self>) -> Result<()>;

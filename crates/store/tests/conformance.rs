@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use cads_store::{
     open, Change, Changes, DataStore, Dialect, Document, DocumentStore, FaultMode, FaultyStore,
-    IndexedField, Isolation, Op, SqlStore, SqlValue, StoreError, StoreOptions,
+    IndexedField, Isolation, Op, SqlStore, SqlTransaction, SqlValue, StoreError, StoreOptions,
 };
 use cads_testkit::scratch::StoreServer;
 use serde_json::{json, Value};
@@ -210,6 +210,7 @@ conformance!(
     sql_dates_and_times_read_as_text,
     sql_unique_violation_is_constraint,
     sql_failed_statement_spoils_the_transaction,
+    sql_statements_run_together_in_order,
     sql_foreign_key_violation_is_constraint,
     sql_serialization_conflict,
     lock_wait_is_bounded,
@@ -1685,6 +1686,77 @@ fn sql_failed_statement_spoils_the_transaction(cx: &Ctx) {
         .get::<i64>(0)
         .unwrap();
     assert_eq!(n, 0, "nothing of the spoiled transaction was committed");
+    tx.commit().unwrap();
+}
+
+/// `execute_all` (one pipeline on PostgreSQL) runs its statements in the order given, each seeing
+/// the ones before, and counts the rows of each; the first that fails is named by its index, with
+/// the counts of those before it, and spoils the transaction, as a failed `execute` does.
+fn sql_statements_run_together_in_order(cx: &Ctx) {
+    let t = cx.table("together");
+    cx.store
+        .execute_batch(&format!(
+            "CREATE TABLE {t} (id BIGINT PRIMARY KEY, v BIGINT NOT NULL){}",
+            cx.engine_suffix()
+        ))
+        .unwrap();
+    let insert = format!("INSERT INTO {t} (id, v) VALUES (?, ?)");
+    let double = format!("UPDATE {t} SET v = v * 2 WHERE id <= ?");
+    let add = format!("UPDATE {t} SET v = v + 1 WHERE id = ?");
+    let rows: Vec<[SqlValue; 2]> = (1..=40).map(|i: i64| [i.into(), i.into()]).collect();
+    let mut statements: Vec<(&str, &[SqlValue])> =
+        rows.iter().map(|r| (insert.as_str(), &r[..])).collect();
+    let upto: [SqlValue; 1] = [3.into()];
+    let one: [SqlValue; 1] = [1.into()];
+    let missing: [SqlValue; 1] = [99.into()];
+    statements.extend([
+        (double.as_str(), &upto[..]),
+        (add.as_str(), &one[..]),
+        (double.as_str(), &one[..]),
+        (add.as_str(), &missing[..]),
+    ]);
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    let changed = tx.execute_all(&statements).unwrap();
+    let mut expected = vec![1; 40];
+    expected.extend([3, 1, 1, 0]);
+    assert_eq!(changed, expected);
+    tx.commit().unwrap();
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    let v = |tx: &mut Box<dyn SqlTransaction + '_>, id: i64| {
+        tx.query(&format!("SELECT v FROM {t} WHERE id = ?"), &[id.into()])
+            .unwrap()[0]
+            .get::<i64>(0)
+            .unwrap()
+    };
+    // id 1: 1, doubled, plus one, doubled: in that order only.
+    assert_eq!((v(&mut tx, 1), v(&mut tx, 2), v(&mut tx, 4)), (6, 4, 4));
+    tx.commit().unwrap();
+
+    // A duplicate key third: named by its index; the statements after it do nothing.
+    let again: [SqlValue; 2] = [1.into(), 0.into()];
+    let fresh: [SqlValue; 2] = [41.into(), 41.into()];
+    let failing: Vec<(&str, &[SqlValue])> = vec![
+        (add.as_str(), &one[..]),
+        (insert.as_str(), &fresh[..]),
+        (insert.as_str(), &again[..]),
+        (add.as_str(), &one[..]),
+    ];
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    let failed = tx.execute_all(&failing).unwrap_err();
+    assert_eq!(failed.index, 2, "{failed:?}");
+    assert_eq!(failed.changed, [1, 1], "the counts of the statements before it");
+    assert!(
+        matches!(failed.error, StoreError::Constraint(_)),
+        "{failed:?}"
+    );
+    assert!(is_invalid(tx.execute(&add, &one)));
+    assert!(matches!(tx.commit(), Err(StoreError::Constraint(_))));
+    let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
+    assert_eq!(v(&mut tx, 1), 6, "nothing of the failed pipeline was kept");
+    let n = tx.query(&format!("SELECT COUNT(*) FROM {t}"), &[]).unwrap()[0]
+        .get::<i64>(0)
+        .unwrap();
+    assert_eq!(n, 40);
     tx.commit().unwrap();
 }
 

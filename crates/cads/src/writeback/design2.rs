@@ -770,18 +770,13 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     let mut tx = store.begin(cads.config().isolation)?;
     let object_ids: Vec<&str> = objects.iter().map(|(id, _)| id.as_str()).collect();
     let applied_before = applied_among(tx.as_mut(), &object_ids)?;
-    let mut applied = 0;
-    for (id, writes) in &objects {
-        if applied_before.contains(id.as_str()) {
-            continue;
-        }
-        tx.execute(
-            &format!("INSERT INTO {APPLIED_SESSIONS} (id) VALUES (?)"),
-            &[SqlValue::Text(id.to_string())],
-        )?;
-        run_statements(tx.as_mut(), id, &writes.statements)?;
-        applied += 1;
-    }
+    let fresh_sessions: Vec<(&str, &[Statement])> = objects
+        .iter()
+        .filter(|(id, _)| !applied_before.contains(id.as_str()))
+        .map(|(id, writes)| (id.as_str(), writes.statements.as_slice()))
+        .collect();
+    run_sessions(tx.as_mut(), &fresh_sessions, true)?;
+    let applied = fresh_sessions.len();
     if failpoints::dies_at(failpoints::APPLY_RUNNING) {
         std::mem::forget(session);
         drop(tx);
@@ -837,12 +832,41 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     Ok(applied)
 }
 
-/// Runs a buffered session's statements in `tx`, each changing the rows the session counted on.
-fn run_statements(tx: &mut dyn SqlTransaction, id: &str, statements: &[Statement]) -> Result<()> {
-    for statement in statements {
-        let changed = tx
-            .execute(&statement.sql, &statement.params)
-            .map_err(|e| apply_error(id, statement, e))?;
+/// Runs buffered sessions' statements in `tx`, each changing the rows its session counted on,
+/// and, if `record`, inserts each session's id into `cads_applied_sessions` before them. All go in
+/// one pipeline (one round trip on PostgreSQL): none depends on another's result, and a count
+/// that does not match fails the transaction as a failed statement does.
+fn run_sessions(
+    tx: &mut dyn SqlTransaction,
+    sessions: &[(&str, &[Statement])],
+    record: bool,
+) -> Result<()> {
+    let insert_id = format!("INSERT INTO {APPLIED_SESSIONS} (id) VALUES (?)");
+    let ids: Vec<[SqlValue; 1]> = sessions
+        .iter()
+        .map(|(id, _)| [SqlValue::Text(id.to_string())])
+        .collect();
+    let mut pipeline: Vec<(&str, &[SqlValue])> = Vec::new();
+    // Per statement of the pipeline: its session, and the buffered statement (none for an id).
+    let mut origin: Vec<(&str, Option<&Statement>)> = Vec::new();
+    for ((id, statements), id_param) in sessions.iter().zip(&ids) {
+        if record {
+            pipeline.push((&insert_id, id_param));
+            origin.push((id, None));
+        }
+        for statement in statements.iter() {
+            pipeline.push((&statement.sql, &statement.params));
+            origin.push((id, Some(statement)));
+        }
+    }
+    // The first problem in the statements' order is the one reported: a count that does not
+    // match comes before a later statement's failure.
+    let (changed, failed) = match tx.execute_all(&pipeline) {
+        Ok(changed) => (changed, None),
+        Err(mut failed) => (std::mem::take(&mut failed.changed), Some(failed)),
+    };
+    for (&(id, statement), changed) in origin.iter().zip(changed) {
+        let Some(statement) = statement else { continue };
         if statement.rows.is_some_and(|rows| rows != changed) {
             return Err(apply_error(
                 id,
@@ -856,7 +880,13 @@ fn run_statements(tx: &mut dyn SqlTransaction, id: &str, statements: &[Statement
             ));
         }
     }
-    Ok(())
+    match failed {
+        None => Ok(()),
+        Some(failed) => Err(match origin[failed.index] {
+            (id, Some(statement)) => apply_error(id, statement, failed.error),
+            (_, None) => failed.error.into(),
+        }),
+    }
 }
 
 /// Runs the statements a broken `reorder` applier held back (see
@@ -867,7 +897,7 @@ pub(crate) fn apply_delayed(cads: &Cads) -> Result<()> {
         return Ok(());
     }
     let mut tx = cads.store().begin(cads.config().isolation)?;
-    run_statements(tx.as_mut(), "held back", &statements)?;
+    run_sessions(tx.as_mut(), &[("held back", &statements)], false)?;
     tx.commit()?;
     Ok(())
 }
