@@ -131,6 +131,9 @@ pub struct CmiSettings {
     /// How write-back adds a write to a buffered write (`WriteBackConfig::buffering`; the
     /// framework's default when None).
     pub write_back_buffering: Option<Buffering>,
+    /// How long write-back's workers pause after a pass without a full batch
+    /// (`WriteBackConfig::worker_pause`; the framework's default when None).
+    pub worker_pause: Option<Duration>,
     /// Embedded CMIs also serve Unix sockets, which the framework uses instead of TCP
     /// (`--cmi-transport unix`; CMIs started as processes to kill, and Gemini's behind their
     /// relays, keep TCP).
@@ -148,6 +151,9 @@ impl CmiSettings {
         }
         if let Some(buffering) = self.write_back_buffering {
             config.write_back.buffering = buffering;
+        }
+        if let Some(pause) = self.worker_pause {
+            config.write_back.worker_pause = pause;
         }
         config
     }

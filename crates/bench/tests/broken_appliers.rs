@@ -20,6 +20,7 @@ use cads_bench::bg::{BgOptions, LayoutKind};
 use cads_bench::harness::Phase;
 use cads_bench::harness::{CommonOptions, Validated};
 use cads_bench::ycsb::{BenchmarkOptions, Progress, YcsbOptions};
+use cads_bench::CmiSettings;
 use cads_testkit::failpoints::{Scenario, APPLY_BROKEN, APPLY_LEASED, UNREPLICATED};
 use support::{InProcess, Killable};
 
@@ -33,6 +34,15 @@ const BROKEN: [&str; 3] = ["drop", "twice", "reorder"];
 /// several batches during the run (it naps at most 50 ms when idle): with 600 operations a run
 /// in CI ended before the worker applied anything, the drain applied everything in one batch,
 /// which `twice` cannot harm, and the check rightly found nothing lost.
+/// Workers that pause 10 ms between passes, not the default's 250: these short runs need many
+/// applies while writes go on.
+fn frequent_applies() -> CmiSettings {
+    CmiSettings {
+        worker_pause: Some(Duration::from_millis(10)),
+        ..CmiSettings::default()
+    }
+}
+
 fn few_hot_records() -> YcsbOptions {
     YcsbOptions {
         workload: "A".into(),
@@ -44,6 +54,7 @@ fn few_hot_records() -> YcsbOptions {
             policies: vec![Policy::WriteBack],
             threads: 2,
             workers: 1,
+            cmi: frequent_applies(),
             ..YcsbOptions::default().common
         },
         ..YcsbOptions::default()
@@ -98,6 +109,7 @@ fn small_graph() -> BgOptions {
             policies: vec![Policy::WriteBack],
             threads: 2,
             workers: 1,
+            cmi: frequent_applies(),
             ..BgOptions::default().common
         },
         layout: LayoutKind::Documents,

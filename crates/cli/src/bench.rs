@@ -144,6 +144,11 @@ pub struct Common {
     /// [default: rmw]
     #[arg(long, value_name = "rmw|append", value_parser = parse_buffering)]
     pub write_back_buffering: Option<Buffering>,
+    /// How long a write-back worker waits after a pass that found no full batch, so that
+    /// writes accumulate into larger batches (shorter: writes pending less, more data-store
+    /// transactions and cache round trips per write). [default: 250ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub worker_pause: Option<Duration>,
     /// maxmemory of each embedded CMI (e.g. 512mb). [default: the server's]
     #[arg(long, value_name = "BYTES")]
     pub maxmemory: Option<String>,
@@ -330,6 +335,7 @@ impl Common {
             write_back_key: self.write_back_key.clone(),
             write_back_replicas: self.write_back_replicas.map(usize::from),
             write_back_buffering: self.write_back_buffering,
+            worker_pause: self.worker_pause,
             unix_sockets: self.cmi_transport == "unix",
         }
     }
@@ -398,11 +404,6 @@ pub struct YcsbArgs {
     /// Write-back's background workers.
     #[arg(long, value_name = "N", default_value_t = YcsbOptions::default().common.workers)]
     pub workers: usize,
-    /// How long a write-back worker waits after a pass that found no full batch, so that
-    /// writes accumulate into larger batches (shorter: writes pending less, more data-store
-    /// transactions and cache round trips per write).
-    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
-    pub worker_pause: Duration,
     /// Seed of the load's and the threads' generators.
     #[arg(long, default_value_t = YcsbOptions::default().common.seed)]
     pub seed: u64,
@@ -434,7 +435,6 @@ impl YcsbArgs {
             field_count: self.field_count,
             field_length: self.field_length,
             pattern_change: self.pattern_change,
-            worker_pause: self.worker_pause,
             table: self.table.clone(),
             store_timeout: self.store_timeout,
             ..YcsbOptions::default()

@@ -874,6 +874,13 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
     }
 }
 
+/// A write in a transaction begun with `begin_read`.
+fn read_only_write() -> StoreError {
+    StoreError::Invalid(
+        "execute in a read-only transaction (begin one with begin, not begin_read)".into(),
+    )
+}
+
 /// A SQL transaction on a pooled connection (and SQLite's writer lock).
 struct Tx<'s, C: Conn> {
     conn: Pooled<'s, C>,
@@ -921,23 +928,14 @@ impl<C: Conn> SqlTransaction for Tx<'_, C> {
 
     fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64> {
         if self.read_only {
-            return Err(StoreError::Invalid(
-                "execute in a read-only transaction (begin one with begin, not begin_read)".into(),
-            ));
+            return Err(read_only_write());
         }
         self.run(|c| c.execute(sql, params))
     }
 
     fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
         if self.read_only {
-            return Err(Failed {
-                index: 0,
-                error: StoreError::Invalid(
-                    "execute in a read-only transaction (begin one with begin, not begin_read)"
-                        .into(),
-                ),
-                changed: Vec::new(),
-            });
+            return Err(Failed::first(read_only_write()));
         }
         // An error before any statement ran (the transaction failed already) is the first's.
         let (mut index, mut changed) = (0, Vec::new());

@@ -325,11 +325,7 @@ impl SqlTransaction for FaultyTx<'_> {
     fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
         for _ in statements {
             // Nothing has run when the store turns out to be down.
-            self.store.enter(Kind::Write).map_err(|error| Failed {
-                index: 0,
-                error,
-                changed: Vec::new(),
-            })?;
+            self.store.enter(Kind::Write).map_err(Failed::first)?;
         }
         self.inner.execute_all(statements)
     }

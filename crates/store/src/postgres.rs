@@ -58,20 +58,27 @@ impl Postgres {
     }
 }
 
+/// Drives `fut` on `rt` from the calling thread (from a helper thread when the caller is inside
+/// a runtime already).
+fn drive<F: Future + Send>(rt: &Runtime, fut: F) -> Result<F::Output>
+where
+    F::Output: Send,
+{
+    if Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(|| rt.block_on(fut)).join())
+            .map_err(|_| StoreError::Backend("PostgreSQL call panicked".into()))
+    } else {
+        Ok(rt.block_on(fut))
+    }
+}
+
 /// Drives `fut` on `rt` from the calling thread for at most `timeout + CLIENT_SLACK`.
 fn call<T: Send, F>(rt: &Runtime, timeout: Duration, fut: F) -> Result<T>
 where
     F: Future<Output = Result<T, tokio_postgres::Error>> + Send,
 {
     let wait = timeout + CLIENT_SLACK;
-    let bounded = async move { tokio::time::timeout(wait, fut).await };
-    let r = if Handle::try_current().is_ok() {
-        std::thread::scope(|s| s.spawn(|| rt.block_on(bounded)).join())
-            .map_err(|_| StoreError::Backend("PostgreSQL call panicked".into()))?
-    } else {
-        rt.block_on(bounded)
-    };
-    match r {
+    match drive(rt, async move { tokio::time::timeout(wait, fut).await })? {
         Ok(r) => r.map_err(|e| map_error(&e, timeout)),
         Err(_) => Err(StoreError::Timeout(timeout)),
     }
@@ -244,13 +251,13 @@ impl Conn for PgConn {
     }
 
     /// One pipeline: every statement is sent before any reply is read. Each is prepared first
-    /// (once per connection, as for `execute`). The pipeline as a whole is bounded like one call:
-    /// its statements are the few quick writes of a transaction, and a lock wait in one ends at
-    /// `lock_timeout` with an error that aborts the rest at once.
+    /// (once per connection, as for `execute`). The client waits up to `timeout + CLIENT_SLACK`
+    /// for each reply in turn, as it would for each statement run alone: the server bounds every
+    /// statement's lock waits and running time, not the pipeline's.
     fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
         let mut bound = Vec::with_capacity(statements.len());
         for (index, (sql, params)) in statements.iter().enumerate() {
-            // Nothing has run yet: a statement that does not prepare fails alone.
+            // Nothing has been sent yet: a statement that does not prepare fails alone.
             bound.push(self.bound(sql, params).map_err(|error| Failed {
                 index,
                 error,
@@ -265,25 +272,26 @@ impl Conn for PgConn {
         let replies = bound
             .iter()
             .zip(&refs)
-            .map(|((st, _), params)| Box::pin(client.execute(st, params)));
-        let outcomes = self.call(async move { Ok(in_order(replies.collect()).await) });
-        let outcomes = outcomes.map_err(|error| Failed {
-            index: 0,
-            error,
-            changed: Vec::new(),
-        })?;
+            .map(|((st, _), params)| Box::pin(client.execute(st, params)))
+            .collect();
+        let rt = self.rt.as_ref().expect("present until drop");
+        let outcomes =
+            drive(rt, in_order(replies, self.timeout + CLIENT_SLACK)).map_err(Failed::first)?;
         let mut changed = Vec::with_capacity(outcomes.len());
         for (index, outcome) in outcomes.into_iter().enumerate() {
-            match outcome {
-                Ok(rows) => changed.push(rows),
-                Err(e) => {
-                    return Err(Failed {
-                        index,
-                        error: map_error(&e, self.timeout),
-                        changed,
-                    })
+            let error = match outcome {
+                Some(Ok(rows)) => {
+                    changed.push(rows);
+                    continue;
                 }
-            }
+                Some(Err(e)) => map_error(&e, self.timeout),
+                None => StoreError::Timeout(self.timeout),
+            };
+            return Err(Failed {
+                index,
+                error,
+                changed,
+            });
         }
         Ok(changed)
     }
@@ -313,29 +321,38 @@ impl Conn for PgConn {
 
 /// Awaits `futures`, polling each pending one in the order given every time: the first round of
 /// polls sends tokio-postgres's requests in that order, which is the order the server runs them.
-async fn in_order<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+/// Gives up once `patience` passes with none of them finishing; `None` for those unfinished.
+async fn in_order<F: Future + Unpin>(
+    mut futures: Vec<F>,
+    patience: Duration,
+) -> Vec<Option<F::Output>> {
     let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match Pin::new(future).poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
+    loop {
+        // Ready(true) when some finished and others wait, Ready(false) when all are done.
+        let progress = std::future::poll_fn(|cx| {
+            let (mut finished, mut pending) = (false, false);
+            for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+                if output.is_none() {
+                    match Pin::new(future).poll(cx) {
+                        Poll::Ready(value) => {
+                            *output = Some(value);
+                            finished = true;
+                        }
+                        Poll::Pending => pending = true,
+                    }
                 }
             }
+            if pending && !finished {
+                Poll::Pending
+            } else {
+                Poll::Ready(pending)
+            }
+        });
+        match tokio::time::timeout(patience, progress).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => return outputs,
         }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs
-        .into_iter()
-        .map(|o| o.expect("every future is ready"))
-        .collect()
+    }
 }
 
 /// A column value as the server sent it (binary format), or NULL.

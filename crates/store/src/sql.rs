@@ -341,6 +341,17 @@ pub struct Failed {
     pub changed: Vec<u64>,
 }
 
+impl Failed {
+    /// A failure before any statement ran (the store is down, the transaction failed already).
+    pub fn first(error: StoreError) -> Failed {
+        Failed {
+            index: 0,
+            error,
+            changed: Vec::new(),
+        }
+    }
+}
+
 /// [`SqlTransaction::execute_all`] one statement at a time, through `execute`.
 pub(crate) fn execute_each(
     statements: &[(&str, &[SqlValue])],
@@ -384,10 +395,12 @@ pub trait SqlTransaction: Send {
     fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64>;
 
     /// Runs `statements` in order, as many [`execute`](Self::execute) calls would, and returns
-    /// the rows each changed; the first that fails ends it, and spoils the transaction. On
-    /// PostgreSQL they go in one pipeline: all are sent before any reply is read, one round trip
-    /// for the lot instead of one each (the others run them one by one). For statements that do
-    /// not depend on one another's results, such as the writes a buffered session replays.
+    /// the rows each changed. The first that fails is reported and spoils the transaction, which
+    /// then keeps nothing (on PostgreSQL, statements after it may have been sent already, and
+    /// run or fail inside it). On PostgreSQL they go in one pipeline: all are sent before any
+    /// reply is read, one round trip for the lot instead of one each (the others run them one by
+    /// one). For statements that do not depend on one another's results, such as the writes a
+    /// buffered session replays.
     fn execute_all(&mut self, statements: &[(&str, &[SqlValue])]) -> Result<Vec<u64>, Failed> {
         execute_each(statements, |sql, params| self.execute(sql, params))
     }

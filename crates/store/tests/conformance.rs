@@ -1732,7 +1732,7 @@ fn sql_statements_run_together_in_order(cx: &Ctx) {
     assert_eq!((v(&mut tx, 1), v(&mut tx, 2), v(&mut tx, 4)), (6, 4, 4));
     tx.commit().unwrap();
 
-    // A duplicate key third: named by its index; the statements after it do nothing.
+    // A duplicate key third: named by its index, and nothing of the transaction is kept.
     let again: [SqlValue; 2] = [1.into(), 0.into()];
     let fresh: [SqlValue; 2] = [41.into(), 41.into()];
     let failing: Vec<(&str, &[SqlValue])> = vec![
@@ -1744,7 +1744,11 @@ fn sql_statements_run_together_in_order(cx: &Ctx) {
     let mut tx = cx.store.begin(Isolation::ReadCommitted).unwrap();
     let failed = tx.execute_all(&failing).unwrap_err();
     assert_eq!(failed.index, 2, "{failed:?}");
-    assert_eq!(failed.changed, [1, 1], "the counts of the statements before it");
+    assert_eq!(
+        failed.changed,
+        [1, 1],
+        "the counts of the statements before it"
+    );
     assert!(
         matches!(failed.error, StoreError::Constraint(_)),
         "{failed:?}"
@@ -2091,15 +2095,24 @@ fn fault_refuse_writes_and_counts(cx: &Ctx) {
             .len(),
         1
     );
+    let insert = format!("INSERT INTO {t} VALUES (?)");
     assert_eq!(
-        tx.execute(&format!("INSERT INTO {t} VALUES (?)"), &[1.into()]),
+        tx.execute(&insert, &[1.into()]),
         Err(StoreError::WriteRefused)
+    );
+    let (one, two): ([SqlValue; 1], [SqlValue; 1]) = ([1.into()], [2.into()]);
+    let refused = tx
+        .execute_all(&[(insert.as_str(), &one[..]), (insert.as_str(), &two[..])])
+        .unwrap_err();
+    assert_eq!(
+        (refused.index, refused.error, refused.changed),
+        (0, StoreError::WriteRefused, vec![])
     );
     tx.commit().unwrap();
     let counts = faults.counts();
     assert_eq!(
         (counts.reads, counts.writes, counts.transactions),
-        (5, 7, 1),
+        (5, 8, 1),
         "{counts:?}"
     );
     assert_eq!(faults.reads(), 5);
@@ -2194,7 +2207,24 @@ fn server_that_stops_answering_times_out(cx: &Ctx) {
     )
     .unwrap();
     assert_eq!(store.get(&c, "x").unwrap().unwrap()["n"], json!(1));
+    // A pipeline whose replies stop coming (its statements prepared before the freeze), on a
+    // store of its own so that the one above keeps its idle connection.
+    let statements: [(&str, &[SqlValue]); 2] = [("SELECT 1", &[]), ("SELECT 2", &[])];
+    let piped = open(&url, &StoreOptions::default().with_timeout(timeout)).unwrap();
+    let mut pipelined = (cx.kind == Kind::Postgres).then(|| {
+        let mut tx = piped.begin(Isolation::ReadCommitted).unwrap();
+        assert_eq!(tx.execute_all(&statements).unwrap(), [1, 1]);
+        tx
+    });
     proxy.frozen.store(true, Ordering::SeqCst);
+    if let Some(tx) = pipelined.as_mut() {
+        let failed = tx.execute_all(&statements).unwrap_err();
+        assert_eq!(
+            (failed.index, failed.error, failed.changed),
+            (0, StoreError::Timeout(timeout), vec![])
+        );
+    }
+    drop(pipelined);
     let r = store.get(&c, "x");
     assert_eq!(r, Err(StoreError::Timeout(timeout)));
     let r = store.update(&c, "x", &changes(json!({"$inc": {"n": 1}})));

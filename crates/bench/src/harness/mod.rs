@@ -676,6 +676,7 @@ impl<B: Benchmark> Runner<'_, B> {
                     .min(cads.cache().map_or(0, |c| c.cmis())),
                 write_back_partitions: cads.config().write_back.partitions,
                 write_back_buffering: cads.config().write_back.buffering.name(),
+                worker_pause_ms: cads.config().write_back.worker_pause.as_secs_f64() * 1000.0,
                 warm: opts.warm && has_cache,
                 cache: if has_cache {
                     opts.cache.describe()

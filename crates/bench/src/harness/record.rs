@@ -230,6 +230,8 @@ pub struct RunConfig<C> {
     pub write_back_partitions: usize,
     /// How write-back adds a write to a buffered write: `rmw` or `append`.
     pub write_back_buffering: &'static str,
+    /// Write-back workers' pause after a pass without a full batch, ms.
+    pub worker_pause_ms: f64,
     /// Warm cache before the run.
     pub warm: bool,
     /// The cache (`embedded:N`, addresses, or `none`).

@@ -46,9 +46,6 @@ pub struct YcsbOptions {
     /// `--field-length` (`fieldlength`, bytes, at least 16, the version prefix; or ETC's value
     /// sizes): overrides the workload's (100; ETC's in `ETC`).
     pub field_length: Option<FieldLength>,
-    /// `--worker-pause`: how long a write-back worker waits after a pass without a full batch
-    /// (`WriteBackConfig::worker_pause`).
-    pub worker_pause: Duration,
     /// `--table`: the collection (YCSB's `usertable`). It is dropped and reloaded for every run.
     pub table: String,
     /// `--store-timeout`: the bound on each data-store call (`StoreOptions::timeout`). Longer
@@ -87,7 +84,6 @@ impl Default for YcsbOptions {
             beta: 100,
             field_count: None,
             field_length: None,
-            worker_pause: cads::WriteBackConfig::default().worker_pause,
             table: cads_apps::ycsb::TABLE.into(),
             store_timeout: Duration::from_secs(30),
             pattern_change: None,
@@ -234,8 +230,6 @@ pub struct ConfigRecord {
     pub beta: Option<u8>,
     /// `--pattern-change`: the share of the working set replaced when the CMIs fail, %.
     pub pattern_change: Option<u8>,
-    /// Write-back workers' pause after a pass without a full batch, ms.
-    pub worker_pause_ms: f64,
     /// The collection.
     pub table: String,
     /// The bound on each data-store call, in seconds.

@@ -391,7 +391,6 @@ impl Benchmark for Ycsb {
 
     fn framework_config(&self) -> Config {
         let mut config = Config::default();
-        config.write_back.worker_pause = self.opts.worker_pause;
         // PendingWrites partitions well above the writer threads (as `WriteBackConfig`
         // advises): writers that create a buffered write register it in one, under its
         // exclusive lease, and with fewer partitions than writers they queue there.
@@ -882,7 +881,6 @@ impl Benchmark for Ycsb {
             },
             beta: self.workload.ranges.then_some(self.opts.beta),
             pattern_change: o.pattern_change,
-            worker_pause_ms: o.worker_pause.as_secs_f64() * 1000.0,
             table: o.table.clone(),
             store_timeout_s: o.store_timeout.as_secs_f64(),
         }

@@ -790,9 +790,8 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     // the objects seen here cannot be applied by anyone else first. (A check of the leases would
     // serve too, but an applier whose transaction waits out a lease on row locks would then never
     // commit.)
-    let fresh: Vec<Vec<u8>> = objects
+    let fresh: Vec<Vec<u8>> = fresh_sessions
         .iter()
-        .filter(|(id, _)| !applied_before.contains(id.as_str()))
         .map(|(id, _)| session_key(id))
         .collect();
     if !fresh.is_empty()
@@ -859,6 +858,9 @@ fn run_sessions(
             origin.push((id, Some(statement)));
         }
     }
+    if pipeline.is_empty() {
+        return Ok(());
+    }
     // The first problem in the statements' order is the one reported: a count that does not
     // match comes before a later statement's failure.
     let (changed, failed) = match tx.execute_all(&pipeline) {
@@ -882,9 +884,9 @@ fn run_sessions(
     }
     match failed {
         None => Ok(()),
-        Some(failed) => Err(match origin[failed.index] {
-            (id, Some(statement)) => apply_error(id, statement, failed.error),
-            (_, None) => failed.error.into(),
+        Some(failed) => Err(match origin.get(failed.index) {
+            Some(&(id, Some(statement))) => apply_error(id, statement, failed.error),
+            _ => failed.error.into(),
         }),
     }
 }

@@ -136,11 +136,24 @@ fn work(cads: &Cads, index: usize, count: usize, stop: &AtomicBool) {
             idle = Duration::from_millis(1);
         } else if pass.applied {
             idle = Duration::from_millis(1);
-            std::thread::sleep(cads.config().write_back.worker_pause);
+            nap(cads.config().write_back.worker_pause, stop);
         } else {
-            std::thread::sleep(idle);
+            nap(idle, stop);
             idle = (idle * 2).min(MAX_IDLE);
         }
+    }
+}
+
+/// Sleeps for `length`, in slices of at most `MAX_IDLE`, so that stopping the workers does not
+/// wait out a whole pause.
+fn nap(length: Duration, stop: &AtomicBool) {
+    let end = Instant::now() + length;
+    while !stop.load(Ordering::Acquire) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(MAX_IDLE));
     }
 }
 
