@@ -24,6 +24,27 @@ impl DocRef {
     }
 }
 
+/// The write methods of a [`CacheStore`] that only reads (`type Write = Infallible`): there is
+/// no write to run, so none of them can be called. Put `cads::read_only!();` in its `impl`.
+#[macro_export]
+macro_rules! read_only {
+    () => {
+        fn keys_written(&self, w: &::std::convert::Infallible) -> Vec<Vec<u8>> {
+            match *w {}
+        }
+        fn write_store(
+            &self,
+            w: &::std::convert::Infallible,
+            _: &mut $crate::StoreTx<'_>,
+        ) -> Result<(), $crate::store::StoreError> {
+            match *w {}
+        }
+        fn cache_change(&self, w: &::std::convert::Infallible, _: &[u8]) -> $crate::CacheChange {
+            match *w {}
+        }
+    };
+}
+
 /// The application's description of one kind of query and write. A session may use several.
 pub trait CacheStore: Send + Sync {
     /// A read: what the application asks for.

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cads::{CacheChange, CacheStore, Cads, Config, Policy, SasConfig, StoreTx};
+use cads::{CacheStore, Cads, Config, Policy, SasConfig, StoreTx};
 use cads_coord::sas::leases::Settings;
 use cads_coord::sas::Core;
 use cads_coord::wire::Framed;
@@ -467,21 +467,7 @@ impl cads::CacheStore for Pair {
         Vec::new()
     }
 
-    fn keys_written(&self, w: &std::convert::Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-
-    fn write_store(
-        &self,
-        w: &std::convert::Infallible,
-        _: &mut cads::StoreTx<'_>,
-    ) -> Result<(), cads_store::StoreError> {
-        match *w {}
-    }
-
-    fn cache_change(&self, w: &std::convert::Infallible, _: &[u8]) -> cads::CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 #[test]
@@ -665,17 +651,7 @@ impl CacheStore for SumOfTwo {
         Vec::new()
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 /// An ingest AppNode asks its peers only when every key it missed is held by one: a read of two

@@ -236,15 +236,7 @@ impl<E: Entity> CacheStore for Rows<'_, E> {
             .collect()
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 impl<E: Entity> Rows<'_, E> {
@@ -393,15 +385,7 @@ impl CacheStore for OpeningRows<'_> {
         }
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -488,15 +472,7 @@ impl CacheStore for Orders<'_> {
             .collect()
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -569,15 +545,7 @@ impl CacheStore for CustomersByName<'_> {
             .collect()
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -645,15 +613,7 @@ impl CacheStore for LastOrders<'_> {
             .collect()
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -726,15 +686,7 @@ impl CacheStore for OldestNewOrders<'_> {
             .collect()
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -837,15 +789,7 @@ impl CacheStore for RecentLines<'_> {
         })
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 impl RecentLines<'_> {

@@ -204,17 +204,7 @@ impl CacheStore for ProfileRead {
         entries
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 /// A member's friend list or list of inviters.
@@ -267,17 +257,7 @@ impl CacheStore for ListRead {
         vec![(key(member, list_suffix(list)), encode_list(ids))]
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 fn list_suffix(list: List) -> &'static str {
@@ -349,17 +329,7 @@ impl CacheStore for ProfilesRead {
             .collect()
     }
 
-    fn keys_written(&self, w: &Infallible) -> Vec<Vec<u8>> {
-        match *w {}
-    }
-
-    fn write_store(&self, w: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *w {}
-    }
-
-    fn cache_change(&self, w: &Infallible, _: &[u8]) -> CacheChange {
-        match *w {}
-    }
+    cads::read_only!();
 }
 
 /// BG's four write actions: SQL in the session's transaction, and the keys of 001 Table 3
