@@ -231,6 +231,8 @@ pub struct Cads {
     invalidations_failed: AtomicU64,
     started: Instant,
     write_back: WriteBackStats,
+    /// Append buffering: the documents this process buffered a write of lately.
+    pub(crate) recent_buffers: writeback::recent::RecentBuffers,
     /// Write-back, Design 2: `cads_applied_sessions` exists.
     pub(crate) applied_sessions_ready: AtomicBool,
     /// Write-back's MACs, once the key is known.
@@ -320,6 +322,7 @@ impl Cads {
             invalidations_failed: AtomicU64::new(0),
             started: Instant::now(),
             write_back: WriteBackStats::default(),
+            recent_buffers: Default::default(),
             applied_sessions_ready: AtomicBool::new(false),
             seal: OnceLock::new(),
             tardis,

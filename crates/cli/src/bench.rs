@@ -138,10 +138,9 @@ pub struct Common {
     /// [default: 3]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub write_back_replicas: Option<u16>,
-    /// How write-back adds a write to a document's buffered write: rmw (read it under an
-    /// exclusive lease, add the write, compact, write it back) or append (append the write
-    /// without reading: a round trip fewer once the document has a buffered write).
-    /// [default: rmw]
+    /// How write-back adds a write to a document's buffered write: append (append the write
+    /// without reading: two cache round trips per write) or rmw (read it under an exclusive
+    /// lease, add the write, compact, write it back: three). [default: append]
     #[arg(long, value_name = "rmw|append", value_parser = parse_buffering)]
     pub write_back_buffering: Option<Buffering>,
     /// How long a write-back worker waits after a pass that found no full batch, so that

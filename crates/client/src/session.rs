@@ -931,6 +931,7 @@ impl<'c> Session<'c> {
             return Err(self.aborted_by(reply));
         }
         let mut retry = Vec::new();
+        let mut overtaken = None;
         for ((cmi, list), (_, idx)) in replies.into_iter().zip(&groups) {
             let mut list = list.into_iter();
             if validate_first {
@@ -939,11 +940,20 @@ impl<'c> Session<'c> {
                     *failure = Some(e);
                 }
             }
+            // Keys of this CMI whose write was answered RETRY in this round.
+            let mut waiting: Vec<&[u8]> = Vec::new();
             for &i in idx {
                 let reply = list.next().expect("a reply per command");
                 if is_retry(&reply) {
                     retry.push(i);
+                    waiting.push(placed[i].1);
                     continue;
+                }
+                if waiting.contains(&placed[i].1) {
+                    // The key's holder finished between two writes of one pipeline (it reached
+                    // the CMI in parts): this write went ahead of an earlier one of its key,
+                    // which may depend on it (LADD, then LAPPEND).
+                    overtaken = Some(placed[i].1.to_vec());
                 }
                 self.hold_at(cmi, placed[i].1);
                 match writes[i].1.outcome(reply) {
@@ -956,6 +966,12 @@ impl<'c> Session<'c> {
                     *failure = Some(e);
                 }
             }
+        }
+        if let Some(key) = overtaken {
+            return Err(self.aborted(format!(
+                "a write of key {} went ahead of an earlier one that waited",
+                String::from_utf8_lossy(&key)
+            )));
         }
         Ok(retry)
     }

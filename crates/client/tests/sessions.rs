@@ -392,3 +392,86 @@ fn a_session_routed_by_an_older_configuration_is_refused_with_the_newer_id() {
     s.set_configuration(6);
     assert_eq!(s.mget(&[&a, &b], false).unwrap(), vec![None, None]);
 }
+
+/// A CMI that answers each request with the next of `replies` (RESP text), after the
+/// connection's opening `FLUSHALL RESTORED`; returns its address and the requests' names.
+fn scripted_cmi(
+    replies: Vec<&'static str>,
+) -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (names, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut out = stream.try_clone().unwrap();
+        let mut input = BufReader::new(stream);
+        let mut replies = std::iter::once("+OK\r\n").chain(replies);
+        let mut line = String::new();
+        // Each request is an array of bulk strings: `*N`, then `$len` and the bytes, N times.
+        while input.read_line(&mut line).unwrap_or(0) > 0 {
+            let parts: usize = line.trim_end().trim_start_matches('*').parse().unwrap();
+            let mut name = String::new();
+            for part in 0..parts {
+                line.clear();
+                input.read_line(&mut line).unwrap();
+                let len: usize = line.trim_end().trim_start_matches('$').parse().unwrap();
+                let mut bytes = vec![0; len + 2];
+                std::io::Read::read_exact(&mut input, &mut bytes).unwrap();
+                if part == 0 {
+                    name = String::from_utf8_lossy(&bytes[..len]).to_uppercase();
+                }
+            }
+            line.clear();
+            let _ = names.send(name);
+            let Some(reply) = replies.next() else { return };
+            out.write_all(reply.as_bytes()).unwrap();
+        }
+    });
+    (addr, seen)
+}
+
+/// Two writes of one key in one pipeline, the first answered RETRY and the second granted (the
+/// key's holder committed between them: the pipeline reached the CMI in two reads). The second
+/// went ahead of the first, which it may depend on (LADD of a header, then LAPPEND to it), so
+/// the session aborts rather than send the first again.
+#[test]
+fn a_write_that_overtakes_an_earlier_write_of_its_key_aborts_the_session() {
+    use cads_client::Write;
+    let (addr, seen) = scripted_cmi(vec![
+        "-RETRY key k is held by an older session\r\n",
+        ":7\r\n",
+        "+OK\r\n",
+        "+OK\r\n",
+    ]);
+    let client = Client::new(ClientConfig::new(vec![addr]), ranges());
+    let mut session = client.session();
+    let writes = [
+        (
+            0,
+            Write::Add {
+                key: b"k".to_vec(),
+                value: b"head\n".to_vec(),
+                pin: true,
+            },
+        ),
+        (
+            0,
+            Write::Append {
+                key: b"k".to_vec(),
+                bytes: b"line\n".to_vec(),
+            },
+        ),
+    ];
+    match session.write_at(&writes, true) {
+        Err(ClientError::Aborted { reason }) => assert!(reason.contains("went ahead"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let names: Vec<String> = (0..5)
+        .map(|_| seen.recv_timeout(Duration::from_secs(60)).unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["FLUSHALL", "LADD", "LAPPEND", "LVALIDATE", "LABORT"]
+    );
+}

@@ -40,8 +40,12 @@ fn partition_of(cads: &Cads, bw_key: &[u8]) -> usize {
 
 /// The buffered writes a session stages (000 Algorithm 11, write-back): per document, the
 /// operations to add to its buffered write on every replica. A document without one gets it
-/// registered in its PendingWrites partition. All under the session's exclusive leases, so they
-/// become visible at its commit, together with the cached values they go with.
+/// registered in its PendingWrites partition. Appending, whether it has one is known only from
+/// the replies: a write registers its document with its other writes unless this process wrote
+/// the document's buffered write lately ([`RecentBuffers`](super::recent::RecentBuffers)), and
+/// registers it after the replies if it guessed wrong (a line listed twice is read once). All
+/// under the session's exclusive leases, so they become visible at its commit, together with the
+/// cached values they go with.
 ///
 /// Staging takes no round trip of its own: the session reads what [`reads`](Self::reads) lists
 /// in the same `LMGET` as the cached values it changes, and sends [`writes`](Self::writes) in
@@ -56,6 +60,9 @@ struct DocStaging {
     key: Vec<u8>,
     cmis: Vec<usize>,
     ops: Vec<DocOp>,
+    /// Appending: the document's registration in PendingWrites, sent with the other writes; empty
+    /// when the document likely has a buffered write already.
+    registration: Vec<(usize, Write)>,
 }
 
 impl Staging {
@@ -65,19 +72,30 @@ impl Staging {
         for (doc, op) in ops {
             per_doc.entry(doc).or_default().push(op.clone());
         }
+        let buffering = cads.config().write_back.buffering;
         let docs = per_doc
             .into_iter()
             .map(|(doc, ops)| {
                 let key = bw_key(doc);
+                // Half a pause: a worker's pass applies a buffered write at most a pause after
+                // the last, so a younger one is likely still there.
+                let listed = cads
+                    .recent_buffers
+                    .within(&key, cads.config().write_back.worker_pause / 2);
+                let registration = match buffering {
+                    Buffering::Append if !listed => registration(cads, seal, &key),
+                    _ => Vec::new(),
+                };
                 DocStaging {
                     cmis: replicas(cads, client, &key),
                     key,
                     ops,
+                    registration,
                 }
             })
             .collect();
         Staging {
-            buffering: cads.config().write_back.buffering,
+            buffering,
             seal: seal.clone(),
             docs,
         }
@@ -100,8 +118,10 @@ impl Staging {
     ///
     /// Read-modify-write keeps the newest of the replicas' copies (a replica may lag behind after
     /// a commit that failed on it), adds the operations, compacts, and writes the result, one
-    /// version newer, to every replica. Append appends the operations on every replica; see
-    /// [`finish`](Self::finish) for replicas that turn out to have no copy.
+    /// version newer, to every replica. Append adds, on every replica, a new buffered write's
+    /// header where there is no buffered write (`LADD`) and then the operations (`LAPPEND`), and
+    /// registers the document; see [`finish`](Self::finish) for replicas that turn out to
+    /// disagree on whether there was one.
     pub(crate) fn writes(
         &self,
         cads: &Cads,
@@ -112,15 +132,23 @@ impl Staging {
         let mut read = read.iter();
         for doc in &self.docs {
             if self.buffering == Buffering::Append {
+                // A new buffered write starts with its creation version (see `new_version`); the
+                // appended lines after it count one write each.
+                let header = buffer::encode_versioned(&self.seal, &doc.key, new_version(), 0, &[]);
                 let lines = buffer::encode(&self.seal, &doc.key, &doc.ops);
-                let cmis = failpoints::replicas_written(&doc.cmis, |&cmi| cmi);
-                writes.extend(cmis.iter().map(|&cmi| {
+                for &cmi in failpoints::replicas_written(&doc.cmis, |&cmi| cmi) {
+                    let create = Write::Add {
+                        key: doc.key.clone(),
+                        value: header.clone(),
+                        pin: true,
+                    };
                     let append = Write::Append {
                         key: doc.key.clone(),
                         bytes: lines.clone(),
                     };
-                    (cmi, append)
-                }));
+                    writes.extend([(cmi, create), (cmi, append)]);
+                }
+                writes.extend(doc.registration.iter().cloned());
                 continue;
             }
             let mut newest: Option<buffer::Buffered> = None;
@@ -171,13 +199,14 @@ impl Staging {
         (writes, refused)
     }
 
-    /// Append buffering, after the writes: a document whose replicas all lacked a buffered write
-    /// gets a new one, registered in PendingWrites; a replica without a copy while another has
-    /// one lost it (a CMI that restarted empty) and gets the whole buffered write. `written` is
-    /// what the session's pipeline returned for [`writes`](Self::writes), in its order. These
-    /// writes go with `LVALIDATE` when `validate` (the session's validation must follow its last
-    /// write), so that a document's first buffered write costs one round trip more than a later
-    /// one, not two.
+    /// Append buffering, after the writes: a new buffered write that was not registered with them
+    /// is registered now; a replica that had no buffered write while another had one lost it (a
+    /// CMI that restarted empty) and gets the whole buffered write from one that has it, not a
+    /// new one holding this write alone. `written` is what the session's pipeline returned for
+    /// [`writes`](Self::writes), in its order. These writes go with `LVALIDATE` when `validate`
+    /// (the session's validation must follow its last write). When the guess was right and the
+    /// replicas agree there are none: a write costs two round trips whether or not its document
+    /// had a buffered write.
     pub(crate) fn finish(
         &self,
         cads: &Cads,
@@ -191,36 +220,30 @@ impl Staging {
         let mut fixes = Vec::new();
         let mut written = written.iter();
         for doc in &self.docs {
-            let mut missing = Vec::new();
+            let mut created = Vec::new();
             let mut holder = None;
-            let cmis = failpoints::replicas_written(&doc.cmis, |&cmi| cmi);
-            for (&cmi, result) in cmis.iter().zip(written.by_ref()) {
-                match result {
-                    Written::Length(None) => missing.push(cmi),
-                    _ if holder.is_none() => holder = Some(cmi),
-                    _ => {}
+            for &cmi in failpoints::replicas_written(&doc.cmis, |&cmi| cmi) {
+                let added = written.next();
+                let _appended = written.next();
+                match added {
+                    Some(Written::Added(true)) => created.push(cmi),
+                    _ => {
+                        holder.get_or_insert(cmi);
+                    }
                 }
             }
-            if missing.is_empty() {
-                continue;
-            }
-            let whole = match holder {
-                // A new buffered write starts with its creation version (see `new_version`).
-                None => {
+            written.by_ref().take(doc.registration.len()).for_each(drop);
+            cads.recent_buffers.note(&doc.key);
+            let Some(holder) = holder.filter(|_| !created.is_empty()) else {
+                if !created.is_empty() && doc.registration.is_empty() {
                     fixes.extend(registration(cads, &self.seal, &doc.key));
-                    buffer::encode_versioned(
-                        &self.seal,
-                        &doc.key,
-                        new_version(),
-                        doc.ops.len() as u64,
-                        &doc.ops,
-                    )
                 }
-                Some(h) => session
-                    .on(h, |s| s.get(&doc.key, true))?
-                    .expect("the holder has the buffered write"),
+                continue;
             };
-            fixes.extend(missing.into_iter().map(|cmi| {
+            let whole = session
+                .on(holder, |s| s.get(&doc.key, true))?
+                .expect("the holder has the buffered write");
+            fixes.extend(created.into_iter().map(|cmi| {
                 let set = Write::Set {
                     key: doc.key.clone(),
                     value: whole.clone(),

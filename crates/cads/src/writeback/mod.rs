@@ -37,6 +37,7 @@ pub mod buffer;
 pub(crate) mod design1;
 pub(crate) mod design2;
 pub mod mac;
+pub(crate) mod recent;
 pub(crate) mod replicated;
 mod workers;
 
@@ -52,9 +53,11 @@ pub use workers::{drain, Workers};
 /// How a write adds its changes to a buffered write (000 §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Buffering {
-    /// Append the new operations: one round trip, no compaction.
+    /// Append the new operations without reading the buffered write (compacted when applied): a
+    /// write takes two round trips, its writes with the validation and the commit.
     Append,
-    /// Read the buffered write under an exclusive lease, add the operations, compact, write back.
+    /// Read the buffered write under an exclusive lease, add the operations, compact, write back:
+    /// a round trip more, for buffered writes kept compact.
     ReadModifyWrite,
 }
 
@@ -116,7 +119,7 @@ impl Default for WriteBackConfig {
         WriteBackConfig {
             replicas: 3,
             partitions: 64,
-            buffering: Buffering::ReadModifyWrite,
+            buffering: Buffering::Append,
             documents_per_transaction: 32,
             batch: 2,
             compact_every: 64,
