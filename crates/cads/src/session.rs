@@ -20,7 +20,7 @@ use crate::tardis::{self, Mode, OnMiss};
 use crate::tx::StoreTx;
 use crate::writeback::design1;
 use crate::writeback::design2::{self, SessionWrites};
-use crate::writeback::{Refused, SqlBuffer};
+use crate::writeback::{Buffering, Refused, SqlBuffer};
 use crate::{Cads, Policy};
 
 /// One atomic unit of work: reads and writes through [`CacheStore`]s, at most one data-store
@@ -1095,7 +1095,11 @@ impl<'a> Session<'a> {
                 ),
             }
         })?;
-        let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
+        // Read-modify-write whatever write-back does: during an outage a document's writes then
+        // compact into one buffered write, and its TeleW line is written once, not with every
+        // write (nothing removes lines until the data store is back).
+        let staging =
+            design1::Staging::plan(self.cads, seal, &self.buffered, Buffering::ReadModifyWrite);
         let marks = t.marks();
         match self.stage(Some(&staging), !marks) {
             Ok(()) => {}
@@ -1225,7 +1229,8 @@ impl<'a> Session<'a> {
             }
         } else {
             let seal = self.cads.seal()?;
-            let staging = design1::Staging::plan(self.cads, seal, &self.buffered);
+            let buffering = self.cads.config().write_back.buffering;
+            let staging = design1::Staging::plan(self.cads, seal, &self.buffered, buffering);
             let sql = !self.sql_writes.is_empty();
             match self.stage(Some(&staging), !sql) {
                 Ok(()) => {}
@@ -1293,8 +1298,9 @@ impl<'a> Session<'a> {
     /// taking the exclusive leases of every value a change must read first (cached values changed
     /// by read-modify-write that the session did not read already, buffered writes), then every
     /// write pipelined, each computed from a value read earlier behind its check
-    /// (`Write::Expect`), followed by `LVALIDATE` when `validate` (append buffering's new buffered
-    /// writes take one more round trip, validated again: see `Staging::finish`).
+    /// (`Write::Expect`), followed by `LVALIDATE` when `validate` (append buffering takes one
+    /// more, validated again, when it must register a new buffered write or mend a replica: see
+    /// `Staging::finish`).
     fn stage(
         &mut self,
         staging: Option<&design1::Staging>,
@@ -1566,6 +1572,9 @@ impl<'a> Session<'a> {
                     Some(t) => t.note_teleported(buffered),
                     None => {
                         stats.buffered.fetch_add(buffered, Ordering::Relaxed);
+                        for (doc, _) in &self.buffered {
+                            self.cads.recent_buffers.note(&design1::bw_key(doc));
+                        }
                     }
                 }
                 if !self.sql_writes.is_empty() {

@@ -1,10 +1,10 @@
 //! The value of a buffered write (Design 1, 000 Definition 3.2.1): the operations pending on one
 //! document, in the order they were made, one JSON object per line so that a write can append to
-//! it without reading it. Writes that read it first (read-modify-write) put a header line
-//! `{"v": version, "n": writes, "l": lines}` in front: the version tells the newest of several
-//! replicas, `n` counts the operations writes buffered, which compaction and conversion merge,
-//! and `l` the operation lines written with the header (lines appended after those count one
-//! write each).
+//! it without reading it. A header line `{"v": version, "n": writes, "l": lines}` comes first:
+//! the version tells the newest of several replicas, `n` counts the operations writes buffered,
+//! which compaction and conversion merge, and `l` the operation lines written with the header
+//! (lines appended after those count one write each). Read-modify-write rewrites it with every
+//! write; append buffering writes it once, when its write finds no buffered write (`LADD`).
 //!
 //! Every line is sealed ([`Seal`]) for the buffered write's cache key: a line whose seal does not
 //! open, or that does not read as an operation, is refused and left out (see [`Buffered::refused`]).
@@ -32,7 +32,7 @@ fn push_line(out: &mut Vec<u8>, seal: &Seal, key: &[u8], value: &serde_json::Val
 /// A buffered write read back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffered {
-    /// 0 when written by appends only.
+    /// 0 when it has no header line.
     pub version: u64,
     /// Operations writes put in it (before compaction and conversion).
     pub writes: u64,

@@ -66,24 +66,29 @@ struct DocStaging {
 }
 
 impl Staging {
-    pub(crate) fn plan(cads: &Cads, seal: &Seal, ops: &[(DocRef, DocOp)]) -> Staging {
+    pub(crate) fn plan(
+        cads: &Cads,
+        seal: &Seal,
+        ops: &[(DocRef, DocOp)],
+        buffering: Buffering,
+    ) -> Staging {
         let client = cads.cache().expect("write-back has a cache");
         let mut per_doc: BTreeMap<&DocRef, Vec<DocOp>> = BTreeMap::new();
         for (doc, op) in ops {
             per_doc.entry(doc).or_default().push(op.clone());
         }
-        let buffering = cads.config().write_back.buffering;
         let docs = per_doc
             .into_iter()
             .map(|(doc, ops)| {
                 let key = bw_key(doc);
-                // Half a pause: a worker's pass applies a buffered write at most a pause after
-                // the last, so a younger one is likely still there.
-                let listed = cads
-                    .recent_buffers
-                    .within(&key, cads.config().write_back.worker_pause / 2);
+                // Half a pause: a worker pauses that long between passes that find little, so a
+                // buffered write committed less than that ago is likely still there.
+                let listed = || {
+                    cads.recent_buffers
+                        .within(&key, cads.config().write_back.worker_pause / 2)
+                };
                 let registration = match buffering {
-                    Buffering::Append if !listed => registration(cads, seal, &key),
+                    Buffering::Append if !listed() => registration(cads, seal, &key),
                     _ => Vec::new(),
                 };
                 DocStaging {
@@ -204,9 +209,9 @@ impl Staging {
     /// CMI that restarted empty) and gets the whole buffered write from one that has it, not a
     /// new one holding this write alone. `written` is what the session's pipeline returned for
     /// [`writes`](Self::writes), in its order. These writes go with `LVALIDATE` when `validate`
-    /// (the session's validation must follow its last write). When the guess was right and the
-    /// replicas agree there are none: a write costs two round trips whether or not its document
-    /// had a buffered write.
+    /// (the session's validation must follow its last write). There are none when the guess about
+    /// the registration was right and the replicas agree on whether the document had a buffered
+    /// write: then a write costs two round trips, new buffered write or not.
     pub(crate) fn finish(
         &self,
         cads: &Cads,
@@ -233,7 +238,6 @@ impl Staging {
                 }
             }
             written.by_ref().take(doc.registration.len()).for_each(drop);
-            cads.recent_buffers.note(&doc.key);
             let Some(holder) = holder.filter(|_| !created.is_empty()) else {
                 if !created.is_empty() && doc.registration.is_empty() {
                     fixes.extend(registration(cads, &self.seal, &doc.key));
@@ -595,8 +599,8 @@ fn apply_once(
         // before a write mistakes them for a pending buffered write. A conversion that reached
         // some replicas only is found there as the newest copy.
         Err(ClientError::PartialCommit { .. }) => {
-            for &(i, version, _) in &applied {
-                clean_up(cads, &keys[i], version)?;
+            for &(i, version, writes) in &applied {
+                clean_up(cads, &keys[i], version, writes)?;
             }
         }
         Err(e) => return Err(e.into()),
@@ -721,9 +725,9 @@ fn unlist_from(cads: &Cads, bw_keys: &[Vec<u8>], pw_keys: &[Vec<u8>]) -> Result<
     Ok(())
 }
 
-/// Deletes the copies of an applied buffered write (version up to `applied`) that a partial
-/// commit left on some replicas. A newer copy is a new buffered write and stays.
-fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
+/// Deletes the copies of an applied buffered write (`version`, `writes` operations) that a
+/// partial commit left on some replicas (see [`left_behind`]).
+fn clean_up(cads: &Cads, key: &[u8], version: u64, writes: u64) -> Result<()> {
     let client = cads.cache().expect("write-back has a cache");
     let seal = cads.seal()?;
     let mut attempts = Attempts::new(cads.config());
@@ -738,7 +742,7 @@ fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
                     continue;
                 };
                 let held = buffer::decode_versioned(seal, key, &bytes);
-                if held.version <= applied {
+                if left_behind(&held, version, writes) {
                     session.on(cmi, |s| s.delete(key))?;
                 }
             }
@@ -751,6 +755,15 @@ fn clean_up(cads: &Cads, key: &[u8], applied: u64) -> Result<()> {
             Err(_) => {}
         }
     }
+}
+
+/// Whether `held`, a copy of a buffered write found after an applier's commit reached some of
+/// its replicas only, is the applied one (`version`, `writes` operations) or older, and must go.
+/// A newer copy is a new buffered write. So is a copy of the applied version holding more
+/// operations: a write appended to it since (append buffering finds the copy in place, and
+/// copies it to the replicas that lost theirs, version and all), which deleting would lose.
+fn left_behind(held: &buffer::Buffered, version: u64, writes: u64) -> bool {
+    held.version < version || (held.version == version && held.writes <= writes)
 }
 
 /// What the PendingWrites partitions list.
@@ -809,4 +822,29 @@ pub fn pending(cads: &Cads) -> Result<Vec<DocRef>> {
         .into_iter()
         .flatten()
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(version: u64, writes: u64) -> buffer::Buffered {
+        buffer::Buffered {
+            version,
+            writes,
+            ops: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
+
+    /// Applied version 7 with 3 operations: the copies left of it or older go; a newer one, or
+    /// one a write appended to since, stays.
+    #[test]
+    fn only_the_applied_copy_or_an_older_one_is_left_behind() {
+        assert!(left_behind(&copy(7, 3), 7, 3));
+        assert!(left_behind(&copy(7, 2), 7, 3), "a lagging replica of it");
+        assert!(left_behind(&copy(6, 9), 7, 3), "an older buffered write");
+        assert!(!left_behind(&copy(7, 4), 7, 3), "a write appended since");
+        assert!(!left_behind(&copy(8, 1), 7, 3), "a new buffered write");
+    }
 }

@@ -54,7 +54,8 @@ pub use workers::{drain, Workers};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Buffering {
     /// Append the new operations without reading the buffered write (compacted when applied): a
-    /// write takes two round trips, its writes with the validation and the commit.
+    /// write takes two round trips, its writes with the validation and the commit (three when
+    /// its guess that the document is listed in PendingWrites already was wrong).
     Append,
     /// Read the buffered write under an exclusive lease, add the operations, compact, write back:
     /// a round trip more, for buffered writes kept compact.

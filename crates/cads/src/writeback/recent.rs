@@ -3,9 +3,10 @@
 //!
 //! A write that guesses it has one skips the registration, whose exclusive lease on the
 //! PendingWrites partition every writer of the partition's documents would otherwise contend for
-//! (a hot document's writers hold it nearly all the time). The guess costs nothing when wrong:
-//! the replicas' replies say whether the buffered write was new, and a new one is registered
-//! before the session validates (a round trip more). Only the speed depends on the guess.
+//! (a hot document's writers hold it nearly all the time). A wrong guess costs a round trip,
+//! never a write: the replicas' replies say whether the buffered write was new, and a new one
+//! is registered before the session validates. A document is noted when a session that
+//! buffered a write of it commits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
