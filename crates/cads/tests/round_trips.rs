@@ -336,6 +336,15 @@ fn a_write_through_document_update_takes_two_round_trips() {
     assert_eq!(users.read(&cads, "bob").unwrap(), None);
 }
 
+/// The round trips of a session incrementing alice's visits.
+fn visit_alice(cads: &Cads, users: &Collection) -> u64 {
+    round_trips(cads, |s| {
+        users
+            .update(s, "alice", changes(json!({"$inc": {"visits": 1}})))
+            .unwrap()
+    })
+}
+
 /// Write-back: a document's update stages the new document on the CMI (`LUPDATE`). Buffering by
 /// read-modify-write, it reads the buffered write under an exclusive lease first, then stages the
 /// document and the buffered write with the validation, and commits: three round trips. With
@@ -357,13 +366,7 @@ fn a_write_back_session_validates_once_after_its_last_staged_write() {
         cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
             .unwrap();
         cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
-        let visit = |cads: &Cads| {
-            round_trips(cads, |s| {
-                users
-                    .update(s, "alice", changes(json!({"$inc": {"visits": 1}})))
-                    .unwrap()
-            })
-        };
+        let visit = |cads: &Cads| visit_alice(cads, &users);
         assert_eq!(
             visit(&cads),
             first,
@@ -403,13 +406,7 @@ fn an_append_that_wrongly_guesses_its_document_is_listed_registers_it() {
         .unwrap();
     cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
     assert!(cads::writeback::pending(&cads).unwrap().is_empty());
-    let visit = |cads: &Cads| {
-        round_trips(cads, |s| {
-            users
-                .update(s, "alice", changes(json!({"$inc": {"visits": 1}})))
-                .unwrap()
-        })
-    };
+    let visit = |cads: &Cads| visit_alice(cads, &users);
     assert_eq!(
         visit(&cads),
         3,
