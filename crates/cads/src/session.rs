@@ -1572,8 +1572,10 @@ impl<'a> Session<'a> {
                     Some(t) => t.note_teleported(buffered),
                     None => {
                         stats.buffered.fetch_add(buffered, Ordering::Relaxed);
-                        for (doc, _) in &self.buffered {
-                            self.cads.recent_buffers.note(&design1::bw_key(doc));
+                        if self.cads.config().write_back.buffering == Buffering::Append {
+                            for (doc, _) in &self.buffered {
+                                self.cads.recent_buffers.note(&design1::bw_key(doc));
+                            }
                         }
                     }
                 }

@@ -970,7 +970,7 @@ impl<'c> Session<'c> {
         if let Some(key) = overtaken {
             return Err(self.aborted(format!(
                 "a write of key {} went ahead of an earlier one that waited",
-                String::from_utf8_lossy(&key)
+                cads_protocol::printable_key(&key)
             )));
         }
         Ok(retry)

@@ -238,8 +238,12 @@ impl Staging {
                 }
             }
             written.by_ref().take(doc.registration.len()).for_each(drop);
-            let Some(holder) = holder.filter(|_| !created.is_empty()) else {
-                if !created.is_empty() && doc.registration.is_empty() {
+            if created.is_empty() {
+                continue;
+            }
+            let Some(holder) = holder else {
+                // New on every replica: listed unless the guess skipped it.
+                if doc.registration.is_empty() {
                     fixes.extend(registration(cads, &self.seal, &doc.key));
                 }
                 continue;
