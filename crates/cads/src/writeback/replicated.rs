@@ -72,17 +72,25 @@ pub(crate) fn read_all(cads: &Cads, key: &[u8]) -> Result<Vec<Option<Vec<u8>>>> 
     Ok(read_many(cads, &keys)?.pop().expect("one key"))
 }
 
-/// [`read_all`] for several keys, in one round trip to each CMI.
+/// [`read_all`] for several keys, in one round trip to each CMI. A key given twice is read
+/// twice, each answer in its own place.
 pub(crate) fn read_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
     let client = cads.cache().expect("write-back has a cache");
-    let places = placed(cads, client, keys);
+    let replicas_of: Vec<Vec<usize>> = keys
+        .iter()
+        .map(|key| replicas(cads, client, key))
+        .collect();
+    let places: Vec<(usize, &[u8])> = replicas_of
+        .iter()
+        .zip(keys)
+        .flat_map(|(cmis, key)| cmis.iter().map(move |&cmi| (cmi, key.as_slice())))
+        .collect();
+    let owners = replicas_of
+        .iter()
+        .enumerate()
+        .flat_map(|(index, cmis)| std::iter::repeat_n(index, cmis.len()));
     let mut values: Vec<Vec<Option<Vec<u8>>>> = vec![Vec::new(); keys.len()];
-    let mut index = 0;
-    for (reply, (_, key)) in client.get_at(&places).into_iter().zip(&places) {
-        // Replicas of a key are next to one another, in the order of `keys`.
-        while keys[index].as_slice() != *key {
-            index += 1;
-        }
+    for (reply, index) in client.get_at(&places).into_iter().zip(owners) {
         match reply {
             Ok(value) => values[index].push(value),
             Err(e) if e.is_unavailable() => {}
@@ -257,4 +265,34 @@ pub(crate) fn purge_list(cads: &Cads, key: &[u8], keep_empty: bool) -> Result<()
     session.commit()?;
     refused.discarded(cads.write_back_stats());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use cads_store::StoreOptions;
+    use cads_testkit::{Cmis, ScratchDir};
+
+    use super::*;
+    use crate::{Config, Policy};
+
+    /// A key given twice, next to itself, gets its replicas' values in both places (they used to
+    /// go to the first, and the second read as unreachable).
+    #[test]
+    fn a_key_read_twice_gets_its_values_twice() {
+        let dir = ScratchDir::new("read_many");
+        let cmis = Cmis::start(2, Policy::WriteBack.cmi_mode());
+        let cads = Cads::connect(
+            dir.sqlite(&StoreOptions::default()),
+            cmis.addrs(),
+            Policy::WriteBack,
+            Config::default(),
+        );
+        let client = cads.cache().unwrap();
+        client.set(b"a", b"1").unwrap();
+        let keys = [b"a".to_vec(), b"a".to_vec(), b"b".to_vec()];
+        let values = read_many(&cads, &keys).unwrap();
+        // `set` wrote a's own CMI, the first of its replicas; b is nowhere.
+        let a = vec![Some(b"1".to_vec()), None];
+        assert_eq!(values, [a.clone(), a, vec![None, None]]);
+    }
 }
