@@ -497,8 +497,32 @@ impl Cmi {
                 let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
                 self.engine.set_max_pinned_memory(bytes);
             }
-            "lease-ms" => self.engine.set_lease_ms(ms()?),
-            "max-session-ms" => self.engine.set_max_session_ms(ms()?),
+            // The order the command line enforces, lease-ms <= max-session-ms <= tombstone-ms,
+            // holds here too: a session's late calls must still meet its tombstone.
+            "lease-ms" => {
+                let ms = ms()?;
+                let max_session_ms = self.engine.config().max_session_ms;
+                if ms > max_session_ms {
+                    return Err(bad_value(format!(
+                        "above max-session-ms ({max_session_ms})"
+                    )));
+                }
+                self.engine.set_lease_ms(ms);
+            }
+            "max-session-ms" => {
+                let ms = ms()?;
+                let config = self.engine.config();
+                if ms < config.lease_ms {
+                    return Err(bad_value(format!("below lease-ms ({})", config.lease_ms)));
+                }
+                if ms > config.tombstone_ms {
+                    return Err(bad_value(format!(
+                        "above tombstone-ms ({})",
+                        config.tombstone_ms
+                    )));
+                }
+                self.engine.set_max_session_ms(ms);
+            }
             "max-session-memory" => {
                 let bytes = parse_size(&value).map_err(|e| bad_value(e.to_string()))?;
                 self.engine.set_max_session_memory(bytes);

@@ -156,10 +156,21 @@ fn session_limits_are_shown_and_set_by_config() {
     assert_eq!(call(&mut c, "CONFIG SET max-session-memory 1mb"), Reply::OK);
     assert_eq!(info_number(&mut c, "max_session_ms"), 900);
     assert_eq!(info_number(&mut c, "max_session_memory"), 1 << 20);
-    assert_eq!(
-        error_kind(&call(&mut c, "CONFIG SET max-session-ms 0")),
-        Some(ErrorKind::Err)
-    );
+    // lease-ms <= max-session-ms <= tombstone-ms (60000 here), as on the command line.
+    for refused in [
+        "max-session-ms 0",
+        "max-session-ms 300",
+        "max-session-ms 60001",
+        "lease-ms 901",
+    ] {
+        assert_eq!(
+            error_kind(&call(&mut c, &format!("CONFIG SET {refused}"))),
+            Some(ErrorKind::Err),
+            "{refused}"
+        );
+    }
+    assert_eq!(info_number(&mut c, "max_session_ms"), 900);
+    assert_eq!(call(&mut c, "CONFIG SET max-session-ms 60000"), Reply::OK);
     stop(server);
 }
 

@@ -76,10 +76,7 @@ pub(crate) fn read_all(cads: &Cads, key: &[u8]) -> Result<Vec<Option<Vec<u8>>>> 
 /// twice, each answer in its own place.
 pub(crate) fn read_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
     let client = cads.cache().expect("write-back has a cache");
-    let replicas_of: Vec<Vec<usize>> = keys
-        .iter()
-        .map(|key| replicas(cads, client, key))
-        .collect();
+    let replicas_of: Vec<Vec<usize>> = keys.iter().map(|key| replicas(cads, client, key)).collect();
     let places: Vec<(usize, &[u8])> = replicas_of
         .iter()
         .zip(keys)
