@@ -995,7 +995,7 @@ impl<'a> Session<'a> {
         if self.teleport && !self.buffered.is_empty() {
             return self.pre_commit_teleport();
         }
-        match self.stage(None, true) {
+        match self.stage(None, None, true) {
             Ok(_) => {}
             Err(e) if e.is_unavailable() => {
                 self.degrade(&e);
@@ -1066,7 +1066,7 @@ impl<'a> Session<'a> {
                 return Err(Error::Aborted { reason });
             }
         };
-        if let Err(e) = self.stage(None, true) {
+        if let Err(e) = self.stage(None, None, true) {
             return Err(self.cache_error(e));
         }
         // Under the primaries' Q leases, before the data-store commit: see `delete_on_secondaries`.
@@ -1101,7 +1101,7 @@ impl<'a> Session<'a> {
         let staging =
             design1::Staging::plan(self.cads, seal, &self.buffered, Buffering::ReadModifyWrite);
         let marks = t.marks();
-        match self.stage(Some(&staging), !marks) {
+        match self.stage(Some(&staging), None, !marks) {
             Ok(()) => {}
             Err(ClientError::NotStored) => {
                 t.note_refused_write();
@@ -1220,7 +1220,7 @@ impl<'a> Session<'a> {
     /// holds their exclusive leases, so none can be added) and the session writes through.
     fn pre_commit_write_back(&mut self) -> Result<()> {
         if self.write_through {
-            self.stage(None, false)?;
+            self.stage(None, None, false)?;
             let mut docs = self.written_docs.clone();
             docs.sort();
             docs.dedup();
@@ -1231,21 +1231,21 @@ impl<'a> Session<'a> {
             let seal = self.cads.seal()?;
             let buffering = self.cads.config().write_back.buffering;
             let staging = design1::Staging::plan(self.cads, seal, &self.buffered, buffering);
-            let sql = !self.sql_writes.is_empty();
-            match self.stage(Some(&staging), !sql) {
-                Ok(()) => {}
+            let sessions = match self.sql_writes.is_empty() {
+                true => None,
+                false => {
+                    self.sql_writes.mapped.sort();
+                    self.sql_writes.mapped.dedup();
+                    Some(design2::Staging::plan(self.cads, seal, &self.sql_writes)?)
+                }
+            };
+            return match self.stage(Some(&staging), sessions.as_ref(), true) {
+                Ok(()) => Ok(()),
                 // Whatever could not be stored, pinned memory is what is full (unpinned values
                 // make room by eviction).
-                Err(ClientError::NotStored) => return Err(Error::BufferFull),
-                Err(e) => return Err(e.into()),
-            }
-            if !sql {
-                return Ok(());
-            }
-            self.sql_writes.mapped.sort();
-            self.sql_writes.mapped.dedup();
-            let cache = self.cache.as_mut().expect("checked");
-            design2::stage(self.cads, cache, &self.sql_writes)?;
+                Err(ClientError::NotStored) => Err(Error::BufferFull),
+                Err(e) => Err(e.into()),
+            };
         }
         self.cache
             .as_mut()
@@ -1294,16 +1294,18 @@ impl<'a> Session<'a> {
     }
 
     /// Stages the session's cache changes (write-around's deletes, write-through's new values)
-    /// and write-back's buffered writes in `staging`, in at most two round trips: one `LMGET`
-    /// taking the exclusive leases of every value a change must read first (cached values changed
-    /// by read-modify-write that the session did not read already, buffered writes), then every
-    /// write pipelined, each computed from a value read earlier behind its check
-    /// (`Write::Expect`), followed by `LVALIDATE` when `validate` (append buffering takes one
-    /// more, validated again, when it must register a new buffered write or mend a replica: see
-    /// `Staging::finish`).
+    /// and write-back's buffered writes, of documents in `staging` and of the session's SQL in
+    /// `sessions`, in at most two round trips: one `LMGET` taking the exclusive leases of every
+    /// value a change must read first (cached values changed by read-modify-write that the
+    /// session did not read already, buffered writes of documents), then every write pipelined,
+    /// each computed from a value read earlier behind its check (`Write::Expect`), followed by
+    /// `LVALIDATE` when `validate` (one more, validated again, when append buffering must
+    /// register a new buffered write or mend a replica, or a queue is new: see the stagings'
+    /// `finish`).
     fn stage(
         &mut self,
         staging: Option<&design1::Staging>,
+        sessions: Option<&design2::Staging>,
         validate: bool,
     ) -> Result<(), ClientError> {
         let mut per_key: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
@@ -1452,6 +1454,10 @@ impl<'a> Session<'a> {
             writes.extend(buffered);
             self.refused.extend(refused);
         }
+        let documents_end = writes.len();
+        if let Some(sessions) = sessions {
+            writes.extend_from_slice(sessions.writes());
+        }
         if writes.is_empty() && !validate {
             return Ok(());
         }
@@ -1467,7 +1473,10 @@ impl<'a> Session<'a> {
             });
         }
         if let Some(staging) = staging {
-            staging.finish(self.cads, cache, &written[own..], validate)?;
+            staging.finish(self.cads, cache, &written[own..documents_end], validate)?;
+        }
+        if let Some(sessions) = sessions {
+            sessions.finish(self.cads, cache, &written[documents_end..], validate)?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use cads::documents::Collection;
 use cads::writeback::Buffering;
 use cads::{CacheChange, CacheStore, Cads, Config, Policy, StoreTx};
 use cads_store::{Isolation, SqlValue, StoreError};
+use common::bank::{self, Bank, Queues};
 use common::{changes, counter_key, doc, documents_config, Counters, Deployment};
 use serde_json::json;
 use std::time::Duration;
@@ -420,4 +421,34 @@ fn an_append_that_wrongly_guesses_its_document_is_listed_registers_it() {
         json!(2)
     );
     assert!(cads::writeback::pending(&cads).unwrap().is_empty());
+}
+
+/// Write-back's Design 2: a session's SQL goes as one session object, its id appended to the
+/// mapping of every key it changes and to its queue, in the pipeline of its cached changes and
+/// its validation, so a session takes two round trips as under write-through. The first session
+/// of a queue finds the queue new and adds it to the list of queues (a round trip, and another
+/// if that list is new too) and validates again; the workers then apply every session.
+#[test]
+fn a_write_back_sql_session_takes_two_round_trips() {
+    let d = Deployment::start(Policy::WriteBack);
+    let bank = Bank::new("trips", Queues::Single);
+    bank.create(d.store.as_ref());
+    let cads = d.cads(bank::config(8));
+    let open = round_trips(&cads, |s| {
+        s.write(&bank, &bank::Write::Open("a".into())).unwrap()
+    });
+    assert_eq!(open, 5, "the queue's first session");
+    for entry in [1, 2] {
+        let deposit = bank::Write::Deposit {
+            account: "a".into(),
+            amount: 10,
+            entry,
+        };
+        let trips = round_trips(&cads, |s| s.write(&bank, &deposit).unwrap());
+        assert_eq!(trips, 2, "deposit {entry}");
+    }
+    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    let balance = bank::Query::Balance("a".into());
+    assert_eq!(bank.stored(d.store.as_ref(), &balance), 20);
+    bank::assert_nothing_left(&cads, &["a"]);
 }

@@ -23,13 +23,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use cads_client::{ClientError, Session as CacheSession, Write};
+use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_store::{parse_json, SqlTransaction, SqlValue, StoreError};
 use serde_json::{json, Value};
 
 use super::mac::Seal;
 use super::replicated::{
-    open_lines, placed, purge_list, read_all, read_many, remove_lines, rewrite_lists, sealed_line,
+    open_lines, placed, purge_list, read_all, read_many, remove_lines, replicas, rewrite_lists,
+    sealed_line,
 };
 use super::{Refusal, Refused};
 use crate::attempts::Attempts;
@@ -280,70 +281,98 @@ pub(crate) fn check_queue_name(queue: &str) -> Result<()> {
     Ok(())
 }
 
-/// Stages a committing session's buffered write (000 Algorithm 11 under Design 2): the session
-/// object on its replicas, its id appended to the mapping of every key it affects and, last (the
-/// queue's exclusive lease is the one writers of a queue contend for), to its queue. Everything
-/// becomes visible at the session's commit, with the cached values it changed.
-pub(crate) fn stage(
-    cads: &Cads,
-    session: &mut CacheSession<'_>,
-    writes: &SessionWrites,
-) -> Result<()> {
-    let client = cads.cache().expect("write-back has a cache");
-    let seal = cads.seal()?;
-    let id = new_session_id();
-    let object = seal.seal(&session_key(&id), &writes.encode()?);
-    let object_key = [session_key(&id)];
-    let replicas = placed(cads, client, &object_key);
-    let sets: Vec<(usize, &[u8], &[u8])> = failpoints::replicas_written(&replicas, |r| r.0)
-        .iter()
-        .map(|&(cmi, key)| (cmi, key, object.as_slice()))
-        .collect();
-    session.mset_at(&sets, true).map_err(buffer_error)?;
-
-    let mut lists: Vec<Vec<u8>> = writes.mapped.iter().map(|k| mapping_key(k)).collect();
-    lists.sort();
-    lists.dedup();
-    lists.push(queue_key(&writes.queue));
-    // Each list's line is sealed for that list, so that it cannot be moved to another.
-    let lines: HashMap<&[u8], Vec<u8>> = lists
-        .iter()
-        .map(|key| (key.as_slice(), sealed_line(seal, key, id.as_bytes())))
-        .collect();
-    let places = placed(cads, client, &lists);
-    let appends: Vec<(usize, &[u8], &[u8])> = places
-        .iter()
-        .map(|&(cmi, key)| (cmi, key, lines[key].as_slice()))
-        .collect();
-    let lengths = session.mappend_at(&appends).map_err(buffer_error)?;
-    // A list missing on a replica is new, or was lost with a CMI that restarted: it starts with
-    // this session (what it held before is applied or kept on the other replicas).
-    let created: Vec<(usize, &[u8], &[u8])> = appends
-        .iter()
-        .zip(&lengths)
-        .filter(|(_, len)| len.is_none())
-        .map(|(&a, _)| a)
-        .collect();
-    if !created.is_empty() {
-        session.mset_at(&created, true).map_err(buffer_error)?;
-    }
-    let queue = queue_key(&writes.queue);
-    let queue_is_new = places
-        .iter()
-        .zip(&lengths)
-        .filter(|((_, key), _)| *key == queue.as_slice())
-        .all(|(_, len)| len.is_none());
-    if queue_is_new {
-        register_queue(cads, seal, session, &writes.queue).map_err(buffer_error)?;
-    }
-    Ok(())
+/// A committing session's buffered write (000 Algorithm 11 under Design 2), as writes for the
+/// session's last pipeline, after its own cache changes: the session object on its replicas, its
+/// id appended to the mapping of every key it affects and, last (the queue's exclusive lease is
+/// the one writers of a queue contend for), to its queue. Each list gets `LADD` of an empty
+/// pinned list, for where it has none (it is new, or was lost with a CMI that restarted: what it
+/// held before is applied or kept on the other replicas), then `LAPPEND` of the line, so that the
+/// whole takes no round trip of its own. Everything becomes visible at the session's commit,
+/// with the cached values it changed.
+pub(crate) struct Staging {
+    seal: Seal,
+    writes: Vec<(usize, Write)>,
+    queue: String,
+    /// Where in `writes` the queue's `LADD`s are: a queue new on every replica joins `SQS`.
+    queue_adds: Vec<usize>,
 }
 
-/// NOTSTORED while staging means pinned memory is full: the session runs as write-through.
-fn buffer_error(e: ClientError) -> Error {
-    match e {
-        ClientError::NotStored => Error::BufferFull,
-        other => other.into(),
+impl Staging {
+    pub(crate) fn plan(cads: &Cads, seal: &Seal, writes: &SessionWrites) -> Result<Staging> {
+        let client = cads.cache().expect("write-back has a cache");
+        let id = new_session_id();
+        let object = seal.seal(&session_key(&id), &writes.encode()?);
+        let object_key = [session_key(&id)];
+        let object_places = placed(cads, client, &object_key);
+        let mut staged: Vec<(usize, Write)> = failpoints::replicas_written(&object_places, |r| r.0)
+            .iter()
+            .map(|&(cmi, key)| {
+                let set = Write::Set {
+                    key: key.to_vec(),
+                    value: object.clone(),
+                    pin: true,
+                };
+                (cmi, set)
+            })
+            .collect();
+        let mut lists: Vec<Vec<u8>> = writes.mapped.iter().map(|k| mapping_key(k)).collect();
+        lists.sort();
+        lists.dedup();
+        let queue = queue_key(&writes.queue);
+        lists.push(queue.clone());
+        let mut queue_adds = Vec::new();
+        for list in &lists {
+            // Each list's line is sealed for that list, so that it cannot be moved to another.
+            let line = sealed_line(seal, list, id.as_bytes());
+            for cmi in replicas(cads, client, list) {
+                if *list == queue {
+                    queue_adds.push(staged.len());
+                }
+                let create = Write::Add {
+                    key: list.clone(),
+                    value: Vec::new(),
+                    pin: true,
+                };
+                let append = Write::Append {
+                    key: list.clone(),
+                    bytes: line.clone(),
+                };
+                staged.extend([(cmi, create), (cmi, append)]);
+            }
+        }
+        Ok(Staging {
+            seal: seal.clone(),
+            writes: staged,
+            queue: writes.queue.clone(),
+            queue_adds,
+        })
+    }
+
+    pub(crate) fn writes(&self) -> &[(usize, Write)] {
+        &self.writes
+    }
+
+    /// After the pipeline (`written` answers [`writes`](Self::writes)): a queue that was new on
+    /// every replica joins `SQS`, and the session is validated again if `validate`.
+    pub(crate) fn finish(
+        &self,
+        cads: &Cads,
+        session: &mut CacheSession<'_>,
+        written: &[Written],
+        validate: bool,
+    ) -> Result<(), ClientError> {
+        let queue_is_new = self
+            .queue_adds
+            .iter()
+            .all(|&i| written[i] == Written::Added(true));
+        if !queue_is_new {
+            return Ok(());
+        }
+        register_queue(cads, &self.seal, session, &self.queue)?;
+        if validate {
+            session.validate()?;
+        }
+        Ok(())
     }
 }
 
