@@ -1231,7 +1231,7 @@ impl<'a> Session<'a> {
             let seal = self.cads.seal()?;
             let buffering = self.cads.config().write_back.buffering;
             let staging = design1::Staging::plan(self.cads, seal, &self.buffered, buffering);
-            let sessions = match self.sql_writes.is_empty() {
+            let sql = match self.sql_writes.is_empty() {
                 true => None,
                 false => {
                     self.sql_writes.mapped.sort();
@@ -1239,7 +1239,7 @@ impl<'a> Session<'a> {
                     Some(design2::Staging::plan(self.cads, seal, &self.sql_writes)?)
                 }
             };
-            return match self.stage(Some(&staging), sessions.as_ref(), true) {
+            return match self.stage(Some(&staging), sql.as_ref(), true) {
                 Ok(()) => Ok(()),
                 // Whatever could not be stored, pinned memory is what is full (unpinned values
                 // make room by eviction).
@@ -1295,7 +1295,7 @@ impl<'a> Session<'a> {
 
     /// Stages the session's cache changes (write-around's deletes, write-through's new values)
     /// and write-back's buffered writes, of documents in `staging` and of the session's SQL in
-    /// `sessions`, in at most two round trips: one `LMGET` taking the exclusive leases of every
+    /// `sql`, in at most two round trips: one `LMGET` taking the exclusive leases of every
     /// value a change must read first (cached values changed by read-modify-write that the
     /// session did not read already, buffered writes of documents), then every write pipelined,
     /// each computed from a value read earlier behind its check (`Write::Expect`), followed by
@@ -1305,7 +1305,7 @@ impl<'a> Session<'a> {
     fn stage(
         &mut self,
         staging: Option<&design1::Staging>,
-        sessions: Option<&design2::Staging>,
+        sql: Option<&design2::Staging>,
         validate: bool,
     ) -> Result<(), ClientError> {
         let mut per_key: Vec<(Vec<u8>, Vec<CacheChange>)> = Vec::new();
@@ -1455,8 +1455,8 @@ impl<'a> Session<'a> {
             self.refused.extend(refused);
         }
         let documents_end = writes.len();
-        if let Some(sessions) = sessions {
-            writes.extend_from_slice(sessions.writes());
+        if let Some(sql) = sql {
+            writes.extend_from_slice(sql.writes());
         }
         if writes.is_empty() && !validate {
             return Ok(());
@@ -1475,8 +1475,8 @@ impl<'a> Session<'a> {
         if let Some(staging) = staging {
             staging.finish(self.cads, cache, &written[own..documents_end], validate)?;
         }
-        if let Some(sessions) = sessions {
-            sessions.finish(self.cads, cache, &written[documents_end..], validate)?;
+        if let Some(sql) = sql {
+            sql.finish(self.cads, cache, &written[documents_end..], validate)?;
         }
         Ok(())
     }

@@ -7,7 +7,9 @@ use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_store::{DocOp, DocWrite, StoreError};
 
 use super::mac::Seal;
-use super::replicated::{filter_list, lines, placed, read_many, replicas, sealed_line};
+use super::replicated::{
+    append_line, filter_list, lines, placed, read_many, replicas, sealed_line,
+};
 use super::{buffer, Buffering, Refused};
 use crate::attempts::Attempts;
 use crate::cache_store::DocRef;
@@ -278,27 +280,10 @@ fn new_version() -> u64 {
 }
 
 /// The writes listing a new buffered write in its PendingWrites partition, on every replica of
-/// the partition: an empty pinned list where there is none, then the line (sealed for the
-/// partition) appended.
+/// the partition (the line sealed for the partition).
 fn registration(cads: &Cads, seal: &Seal, key: &[u8]) -> Vec<(usize, Write)> {
-    let client = cads.cache().expect("write-back has a cache");
     let pw = pw_key(partition_of(cads, key));
-    let line = sealed_line(seal, &pw, key);
-    replicas(cads, client, &pw)
-        .into_iter()
-        .flat_map(|cmi| {
-            let create = Write::Add {
-                key: pw.clone(),
-                value: Vec::new(),
-                pin: true,
-            };
-            let append = Write::Append {
-                key: pw.clone(),
-                bytes: line.clone(),
-            };
-            [(cmi, create), (cmi, append)]
-        })
-        .collect()
+    append_line(cads, &pw, &sealed_line(seal, &pw, key))
 }
 
 /// The writes listing `docs` in their PendingWrites partitions again, whether or not they have

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 
 use super::mac::Seal;
 use super::replicated::{
-    open_lines, placed, purge_list, read_all, read_many, remove_lines, replicas, rewrite_lists,
+    append_line, open_lines, placed, purge_list, read_all, read_many, remove_lines, rewrite_lists,
     sealed_line,
 };
 use super::{Refusal, Refused};
@@ -283,12 +283,12 @@ pub(crate) fn check_queue_name(queue: &str) -> Result<()> {
 
 /// A committing session's buffered write (000 Algorithm 11 under Design 2), as writes for the
 /// session's last pipeline, after its own cache changes: the session object on its replicas, its
-/// id appended to the mapping of every key it affects and, last (the queue's exclusive lease is
-/// the one writers of a queue contend for), to its queue. Each list gets `LADD` of an empty
-/// pinned list, for where it has none (it is new, or was lost with a CMI that restarted: what it
-/// held before is applied or kept on the other replicas), then `LAPPEND` of the line, so that the
-/// whole takes no round trip of its own. Everything becomes visible at the session's commit,
-/// with the cached values it changed.
+/// id appended to the mapping of every key it affects and to its queue (each list created where
+/// it is missing: [`append_line`]), so that the whole takes no round trip of its own. The queue
+/// comes last in each CMI's share of the pipeline, but its exclusive lease, the one writers of a
+/// queue contend for, is asked for in the same round trip as the session's other leases, and
+/// held through the backoff if one of those is answered RETRY. Everything becomes visible at the
+/// session's commit, with the cached values it changed.
 pub(crate) struct Staging {
     seal: Seal,
     writes: Vec<(usize, Write)>,
@@ -320,26 +320,15 @@ impl Staging {
         lists.dedup();
         let queue = queue_key(&writes.queue);
         lists.push(queue.clone());
-        let mut queue_adds = Vec::new();
         for list in &lists {
             // Each list's line is sealed for that list, so that it cannot be moved to another.
-            let line = sealed_line(seal, list, id.as_bytes());
-            for cmi in replicas(cads, client, list) {
-                if *list == queue {
-                    queue_adds.push(staged.len());
-                }
-                let create = Write::Add {
-                    key: list.clone(),
-                    value: Vec::new(),
-                    pin: true,
-                };
-                let append = Write::Append {
-                    key: list.clone(),
-                    bytes: line.clone(),
-                };
-                staged.extend([(cmi, create), (cmi, append)]);
-            }
+            staged.extend(append_line(
+                cads,
+                list,
+                &sealed_line(seal, list, id.as_bytes()),
+            ));
         }
+        let queue_adds = adds_of(&staged, &queue);
         Ok(Staging {
             seal: seal.clone(),
             writes: staged,
@@ -353,7 +342,7 @@ impl Staging {
     }
 
     /// After the pipeline (`written` answers [`writes`](Self::writes)): a queue that was new on
-    /// every replica joins `SQS`, and the session is validated again if `validate`.
+    /// every replica joins `SQS`, in a round trip more (validated again if `validate`).
     pub(crate) fn finish(
         &self,
         cads: &Cads,
@@ -368,39 +357,20 @@ impl Staging {
         if !queue_is_new {
             return Ok(());
         }
-        register_queue(cads, &self.seal, session, &self.queue)?;
-        if validate {
-            session.validate()?;
-        }
+        let line = sealed_line(&self.seal, QUEUES_KEY, self.queue.as_bytes());
+        session.write_at(&append_line(cads, QUEUES_KEY, &line), validate)?;
         Ok(())
     }
 }
 
-/// Adds a queue to `SQS`, on every replica.
-fn register_queue(
-    cads: &Cads,
-    seal: &Seal,
-    session: &mut CacheSession<'_>,
-    queue: &str,
-) -> Result<(), ClientError> {
-    let client = cads.cache().expect("write-back has a cache");
-    let line = sealed_line(seal, QUEUES_KEY, queue.as_bytes());
-    let keys = [QUEUES_KEY.to_vec()];
-    let appends: Vec<(usize, &[u8], &[u8])> = placed(cads, client, &keys)
-        .into_iter()
-        .map(|(cmi, key)| (cmi, key, line.as_slice()))
-        .collect();
-    let lengths = session.mappend_at(&appends)?;
-    let missing: Vec<(usize, &[u8], &[u8])> = appends
-        .into_iter()
-        .zip(lengths)
-        .filter(|(_, len)| len.is_none())
-        .map(|(a, _)| a)
-        .collect();
-    if !missing.is_empty() {
-        session.mset_at(&missing, true)?;
-    }
-    Ok(())
+/// Where in `writes` the `LADD`s of the list `key` are.
+fn adds_of(writes: &[(usize, Write)], key: &[u8]) -> Vec<usize> {
+    writes
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, write))| matches!(write, Write::Add { key: k, .. } if k.as_slice() == key))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The queues sessions have used (the union over the reachable replicas of `SQS`), and whether

@@ -65,6 +65,30 @@ pub(crate) fn placed<'k>(
         .collect()
 }
 
+/// The writes that append `line` to the list `key` on each of its replicas, for one pipeline:
+/// an empty pinned list where there is none (`LADD`), then the line (`LAPPEND`). A list may be
+/// missing on some replicas only (a CMI that restarted empty): what it held before is kept on the
+/// others. Appending thus takes no round trip of its own, and the replies of the `LADD`s say
+/// whether the list is new.
+pub(crate) fn append_line(cads: &Cads, key: &[u8], line: &[u8]) -> Vec<(usize, Write)> {
+    let client = cads.cache().expect("write-back has a cache");
+    replicas(cads, client, key)
+        .into_iter()
+        .flat_map(|cmi| {
+            let create = Write::Add {
+                key: key.to_vec(),
+                value: Vec::new(),
+                pin: true,
+            };
+            let append = Write::Append {
+                key: key.to_vec(),
+                bytes: line.to_vec(),
+            };
+            [(cmi, create), (cmi, append)]
+        })
+        .collect()
+}
+
 /// The values of `key` on its reachable replicas (plain GET, no lease; `None` where a replica
 /// has none). An error if no replica answers: the caller cannot know what is pending.
 pub(crate) fn read_all(cads: &Cads, key: &[u8]) -> Result<Vec<Option<Vec<u8>>>> {
