@@ -156,20 +156,22 @@ fn session_limits_are_shown_and_set_by_config() {
     assert_eq!(call(&mut c, "CONFIG SET max-session-memory 1mb"), Reply::OK);
     assert_eq!(info_number(&mut c, "max_session_ms"), 900);
     assert_eq!(info_number(&mut c, "max_session_memory"), 1 << 20);
-    // lease-ms <= max-session-ms <= tombstone-ms (60000 here), as on the command line.
-    for refused in [
-        "max-session-ms 0",
-        "max-session-ms 300",
-        "max-session-ms 60001",
-        "lease-ms 901",
+    // lease-ms <= max-session-ms <= tombstone-ms (60000 here), as on the command line; a
+    // refusal names the bound and changes nothing.
+    for (refused, bound) in [
+        ("max-session-ms 0", "positive"),
+        ("max-session-ms 300", "below lease-ms (400)"),
+        ("max-session-ms 60001", "above tombstone-ms (60000)"),
+        ("lease-ms 901", "above max-session-ms (900)"),
     ] {
-        assert_eq!(
-            error_kind(&call(&mut c, &format!("CONFIG SET {refused}"))),
-            Some(ErrorKind::Err),
-            "{refused}"
-        );
+        match call(&mut c, &format!("CONFIG SET {refused}")) {
+            Reply::Error(e) => assert!(e.message.contains(bound), "{refused}: {}", e.message),
+            other => panic!("{refused}: {other:?}"),
+        }
     }
     assert_eq!(info_number(&mut c, "max_session_ms"), 900);
+    assert_eq!(info_number(&mut c, "lease_ms"), 400);
+    assert_eq!(call(&mut c, "CONFIG SET lease-ms 900"), Reply::OK);
     assert_eq!(call(&mut c, "CONFIG SET max-session-ms 60000"), Reply::OK);
     stop(server);
 }
