@@ -452,3 +452,47 @@ fn a_write_back_sql_session_takes_two_round_trips() {
     assert_eq!(bank.stored(d.store.as_ref(), &balance), 20);
     bank::assert_nothing_left(&cads, &["a"]);
 }
+
+/// One session buffering a document's update (Design 1) and SQL (Design 2): both go in one
+/// pipeline and each staging reads its own replies. The first such session finds its queue new
+/// (and the document's buffered write too) and registers the queue, a round trip more; the
+/// second, after the workers applied both, finds a new buffered write again but the queue
+/// there, and takes two. The workers apply everything.
+#[test]
+fn a_session_of_a_document_and_sql_stages_both_in_one_pipeline() {
+    let d = Deployment::start(Policy::WriteBack);
+    let bank = Bank::new("mixed", Queues::Single);
+    bank.create(d.store.as_ref());
+    let mut config = bank::config(8);
+    config.write_back.buffering = Buffering::Append;
+    config.write_back.worker_pause = Duration::ZERO;
+    let cads = d.cads(config);
+    let users = Collection::create(&cads, "users").unwrap();
+    cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
+        .unwrap();
+    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    let visit_and = |write: bank::Write| {
+        round_trips(&cads, |s| {
+            users
+                .update(s, "alice", changes(json!({"$inc": {"visits": 1}})))
+                .unwrap();
+            s.write(&bank, &write).unwrap();
+        })
+    };
+    assert_eq!(visit_and(bank::Write::Open("a".into())), 3, "a new queue");
+    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    let deposit = bank::Write::Deposit {
+        account: "a".into(),
+        amount: 10,
+        entry: 1,
+    };
+    assert_eq!(visit_and(deposit), 2, "the queue known");
+    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        d.store.get("users", "alice").unwrap().unwrap()["visits"],
+        json!(2)
+    );
+    let balance = bank::Query::Balance("a".into());
+    assert_eq!(bank.stored(d.store.as_ref(), &balance), 10);
+    bank::assert_nothing_left(&cads, &["a"]);
+}
