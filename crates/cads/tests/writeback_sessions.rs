@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cads::{CacheChange, CacheStore, Cads, Policy, SqlBuffer, StoreTx, Workers};
+use cads_protocol::{Command, Reply};
 use cads_store::{open, DataStore, StoreError, StoreOptions};
 use common::bank::*;
 use common::Deployment;
@@ -412,4 +413,47 @@ fn fallback_session_with_two_queues(own_statement_first: bool) {
         );
         assert_eq!(read(&cads, &bank, &balance(account)), 5, "{what}");
     }
+}
+
+/// A queue missing on one of its replicas only (its CMI lost it, as one that restarted empty
+/// does) is created there by the next session's `LADD`, which then appends its line on both; the
+/// queue counts as known (it is on the other replica and in `SQS`), and the workers apply every
+/// session, reading the longer replica.
+#[test]
+fn a_queue_missing_on_one_replica_gets_the_next_session_there() {
+    let d = Deployment::start(Policy::WriteBack);
+    let bank = Bank::new("onereplica", Queues::Single);
+    bank.create(d.store.as_ref());
+    let cads = Arc::new(d.cads(config(8)));
+    let client = cads.cache().unwrap();
+    open_account(&cads, &bank, "a");
+    deposit(&cads, &bank, "a", 10).unwrap();
+    let queue = b"SQ:bank";
+    let replicas = client.replicas(queue, 2);
+    assert_eq!(replicas.len(), 2);
+    let lines_on = |cmi: usize| match client.execute(cmi, &Command::Get(queue)).unwrap() {
+        Reply::Bulk(list) => list
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count(),
+        Reply::Nil => 0,
+        other => panic!("GET {}: {other:?}", String::from_utf8_lossy(queue)),
+    };
+    assert_eq!(lines_on(replicas[1]), 2);
+    let keys = [&queue[..]];
+    client.execute(replicas[1], &Command::Del(&keys)).unwrap();
+    deposit(&cads, &bank, "a", 5).unwrap();
+    assert_eq!(lines_on(replicas[0]), 3);
+    assert_eq!(
+        lines_on(replicas[1]),
+        1,
+        "created with the new session's line"
+    );
+    let workers = Workers::start(cads.clone(), 1);
+    workers.drain(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Balance("a".into())),
+        15
+    );
+    assert_nothing_left(&cads, &["a"]);
 }
