@@ -337,6 +337,16 @@ fn a_write_through_document_update_takes_two_round_trips() {
     assert_eq!(users.read(&cads, "bob").unwrap(), None);
 }
 
+/// The collection `users` holding alice with no visits, in the data store: no buffered write
+/// left.
+fn users_with_alice(cads: &Cads) -> Collection {
+    let users = Collection::create(cads, "users").unwrap();
+    cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
+        .unwrap();
+    cads::writeback::drain(cads, Duration::from_secs(60)).unwrap();
+    users
+}
+
 /// The round trips of a session incrementing alice's visits.
 fn visit_alice(cads: &Cads, users: &Collection) -> u64 {
     round_trips(cads, |s| {
@@ -363,10 +373,7 @@ fn a_write_back_session_validates_once_after_its_last_staged_write() {
         let mut config = documents_config(buffering);
         config.write_back.worker_pause = Duration::ZERO;
         let cads = d.cads(config);
-        let users = Collection::create(&cads, "users").unwrap();
-        cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
-            .unwrap();
-        cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+        let users = users_with_alice(&cads);
         let visit = |cads: &Cads| visit_alice(cads, &users);
         assert_eq!(
             visit(&cads),
@@ -398,14 +405,11 @@ fn an_append_that_wrongly_guesses_its_document_is_listed_registers_it() {
     // A guess that lasts the whole test, whatever the machine's speed.
     config.write_back.worker_pause = Duration::from_secs(3600);
     let cads = d.cads(config);
-    let users = Collection::create(&cads, "users").unwrap();
+    let users = users_with_alice(&cads);
     let alice = cads::DocRef {
         collection: "users".into(),
         id: "alice".into(),
     };
-    cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
-        .unwrap();
-    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
     assert!(cads::writeback::pending(&cads).unwrap().is_empty());
     let visit = |cads: &Cads| visit_alice(cads, &users);
     assert_eq!(
@@ -467,10 +471,7 @@ fn a_session_of_a_document_and_sql_stages_both_in_one_pipeline() {
     config.write_back.buffering = Buffering::Append;
     config.write_back.worker_pause = Duration::ZERO;
     let cads = d.cads(config);
-    let users = Collection::create(&cads, "users").unwrap();
-    cads.run(|s| users.insert(s, "alice", doc(json!({"visits": 0}))))
-        .unwrap();
-    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    let users = users_with_alice(&cads);
     let visit_and = |write: bank::Write| {
         round_trips(&cads, |s| {
             users
