@@ -1219,6 +1219,74 @@ impl<'c> Session<'c> {
                 }
             }
         }
+        self.ended(
+            committed,
+            failed,
+            "a CMI refused the commit: its leases ran out or a writer wounded it",
+        )
+    }
+
+    /// Last writes and LCOMMIT in one round trip: each CMI gets its writes in the order given,
+    /// then LCOMMIT, all CMIs in parallel, without validating first. For a caller that needs no
+    /// all-or-none across CMIs (a write-back applier deleting what it applied: a copy left
+    /// behind is found applied by the next pass). A CMI counts as committed when it took every
+    /// write given to it and then its commit; `PartialCommit` names the others when some CMI
+    /// counts as committed, `Aborted` when none does.
+    pub fn write_and_commit(mut self, writes: &[(usize, Write)]) -> Result<()> {
+        let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
+        let indexes: Vec<usize> = (0..writes.len()).collect();
+        let mut groups = group(&indexes, &placed);
+        for cmi in self.cmis_with_leases() {
+            if !groups.iter().any(|(c, _)| *c == cmi) {
+                groups.push((cmi, Vec::new()));
+            }
+        }
+        let sid = self.id;
+        let commands = groups
+            .iter()
+            .map(|(cmi, idx)| {
+                let mut list: Vec<Command<'_>> =
+                    idx.iter().map(|&i| writes[i].1.command(sid)).collect();
+                list.push(Command::LCommit(sid));
+                (*cmi, list)
+            })
+            .collect();
+        let replies = match self.pipeline(commands) {
+            Ok(r) => r,
+            Err(e) => {
+                self.abort();
+                return Err(e);
+            }
+        };
+        let (mut committed, mut failed) = (Vec::new(), Vec::new());
+        for ((cmi, mut list), (_, idx)) in replies.into_iter().zip(&groups) {
+            let commit = list.pop().expect("a reply per command");
+            let took_commit = matches!(commit, Reply::Status(_));
+            if took_commit {
+                // Nothing is left to abort there.
+                self.held[cmi].clear();
+                self.touched[cmi] = false;
+            }
+            let took_writes = list.into_iter().zip(idx).all(|(reply, &i)| {
+                !is_retry(&reply) && !is_abort(&reply) && writes[i].1.outcome(reply).is_ok()
+            });
+            if took_commit && took_writes {
+                committed.push(cmi);
+            } else {
+                failed.push(cmi);
+            }
+        }
+        self.ended(
+            committed,
+            failed,
+            "no CMI took the session's last writes and commit: its leases ran out or a writer \
+             wounded it",
+        )
+    }
+
+    /// The end of a commit on the CMIs `committed` that `failed` refused: `Aborted` with
+    /// `reason` when none committed, `PartialCommit` when some did.
+    fn ended(&mut self, committed: Vec<usize>, failed: Vec<usize>, reason: &str) -> Result<()> {
         if failed.is_empty() {
             self.finish();
             return Ok(());
@@ -1226,8 +1294,7 @@ impl<'c> Session<'c> {
         self.abort();
         if committed.is_empty() {
             Err(ClientError::Aborted {
-                reason: "a CMI refused the commit: its leases ran out or a writer wounded it"
-                    .into(),
+                reason: reason.into(),
             })
         } else {
             Err(ClientError::PartialCommit { committed, failed })

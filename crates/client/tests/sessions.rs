@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cads_client::{Client, ClientConfig, ClientError, IqRead, RangeSource};
+use cads_client::{Client, ClientConfig, ClientError, IqRead, RangeSource, Write};
 use cads_testkit::Cmis;
 
 fn ranges() -> Arc<dyn RangeSource> {
@@ -231,6 +231,60 @@ fn an_unreachable_cmi_is_reported_as_unavailable() {
     assert!(err.is_unavailable(), "{err}");
     let mut s = client.session();
     assert!(s.get(b"k", false).unwrap_err().is_unavailable());
+}
+
+/// The last writes and the commit go in one round trip, and a CMI that ended the session
+/// meanwhile refuses them there alone: the other CMI's writes land (`PartialCommit`).
+#[test]
+fn write_and_commit_lands_per_cmi_in_one_round_trip() {
+    let c = cluster("write-through");
+    let (a, b) = (key_on(&c.client, 0, "a"), key_on(&c.client, 1, "b"));
+    c.client.set(&a, b"1").unwrap();
+    c.client.set(&b, b"1").unwrap();
+    let deletes = |keys: &[&Vec<u8>]| -> Vec<(usize, Write)> {
+        keys.iter()
+            .map(|k| (c.client.route(k), Write::Delete { key: k.to_vec() }))
+            .collect()
+    };
+
+    let mut s = c.client.session();
+    s.mget(&[&a, &b], true).unwrap();
+    let before = c.client.round_trips();
+    s.write_and_commit(&deletes(&[&a, &b])).unwrap();
+    assert_eq!(c.client.round_trips() - before, 1);
+    assert_eq!(
+        (c.client.get(&a).unwrap(), c.client.get(&b).unwrap()),
+        (None, None)
+    );
+
+    c.client.set(&a, b"2").unwrap();
+    c.client.set(&b, b"2").unwrap();
+    let mut s = c.client.session();
+    s.mget(&[&a, &b], true).unwrap();
+    c.client.flush_cmi(1, true).unwrap();
+    c.client.set(&b, b"3").unwrap();
+    let err = s.write_and_commit(&deletes(&[&a, &b])).unwrap_err();
+    assert!(
+        matches!(&err, ClientError::PartialCommit { committed, failed } if committed == &[0] && failed == &[1]),
+        "{err}"
+    );
+    assert_eq!(c.client.get(&a).unwrap(), None, "CMI 0 took its delete");
+    assert_eq!(
+        c.client.get(&b).unwrap(),
+        Some(b"3".to_vec()),
+        "CMI 1 refused"
+    );
+
+    // Refused everywhere: `Aborted`, and nothing lands.
+    c.client.set(&a, b"4").unwrap();
+    let mut s = c.client.session();
+    s.mget(&[&a, &b], true).unwrap();
+    c.client.flush_cmi(0, true).unwrap();
+    c.client.flush_cmi(1, true).unwrap();
+    c.client.set(&a, b"5").unwrap();
+    let err = s.write_and_commit(&deletes(&[&a, &b])).unwrap_err();
+    assert!(matches!(err, ClientError::Aborted { .. }), "{err}");
+    assert_eq!(c.client.get(&a).unwrap(), Some(b"5".to_vec()));
 }
 
 #[test]
