@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use cads::documents::Collection;
 use cads::writeback::{self, Buffering};
 use cads::{Cads, Policy, Workers};
-use cads_testkit::failpoints::{DyingWorkers, Scenario, Stall, APPLY_LEASED};
+use cads_testkit::failpoints::{DyingWorkers, Scenario, Stall, APPLY_APPLIED, APPLY_LEASED};
 use common::bank::*;
 use common::{changes, doc, documents_config, Deployment, LONG_LEASE_MS, PAST_A_LONG_LEASE};
 use serde_json::json;
@@ -340,5 +340,49 @@ fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
         bank.stored(d.store.as_ref(), &Query::Entries("a".into())),
         1
     );
+    bank.drop_tables(d.store.as_ref());
+}
+
+/// An applier that dies after its data-store commit, before deleting its session objects, leaves
+/// them queued with their ids in `cads_applied_sessions`. The next applier's first try, which
+/// does not ask which sessions are applied, fails on the recorded id; it then asks, applies
+/// nothing twice and deletes the objects.
+#[test]
+fn a_session_applied_by_an_applier_that_died_is_deleted_not_applied_again() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
+    let bank = Bank::new("diedafter", Queues::Single);
+    bank.create(d.store.as_ref());
+    let cads = d.cads(config(3));
+    open_account(&cads, &bank, "a");
+    writeback::drain(&cads, Duration::from_secs(10)).unwrap();
+    deposit(&cads, &bank, "a", 5).unwrap();
+    deposit(&cads, &bank, "a", 7).unwrap();
+    let (died_tx, died) = std::sync::mpsc::channel();
+    let died_tx = Mutex::new(Some(died_tx));
+    scenario.on(APPLY_APPLIED, move || {
+        if let Some(tx) = died_tx.lock().unwrap().take() {
+            cads::failpoints::die();
+            tx.send(()).unwrap();
+        }
+    });
+    std::thread::scope(|scope| {
+        let drained = scope.spawn(|| writeback::drain(&cads, Duration::from_secs(60)));
+        died.recv().unwrap();
+        // The dead applier's leases hold the objects until the clocks move past them.
+        d.cmis.advance_clock(PAST_A_LONG_LEASE);
+        drained.join().unwrap().unwrap();
+    });
+    scenario.clear(APPLY_APPLIED);
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Balance("a".into())),
+        12
+    );
+    assert_eq!(
+        bank.stored(d.store.as_ref(), &Query::Entries("a".into())),
+        2
+    );
+    assert_nothing_left(&cads, &["a"]);
+    assert_eq!(Bank::applied_sessions(d.store.as_ref()), 0);
     bank.drop_tables(d.store.as_ref());
 }

@@ -706,7 +706,6 @@ fn crashed() -> Error {
 /// lines 10-21). Returns how many it applied.
 fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     let client = cads.cache().expect("write-back has a cache");
-    let store = cads.store().as_ref();
     let seal = cads.seal()?;
     let keys: Vec<Vec<u8>> = ids.iter().map(|id| session_key(id)).collect();
     let places = placed(cads, client, &keys);
@@ -754,10 +753,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         .map(|(&(cmi, key), _)| (cmi, Write::Delete { key: key.to_vec() }))
         .collect();
     if objects.is_empty() {
-        if !deletes.is_empty() {
-            session.write_at(&deletes, true)?;
-        }
-        session.commit()?;
+        session.write_and_commit(&deletes)?;
         refused.discarded(cads.write_back_stats());
         return Ok(0);
     }
@@ -766,15 +762,11 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         return Err(crashed());
     }
     failpoints::break_sessions(&mut objects, |(_, writes)| &mut writes.statements);
-    let mut tx = store.begin(cads.config().isolation)?;
-    let object_ids: Vec<&str> = objects.iter().map(|(id, _)| id.as_str()).collect();
-    let applied_before = applied_among(tx.as_mut(), &object_ids)?;
-    let fresh_sessions: Vec<(&str, &[Statement])> = objects
+    let sessions: Vec<Buffered<'_>> = objects
         .iter()
-        .filter(|(id, _)| !applied_before.contains(id.as_str()))
         .map(|(id, writes)| (id.as_str(), writes.statements.as_slice()))
         .collect();
-    run_sessions(tx.as_mut(), &fresh_sessions, true)?;
+    let (tx, fresh_sessions) = run_fresh(cads, &sessions)?;
     let applied = fresh_sessions.len();
     if failpoints::dies_at(failpoints::APPLY_RUNNING) {
         std::mem::forget(session);
@@ -807,8 +799,9 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         std::mem::forget(session);
         return Err(crashed());
     }
-    session.write_at(&deletes, true)?;
-    match session.commit() {
+    // The deletes and the commit in one round trip, without validating across CMIs first: a
+    // replica that keeps its copy is handled as any partial commit is, below.
+    match session.write_and_commit(&deletes) {
         Ok(()) => {
             refused.discarded(cads.write_back_stats());
             for (id, writes) in objects {
@@ -830,13 +823,46 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     Ok(applied)
 }
 
+/// A buffered session to apply: its id and its statements.
+type Buffered<'a> = (&'a str, &'a [Statement]);
+
+/// Begins a data-store transaction and runs in it those of `sessions` that
+/// `cads_applied_sessions` does not list, each recording its id there; returns the transaction
+/// and the sessions it ran. Sessions found applied are rare (an applier died between its commit
+/// and its deletes, or a commit reached some replicas only), so the first try runs them all
+/// without asking: an id already recorded (or being recorded by another applier, which this
+/// insert waits for) fails its insert, and the second try asks first.
+fn run_fresh<'s>(
+    cads: &'s Cads,
+    sessions: &[Buffered<'s>],
+) -> Result<(Box<dyn SqlTransaction + 's>, Vec<Buffered<'s>>)> {
+    let store = cads.store().as_ref();
+    let mut tx = store.begin(cads.config().isolation)?;
+    match run_sessions(tx.as_mut(), sessions, true) {
+        Err(Error::Store(StoreError::Constraint(_))) => {}
+        Err(e) => return Err(e),
+        Ok(()) => return Ok((tx, sessions.to_vec())),
+    }
+    drop(tx);
+    let mut tx = store.begin(cads.config().isolation)?;
+    let ids: Vec<&str> = sessions.iter().map(|(id, _)| *id).collect();
+    let applied_before = applied_among(tx.as_mut(), &ids)?;
+    let fresh: Vec<Buffered<'_>> = sessions
+        .iter()
+        .filter(|(id, _)| !applied_before.contains(*id))
+        .copied()
+        .collect();
+    run_sessions(tx.as_mut(), &fresh, true)?;
+    Ok((tx, fresh))
+}
+
 /// Runs buffered sessions' statements in `tx`, each changing the rows its session counted on,
 /// and, if `record`, inserts each session's id into `cads_applied_sessions` before them. All go in
 /// one pipeline (one round trip on PostgreSQL): none depends on another's result, and a count
 /// that does not match fails the transaction as a failed statement does.
 fn run_sessions(
     tx: &mut dyn SqlTransaction,
-    sessions: &[(&str, &[Statement])],
+    sessions: &[Buffered<'_>],
     record: bool,
 ) -> Result<()> {
     let insert_id = format!("INSERT INTO {APPLIED_SESSIONS} (id) VALUES (?)");
