@@ -700,6 +700,33 @@ impl<'c> Session<'c> {
 
     /// Sends one command per CMI in parallel; ABORT from any aborts the session, as does a
     /// failure to reach a CMI. Other error replies are returned to the caller.
+    /// The writes `indexes` of `placed` grouped by CMI, and, if `every_leased`, an empty group
+    /// for each other CMI the session holds leases on (which must validate or commit too).
+    fn grouped(
+        &self,
+        indexes: &[usize],
+        placed: &[(usize, &[u8])],
+        every_leased: bool,
+    ) -> Vec<(usize, Vec<usize>)> {
+        let mut groups = group(indexes, placed);
+        if every_leased {
+            for cmi in self.cmis_with_leases() {
+                if !groups.iter().any(|(c, _)| *c == cmi) {
+                    groups.push((cmi, Vec::new()));
+                }
+            }
+        }
+        groups
+    }
+
+    /// [`pipeline`](Self::pipeline); a CMI that cannot be reached aborts the session everywhere.
+    fn pipeline_or_abort(
+        &mut self,
+        commands: Vec<(usize, Vec<Command<'_>>)>,
+    ) -> Result<Vec<(usize, Vec<Reply<'static>>)>> {
+        self.pipeline(commands).inspect_err(|_| self.abort())
+    }
+
     fn each_or_abort(
         &mut self,
         commands: Vec<(usize, Command<'_>)>,
@@ -892,15 +919,8 @@ impl<'c> Session<'c> {
             validate,
         } = round;
         let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
-        let mut groups = group(pending, &placed);
-        if validate {
-            // CMIs holding leases from earlier calls validate too.
-            for cmi in self.cmis_with_leases() {
-                if !groups.iter().any(|(c, _)| *c == cmi) {
-                    groups.push((cmi, Vec::new()));
-                }
-            }
-        }
+        // CMIs holding leases from earlier calls validate too.
+        let groups = self.grouped(pending, &placed, validate);
         let sid = self.id;
         let commands: Vec<(usize, Vec<Command<'_>>)> = groups
             .iter()
@@ -916,13 +936,7 @@ impl<'c> Session<'c> {
                 (*cmi, list)
             })
             .collect();
-        let replies = match self.pipeline(commands) {
-            Ok(r) => r,
-            Err(e) => {
-                self.abort();
-                return Err(e);
-            }
-        };
+        let replies = self.pipeline_or_abort(commands)?;
         if let Some(reply) = replies
             .iter()
             .flat_map(|(_, list)| list)
@@ -1235,12 +1249,7 @@ impl<'c> Session<'c> {
     pub fn write_and_commit(mut self, writes: &[(usize, Write)]) -> Result<()> {
         let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
         let indexes: Vec<usize> = (0..writes.len()).collect();
-        let mut groups = group(&indexes, &placed);
-        for cmi in self.cmis_with_leases() {
-            if !groups.iter().any(|(c, _)| *c == cmi) {
-                groups.push((cmi, Vec::new()));
-            }
-        }
+        let groups = self.grouped(&indexes, &placed, true);
         let sid = self.id;
         let commands = groups
             .iter()
@@ -1251,13 +1260,7 @@ impl<'c> Session<'c> {
                 (*cmi, list)
             })
             .collect();
-        let replies = match self.pipeline(commands) {
-            Ok(r) => r,
-            Err(e) => {
-                self.abort();
-                return Err(e);
-            }
-        };
+        let replies = self.pipeline_or_abort(commands)?;
         let (mut committed, mut failed) = (Vec::new(), Vec::new());
         for ((cmi, mut list), (_, idx)) in replies.into_iter().zip(&groups) {
             let commit = list.pop().expect("a reply per command");
