@@ -309,16 +309,7 @@ fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
     let scenario = Scenario::setup();
     let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
     let bank = Bank::new("stalled", Queues::PerAccount);
-    d.store
-        .execute_batch(&format!(
-            "DROP TABLE IF EXISTS {entries}; DROP TABLE IF EXISTS {accounts};
-             CREATE TABLE {accounts} (id VARCHAR(64) PRIMARY KEY, balance BIGINT NOT NULL);
-             CREATE TABLE {entries} (id BIGINT NOT NULL, account VARCHAR(64) NOT NULL,
-                 amount BIGINT NOT NULL)",
-            accounts = bank.accounts,
-            entries = bank.entries
-        ))
-        .unwrap();
+    without_ledger_key(&d, &bank);
     let writers = d.cads(config(3));
     open_account(&writers, &bank, "a");
     cads::writeback::drain(&writers, Duration::from_secs(5)).unwrap();
@@ -345,30 +336,37 @@ fn an_applier_stalled_past_its_leases_does_not_apply_a_session_twice() {
 
 /// An applier that dies after its data-store commit, before deleting its session objects, leaves
 /// them queued with their ids in `cads_applied_sessions`. The next applier's first try, which
-/// does not ask which sessions are applied, fails on the recorded id; it then asks, applies
-/// nothing twice and deletes the objects.
+/// does not ask which sessions are applied, stops at a recorded id; it then asks, and applies
+/// only the session queued after them (the batch holds all three), and deletes all three
+/// objects. The ledger has no primary key, so a session applied twice shows in the sums.
 #[test]
 fn a_session_applied_by_an_applier_that_died_is_deleted_not_applied_again() {
     let scenario = Scenario::setup();
     let d = Deployment::start_with(Policy::WriteBack, 2, |o| o.lease_ms = Some(LONG_LEASE_MS));
-    let bank = Bank::new("diedafter", Queues::Single);
-    bank.create(d.store.as_ref());
-    let cads = d.cads(config(3));
+    let bank = Arc::new(Bank::new("diedafter", Queues::Single));
+    without_ledger_key(&d, &bank);
+    let cads = Arc::new(d.cads(config(3)));
     open_account(&cads, &bank, "a");
     writeback::drain(&cads, Duration::from_secs(10)).unwrap();
     deposit(&cads, &bank, "a", 5).unwrap();
     deposit(&cads, &bank, "a", 7).unwrap();
     let (died_tx, died) = std::sync::mpsc::channel();
     let died_tx = Mutex::new(Some(died_tx));
-    scenario.on(APPLY_APPLIED, move || {
-        if let Some(tx) = died_tx.lock().unwrap().take() {
-            cads::failpoints::die();
-            tx.send(()).unwrap();
-        }
-    });
+    {
+        let (cads, bank) = (cads.clone(), bank.clone());
+        scenario.on(APPLY_APPLIED, move || {
+            if let Some(tx) = died_tx.lock().unwrap().take() {
+                // Queued behind the two being applied, before the applier dies.
+                deposit(&cads, &bank, "a", 9).unwrap();
+                cads::failpoints::die();
+                tx.send(()).unwrap();
+            }
+        });
+    }
     std::thread::scope(|scope| {
         let drained = scope.spawn(|| writeback::drain(&cads, Duration::from_secs(60)));
-        died.recv().unwrap();
+        died.recv_timeout(Duration::from_secs(60))
+            .expect("the applier reached the point where it dies");
         // The dead applier's leases hold the objects until the clocks move past them.
         d.cmis.advance_clock(PAST_A_LONG_LEASE);
         drained.join().unwrap().unwrap();
@@ -376,13 +374,28 @@ fn a_session_applied_by_an_applier_that_died_is_deleted_not_applied_again() {
     scenario.clear(APPLY_APPLIED);
     assert_eq!(
         bank.stored(d.store.as_ref(), &Query::Balance("a".into())),
-        12
+        21
     );
     assert_eq!(
         bank.stored(d.store.as_ref(), &Query::Entries("a".into())),
-        2
+        3
     );
     assert_nothing_left(&cads, &["a"]);
     assert_eq!(Bank::applied_sessions(d.store.as_ref()), 0);
     bank.drop_tables(d.store.as_ref());
+}
+
+/// The bank's tables with a ledger that has no primary key, which would otherwise make a session
+/// applied a second time fail rather than count twice.
+fn without_ledger_key(d: &Deployment, bank: &Bank) {
+    d.store
+        .execute_batch(&format!(
+            "DROP TABLE IF EXISTS {entries}; DROP TABLE IF EXISTS {accounts};
+             CREATE TABLE {accounts} (id VARCHAR(64) PRIMARY KEY, balance BIGINT NOT NULL);
+             CREATE TABLE {entries} (id BIGINT NOT NULL, account VARCHAR(64) NOT NULL,
+                 amount BIGINT NOT NULL)",
+            accounts = bank.accounts,
+            entries = bank.entries
+        ))
+        .unwrap();
 }

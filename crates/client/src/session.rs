@@ -1233,19 +1233,24 @@ impl<'c> Session<'c> {
                 }
             }
         }
+        let landed = !committed.is_empty();
         self.ended(
             committed,
             failed,
+            landed,
             "a CMI refused the commit: its leases ran out or a writer wounded it",
         )
     }
 
     /// Last writes and LCOMMIT in one round trip: each CMI gets its writes in the order given,
     /// then LCOMMIT, all CMIs in parallel, without validating first. For a caller that needs no
-    /// all-or-none across CMIs (a write-back applier deleting what it applied: a copy left
-    /// behind is found applied by the next pass). A CMI counts as committed when it took every
-    /// write given to it and then its commit; `PartialCommit` names the others when some CMI
-    /// counts as committed, `Aborted` when none does.
+    /// all-or-none, across CMIs or on one (a write a CMI refuses does not stop its commit of the
+    /// others): a write-back applier deleting what it applied, whose copies left behind the next
+    /// pass finds applied and deletes. A CMI counts as committed when it took every write given
+    /// to it and then its commit; a write answered RETRY (another session holds its key) is not
+    /// sent again. `Aborted` means no CMI took its commit, so nothing landed; `PartialCommit`
+    /// that some did, and names among `failed` every CMI that refused its commit or one of its
+    /// writes.
     pub fn write_and_commit(mut self, writes: &[(usize, Write)]) -> Result<()> {
         let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
         let indexes: Vec<usize> = (0..writes.len()).collect();
@@ -1262,17 +1267,20 @@ impl<'c> Session<'c> {
             .collect();
         let replies = self.pipeline_or_abort(commands)?;
         let (mut committed, mut failed) = (Vec::new(), Vec::new());
+        let mut landed = false;
         for ((cmi, mut list), (_, idx)) in replies.into_iter().zip(&groups) {
             let commit = list.pop().expect("a reply per command");
             let took_commit = matches!(commit, Reply::Status(_));
             if took_commit {
+                landed = true;
                 // Nothing is left to abort there.
                 self.held[cmi].clear();
                 self.touched[cmi] = false;
             }
-            let took_writes = list.into_iter().zip(idx).all(|(reply, &i)| {
-                !is_retry(&reply) && !is_abort(&reply) && writes[i].1.outcome(reply).is_ok()
-            });
+            let took_writes = list
+                .into_iter()
+                .zip(idx)
+                .all(|(reply, &i)| writes[i].1.outcome(reply).is_ok());
             if took_commit && took_writes {
                 committed.push(cmi);
             } else {
@@ -1282,20 +1290,26 @@ impl<'c> Session<'c> {
         self.ended(
             committed,
             failed,
-            "no CMI took the session's last writes and commit: its leases ran out or a writer \
-             wounded it",
+            landed,
+            "no CMI took the session's commit: its leases ran out or a writer wounded it",
         )
     }
 
-    /// The end of a commit on the CMIs `committed` that `failed` refused: `Aborted` with
-    /// `reason` when none committed, `PartialCommit` when some did.
-    fn ended(&mut self, committed: Vec<usize>, failed: Vec<usize>, reason: &str) -> Result<()> {
+    /// The end of a commit that `failed` CMIs refused (or `committed` all took): `Aborted` with
+    /// `reason` unless some CMI's commit `landed`, `PartialCommit` if one did.
+    fn ended(
+        &mut self,
+        committed: Vec<usize>,
+        failed: Vec<usize>,
+        landed: bool,
+        reason: &str,
+    ) -> Result<()> {
         if failed.is_empty() {
             self.finish();
             return Ok(());
         }
         self.abort();
-        if committed.is_empty() {
+        if !landed {
             Err(ClientError::Aborted {
                 reason: reason.into(),
             })

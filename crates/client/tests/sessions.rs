@@ -234,7 +234,7 @@ fn an_unreachable_cmi_is_reported_as_unavailable() {
 }
 
 /// The last writes and the commit go in one round trip, and a CMI that ended the session
-/// meanwhile refuses them there alone: the other CMI's writes land (`PartialCommit`).
+/// meanwhile, or that refuses a write, leaves the other CMI's writes landed (`PartialCommit`).
 #[test]
 fn write_and_commit_lands_per_cmi_in_one_round_trip() {
     let c = cluster("write-through");
@@ -274,6 +274,31 @@ fn write_and_commit_lands_per_cmi_in_one_round_trip() {
         Some(b"3".to_vec()),
         "CMI 1 refused"
     );
+
+    // A write CMI 0 refuses (not an integer) does not stop its commit, nor CMI 1's.
+    c.client.set(&a, b"x").unwrap();
+    c.client.set(&b, b"1").unwrap();
+    let s = c.client.session();
+    let writes = vec![
+        (
+            0,
+            Write::Incr {
+                key: a.clone(),
+                delta: 1,
+            },
+        ),
+        (1, Write::Delete { key: b.clone() }),
+    ];
+    let err = s.write_and_commit(&writes).unwrap_err();
+    assert!(
+        matches!(&err, ClientError::PartialCommit { committed, failed } if committed == &[1] && failed == &[0]),
+        "{err}"
+    );
+    assert_eq!(c.client.get(&b).unwrap(), None, "CMI 1 took its delete");
+    // And no lease is left behind on CMI 0.
+    let mut next = c.client.session();
+    assert_eq!(next.get(&a, true).unwrap(), Some(b"x".to_vec()));
+    next.commit().unwrap();
 
     // Refused everywhere: `Aborted`, and nothing lands.
     c.client.set(&a, b"4").unwrap();

@@ -714,6 +714,9 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
     // them in, can work on these sessions until this one is done.
     let values = session.mget_at(&places, true)?;
     let mut objects: Vec<(&String, SessionWrites)> = Vec::new();
+    // Gone from every replica (applied and deleted already), or refused on every one: noted done
+    // once the copies present are deleted.
+    let mut unread: Vec<&String> = Vec::new();
     // Copies refused: deleted with the applied ones. A session none of whose copies opens is
     // moved past (its id leaves the queue at the next compaction), so that its queue goes on.
     let mut refused = Refused::default();
@@ -735,13 +738,11 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         }
         match object {
             Some(writes) => objects.push((id, writes)),
-            // Gone from every replica (applied and deleted already), or refused on every one.
             None => {
                 if present {
                     tracing::warn!(session = %id, "a queued session is refused; its queue goes on");
                 }
-                done.ids.push(id.clone());
-                done.unread.push(id.clone());
+                unread.push(id);
             }
         }
     }
@@ -752,58 +753,60 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
         .filter(|(_, v)| v.is_some())
         .map(|(&(cmi, key), _)| (cmi, Write::Delete { key: key.to_vec() }))
         .collect();
-    if objects.is_empty() {
-        session.write_and_commit(&deletes)?;
-        refused.discarded(cads.write_back_stats());
-        return Ok(0);
-    }
-    if failpoints::dies_at(failpoints::APPLY_LEASED) {
-        std::mem::forget(session);
-        return Err(crashed());
-    }
-    failpoints::break_sessions(&mut objects, |(_, writes)| &mut writes.statements);
-    let sessions: Vec<Buffered<'_>> = objects
-        .iter()
-        .map(|(id, writes)| (id.as_str(), writes.statements.as_slice()))
-        .collect();
-    let (tx, fresh_sessions) = run_fresh(cads, &sessions)?;
-    let applied = fresh_sessions.len();
-    if failpoints::dies_at(failpoints::APPLY_RUNNING) {
-        std::mem::forget(session);
-        drop(tx);
-        return Err(crashed());
-    }
-    // Before the commit, the sessions applied here must still have their objects. An applier
-    // that stalled past its leases may find its sessions applied by another one meanwhile: their
-    // objects deleted, then their ids compacted out of cads_applied_sessions, so that the inserts
-    // above found nothing and it would apply them twice. Once this transaction holds the ids'
-    // rows, an applier that took the leases over waits on them and then finds them applied, so
-    // the objects seen here cannot be applied by anyone else first. (A check of the leases would
-    // serve too, but an applier whose transaction waits out a lease on row locks would then never
-    // commit.)
-    let fresh: Vec<Vec<u8>> = fresh_sessions
-        .iter()
-        .map(|(id, _)| session_key(id))
-        .collect();
-    if !fresh.is_empty()
-        && read_many(cads, &fresh)?
+    let mut applied = 0;
+    if !objects.is_empty() {
+        if failpoints::dies_at(failpoints::APPLY_LEASED) {
+            std::mem::forget(session);
+            return Err(crashed());
+        }
+        failpoints::break_sessions(&mut objects, |(_, writes)| &mut writes.statements);
+        let sessions: Vec<Buffered<'_>> = objects
             .iter()
-            .any(|c| c.iter().all(Option::is_none))
-    {
-        return Err(Error::Aborted {
-            reason: "another applier applied and compacted one of its sessions".into(),
-        });
-    }
-    tx.commit()?;
-    if failpoints::dies_at(failpoints::APPLY_APPLIED) {
-        std::mem::forget(session);
-        return Err(crashed());
+            .map(|(id, writes)| (id.as_str(), writes.statements.as_slice()))
+            .collect();
+        let (tx, fresh_sessions) = run_fresh(cads, &sessions)?;
+        applied = fresh_sessions.len();
+        if failpoints::dies_at(failpoints::APPLY_RUNNING) {
+            std::mem::forget(session);
+            drop(tx);
+            return Err(crashed());
+        }
+        // Before the commit, the sessions applied here must still have their objects. An
+        // applier that stalled past its leases may find its sessions applied by another one
+        // meanwhile: their objects deleted, then their ids compacted out of
+        // cads_applied_sessions, so that the inserts above found nothing and it would apply them
+        // twice. Once this transaction holds the ids' rows, an applier that took the leases over
+        // waits on them and then finds them applied, so the objects seen here cannot be applied
+        // by anyone else first. (A check of the leases would serve too, but an applier whose
+        // transaction waits out a lease on row locks would then never commit.)
+        let fresh: Vec<Vec<u8>> = fresh_sessions
+            .iter()
+            .map(|(id, _)| session_key(id))
+            .collect();
+        if !fresh.is_empty()
+            && read_many(cads, &fresh)?
+                .iter()
+                .any(|c| c.iter().all(Option::is_none))
+        {
+            return Err(Error::Aborted {
+                reason: "another applier applied and compacted one of its sessions".into(),
+            });
+        }
+        tx.commit()?;
+        if failpoints::dies_at(failpoints::APPLY_APPLIED) {
+            std::mem::forget(session);
+            return Err(crashed());
+        }
     }
     // The deletes and the commit in one round trip, without validating across CMIs first: a
     // replica that keeps its copy is handled as any partial commit is, below.
     match session.write_and_commit(&deletes) {
         Ok(()) => {
             refused.discarded(cads.write_back_stats());
+            for id in unread {
+                done.ids.push(id.clone());
+                done.unread.push(id.clone());
+            }
             for (id, writes) in objects {
                 done.ids.push(id.clone());
                 for key in writes.mapped {
@@ -811,8 +814,9 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
                 }
             }
         }
-        // Some replicas kept their copy (a lease ran out): the ids stay in the queue and in
-        // cads_applied_sessions, so that the next pass finds them applied and deletes the copies.
+        // Some replicas kept their copy (a lease ran out): the ids stay in the queue (and those
+        // applied in cads_applied_sessions), so that the next pass finds the copies again,
+        // applied or refused, and deletes them.
         Err(ClientError::PartialCommit { .. }) => {}
         Err(e) => return Err(e.into()),
     }
@@ -829,19 +833,17 @@ type Buffered<'a> = (&'a str, &'a [Statement]);
 /// Begins a data-store transaction and runs in it those of `sessions` that
 /// `cads_applied_sessions` does not list, each recording its id there; returns the transaction
 /// and the sessions it ran. Sessions found applied are rare (an applier died between its commit
-/// and its deletes, or a commit reached some replicas only), so the first try runs them all
-/// without asking: an id already recorded (or being recorded by another applier, which this
-/// insert waits for) fails its insert, and the second try asks first.
+/// and its deletes, or its deletes reached some replicas only), so the first try runs them all
+/// without asking; an id recorded already (or by another applier's transaction that commits
+/// while this insert waits for it) stops it, and the second try asks first.
 fn run_fresh<'s>(
     cads: &'s Cads,
     sessions: &[Buffered<'s>],
 ) -> Result<(Box<dyn SqlTransaction + 's>, Vec<Buffered<'s>>)> {
     let store = cads.store().as_ref();
     let mut tx = store.begin(cads.config().isolation)?;
-    match run_sessions(tx.as_mut(), sessions, true) {
-        Err(Error::Store(StoreError::Constraint(_))) => {}
-        Err(e) => return Err(e),
-        Ok(()) => return Ok((tx, sessions.to_vec())),
+    if let Ran::All = run_sessions(tx.as_mut(), sessions, true)? {
+        return Ok((tx, sessions.to_vec()));
     }
     drop(tx);
     let mut tx = store.begin(cads.config().isolation)?;
@@ -852,8 +854,21 @@ fn run_fresh<'s>(
         .filter(|(id, _)| !applied_before.contains(*id))
         .copied()
         .collect();
-    run_sessions(tx.as_mut(), &fresh, true)?;
-    Ok((tx, fresh))
+    match run_sessions(tx.as_mut(), &fresh, true)? {
+        Ran::All => Ok((tx, fresh)),
+        Ran::Recorded => Err(Error::Aborted {
+            reason: "another applier recorded one of its sessions as applied first".into(),
+        }),
+    }
+}
+
+/// How [`run_sessions`] ended without an error.
+enum Ran {
+    /// Every statement ran.
+    All,
+    /// A session's id is recorded in `cads_applied_sessions` already: its insert failed, and
+    /// the transaction with it.
+    Recorded,
 }
 
 /// Runs buffered sessions' statements in `tx`, each changing the rows its session counted on,
@@ -864,7 +879,7 @@ fn run_sessions(
     tx: &mut dyn SqlTransaction,
     sessions: &[Buffered<'_>],
     record: bool,
-) -> Result<()> {
+) -> Result<Ran> {
     let insert_id = format!("INSERT INTO {APPLIED_SESSIONS} (id) VALUES (?)");
     let ids: Vec<[SqlValue; 1]> = sessions
         .iter()
@@ -884,7 +899,7 @@ fn run_sessions(
         }
     }
     if pipeline.is_empty() {
-        return Ok(());
+        return Ok(Ran::All);
     }
     // The first problem in the statements' order is the one reported: a count that does not
     // match comes before a later statement's failure.
@@ -908,11 +923,12 @@ fn run_sessions(
         }
     }
     match failed {
-        None => Ok(()),
-        Some(failed) => Err(match origin.get(failed.index) {
-            Some(&(id, Some(statement))) => apply_error(id, statement, failed.error),
-            _ => failed.error.into(),
-        }),
+        None => Ok(Ran::All),
+        Some(failed) => match (origin.get(failed.index), failed.error) {
+            (Some(&(_, None)), StoreError::Constraint(_)) => Ok(Ran::Recorded),
+            (Some(&(id, Some(statement))), error) => Err(apply_error(id, statement, error)),
+            (_, error) => Err(error.into()),
+        },
     }
 }
 
@@ -924,6 +940,7 @@ pub(crate) fn apply_delayed(cads: &Cads) -> Result<()> {
         return Ok(());
     }
     let mut tx = cads.store().begin(cads.config().isolation)?;
+    // Nothing is recorded, so every statement ran if none failed.
     run_sessions(tx.as_mut(), &[("held back", &statements)], false)?;
     tx.commit()?;
     Ok(())
