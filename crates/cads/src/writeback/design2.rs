@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use super::mac::Seal;
 use super::replicated::{
-    append_line, open_lines, placed, purge_list, read_all, read_many, remove_lines, rewrite_lists,
-    sealed_line,
+    append_line, open_lines, placed, present_many, purge_list, read_all, read_many, remove_lines,
+    rewrite_lists, sealed_line,
 };
 use super::{Refusal, Refused};
 use crate::attempts::Attempts;
@@ -783,11 +783,7 @@ fn apply_batch(cads: &Cads, ids: &[String], done: &mut Done) -> Result<usize> {
             .iter()
             .map(|(id, _)| session_key(id))
             .collect();
-        if !fresh.is_empty()
-            && read_many(cads, &fresh)?
-                .iter()
-                .any(|c| c.iter().all(Option::is_none))
-        {
+        if !fresh.is_empty() && present_many(cads, &fresh)?.contains(&false) {
             return Err(Error::Aborted {
                 reason: "another applier applied and compacted one of its sessions".into(),
             });
@@ -1044,9 +1040,9 @@ fn remove_ids(
 
 /// Sessions still waiting in every queue.
 pub fn pending_sessions(cads: &Cads) -> Result<usize> {
-    // Objects read per round trip to each CMI: a backlog of thousands costs a few round trips,
-    // not one each.
-    const PER_READ: usize = 256;
+    // Objects asked after per round trip to each CMI (EXISTS, a few bytes each way): a backlog
+    // of thousands costs a few round trips, not one each.
+    const PER_ASK: usize = 1024;
     let mut count = 0;
     for queue in read_queues(cads)?.0 {
         let objects: Vec<Vec<u8>> = queued(cads, &queue)?
@@ -1054,10 +1050,10 @@ pub fn pending_sessions(cads: &Cads) -> Result<usize> {
             .iter()
             .map(|id| session_key(id))
             .collect();
-        for chunk in objects.chunks(PER_READ) {
-            count += read_many(cads, chunk)?
-                .iter()
-                .filter(|copies| copies.iter().any(Option::is_some))
+        for chunk in objects.chunks(PER_ASK) {
+            count += present_many(cads, chunk)?
+                .into_iter()
+                .filter(|&present| present)
                 .count();
         }
     }

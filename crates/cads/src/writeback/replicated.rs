@@ -99,6 +99,26 @@ pub(crate) fn read_all(cads: &Cads, key: &[u8]) -> Result<Vec<Option<Vec<u8>>>> 
 /// [`read_all`] for several keys, in one round trip to each CMI. A key given twice is read
 /// twice, each answer in its own place.
 pub(crate) fn read_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
+    ask_replicas(cads, keys, Client::get_at)
+}
+
+/// Whether each key has a copy on some reachable replica, in one round trip to each CMI and
+/// without reading the copies.
+pub(crate) fn present_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<bool>> {
+    Ok(ask_replicas(cads, keys, Client::exists_at)?
+        .into_iter()
+        .map(|copies| copies.contains(&true))
+        .collect())
+}
+
+/// Asks every replica of every key (`ask` sends one command per place, all in one round trip),
+/// and returns per key the answers of the replicas that could be reached; an error if none of
+/// a key's could.
+fn ask_replicas<T>(
+    cads: &Cads,
+    keys: &[Vec<u8>],
+    ask: impl FnOnce(&Client, &[(usize, &[u8])]) -> Vec<cads_client::Result<T>>,
+) -> Result<Vec<Vec<T>>> {
     let client = cads.cache().expect("write-back has a cache");
     let replicas_of: Vec<Vec<usize>> = keys.iter().map(|key| replicas(cads, client, key)).collect();
     let places: Vec<(usize, &[u8])> = replicas_of
@@ -110,15 +130,15 @@ pub(crate) fn read_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Vec<Option<
         .iter()
         .enumerate()
         .flat_map(|(index, cmis)| std::iter::repeat_n(index, cmis.len()));
-    let mut values: Vec<Vec<Option<Vec<u8>>>> = vec![Vec::new(); keys.len()];
-    for (reply, index) in client.get_at(&places).into_iter().zip(owners) {
+    let mut answers: Vec<Vec<T>> = keys.iter().map(|_| Vec::new()).collect();
+    for (reply, index) in ask(client, &places).into_iter().zip(owners) {
         match reply {
-            Ok(value) => values[index].push(value),
+            Ok(answer) => answers[index].push(answer),
             Err(e) if e.is_unavailable() => {}
             Err(e) => return Err(e.into()),
         }
     }
-    if let Some(i) = values.iter().position(Vec::is_empty) {
+    if let Some(i) = answers.iter().position(Vec::is_empty) {
         return Err(Error::Cache(ClientError::Unavailable {
             cmi: client.route(&keys[i]),
             reason: format!(
@@ -128,7 +148,7 @@ pub(crate) fn read_many(cads: &Cads, keys: &[Vec<u8>]) -> Result<Vec<Vec<Option<
             refused: false,
         }));
     }
-    Ok(values)
+    Ok(answers)
 }
 
 /// The non-empty lines of a list value.
