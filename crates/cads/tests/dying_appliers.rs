@@ -355,7 +355,8 @@ fn a_session_applied_by_an_applier_that_died_is_deleted_not_applied_again() {
     {
         let (cads, bank) = (cads.clone(), bank.clone());
         scenario.on(APPLY_APPLIED, move || {
-            if let Some(tx) = died_tx.lock().unwrap().take() {
+            let first = died_tx.lock().unwrap().take();
+            if let Some(tx) = first {
                 // Queued behind the two being applied, before the applier dies.
                 deposit(&cads, &bank, "a", 9).unwrap();
                 cads::failpoints::die();

@@ -60,7 +60,9 @@ pub enum ClientError {
     Server(ErrorReply),
     /// A multi-CMI commit that failed on some CMIs after it succeeded on others. The failed CMIs
     /// drop the session's changes (its leases expire and unpinned keys are deleted), so reads stay
-    /// consistent, but the session's cache changes did not all land.
+    /// consistent, but the session's cache changes did not all land. After
+    /// `Session::write_and_commit`, a failed CMI may instead have committed without one of its
+    /// writes, and `committed` is then possibly empty.
     #[error("commit failed on CMIs {failed:?} after succeeding on {committed:?}")]
     PartialCommit {
         committed: Vec<usize>,

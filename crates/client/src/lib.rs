@@ -382,6 +382,8 @@ impl Client {
             .into_iter()
             .map(|reply| match reply? {
                 Reply::Int(n) => Ok(n > 0),
+                // FENCED, STALECONFIG: the caller may retry, as after GET.
+                Reply::Error(e) => Err(session::error_from(e)),
                 other => Err(session::unexpected(&other)),
             })
             .collect()
@@ -398,6 +400,7 @@ impl Client {
             .into_iter()
             .map(|reply| match reply? {
                 Reply::Int(n) => Ok(n.max(0) as usize),
+                Reply::Error(e) => Err(session::error_from(e)),
                 other => Err(session::unexpected(&other)),
             })
             .collect()

@@ -698,8 +698,6 @@ impl<'c> Session<'c> {
         })
     }
 
-    /// Sends one command per CMI in parallel; ABORT from any aborts the session, as does a
-    /// failure to reach a CMI. Other error replies are returned to the caller.
     /// The writes `indexes` of `placed` grouped by CMI, and, if `every_leased`, an empty group
     /// for each other CMI the session holds leases on (which must validate or commit too).
     fn grouped(
@@ -727,17 +725,13 @@ impl<'c> Session<'c> {
         self.pipeline(commands).inspect_err(|_| self.abort())
     }
 
+    /// Sends one command per CMI in parallel; ABORT from any aborts the session, as does a
+    /// failure to reach a CMI. Other error replies are returned to the caller.
     fn each_or_abort(
         &mut self,
         commands: Vec<(usize, Command<'_>)>,
     ) -> Result<Vec<(usize, Reply<'static>)>> {
-        let replies = match self.call_each(commands) {
-            Ok(r) => r,
-            Err(e) => {
-                self.abort();
-                return Err(e);
-            }
-        };
+        let replies = self.call_each(commands).inspect_err(|_| self.abort())?;
         if let Some((_, reply)) = replies.iter().find(|(_, r)| is_abort(r)) {
             return Err(self.aborted_by(reply));
         }
@@ -1216,13 +1210,7 @@ impl<'c> Session<'c> {
                 .iter()
                 .map(|&c| (c, Command::LCommit(self.id)))
                 .collect();
-            let replies = match self.call_each(commands) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.abort();
-                    return Err(e);
-                }
-            };
+            let replies = self.call_each(commands).inspect_err(|_| self.abort())?;
             for (cmi, reply) in replies {
                 if matches!(reply, Reply::Status(_)) {
                     committed.push(cmi);
@@ -1250,7 +1238,8 @@ impl<'c> Session<'c> {
     /// to it and then its commit; a write answered RETRY (another session holds its key) is not
     /// sent again. `Aborted` means no CMI took its commit, so nothing landed; `PartialCommit`
     /// that some did, and names among `failed` every CMI that refused its commit or one of its
-    /// writes.
+    /// writes (so `committed` may be empty). A CMI that cannot be reached is that error, whatever
+    /// the others did.
     pub fn write_and_commit(mut self, writes: &[(usize, Write)]) -> Result<()> {
         let placed: Vec<(usize, &[u8])> = writes.iter().map(|(c, w)| (*c, w.key())).collect();
         let indexes: Vec<usize> = (0..writes.len()).collect();

@@ -300,6 +300,31 @@ fn write_and_commit_lands_per_cmi_in_one_round_trip() {
     assert_eq!(next.get(&a, true).unwrap(), Some(b"x".to_vec()));
     next.commit().unwrap();
 
+    // On one CMI alone: its commit lands with the delete, though it counts as failed.
+    let d = key_on(&c.client, 0, "d");
+    c.client.set(&d, b"1").unwrap();
+    let s = c.client.session();
+    let writes = vec![
+        (
+            0,
+            Write::Incr {
+                key: a.clone(),
+                delta: 1,
+            },
+        ),
+        (0, Write::Delete { key: d.clone() }),
+    ];
+    let err = s.write_and_commit(&writes).unwrap_err();
+    assert!(
+        matches!(&err, ClientError::PartialCommit { committed, failed } if committed.is_empty() && failed == &[0]),
+        "{err}"
+    );
+    assert_eq!(
+        c.client.get(&d).unwrap(),
+        None,
+        "CMI 0 committed its delete"
+    );
+
     // Refused everywhere: `Aborted`, and nothing lands.
     c.client.set(&a, b"4").unwrap();
     let mut s = c.client.session();

@@ -690,8 +690,10 @@ fn with_retries<T>(cads: &Cads, mut step: impl FnMut() -> Result<T>) -> Result<T
     }
 }
 
-/// Another applier got there first (a lease, a conflict, or the primary key of an id it is
-/// committing): trying again finds the state it left.
+/// Another applier got there first (a lease, a conflict): trying again finds the state it left.
+/// A constraint a buffered statement meets is tried again too, since another queue's applier
+/// may commit the row it lacks meanwhile; one that stays stops the queue once the attempts run
+/// out. (An id recorded first by another applier is `Aborted`, from [`run_fresh`].)
 fn retryable(e: &Error) -> bool {
     e.is_retryable() || matches!(e, Error::Store(StoreError::Constraint(_)))
 }
