@@ -225,9 +225,7 @@ impl<'a> Session<'a> {
                 .collect();
             return Ok(Some(changes));
         }
-        for p in &pending {
-            design2::apply_queue(self.cads, &p.writes.queue, Some(&p.id))?;
-        }
+        design2::apply_through(self.cads, &pending)?;
         self.refresh_reads()?;
         Ok(None)
     }

@@ -523,6 +523,22 @@ pub(crate) fn in_queue_order(cads: &Cads, pending: Vec<Pending>) -> Result<Vec<P
     Ok(ordered)
 }
 
+/// Applies the queues of `pending` (in queue order: [`in_queue_order`]) through their pending
+/// sessions, one pass per queue through its last one: a pass applies every session queued
+/// before that one too, and each pass reads the whole queue and compacts it, which behind a
+/// backlog costs more than the sessions it applies.
+pub(crate) fn apply_through(cads: &Cads, pending: &[Pending]) -> Result<()> {
+    for (i, p) in pending.iter().enumerate() {
+        let last_of_its_queue = pending
+            .get(i + 1)
+            .is_none_or(|next| next.writes.queue != p.writes.queue);
+        if last_of_its_queue {
+            apply_queue(cads, &p.writes.queue, Some(&p.id))?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether each pending session left a query result change for every one of `keys` it is
 /// mapped on: then a read can fold them in (Algorithm 3) instead of applying them first.
 pub(crate) fn all_foldable(pending: &[Pending], keys: &[Vec<u8>]) -> bool {
