@@ -528,13 +528,13 @@ pub(crate) fn in_queue_order(cads: &Cads, pending: Vec<Pending>) -> Result<Vec<P
 /// before that one too, and each pass reads the whole queue and compacts it, which behind a
 /// backlog costs more than the sessions it applies.
 pub(crate) fn apply_through(cads: &Cads, pending: &[Pending]) -> Result<()> {
-    for (i, p) in pending.iter().enumerate() {
-        let last_of_its_queue = pending
-            .get(i + 1)
-            .is_none_or(|next| next.writes.queue != p.writes.queue);
-        if last_of_its_queue {
-            apply_queue(cads, &p.writes.queue, Some(&p.id))?;
-        }
+    // A queue's later sessions overwrite its earlier ones.
+    let last: BTreeMap<&str, &str> = pending
+        .iter()
+        .map(|p| (p.writes.queue.as_str(), p.id.as_str()))
+        .collect();
+    for (queue, id) in last {
+        apply_queue(cads, queue, Some(id))?;
     }
     Ok(())
 }
