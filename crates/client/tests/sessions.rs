@@ -246,6 +246,15 @@ fn write_and_commit_lands_per_cmi_in_one_round_trip() {
             .map(|k| (c.client.route(k), Write::Delete { key: k.to_vec() }))
             .collect()
     };
+    // The CMIs a `PartialCommit` names: (committed, failed).
+    let partial = |err: ClientError| match err {
+        ClientError::PartialCommit { committed, failed } => (committed, failed),
+        other => panic!("not a partial commit: {other}"),
+    };
+    let incr_a = || Write::Incr {
+        key: a.clone(),
+        delta: 1,
+    };
 
     let mut s = c.client.session();
     s.mget(&[&a, &b], true).unwrap();
@@ -264,10 +273,7 @@ fn write_and_commit_lands_per_cmi_in_one_round_trip() {
     c.client.flush_cmi(1, true).unwrap();
     c.client.set(&b, b"3").unwrap();
     let err = s.write_and_commit(&deletes(&[&a, &b])).unwrap_err();
-    assert!(
-        matches!(&err, ClientError::PartialCommit { committed, failed } if committed == &[0] && failed == &[1]),
-        "{err}"
-    );
+    assert_eq!(partial(err), (vec![0], vec![1]));
     assert_eq!(c.client.get(&a).unwrap(), None, "CMI 0 took its delete");
     assert_eq!(
         c.client.get(&b).unwrap(),
@@ -279,21 +285,9 @@ fn write_and_commit_lands_per_cmi_in_one_round_trip() {
     c.client.set(&a, b"x").unwrap();
     c.client.set(&b, b"1").unwrap();
     let s = c.client.session();
-    let writes = vec![
-        (
-            0,
-            Write::Incr {
-                key: a.clone(),
-                delta: 1,
-            },
-        ),
-        (1, Write::Delete { key: b.clone() }),
-    ];
+    let writes = vec![(0, incr_a()), (1, Write::Delete { key: b.clone() })];
     let err = s.write_and_commit(&writes).unwrap_err();
-    assert!(
-        matches!(&err, ClientError::PartialCommit { committed, failed } if committed == &[1] && failed == &[0]),
-        "{err}"
-    );
+    assert_eq!(partial(err), (vec![1], vec![0]));
     assert_eq!(c.client.get(&b).unwrap(), None, "CMI 1 took its delete");
     // And no lease is left behind on CMI 0.
     let mut next = c.client.session();
@@ -304,21 +298,9 @@ fn write_and_commit_lands_per_cmi_in_one_round_trip() {
     let d = key_on(&c.client, 0, "d");
     c.client.set(&d, b"1").unwrap();
     let s = c.client.session();
-    let writes = vec![
-        (
-            0,
-            Write::Incr {
-                key: a.clone(),
-                delta: 1,
-            },
-        ),
-        (0, Write::Delete { key: d.clone() }),
-    ];
+    let writes = vec![(0, incr_a()), (0, Write::Delete { key: d.clone() })];
     let err = s.write_and_commit(&writes).unwrap_err();
-    assert!(
-        matches!(&err, ClientError::PartialCommit { committed, failed } if committed.is_empty() && failed == &[0]),
-        "{err}"
-    );
+    assert_eq!(partial(err), (vec![], vec![0]));
     assert_eq!(
         c.client.get(&d).unwrap(),
         None,
