@@ -12,7 +12,9 @@ use std::time::Duration;
 use cads::store::{DataStore, StoreOptions};
 use cads::{Cads, Config, Policy, Workers};
 use cads_bench::deploy::Deployment;
-use cads_bench::tpcc::cache::{recent_lines_key, stock_key, Db, RecentLines, Rows, RowsQuery};
+use cads_bench::tpcc::cache::{
+    recent_lines_key, stock_key, Db, Orders, OrdersQuery, RecentLines, Rows, RowsQuery,
+};
 use cads_bench::tpcc::keyspace::{batches, next_order_ids};
 use cads_bench::tpcc::load::load_database;
 use cads_bench::tpcc::rows::{RowId, Stock};
@@ -217,4 +219,26 @@ fn a_partly_missed_read_sees_pending_changes_of_the_keys_that_hit() {
         both[0].order_cnt, changed.order_cnt,
         "the row that hit was read from the data store, which lacks the pending New-Order"
     );
+}
+
+/// Delivery reads a district's next order when the district has nothing undelivered. A New-Order
+/// caches the absence of the order after its own, so that read hits: it neither queries the data
+/// store nor waits for the warehouse's queue to be applied.
+#[test]
+fn the_order_after_a_new_one_is_cached_as_absent() {
+    let t = Setup::new("next");
+    let next = next_order_ids(t.cads().store().as_ref(), &t.db, 1).expect("next order ids")[0][3];
+    t.new_order(4, &[3]);
+    let queries = t.db.store_queries();
+    let q = OrdersQuery {
+        ids: vec![(1, 4, next), (1, 4, next + 1)],
+    };
+    let orders = t
+        .cads()
+        .run(|s| s.read(&Orders(&t.db), &q))
+        .expect("read the orders");
+    assert_eq!(orders[0].as_ref().map(|o| o.order.id), Some(next));
+    assert!(orders[1].is_none(), "no order after the new one yet");
+    assert_eq!(t.db.store_queries(), queries, "both reads hit");
+    assert_eq!(t.applied_sessions(), 0);
 }

@@ -9,7 +9,7 @@
 //! | `CL:<w>:<d>:<last>` | ids of the district's customers with that last name, by C_FIRST | Payment, Order-Status | nothing (names never change) |
 //! | `I:<i>` | the ITEM row, or absent | New-Order | nothing |
 //! | `S:<w>:<i>` | the STOCK row | New-Order, Stock-Level | New-Order |
-//! | `O:<w>:<d>:<o>` | the ORDER with its ORDER-LINEs, or absent | Order-Status, Delivery | New-Order (created), Delivery |
+//! | `O:<w>:<d>:<o>` | the ORDER with its ORDER-LINEs, or absent | Order-Status, Delivery | New-Order (created, and the next one absent), Delivery |
 //! | `CO:<w>:<d>:<c>` | the customer's newest order id | Order-Status | New-Order |
 //! | `NO:<w>:<d>` | the district's oldest undelivered order id (D_NEXT_O_ID when none is) | Delivery | Delivery |
 //! | `RL:<w>:<d>` | the item ids of the district's last 20 orders | Stock-Level | New-Order |
@@ -19,7 +19,9 @@
 //! the lines of the last 20 orders (Stock-Level) and the customers by last name (Payment,
 //! Order-Status). Since undelivered orders are always the ids from the oldest one up to
 //! D_NEXT_O_ID − 1 (consistency condition 3), Delivery needs only the oldest id and the order
-//! entry: an absent order means the district has nothing to deliver.
+//! entry: an absent order means the district has nothing to deliver. New-Order caches the absence
+//! of the order after its own, so that Delivery's read of a district with nothing undelivered hits
+//! (a miss under write-back would apply the warehouse's queue first).
 //!
 //! Every write changes the data store with statements computed from what the session read and
 //! from the write alone, never from the data store's current values: additions of deltas
@@ -952,6 +954,8 @@ enum EntryChange<'w> {
     Stock(Vec<StockChange>),
     /// A new order's entry: the order with its lines.
     Created(&'w Order),
+    /// The entry of the order after a new one: absent until the district's next New-Order.
+    NotOrderedYet,
     /// A customer's newest order id.
     LastOrder(u32),
     /// The district's recent orders gain this order.
@@ -1014,6 +1018,7 @@ impl EntryChange<'_> {
                 true
             }),
             EntryChange::Created(order) => CacheChange::Set(encode(Some(order))),
+            EntryChange::NotOrderedYet => CacheChange::Set(encode::<Order>(None)),
             EntryChange::LastOrder(id) => CacheChange::Set(encode(Some(&id))),
             EntryChange::Recent(order) => {
                 let order = recent_order(order);
@@ -1061,6 +1066,13 @@ impl Writes<'_> {
                     (
                         order_key(o.w_id, o.d_id, o.id),
                         EntryChange::Created(&n.order),
+                    ),
+                    // Delivery reads the district's next order when it has nothing undelivered;
+                    // caching its absence now keeps that read from missing (a miss under
+                    // write-back applies the warehouse's queue first).
+                    (
+                        order_key(o.w_id, o.d_id, o.id + 1),
+                        EntryChange::NotOrderedYet,
                     ),
                     (
                         last_order_key(o.w_id, o.d_id, o.c_id),
