@@ -13,13 +13,14 @@ use cads::store::{DataStore, StoreOptions};
 use cads::{Cads, Config, Policy, Workers};
 use cads_bench::deploy::Deployment;
 use cads_bench::tpcc::cache::{
-    recent_lines_key, stock_key, Db, Orders, OrdersQuery, RecentLines, Rows, RowsQuery,
+    recent_lines_key, stock_key, Db, OpeningQuery, OpeningRows, Orders, OrdersQuery, RecentLines,
+    Rows, RowsQuery,
 };
 use cads_bench::tpcc::keyspace::{batches, next_order_ids};
 use cads_bench::tpcc::load::load_database;
-use cads_bench::tpcc::rows::{RowId, Stock};
+use cads_bench::tpcc::rows::{RowId, Stock, Warehouse};
 use cads_bench::tpcc::schema::Tables;
-use cads_bench::tpcc::txn::{Attempts, Context, Input, LineInput};
+use cads_bench::tpcc::txn::{Attempts, Context, CustomerRef, Input, LineInput};
 use cads_bench::tpcc::Scale;
 use cads_bench::{CacheSpec, CmiSettings};
 use cads_testkit::ScratchDir;
@@ -91,14 +92,30 @@ impl Setup {
                 })
                 .collect(),
         };
+        self.execute(&input);
+    }
+
+    /// A Payment of 1.00 by customer 1 of district `d` of warehouse 1, to that district.
+    fn payment(&self, d: u32) {
+        self.execute(&Input::Payment {
+            w: 1,
+            d,
+            customer_w: 1,
+            customer_d: d,
+            customer: CustomerRef::Id(1),
+            amount: 100,
+        });
+    }
+
+    fn execute(&self, input: &Input) {
         let context = Context {
             cads: self.cads(),
             db: &self.db,
             sabotage: false,
         };
         context
-            .execute(&input, &mut Attempts::default())
-            .expect("New-Order commits");
+            .execute(input, &mut Attempts::default())
+            .expect("the transaction commits");
     }
 
     fn stock(&self, items: &[u32]) -> Vec<Stock> {
@@ -241,4 +258,73 @@ fn the_order_after_a_new_one_is_cached_as_absent() {
     assert!(orders[1].is_none(), "no order after the new one yet");
     assert_eq!(t.db.store_queries(), queries, "both reads hit");
     assert_eq!(t.applied_sessions(), 0);
+}
+
+/// New-Order reads its warehouse's W_TAX from an entry of its own, which no transaction changes:
+/// a Payment of the warehouse committing meanwhile changes W_YTD in the warehouse's row without
+/// voiding the New-Order's lease, so the New-Order does not run again.
+#[test]
+fn a_payment_does_not_void_a_new_orders_read_of_the_warehouse_tax() {
+    let t = Setup::new("tax");
+    let q = OpeningQuery {
+        w: 1,
+        d: 1,
+        tax_only: true,
+        customer: Some((1, 1, 2)),
+        recent: true,
+        lock_district: false,
+        lock_customer: false,
+    };
+    let mut runs = 0;
+    let opening = t
+        .cads()
+        .run(|s| {
+            runs += 1;
+            let opening = s.read(&OpeningRows(&t.db), &q)?;
+            if runs == 1 {
+                t.payment(2);
+            }
+            Ok(opening)
+        })
+        .expect("the read commits");
+    assert_eq!(runs, 1, "the Payment voided the read");
+    assert!(opening.warehouse.is_none());
+    let stored = Cads::new(
+        t.cads().store().clone(),
+        None,
+        Policy::DataStoreOnly,
+        Config::default(),
+    )
+    .run(|s| {
+        let q = RowsQuery {
+            ids: vec![RowId::top(1)],
+            for_update: false,
+        };
+        s.read(&Rows::<Warehouse>::new(&t.db), &q)
+    })
+    .expect("read the warehouse")
+    .pop()
+    .flatten()
+    .expect("warehouse 1");
+    assert_eq!(opening.tax, Some(stored.tax));
+
+    // The whole row, as Payment reads it, is voided by the other Payment's change of W_YTD.
+    let mut runs = 0;
+    t.cads()
+        .run(|s| {
+            runs += 1;
+            s.read(
+                &OpeningRows(&t.db),
+                &OpeningQuery {
+                    tax_only: false,
+                    ..q.clone()
+                },
+            )?;
+            if runs == 1 {
+                t.payment(2);
+            }
+            Ok(())
+        })
+        .expect("the read commits");
+    assert_eq!(runs, 2);
 }

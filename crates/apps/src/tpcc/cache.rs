@@ -3,7 +3,8 @@
 //!
 //! | key | value | read by | changed by |
 //! | --- | --- | --- | --- |
-//! | `W:<w>` | the WAREHOUSE row | New-Order, Payment | Payment (W_YTD) |
+//! | `W:<w>` | the WAREHOUSE row | Payment | Payment (W_YTD) |
+//! | `WT:<w>` | its W_TAX | New-Order | nothing |
 //! | `D:<w>:<d>` | the DISTRICT row | New-Order, Payment | New-Order (D_NEXT_O_ID), Payment (D_YTD) |
 //! | `C:<w>:<d>:<c>` | the CUSTOMER row | New-Order, Payment, Order-Status | Payment, Delivery |
 //! | `CL:<w>:<d>:<last>` | ids of the district's customers with that last name, by C_FIRST | Payment, Order-Status | nothing (names never change) |
@@ -41,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use super::rows::{
     column_list, decode, encode, entity_key, placeholders, Customer, District, Entity, History,
-    Order, OrderLine, OrderRow, RowExt, RowId, Stock, Warehouse,
+    Order, OrderLine, OrderRow, RowExt, RowId, Stock, Warehouse, WarehouseTax,
 };
 use super::scale::Scale;
 use super::schema::Tables;
@@ -94,6 +95,10 @@ impl Db {
 /// `W:<w>`.
 pub fn warehouse_key(w: u32) -> Vec<u8> {
     entity_key::<Warehouse>(RowId::top(w))
+}
+/// `WT:<w>`.
+pub fn warehouse_tax_key(w: u32) -> Vec<u8> {
+    entity_key::<WarehouseTax>(RowId::top(w))
 }
 /// `D:<w>:<d>`.
 pub fn district_key(w: u32, d: u32) -> Vec<u8> {
@@ -268,10 +273,10 @@ impl<E: Entity> Rows<'_, E> {
 // The rows a New-Order or a Payment starts from
 // ---------------------------------------------------------------------------------------------
 
-/// The WAREHOUSE and DISTRICT rows a New-Order or a Payment starts from, with the CUSTOMER row
-/// when its id is known and, for New-Order, the district's recent orders (which it changes):
-/// read together, one cache round trip instead of one per row, and the recent orders read under
-/// the session's lease need no read of their own when the session changes them.
+/// The WAREHOUSE (or only its tax) and DISTRICT rows a New-Order or a Payment starts from, with
+/// the CUSTOMER row when its id is known and, for New-Order, the district's recent orders (which
+/// it changes): read together, one cache round trip instead of one per row, and the recent orders
+/// read under the session's lease need no read of their own when the session changes them.
 pub struct OpeningRows<'a>(pub &'a Db);
 
 /// What [`OpeningRows`] reads.
@@ -281,6 +286,8 @@ pub struct OpeningQuery {
     pub w: u32,
     /// The district, in warehouse `w`.
     pub d: u32,
+    /// Read only the warehouse's tax, from its own entry (New-Order: see [`WarehouseTax`]).
+    pub tax_only: bool,
     /// The customer `(w, d, c)`, when known by id.
     pub customer: Option<(u32, u32, u32)>,
     /// Read the district's recent orders too.
@@ -294,8 +301,10 @@ pub struct OpeningQuery {
 /// What [`OpeningRows`] found: `None` for a row the database lacks, and for what was not asked.
 #[derive(Debug)]
 pub struct Opening {
-    /// The WAREHOUSE row.
+    /// The WAREHOUSE row, unless only its tax was asked for.
     pub warehouse: Option<Warehouse>,
+    /// W_TAX.
+    pub tax: Option<i64>,
     /// The DISTRICT row.
     pub district: Option<District>,
     /// The CUSTOMER row, if asked for.
@@ -310,7 +319,11 @@ impl CacheStore for OpeningRows<'_> {
     type Output = Opening;
 
     fn keys_read(&self, q: &OpeningQuery) -> Vec<Vec<u8>> {
-        let mut keys = vec![warehouse_key(q.w), district_key(q.w, q.d)];
+        let warehouse = match q.tax_only {
+            true => warehouse_tax_key(q.w),
+            false => warehouse_key(q.w),
+        };
+        let mut keys = vec![warehouse, district_key(q.w, q.d)];
         keys.extend(q.customer.map(|(w, d, c)| customer_key(w, d, c)));
         if q.recent {
             keys.push(recent_lines_key(q.w, q.d));
@@ -321,8 +334,17 @@ impl CacheStore for OpeningRows<'_> {
     fn result_from_cache(&self, q: &OpeningQuery, values: &[Vec<u8>]) -> Option<Opening> {
         let mut values = values.iter();
         let mut next = || values.next().map(Vec::as_slice);
+        let (warehouse, tax) = match q.tax_only {
+            true => (None, decode::<WarehouseTax>(next()?)?.map(|t| t.tax)),
+            false => {
+                let row: Option<Warehouse> = decode(next()?)?;
+                let tax = row.as_ref().map(|w| w.tax);
+                (row, tax)
+            }
+        };
         Some(Opening {
-            warehouse: decode(next()?)?,
+            warehouse,
+            tax,
             district: decode(next()?)?,
             customer: match q.customer {
                 Some(_) => decode(next()?)?,
@@ -350,8 +372,20 @@ impl CacheStore for OpeningRows<'_> {
         }
         let db = self.0;
         db.count_query();
+        let (warehouse, tax) = match q.tax_only {
+            true => (
+                None,
+                one::<WarehouseTax>(db, RowId::top(q.w), false, tx)?.map(|t| t.tax),
+            ),
+            false => {
+                let row: Option<Warehouse> = one(db, RowId::top(q.w), false, tx)?;
+                let tax = row.as_ref().map(|w| w.tax);
+                (row, tax)
+            }
+        };
         Ok(Opening {
-            warehouse: one(db, RowId::top(q.w), false, tx)?,
+            warehouse,
+            tax,
             district: one(db, RowId::in_warehouse(q.w, q.d), q.lock_district, tx)?,
             customer: match q.customer {
                 Some((w, d, c)) => one(db, RowId::in_district(w, d, c), q.lock_customer, tx)?,
@@ -365,8 +399,15 @@ impl CacheStore for OpeningRows<'_> {
     }
 
     fn entries(&self, q: &OpeningQuery, o: &Opening) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let warehouse = match q.tax_only {
+            true => {
+                let row = o.tax.map(|tax| WarehouseTax { id: q.w, tax });
+                (warehouse_tax_key(q.w), encode(row.as_ref()))
+            }
+            false => (warehouse_key(q.w), encode(o.warehouse.as_ref())),
+        };
         let mut entries = vec![
-            (warehouse_key(q.w), encode(o.warehouse.as_ref())),
+            warehouse,
             (district_key(q.w, q.d), encode(o.district.as_ref())),
         ];
         if let Some((w, d, c)) = q.customer {

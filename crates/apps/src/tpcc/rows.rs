@@ -201,6 +201,40 @@ impl Entity for Warehouse {
     }
 }
 
+/// W_TAX of a WAREHOUSE row, cached apart from the row (`WT:<w>`): New-Order reads the tax, which
+/// nothing changes, and every Payment of the warehouse changes the row's W_YTD. Read from the
+/// row's entry, New-Order's shared lease would be voided by each such Payment, and the New-Order
+/// run again.
+#[allow(missing_docs)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WarehouseTax {
+    pub id: u32,
+    /// W_TAX in ten-thousandths.
+    pub tax: i64,
+}
+
+impl Entity for WarehouseTax {
+    const TAG: &'static str = "WT";
+    const COLUMNS: &'static [&'static str] = &["w_id", "w_tax"];
+    const SCOPE: &'static [&'static str] = &[];
+    const ID: &'static str = "w_id";
+    fn table(tables: &Tables) -> &str {
+        &tables.warehouse
+    }
+    fn row_id(&self) -> RowId {
+        RowId::top(self.id)
+    }
+    fn from_row(row: &Row) -> Result<Self, StoreError> {
+        Ok(WarehouseTax {
+            id: row.col(0)?,
+            tax: row.col(1)?,
+        })
+    }
+    fn values(&self) -> Vec<SqlValue> {
+        vec![self.id.into(), self.tax.into()]
+    }
+}
+
 /// A row of DISTRICT.
 /// Fields are the table's columns without their prefix (`w_name` is `name`).
 #[allow(missing_docs)]
@@ -702,6 +736,7 @@ mod tests {
     #[test]
     fn keys_name_their_row() {
         assert_eq!(entity_key::<Warehouse>(RowId::top(3)), b"W:3");
+        assert_eq!(entity_key::<WarehouseTax>(RowId::top(3)), b"WT:3");
         assert_eq!(entity_key::<Stock>(RowId::in_warehouse(1, 77)), b"S:1:77");
         assert_eq!(
             entity_key::<Customer>(RowId::in_district(1, 2, 3)),

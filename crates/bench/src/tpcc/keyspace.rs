@@ -9,7 +9,7 @@ use super::cache::{
     Orders, OrdersQuery, RecentLines, Rows, RowsQuery,
 };
 use super::random::last_name;
-use super::rows::{Customer, District, Item, RowExt, RowId, Stock, Warehouse};
+use super::rows::{Customer, District, Item, RowExt, RowId, Stock, Warehouse, WarehouseTax};
 use super::DISTRICTS;
 
 /// Rows per batch (orders carry their lines: fewer of them).
@@ -21,6 +21,7 @@ const ORDER_BATCH: u32 = 100;
 #[allow(missing_docs)]
 pub enum Batch {
     Warehouses(RowsQuery),
+    WarehouseTaxes(RowsQuery),
     Districts(RowsQuery),
     Customers(RowsQuery),
     Items(RowsQuery),
@@ -47,6 +48,7 @@ impl Batch {
     pub fn read(&self, s: &mut Session<'_>, db: &Db) -> cads::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         match self {
             Batch::Warehouses(q) => entries(s, &Rows::<Warehouse>::new(db), q),
+            Batch::WarehouseTaxes(q) => entries(s, &Rows::<WarehouseTax>::new(db), q),
             Batch::Districts(q) => entries(s, &Rows::<District>::new(db), q),
             Batch::Customers(q) => entries(s, &Rows::<Customer>::new(db), q),
             Batch::Items(q) => entries(s, &Rows::<Item>::new(db), q),
@@ -63,6 +65,7 @@ impl Batch {
     pub fn len(&self) -> usize {
         match self {
             Batch::Warehouses(q)
+            | Batch::WarehouseTaxes(q)
             | Batch::Districts(q)
             | Batch::Customers(q)
             | Batch::Items(q)
@@ -126,6 +129,9 @@ pub fn batches(db: &Db, warehouses: u32, next_order: &[Vec<u32>]) -> Vec<Batch> 
     let scale = db.scale;
     let mut out = Vec::new();
     out.push(Batch::Warehouses(rows((1..=warehouses).map(RowId::top))));
+    out.push(Batch::WarehouseTaxes(rows(
+        (1..=warehouses).map(RowId::top),
+    )));
     for (from, to) in chunks(1, scale.unused_item(), BATCH) {
         out.push(Batch::Items(rows((from..=to).map(RowId::top))));
     }

@@ -19,7 +19,9 @@ use super::cache::{
 };
 use super::load::now_ms;
 use super::random::{last_name, nurand, uniform, C_ID, C_LAST_RUN, OL_I_ID};
-use super::rows::{Customer, History, Item, Order, OrderLine, OrderRow, RowId, Stock};
+use super::rows::{
+    Customer, History, Item, Order, OrderLine, OrderRow, RowId, Stock, Warehouse, WarehouseTax,
+};
 use super::{Scale, DISTRICTS};
 use crate::generator::Rng;
 
@@ -418,14 +420,22 @@ impl Reader<'_, '_, '_> {
             q.lock_customer &= self.lock;
             return self.read(&OpeningRows(self.db), &q);
         }
-        let warehouse = self.row(RowId::top(q.w), false)?;
+        let (warehouse, tax) = match q.tax_only {
+            true => (None, self.row::<WarehouseTax>(RowId::top(q.w), false)?.tax),
+            false => {
+                let row: Warehouse = self.row(RowId::top(q.w), false)?;
+                let tax = row.tax;
+                (Some(row), tax)
+            }
+        };
         let district = self.row(RowId::in_warehouse(q.w, q.d), q.lock_district)?;
         let customer = match q.customer {
             Some((w, d, c)) => Some(self.row(RowId::in_district(w, d, c), q.lock_customer)?),
             None => None,
         };
         Ok(Opening {
-            warehouse: Some(warehouse),
+            warehouse,
+            tax: Some(tax),
             district: Some(district),
             customer,
             recent: None,
@@ -472,12 +482,13 @@ impl Reader<'_, '_, '_> {
         let opening = self.opening(OpeningQuery {
             w,
             d,
+            tax_only: true,
             customer: Some((w, d, c)),
             recent: true,
             lock_district: true,
             lock_customer: false,
         })?;
-        present(opening.warehouse, "warehouse", w)?;
+        present(opening.tax, "warehouse", w)?;
         let district = present(opening.district, "district", (w, d))?;
         present(opening.customer, "customer", (w, d, c))?;
         let mut item_ids: Vec<u32> = lines.iter().map(|l| l.item).collect();
@@ -580,6 +591,7 @@ impl Reader<'_, '_, '_> {
         let opening = self.opening(OpeningQuery {
             w,
             d,
+            tax_only: false,
             customer: by_id,
             recent: false,
             lock_district: false,
