@@ -240,23 +240,28 @@ fn a_partly_missed_read_sees_pending_changes_of_the_keys_that_hit() {
 
 /// Delivery reads a district's next order when the district has nothing undelivered. A New-Order
 /// caches the absence of the order after its own, so that read hits: it neither queries the data
-/// store nor waits for the warehouse's queue to be applied.
+/// store nor waits for the warehouse's queue to be applied. The next New-Order replaces the
+/// absence with its order.
 #[test]
 fn the_order_after_a_new_one_is_cached_as_absent() {
     let t = Setup::new("next");
     let next = next_order_ids(t.cads().store().as_ref(), &t.db, 1).expect("next order ids")[0][3];
     t.new_order(4, &[3]);
+    t.new_order(4, &[5]);
     let queries = t.db.store_queries();
     let q = OrdersQuery {
-        ids: vec![(1, 4, next), (1, 4, next + 1)],
+        ids: vec![(1, 4, next), (1, 4, next + 1), (1, 4, next + 2)],
     };
     let orders = t
         .cads()
         .run(|s| s.read(&Orders(&t.db), &q))
         .expect("read the orders");
-    assert_eq!(orders[0].as_ref().map(|o| o.order.id), Some(next));
-    assert!(orders[1].is_none(), "no order after the new one yet");
-    assert_eq!(t.db.store_queries(), queries, "both reads hit");
+    let ids: Vec<Option<u32>> = orders
+        .iter()
+        .map(|o| o.as_ref().map(|o| o.order.id))
+        .collect();
+    assert_eq!(ids, vec![Some(next), Some(next + 1), None]);
+    assert_eq!(t.db.store_queries(), queries, "every read hit");
     assert_eq!(t.applied_sessions(), 0);
 }
 

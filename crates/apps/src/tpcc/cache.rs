@@ -1110,7 +1110,10 @@ impl Writes<'_> {
                     ),
                     // Delivery reads the district's next order when it has nothing undelivered;
                     // caching its absence now keeps that read from missing (a miss under
-                    // write-back applies the warehouse's queue first).
+                    // write-back applies the warehouse's queue first). Under write-back the key
+                    // is also mapped to this session, which correctness does not need (the
+                    // order is absent whether or not the session is applied): a pinned append
+                    // per New-Order, and a miss of the entry applies the queue through it.
                     (
                         order_key(o.w_id, o.d_id, o.id + 1),
                         EntryChange::NotOrderedYet,

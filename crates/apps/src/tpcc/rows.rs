@@ -1,6 +1,7 @@
 //! The rows of the nine tables as Rust values: read from a result row, written as statement
-//! parameters, and cached as JSON. One struct per table; an ORDER is cached together with its
-//! ORDER-LINEs ([`Order`]), since every transaction that reads one reads the other.
+//! parameters, and cached as JSON. One struct per table, and [`WarehouseTax`], a part of the
+//! WAREHOUSE row cached on its own; an ORDER is cached together with its ORDER-LINEs ([`Order`]),
+//! since every transaction that reads one reads the other.
 
 use cads::store::{Row, SqlValue, StoreError};
 use serde::de::DeserializeOwned;
@@ -83,7 +84,8 @@ impl RowExt for Row {
     }
 }
 
-/// A table whose rows are cached one entry per row, keyed `<TAG>:<scope>:<id>`.
+/// A table whose rows are cached one entry per row, keyed `<TAG>:<scope>:<id>`; or some of its
+/// columns, cached apart ([`WarehouseTax`], whose `values` insert no row).
 pub trait Entity:
     Serialize + DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
 {
