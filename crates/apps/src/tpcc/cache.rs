@@ -298,12 +298,18 @@ pub struct OpeningQuery {
     pub lock_customer: bool,
 }
 
+/// The warehouse's row as an [`Opening`] has it, with its tax.
+fn with_tax(row: Option<Warehouse>) -> (Option<Warehouse>, Option<i64>) {
+    let tax = row.as_ref().map(|w| w.tax);
+    (row, tax)
+}
+
 /// What [`OpeningRows`] found: `None` for a row the database lacks, and for what was not asked.
 #[derive(Debug)]
 pub struct Opening {
     /// The WAREHOUSE row, unless only its tax was asked for.
     pub warehouse: Option<Warehouse>,
-    /// W_TAX.
+    /// W_TAX, from the row or from its own entry.
     pub tax: Option<i64>,
     /// The DISTRICT row.
     pub district: Option<District>,
@@ -336,11 +342,7 @@ impl CacheStore for OpeningRows<'_> {
         let mut next = || values.next().map(Vec::as_slice);
         let (warehouse, tax) = match q.tax_only {
             true => (None, decode::<WarehouseTax>(next()?)?.map(|t| t.tax)),
-            false => {
-                let row: Option<Warehouse> = decode(next()?)?;
-                let tax = row.as_ref().map(|w| w.tax);
-                (row, tax)
-            }
+            false => with_tax(decode(next()?)?),
         };
         Some(Opening {
             warehouse,
@@ -377,11 +379,7 @@ impl CacheStore for OpeningRows<'_> {
                 None,
                 one::<WarehouseTax>(db, RowId::top(q.w), false, tx)?.map(|t| t.tax),
             ),
-            false => {
-                let row: Option<Warehouse> = one(db, RowId::top(q.w), false, tx)?;
-                let tax = row.as_ref().map(|w| w.tax);
-                (row, tax)
-            }
+            false => with_tax(one(db, RowId::top(q.w), false, tx)?),
         };
         Ok(Opening {
             warehouse,
