@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cads_protocol::resp::parse_reply;
+use cads_protocol::resp::{parse_reply, reply_extent, ReplyExtent};
 use cads_protocol::{Command, ErrorKind, FlushScope, Reply};
 
 use crate::error::{ClientError, Result};
@@ -122,7 +122,16 @@ pub struct Connection {
     input: Vec<u8>,
     /// Bytes of `input` already consumed by parsed replies.
     consumed: usize,
+    /// How many bytes past `consumed` the reply under way needs before it can be whole (0: none
+    /// known, look at once).
+    needs: usize,
+    /// Where reads land: it grows with a long reply, so that one arrives in a few reads.
+    chunk: Vec<u8>,
 }
+
+/// The least a read asks for, and the most: a reply longer than that arrives in reads this long.
+const MIN_READ: usize = 16 * 1024;
+const MAX_READ: usize = 1024 * 1024;
 
 impl Connection {
     pub fn open(cmi: usize, addr: SocketAddr, dial: &Dial) -> Result<Connection> {
@@ -163,8 +172,10 @@ impl Connection {
             cmi,
             stream,
             out: Vec::with_capacity(1024),
-            input: Vec::with_capacity(16 * 1024),
+            input: Vec::with_capacity(MIN_READ),
             consumed: 0,
+            needs: 0,
+            chunk: Vec::new(),
         };
         if let Some(password) = password {
             let reply = conn.call(&Command::Auth {
@@ -221,10 +232,10 @@ impl Connection {
     /// Reads the next reply.
     pub fn read(&mut self) -> Result<Reply<'static>> {
         loop {
-            let pending = &self.input[self.consumed..];
-            match parse_reply(pending) {
+            match self.whole_reply() {
                 Ok(Some((reply, used))) => {
                     self.consumed += used;
+                    self.needs = 0;
                     if self.consumed == self.input.len() {
                         self.input.clear();
                         self.consumed = 0;
@@ -258,8 +269,17 @@ impl Connection {
                 self.input.drain(..self.consumed);
                 self.consumed = 0;
             }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = match self.stream.read(&mut chunk) {
+            // As much as the reply still needs, and at least as much as it has: a long reply
+            // comes in a number of reads that grows with the log of its length.
+            let want = self
+                .needs
+                .saturating_sub(self.input.len())
+                .max(self.input.len())
+                .clamp(MIN_READ, MAX_READ);
+            if self.chunk.len() < want {
+                self.chunk.resize(want, 0);
+            }
+            let n = match self.stream.read(&mut self.chunk[..want]) {
                 Ok(0) => {
                     return Err(ClientError::Io {
                         cmi: self.cmi,
@@ -273,7 +293,32 @@ impl Connection {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(source) => return Err(self.failed(source)),
             };
-            self.input.extend_from_slice(&chunk[..n]);
+            self.input.extend_from_slice(&self.chunk[..n]);
+        }
+    }
+
+    /// The reply at the front of what was read and not consumed, if it is whole, with its length.
+    /// The first look builds it, since most replies arrive whole in one read; a reply found short
+    /// is walked without being built until it is whole (see [`reply_extent`]), so that a long one
+    /// arriving over many reads is built once.
+    fn whole_reply(
+        &mut self,
+    ) -> std::result::Result<Option<(Reply<'static>, usize)>, cads_protocol::ProtocolError> {
+        let pending = &self.input[self.consumed..];
+        if pending.len() < self.needs {
+            return Ok(None);
+        }
+        if self.needs == 0 {
+            if let Some(whole) = parse_reply(pending)? {
+                return Ok(Some(whole));
+            }
+        }
+        match reply_extent(pending)? {
+            ReplyExtent::Short { needs } => {
+                self.needs = needs;
+                Ok(None)
+            }
+            ReplyExtent::Whole(end) => Ok(parse_reply(&pending[..end])?),
         }
     }
 
@@ -314,5 +359,48 @@ mod tests {
         };
         assert_eq!(without.unix_socket(local(7001)), None);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Replies that arrive in many small pieces, a long array of values among them, are read
+    /// whole and in order.
+    #[test]
+    fn a_long_reply_in_small_pieces_reads_whole() {
+        use cads_protocol::resp::write_reply_as;
+        use cads_protocol::Protocol;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let values: Vec<Reply<'static>> = (0..3000)
+            .map(|i| Reply::owned_bulk(format!("value {i} ").repeat(i % 40).into_bytes()))
+            .collect();
+        let long = Reply::Array(values);
+        let mut stream_out = Vec::new();
+        // The connection's first command (FLUSHALL RESTORED) gets its own reply.
+        write_reply_as(&mut stream_out, &Reply::OK, Protocol::Resp2);
+        write_reply_as(&mut stream_out, &long, Protocol::Resp2);
+        write_reply_as(&mut stream_out, &Reply::Int(7), Protocol::Resp2);
+        let cmi = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            socket.set_nodelay(true).unwrap();
+            for piece in stream_out.chunks(997) {
+                socket.write_all(piece).unwrap();
+                socket.flush().unwrap();
+            }
+            // Held open until the client has read everything.
+            let mut rest = Vec::new();
+            let _ = socket.read_to_end(&mut rest);
+        });
+        let dial = Dial {
+            connect_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(60),
+            password: None,
+            tls: None,
+            unix_dir: None,
+        };
+        let mut conn = Connection::open(0, addr, &dial).unwrap();
+        assert_eq!(conn.read().unwrap(), long);
+        assert_eq!(conn.read().unwrap(), Reply::Int(7));
+        drop(conn);
+        cmi.join().unwrap();
     }
 }

@@ -22,7 +22,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use crate::resp::{
-    parse_reply, parse_request, write_reply_as, write_request, Protocol, RequestParser,
+    parse_reply, parse_request, reply_extent, write_reply_as, write_request, Protocol, ReplyExtent,
+    RequestParser,
 };
 use crate::{Command, Limits, Parsed, Reply};
 
@@ -301,7 +302,15 @@ pub fn check_command_round_trip(cmd: &Command<'_>) {
 fn check_reply_stream(data: &[u8]) {
     let mut pos = 0;
     while pos < data.len() {
-        let Ok(Some((reply, used))) = parse_reply(&data[pos..]) else {
+        let parsed = parse_reply(&data[pos..]);
+        let extent = reply_extent(&data[pos..]);
+        match (&parsed, extent) {
+            (Ok(Some((_, used))), Ok(ReplyExtent::Whole(end))) => assert_eq!(*used, end),
+            (Ok(None), Ok(ReplyExtent::Short { needs })) => assert!(needs > data.len() - pos),
+            (Err(_), Err(_)) => {}
+            (parsed, extent) => panic!("parsed {parsed:?} but walked {extent:?}"),
+        }
+        let Ok(Some((reply, used))) = parsed else {
             break;
         };
         assert!(used > 0 && used <= data.len() - pos, "used {used}");
@@ -324,6 +333,10 @@ pub fn check_reply_round_trip(reply: &Reply<'_>) {
         let mut twice = Vec::new();
         write_reply_as(&mut twice, &again, protocol);
         assert_eq!(twice, encoded, "writing a reply read back is stable");
+        assert_eq!(
+            reply_extent(&encoded),
+            Ok(ReplyExtent::Whole(encoded.len()))
+        );
         for cut in [0, 1, encoded.len() / 2, encoded.len() - 1] {
             if cut < encoded.len() {
                 assert_eq!(
@@ -331,6 +344,13 @@ pub fn check_reply_round_trip(reply: &Reply<'_>) {
                     Ok(None),
                     "prefix {cut} of {encoded:?}"
                 );
+                match reply_extent(&encoded[..cut]) {
+                    Ok(ReplyExtent::Short { needs }) => assert!(
+                        cut < needs && needs <= encoded.len(),
+                        "prefix {cut} of {encoded:?} needs {needs}"
+                    ),
+                    other => panic!("prefix {cut} of {encoded:?} walked as {other:?}"),
+                }
             }
         }
     }

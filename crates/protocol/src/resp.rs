@@ -634,79 +634,127 @@ const MAX_REPLY_DEPTH: usize = 64;
 
 /// Parses one reply from the front of `buf`: `Ok(None)` when more bytes are needed.
 pub fn parse_reply(buf: &[u8]) -> Result<Option<(Reply<'static>, usize)>, ProtocolError> {
-    parse_reply_at(buf, 0, 0)
+    match walk_reply(buf, 0, 0, true)? {
+        Walked::Whole(reply, end) => Ok(Some((reply.expect("built when asked"), end))),
+        Walked::Short { .. } => Ok(None),
+    }
 }
 
-fn parse_reply_at(
+/// How much of `buf` the reply at its front takes, found without building the reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyExtent {
+    /// The reply is whole and ends here.
+    Whole(usize),
+    /// The reply is cut short: `buf` must grow to at least `needs` bytes before it can be whole.
+    Short { needs: usize },
+}
+
+/// Where the reply at the front of `buf` ends. A client reading a long reply in many pieces asks
+/// this after each piece rather than [`parse_reply`], which would build the items already there
+/// each time only to drop them: the reply is then built once, when it is whole.
+pub fn reply_extent(buf: &[u8]) -> Result<ReplyExtent, ProtocolError> {
+    Ok(match walk_reply(buf, 0, 0, false)? {
+        Walked::Whole(_, end) => ReplyExtent::Whole(end),
+        Walked::Short { needs } => ReplyExtent::Short { needs },
+    })
+}
+
+/// An error reply from its line: the error's word, then its message.
+fn error_reply(line: &str) -> Reply<'static> {
+    let (word, message) = match line.split_once(' ') {
+        Some((w, m)) => (w, m.to_owned()),
+        None => (line, String::new()),
+    };
+    Reply::Error(ErrorReply::new(ErrorKind::from_word(word), message))
+}
+
+/// A reply walked over: whole (built if asked), or cut short.
+enum Walked {
+    Whole(Option<Reply<'static>>, usize),
+    Short { needs: usize },
+}
+
+/// Walks the reply at `start`, building it if `build`.
+fn walk_reply(
     buf: &[u8],
     start: usize,
     depth: usize,
-) -> Result<Option<(Reply<'static>, usize)>, ProtocolError> {
+    build: bool,
+) -> Result<Walked, ProtocolError> {
     if depth > MAX_REPLY_DEPTH {
         return Err(ProtocolError("reply nested too deeply".into()));
     }
     let Some(&prefix) = buf.get(start) else {
-        return Ok(None);
+        return Ok(Walked::Short { needs: start + 1 });
     };
     let Some((line, next)) = header_line(buf, start + 1)? else {
-        return Ok(None);
+        return Ok(Walked::Short {
+            needs: buf.len() + 1,
+        });
     };
     let int = || parse_header_int(line).ok_or(ProtocolError("invalid integer in reply".into()));
-    let text = || {
-        std::str::from_utf8(line)
-            .map(str::to_owned)
-            .map_err(|_| ProtocolError("reply line is not UTF-8".into()))
-    };
+    let text =
+        || std::str::from_utf8(line).map_err(|_| ProtocolError("reply line is not UTF-8".into()));
     match prefix {
-        b'+' => Ok(Some((Reply::Status(Cow::Owned(text()?)), next))),
+        b'+' => {
+            let status = text()?;
+            Ok(Walked::Whole(
+                build.then(|| Reply::Status(Cow::Owned(status.to_owned()))),
+                next,
+            ))
+        }
         b'-' => {
             let text = text()?;
-            let (word, message) = match text.split_once(' ') {
-                Some((w, m)) => (w.to_owned(), m.to_owned()),
-                None => (text, String::new()),
-            };
-            let reply = ErrorReply::new(ErrorKind::from_word(&word), message);
-            Ok(Some((Reply::Error(reply), next)))
+            Ok(Walked::Whole(build.then(|| error_reply(text)), next))
         }
-        b':' => Ok(Some((Reply::Int(int()?), next))),
-        b'_' => Ok(Some((Reply::Nil, next))),
+        b':' => {
+            let n = int()?;
+            Ok(Walked::Whole(build.then_some(Reply::Int(n)), next))
+        }
+        b'_' => Ok(Walked::Whole(build.then_some(Reply::Nil), next)),
         b'$' | b'=' => {
             let len = int()?;
             if len < 0 {
-                return Ok(Some((Reply::Nil, next)));
+                return Ok(Walked::Whole(build.then_some(Reply::Nil), next));
             }
-            let end = next + len as usize;
-            if buf.len() < end + 2 {
-                return Ok(None);
+            let end = next.saturating_add(len as usize);
+            if buf.len() < end.saturating_add(2) {
+                return Ok(Walked::Short {
+                    needs: end.saturating_add(2),
+                });
             }
             if &buf[end..end + 2] != b"\r\n" {
                 return Err(ProtocolError("bulk reply is not terminated by CRLF".into()));
             }
-            Ok(Some((
-                Reply::Bulk(Cow::Owned(buf[next..end].to_vec())),
+            Ok(Walked::Whole(
+                build.then(|| Reply::Bulk(Cow::Owned(buf[next..end].to_vec()))),
                 end + 2,
-            )))
+            ))
         }
         b'*' | b'~' | b'%' => {
             let len = int()?;
             if len < 0 {
-                return Ok(Some((Reply::Nil, next)));
+                return Ok(Walked::Whole(build.then_some(Reply::Nil), next));
             }
             let count = if prefix == b'%' {
                 len.saturating_mul(2)
             } else {
                 len
             };
-            let mut items = Vec::with_capacity((count as usize).min(4096));
+            let capacity = if build { (count as usize).min(4096) } else { 0 };
+            let mut items = Vec::with_capacity(capacity);
             let mut pos = next;
             for _ in 0..count {
-                match parse_reply_at(buf, pos, depth + 1)? {
-                    None => return Ok(None),
-                    Some((item, after)) => {
-                        items.push(item);
+                match walk_reply(buf, pos, depth + 1, build)? {
+                    Walked::Short { needs } => return Ok(Walked::Short { needs }),
+                    Walked::Whole(item, after) => {
+                        items.extend(item);
                         pos = after;
                     }
                 }
+            }
+            if !build {
+                return Ok(Walked::Whole(None, pos));
             }
             let reply = if prefix == b'%' {
                 let mut pairs = Vec::with_capacity(items.len() / 2);
@@ -718,7 +766,7 @@ fn parse_reply_at(
             } else {
                 Reply::Array(items)
             };
-            Ok(Some((reply, pos)))
+            Ok(Walked::Whole(Some(reply), pos))
         }
         other => Err(ProtocolError(
             format!("unexpected reply type byte '{}'", other as char).into(),
@@ -1011,8 +1059,16 @@ mod tests {
             };
             assert_eq!(parsed, expected);
             assert_eq!(parsed.field("nothing"), None);
+            assert_eq!(reply_extent(&buf), Ok(ReplyExtent::Whole(buf.len())));
             for cut in 0..buf.len() {
                 assert_eq!(parse_reply(&buf[..cut]).unwrap(), None, "cut at {cut}");
+                // What a short reply still needs is more than it has and no more than it takes.
+                match reply_extent(&buf[..cut]) {
+                    Ok(ReplyExtent::Short { needs }) => {
+                        assert!(cut < needs && needs <= buf.len(), "cut at {cut}: {needs}")
+                    }
+                    other => panic!("cut at {cut}: {other:?}"),
+                }
             }
         }
         let mut nil3 = Vec::new();
