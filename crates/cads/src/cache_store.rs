@@ -82,6 +82,20 @@ pub trait CacheStore: Send + Sync {
     /// (`modifyCacheEntries`; write-through and write-back: write-around deletes every written key).
     fn cache_change(&self, write: &Self::Write, key: &[u8]) -> CacheChange;
 
+    /// Every key of `keys_written`, in its order, with its [`cache_change`](Self::cache_change).
+    /// The default asks for each key's change apart; an application that works out a write's
+    /// changes together gives them all at once here, so that a write of many keys does not work
+    /// them out once per key.
+    fn cache_changes(&self, write: &Self::Write) -> Vec<(Vec<u8>, CacheChange)> {
+        self.keys_written(write)
+            .into_iter()
+            .map(|key| {
+                let change = self.cache_change(write, &key);
+                (key, change)
+            })
+            .collect()
+    }
+
     /// Write-back, Design 1: the document operations this write buffers in the cache instead of
     /// running `write_store` (`rationalizeWrite`, 000 Table 5.3). Empty, the default: the write
     /// cannot be buffered and runs as write-through.

@@ -819,10 +819,7 @@ impl<'a> Session<'a> {
             Policy::WriteAround if !teleported => self.deletes.extend(keys),
             Policy::CacheAside => self.deletes.extend(keys),
             Policy::WriteAround | Policy::WriteThrough | Policy::WriteBack => {
-                for key in keys {
-                    let change = cs.cache_change(write, &key);
-                    self.changes.push((key, change));
-                }
+                self.changes.extend(cs.cache_changes(write))
             }
         }
         // Documents written, for write-back and TARDIS (`ops` is empty otherwise).

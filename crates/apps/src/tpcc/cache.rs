@@ -975,8 +975,8 @@ impl TpccWrite {
     }
 }
 
-/// How a write changes one cached entry (built into a [`CacheChange`] on demand: the framework
-/// asks for each written key's change apart, so nothing is encoded here for the other keys).
+/// How a write changes one cached entry, built into a [`CacheChange`] when the framework asks
+/// for the write's changes (all of them at once: `cache_changes`).
 enum EntryChange<'w> {
     NextOrder {
         expected: u32,
@@ -1390,6 +1390,13 @@ impl CacheStore for Writes<'_> {
             .into_iter()
             .find(|(k, _)| k == key)
             .map_or(CacheChange::Delete, |(_, change)| change.into_change())
+    }
+
+    fn cache_changes(&self, write: &TpccWrite) -> Vec<(Vec<u8>, CacheChange)> {
+        self.entry_changes(write)
+            .into_iter()
+            .map(|(key, change)| (key, change.into_change()))
+            .collect()
     }
 
     /// Write-back, Design 2: the session's statements, queued per warehouse (003 §3: one queue
