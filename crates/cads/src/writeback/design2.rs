@@ -25,8 +25,9 @@ use std::sync::OnceLock;
 
 use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_store::{parse_json, SqlTransaction, SqlValue, StoreError};
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::hex::{push_hex, unhex};
 use super::mac::Seal;
 use super::replicated::{
     append_line, open_lines, placed, present_many, purge_list, read_all, read_many, remove_lines,
@@ -114,33 +115,63 @@ impl SessionWrites {
         self.statements.is_empty()
     }
 
+    /// The object's JSON: `{"m":[mapped keys],"q":queue,"r":[[key,change]],"s":[statements]}`,
+    /// keys and bytes in hex. Written piece by piece rather than built as a JSON tree first:
+    /// every write-back session of SQL encodes one at its commit.
     fn encode(&self) -> Result<Vec<u8>> {
-        let statements = self
-            .statements
-            .iter()
-            .map(|s| {
-                let params = s
-                    .params
-                    .iter()
-                    .map(encode_value)
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(match s.rows {
-                    Some(rows) => json!([s.sql, params, rows]),
-                    None => json!([s.sql, params]),
-                })
-            })
-            .collect::<Result<Vec<Value>>>()?;
-        let mapped: Vec<String> = self.mapped.iter().map(|k| hex(k)).collect();
-        let changes: Vec<Value> = self
+        let mut out = Vec::with_capacity(self.encoded_len_guess());
+        out.extend_from_slice(b"{\"m\":[");
+        for (i, key) in self.mapped.iter().enumerate() {
+            push_separator(&mut out, i);
+            push_hex_string(&mut out, key);
+        }
+        out.extend_from_slice(b"],\"q\":");
+        push_json(&mut out, &self.queue);
+        out.extend_from_slice(b",\"r\":[");
+        for (i, (key, change)) in self.result_changes.iter().enumerate() {
+            push_separator(&mut out, i);
+            out.push(b'[');
+            push_hex_string(&mut out, key);
+            out.push(b',');
+            push_hex_string(&mut out, change);
+            out.push(b']');
+        }
+        out.extend_from_slice(b"],\"s\":[");
+        for (i, statement) in self.statements.iter().enumerate() {
+            push_separator(&mut out, i);
+            out.push(b'[');
+            push_json(&mut out, &statement.sql);
+            out.extend_from_slice(b",[");
+            for (j, param) in statement.params.iter().enumerate() {
+                push_separator(&mut out, j);
+                push_param(&mut out, param)?;
+            }
+            out.push(b']');
+            if let Some(rows) = statement.rows {
+                out.push(b',');
+                push_json(&mut out, &rows);
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b"]}");
+        Ok(out)
+    }
+
+    /// About how long the encoded object is, so that it is written without growing its buffer
+    /// more than once or twice.
+    fn encoded_len_guess(&self) -> usize {
+        let keys: usize = self.mapped.iter().map(|k| 2 * k.len() + 3).sum();
+        let changes: usize = self
             .result_changes
             .iter()
-            .map(|(k, c)| json!([hex(k), hex(c)]))
-            .collect();
-        Ok(
-            json!({"q": self.queue, "s": statements, "m": mapped, "r": changes})
-                .to_string()
-                .into_bytes(),
-        )
+            .map(|(k, c)| 2 * (k.len() + c.len()) + 8)
+            .sum();
+        let statements: usize = self
+            .statements
+            .iter()
+            .map(|s| s.sql.len() + 16 * s.params.len() + 16)
+            .sum();
+        32 + self.queue.len() + keys + changes + statements
     }
 
     fn decode(bytes: &[u8]) -> Result<SessionWrites> {
@@ -190,21 +221,49 @@ impl SessionWrites {
     }
 }
 
-/// Parameters as JSON: integers and strings as themselves, floats and bytes tagged so that they
+/// A comma before every item of a JSON array but its first.
+fn push_separator(out: &mut Vec<u8>, index: usize) {
+    if index > 0 {
+        out.push(b',');
+    }
+}
+
+/// A JSON string or number, escaped as JSON requires.
+fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    serde_json::to_writer(out, value).expect("strings and integers always serialize");
+}
+
+/// Bytes as a JSON string of their hex digits (which need no escaping).
+fn push_hex_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(b'"');
+    push_hex(out, bytes);
+    out.push(b'"');
+}
+
+/// A parameter as JSON: integers and strings as themselves, floats and bytes tagged so that they
 /// come back as the same SQL type.
-fn encode_value(value: &SqlValue) -> Result<Value> {
-    Ok(match value {
-        SqlValue::Null => Value::Null,
-        SqlValue::Int(n) => json!(n),
-        SqlValue::Float(f) if f.is_finite() => json!({ "f": f }),
+fn push_param(out: &mut Vec<u8>, value: &SqlValue) -> Result<()> {
+    match value {
+        SqlValue::Null => out.extend_from_slice(b"null"),
+        SqlValue::Int(n) => push_json(out, n),
+        SqlValue::Float(f) if f.is_finite() => {
+            out.extend_from_slice(b"{\"f\":");
+            push_json(out, f);
+            out.push(b'}');
+        }
         SqlValue::Float(f) => {
             return Err(Error::App(format!(
                 "a buffered statement parameter must be finite, not {f}"
             )))
         }
-        SqlValue::Text(s) => json!(s),
-        SqlValue::Bytes(b) => json!({ "b": hex(b) }),
-    })
+        SqlValue::Text(s) => push_json(out, s),
+        SqlValue::Bytes(b) => {
+            out.extend_from_slice(b"{\"b\":");
+            push_hex_string(out, b);
+            out.push(b'}');
+        }
+    }
+    Ok(())
 }
 
 fn decode_value(value: &Value) -> Option<SqlValue> {
@@ -219,20 +278,6 @@ fn decode_value(value: &Value) -> Option<SqlValue> {
         },
         _ => return None,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// A new session id: unique across processes and restarts (a random 64-bit tag per process and a
@@ -1129,6 +1174,44 @@ mod tests {
         assert_eq!(SessionWrites::decode(&bytes).unwrap(), writes);
     }
 
+    /// The object's bytes are those the JSON tree of earlier versions gave (a serde_json map's
+    /// keys in order), so objects buffered before and after an upgrade read alike.
+    #[test]
+    fn session_objects_are_the_documented_json() {
+        let writes = SessionWrites {
+            queue: "w1".into(),
+            statements: vec![
+                Statement::new(
+                    "UPDATE t SET a = ? WHERE id = ?",
+                    vec![
+                        SqlValue::Int(-3),
+                        SqlValue::Float(2.5),
+                        SqlValue::Bytes(vec![0, 255]),
+                        SqlValue::Text("x\"y\n".into()),
+                        SqlValue::Null,
+                    ],
+                )
+                .changing(1),
+                Statement::new("DELETE FROM t", vec![]),
+            ],
+            mapped: vec![b"k1".to_vec(), vec![0, 1]],
+            result_changes: vec![(b"t".to_vec(), b"+3".to_vec())],
+        };
+        let expected = r#"{"m":["6b31","0001"],"q":"w1","r":[["74","2b33"]],"s":[["UPDATE t SET a = ? WHERE id = ?",[-3,{"f":2.5},{"b":"00ff"},"x\"y\n",null],1],["DELETE FROM t",[]]]}"#;
+        assert_eq!(
+            String::from_utf8(writes.encode().unwrap()).unwrap(),
+            expected
+        );
+        let empty = SessionWrites {
+            queue: "q".into(),
+            ..SessionWrites::default()
+        };
+        assert_eq!(
+            empty.encode().unwrap(),
+            br#"{"m":[],"q":"q","r":[],"s":[]}"#
+        );
+    }
+
     #[test]
     fn floats_stay_floats_and_integers_integers() {
         let writes = SessionWrites {
@@ -1218,15 +1301,5 @@ mod tests {
         assert!(check_queue_name(&"x".repeat(MAX_QUEUE_NAME)).is_ok());
         assert!(check_queue_name(&"x".repeat(MAX_QUEUE_NAME + 1)).is_err());
         assert!(check_queue_name("a\rb").is_err());
-    }
-
-    #[test]
-    fn hex_round_trips() {
-        assert_eq!(
-            unhex(&hex(&[0, 1, 0xab, 0xff])).unwrap(),
-            vec![0, 1, 0xab, 0xff]
-        );
-        assert!(unhex("abc").is_none());
-        assert!(unhex("zz").is_none());
     }
 }

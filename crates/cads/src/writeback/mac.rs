@@ -22,6 +22,8 @@ use cads_store::{DataStore, Dialect, Isolation, SqlValue, StoreError};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use super::hex::{hex, push_hex, unhex};
+
 /// Bytes of a tag: HMAC-SHA256 truncated to its first 128 bits (RFC 2104 §5 allows half the
 /// output).
 pub const TAG_BYTES: usize = 16;
@@ -158,11 +160,7 @@ impl Seal {
         let mut sealed = Vec::with_capacity(payload.len() + 1 + 2 * TAG_BYTES);
         sealed.extend_from_slice(payload);
         sealed.push(b' ');
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        for byte in &tag[..TAG_BYTES] {
-            sealed.push(DIGITS[usize::from(byte >> 4)]);
-            sealed.push(DIGITS[usize::from(byte & 0xf)]);
-        }
+        push_hex(&mut sealed, &tag[..TAG_BYTES]);
         sealed
     }
 
@@ -180,20 +178,6 @@ impl Seal {
             .ok()
             .map(|()| payload)
     }
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The deployment's key from [`KEY_TABLE`], created there first if there is none. Processes
@@ -264,15 +248,6 @@ mod tests {
         let mut shifted = b"bc".to_vec();
         shifted.extend_from_slice(tag);
         assert_eq!(seal.open(b"a", &shifted), None);
-    }
-
-    #[test]
-    fn hex_parsing_refuses_odd_lengths_and_other_characters() {
-        assert_eq!(unhex("00ff7A"), Some(vec![0, 0xff, 0x7a]));
-        assert_eq!(unhex(""), Some(vec![]));
-        for bad in ["abc", "0g", "a\u{e9}0", "\u{e9}"] {
-            assert_eq!(unhex(bad), None, "{bad:?}");
-        }
     }
 
     #[test]

@@ -36,6 +36,7 @@
 pub mod buffer;
 pub(crate) mod design1;
 pub(crate) mod design2;
+mod hex;
 pub mod mac;
 pub(crate) mod recent;
 pub(crate) mod replicated;
