@@ -82,17 +82,13 @@ pub trait CacheStore: Send + Sync {
     /// (`modifyCacheEntries`; write-through and write-back: write-around deletes every written key).
     fn cache_change(&self, write: &Self::Write, key: &[u8]) -> CacheChange;
 
-    /// Every key of `keys_written`, in its order, with its [`cache_change`](Self::cache_change).
-    /// The default asks for each key's change apart; an application that works out a write's
-    /// changes together gives them all at once here, so that a write of many keys does not work
-    /// them out once per key.
-    fn cache_changes(&self, write: &Self::Write) -> Vec<(Vec<u8>, CacheChange)> {
-        self.keys_written(write)
-            .into_iter()
-            .map(|key| {
-                let change = self.cache_change(write, &key);
-                (key, change)
-            })
+    /// The [`cache_change`](Self::cache_change) of each of `keys` (the write's `keys_written`),
+    /// in their order. The default asks for each key's change apart; an application that works
+    /// out a write's changes together gives them all at once here, so that a write of many keys
+    /// does not work them out once per key.
+    fn cache_changes(&self, write: &Self::Write, keys: &[Vec<u8>]) -> Vec<CacheChange> {
+        keys.iter()
+            .map(|key| self.cache_change(write, key))
             .collect()
     }
 

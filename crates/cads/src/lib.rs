@@ -38,6 +38,7 @@ pub mod documents;
 mod error;
 pub mod failpoints;
 pub mod gemini;
+mod hex;
 mod missed;
 pub mod sas;
 mod session;

@@ -816,10 +816,18 @@ impl<'a> Session<'a> {
             Policy::DataStoreOnly => {}
             // A teleported write changes the cached value as write-through does (000 §4.3.2):
             // deleting it would leave reads nothing to hit until the data store is back.
-            Policy::WriteAround if !teleported => self.deletes.extend(keys),
-            Policy::CacheAside => self.deletes.extend(keys),
+            Policy::WriteAround if !teleported => self.deletes.extend(keys.iter().cloned()),
+            Policy::CacheAside => self.deletes.extend(keys.iter().cloned()),
             Policy::WriteAround | Policy::WriteThrough | Policy::WriteBack => {
-                self.changes.extend(cs.cache_changes(write))
+                let changes = cs.cache_changes(write, &keys);
+                if changes.len() != keys.len() {
+                    return Err(Error::App(format!(
+                        "the CacheStore gave {} cache changes for a write of {} keys",
+                        changes.len(),
+                        keys.len()
+                    )));
+                }
+                self.changes.extend(keys.iter().cloned().zip(changes));
             }
         }
         // Documents written, for write-back and TARDIS (`ops` is empty otherwise).
@@ -841,7 +849,7 @@ impl<'a> Session<'a> {
                     if self.write_through {
                         self.hold_queue(&buffer.queue)?;
                     } else {
-                        self.buffer_statements(cs, write, buffer);
+                        self.buffer_statements(cs, write, &keys, buffer);
                         return Ok(());
                     }
                 }
@@ -859,13 +867,19 @@ impl<'a> Session<'a> {
 
     /// Design 2: adds a write's statements to the session's buffered write, which joins the queue
     /// of its first write; the write's keys and query result keys get mappings to the session.
-    fn buffer_statements<C: CacheStore>(&mut self, cs: &C, write: &C::Write, buffer: SqlBuffer) {
+    fn buffer_statements<C: CacheStore>(
+        &mut self,
+        cs: &C,
+        write: &C::Write,
+        keys: &[Vec<u8>],
+        buffer: SqlBuffer,
+    ) {
         let writes = &mut self.sql_writes;
         if writes.queue.is_empty() {
             writes.queue = buffer.queue;
         }
         writes.statements.extend(buffer.statements);
-        writes.mapped.extend(cs.keys_written(write));
+        writes.mapped.extend(keys.iter().cloned());
         let changes = cs.result_changes(write);
         writes.mapped.extend(changes.iter().map(|(k, _)| k.clone()));
         writes.result_changes.extend(changes);

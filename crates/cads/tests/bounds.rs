@@ -1,7 +1,8 @@
 //! The document layer refuses names, ids, documents and changes the data store could not take
 //! when they enter, before anything reaches the cache: under write-back the data store sees a
 //! write only when a worker applies it, too late to tell the writer, and a bad name or id would
-//! corrupt write-back's keys and lists.
+//! corrupt write-back's keys and lists. A `CacheStore` that does not give a change for each key
+//! a write changes is refused too.
 
 mod common;
 
@@ -177,4 +178,49 @@ fn buffered_writes_of_bad_documents_fail_when_made() {
     }
     assert!(writeback::pending(&cads).unwrap().is_empty());
     assert_eq!(cads.write_back_stats().snapshot().buffered, 0);
+}
+
+/// A write whose `CacheStore` gives fewer cache changes than the keys it writes is an error, not
+/// a write that leaves some of its keys' cached values as they were.
+#[test]
+fn a_write_without_a_change_for_each_key_is_refused() {
+    struct Short;
+    impl CacheStore for Short {
+        type Query = ();
+        type Write = ();
+        type Output = ();
+        fn keys_read(&self, _: &()) -> Vec<Vec<u8>> {
+            Vec::new()
+        }
+        fn result_from_cache(&self, _: &(), _: &[Vec<u8>]) -> Option<()> {
+            Some(())
+        }
+        fn query_store(&self, _: &(), _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn entries(&self, _: &(), _: &()) -> Vec<(Vec<u8>, Vec<u8>)> {
+            Vec::new()
+        }
+        fn keys_written(&self, _: &()) -> Vec<Vec<u8>> {
+            vec![b"short:a".to_vec(), b"short:b".to_vec()]
+        }
+        fn write_store(&self, _: &(), _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn cache_change(&self, _: &(), _: &[u8]) -> CacheChange {
+            CacheChange::Set(b"new".to_vec())
+        }
+        fn cache_changes(&self, _: &(), _: &[Vec<u8>]) -> Vec<CacheChange> {
+            vec![CacheChange::Set(b"new".to_vec())]
+        }
+    }
+    let d = Deployment::start(Policy::WriteThrough);
+    let cads = d.cads(config());
+    let refused = cads.run(|s| s.write(&Short, &()));
+    assert!(
+        matches!(&refused, Err(Error::App(m)) if m.contains("1 cache changes for a write of 2 keys")),
+        "{refused:?}"
+    );
+    let client = cads.cache().unwrap();
+    assert_eq!(client.get(b"short:a").unwrap(), None, "nothing was set");
 }

@@ -125,7 +125,7 @@ pub struct Connection {
     /// How many bytes past `consumed` the reply under way needs before it can be whole (0: none
     /// known, look at once).
     needs: usize,
-    /// Where reads land: it grows with a long reply, so that one arrives in a few reads.
+    /// Where reads land: it grows with a long reply, so that a read can take more of it.
     chunk: Vec<u8>,
 }
 
@@ -239,6 +239,10 @@ impl Connection {
                     if self.consumed == self.input.len() {
                         self.input.clear();
                         self.consumed = 0;
+                        // What a long reply grew is not kept for the short ones after it.
+                        self.input.shrink_to(MIN_READ);
+                        self.chunk.truncate(MIN_READ);
+                        self.chunk.shrink_to(MIN_READ);
                     }
                     // A CMI that wants a password answers every command so, and a TLS CMI
                     // answers a plaintext client so and closes: a failure of the connection, not
@@ -270,7 +274,7 @@ impl Connection {
                 self.consumed = 0;
             }
             // As much as the reply still needs, and at least as much as it has: a long reply
-            // comes in a number of reads that grows with the log of its length.
+            // arriving faster than it is read comes in few reads, whatever its length.
             let want = self
                 .needs
                 .saturating_sub(self.input.len())
@@ -318,7 +322,12 @@ impl Connection {
                 self.needs = needs;
                 Ok(None)
             }
-            ReplyExtent::Whole(end) => Ok(parse_reply(&pending[..end])?),
+            ReplyExtent::Whole(end) => match parse_reply(&pending[..end])? {
+                Some(whole) => Ok(Some(whole)),
+                None => Err(cads_protocol::ProtocolError(
+                    "a reply walked as whole did not parse as whole".into(),
+                )),
+            },
         }
     }
 

@@ -1392,10 +1392,15 @@ impl CacheStore for Writes<'_> {
             .map_or(CacheChange::Delete, |(_, change)| change.into_change())
     }
 
-    fn cache_changes(&self, write: &TpccWrite) -> Vec<(Vec<u8>, CacheChange)> {
-        self.entry_changes(write)
+    fn cache_changes(&self, write: &TpccWrite, keys: &[Vec<u8>]) -> Vec<CacheChange> {
+        let changes = self.entry_changes(write);
+        // `keys` are `keys_written`, listed from the same changes; other keys get theirs apart.
+        if !changes.iter().map(|(k, _)| k).eq(keys) {
+            return keys.iter().map(|k| self.cache_change(write, k)).collect();
+        }
+        changes
             .into_iter()
-            .map(|(key, change)| (key, change.into_change()))
+            .map(|(_, change)| change.into_change())
             .collect()
     }
 

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::{Dendrite, Point};
 use crate::error::{Error, Result};
+use crate::hex::hex;
 use crate::Cads;
 
 /// The longest request or answer line, in bytes (a range's result is bounded by the Dendrite's
@@ -55,7 +56,7 @@ impl RangeService {
     pub fn start(cads: Arc<Cads>, dendrite: Dendrite, bind: SocketAddr) -> Result<RangeService> {
         let mut drawn = [0u8; 16];
         getrandom::fill(&mut drawn).map_err(|e| Error::App(format!("no randomness: {e}")))?;
-        let token: String = drawn.iter().map(|b| format!("{b:02x}")).collect();
+        let token = hex(&drawn);
         let listener = TcpListener::bind(bind)
             .map_err(|e| Error::App(format!("CPR: cannot serve ranges on {bind}: {e}")))?;
         let addr = listener

@@ -27,7 +27,6 @@ use cads_client::{ClientError, Session as CacheSession, Write, Written};
 use cads_store::{parse_json, SqlTransaction, SqlValue, StoreError};
 use serde_json::Value;
 
-use super::hex::{push_hex, unhex};
 use super::mac::Seal;
 use super::replicated::{
     append_line, open_lines, placed, present_many, purge_list, read_all, read_many, remove_lines,
@@ -37,6 +36,7 @@ use super::{Refusal, Refused};
 use crate::attempts::Attempts;
 use crate::error::{Error, Result};
 use crate::failpoints;
+use crate::hex::{push_hex, unhex};
 use crate::Cads;
 
 /// A SQL statement buffered by a write-back session, with its `?` parameters.
@@ -230,7 +230,7 @@ fn push_separator(out: &mut Vec<u8>, index: usize) {
 
 /// A JSON string or number, escaped as JSON requires.
 fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    serde_json::to_writer(out, value).expect("strings and integers always serialize");
+    serde_json::to_writer(out, value).expect("strings and finite numbers always serialize");
 }
 
 /// Bytes as a JSON string of their hex digits (which need no escaping).

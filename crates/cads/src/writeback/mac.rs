@@ -22,7 +22,7 @@ use cads_store::{DataStore, Dialect, Isolation, SqlValue, StoreError};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use super::hex::{hex, push_hex, unhex};
+use crate::hex::{hex, push_hex, unhex};
 
 /// Bytes of a tag: HMAC-SHA256 truncated to its first 128 bits (RFC 2104 §5 allows half the
 /// output).

@@ -36,7 +36,6 @@
 pub mod buffer;
 pub(crate) mod design1;
 pub(crate) mod design2;
-mod hex;
 pub mod mac;
 pub(crate) mod recent;
 pub(crate) mod replicated;

@@ -1,5 +1,5 @@
 //! Bytes as lowercase hex text: how buffered sessions carry keys and bytes in JSON, how seals
-//! carry their tags, and how the MAC key is stored.
+//! carry their tags, how the MAC key is stored, and CPR's range service token.
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
