@@ -30,13 +30,9 @@ pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A hex digit's value (a byte past ASCII reads as a Latin-1 letter, which is none).
 fn digit(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
+    char::from(c).to_digit(16).map(|d| d as u8)
 }
 
 #[cfg(test)]

@@ -25,6 +25,27 @@ fn config() -> Config {
     }
 }
 
+/// The read side of a test `CacheStore` whose writes are all there is to it (`()` for each).
+macro_rules! no_reads {
+    () => {
+        type Query = ();
+        type Write = ();
+        type Output = ();
+        fn keys_read(&self, _: &()) -> Vec<Vec<u8>> {
+            Vec::new()
+        }
+        fn result_from_cache(&self, _: &(), _: &[Vec<u8>]) -> Option<()> {
+            Some(())
+        }
+        fn query_store(&self, _: &(), _: &mut StoreTx<'_>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn entries(&self, _: &(), _: &()) -> Vec<(Vec<u8>, Vec<u8>)> {
+            Vec::new()
+        }
+    };
+}
+
 fn doc(v: serde_json::Value) -> Document {
     v.as_object().unwrap().clone()
 }
@@ -131,21 +152,7 @@ fn bad_ids_and_documents_past_the_bounds_are_refused_and_lose_nothing() {
 fn buffered_writes_of_bad_documents_fail_when_made() {
     struct Raw(cads::DocRef);
     impl CacheStore for Raw {
-        type Query = ();
-        type Write = ();
-        type Output = ();
-        fn keys_read(&self, _: &()) -> Vec<Vec<u8>> {
-            Vec::new()
-        }
-        fn result_from_cache(&self, _: &(), _: &[Vec<u8>]) -> Option<()> {
-            Some(())
-        }
-        fn query_store(&self, _: &(), _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-            Ok(())
-        }
-        fn entries(&self, _: &(), _: &()) -> Vec<(Vec<u8>, Vec<u8>)> {
-            Vec::new()
-        }
+        no_reads!();
         fn keys_written(&self, _: &()) -> Vec<Vec<u8>> {
             vec![b"raw".to_vec()]
         }
@@ -186,21 +193,7 @@ fn buffered_writes_of_bad_documents_fail_when_made() {
 fn a_write_without_a_change_for_each_key_is_refused() {
     struct Short;
     impl CacheStore for Short {
-        type Query = ();
-        type Write = ();
-        type Output = ();
-        fn keys_read(&self, _: &()) -> Vec<Vec<u8>> {
-            Vec::new()
-        }
-        fn result_from_cache(&self, _: &(), _: &[Vec<u8>]) -> Option<()> {
-            Some(())
-        }
-        fn query_store(&self, _: &(), _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-            Ok(())
-        }
-        fn entries(&self, _: &(), _: &()) -> Vec<(Vec<u8>, Vec<u8>)> {
-            Vec::new()
-        }
+        no_reads!();
         fn keys_written(&self, _: &()) -> Vec<Vec<u8>> {
             vec![b"short:a".to_vec(), b"short:b".to_vec()]
         }
