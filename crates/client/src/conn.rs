@@ -129,8 +129,9 @@ pub struct Connection {
     chunk: Vec<u8>,
 }
 
-/// The least a read asks for, and the most: a reply longer than that arrives in reads this long.
+/// The least a read asks for.
 const MIN_READ: usize = 16 * 1024;
+/// The most a read asks for: a reply longer than that arrives in reads of at most this.
 const MAX_READ: usize = 1024 * 1024;
 
 impl Connection {

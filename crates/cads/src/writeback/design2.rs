@@ -119,7 +119,7 @@ impl SessionWrites {
     /// keys and bytes in hex. Written piece by piece rather than built as a JSON tree first:
     /// every write-back session of SQL encodes one at its commit.
     fn encode(&self) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.encoded_len_guess());
+        let mut out = Vec::new();
         out.extend_from_slice(b"{\"m\":[");
         for (i, key) in self.mapped.iter().enumerate() {
             push_separator(&mut out, i);
@@ -155,23 +155,6 @@ impl SessionWrites {
         }
         out.extend_from_slice(b"]}");
         Ok(out)
-    }
-
-    /// About how long the encoded object is, so that it is written without growing its buffer
-    /// more than once or twice.
-    fn encoded_len_guess(&self) -> usize {
-        let keys: usize = self.mapped.iter().map(|k| 2 * k.len() + 3).sum();
-        let changes: usize = self
-            .result_changes
-            .iter()
-            .map(|(k, c)| 2 * (k.len() + c.len()) + 8)
-            .sum();
-        let statements: usize = self
-            .statements
-            .iter()
-            .map(|s| s.sql.len() + 16 * s.params.len() + 16)
-            .sum();
-        32 + self.queue.len() + keys + changes + statements
     }
 
     fn decode(bytes: &[u8]) -> Result<SessionWrites> {
