@@ -1605,8 +1605,10 @@ impl<'a> Session<'a> {
             // Buffered writes are acknowledged by this commit: if it failed, they are not (those
             // that reached some replicas may still be applied, as after a timeout). A teleported
             // write that some CMIs may have taken is settled (see `tardis::LostTeleport`): misses
-            // do not always look for buffered writes the way write-back's do. One that no CMI
-            // took (`Aborted`) left nothing, and may run again.
+            // do not always look for buffered writes the way write-back's do. A write-back
+            // document is listed again: a replica of its buffered write may have taken the
+            // commit while its PendingWrites partition did not. One that no CMI took (`Aborted`)
+            // left nothing, and may run again.
             Err(e) if !self.buffered.is_empty() || !self.sql_writes.is_empty() => {
                 let taken_by_none = matches!(e, ClientError::Aborted { .. });
                 if let (Some(t), true, false) = (self.cads.tardis(), self.teleport, taken_by_none) {
@@ -1615,6 +1617,8 @@ impl<'a> Session<'a> {
                     docs.dedup();
                     let keys = std::mem::take(&mut self.written_keys);
                     t.lost_teleport(self.cads, tardis::LostTeleport { docs, keys });
+                } else if !self.teleport && !taken_by_none && !self.buffered.is_empty() {
+                    self.list_buffered_again();
                 }
                 Err(e.into())
             }
@@ -1627,6 +1631,28 @@ impl<'a> Session<'a> {
                 self.cads.invalidate(&self.written_keys);
                 Ok(())
             }
+        }
+    }
+
+    /// Lists the documents of this session's buffered writes in their PendingWrites partitions
+    /// again, in a session of its own, after a cache commit that some CMIs may have taken and
+    /// others not: a buffered write visible without its line would be applied only by a miss on
+    /// its document, never by the workers or a drain. A line for a buffered write that no replica
+    /// took names nothing, and the next worker to read it drops it. Should the partitions be
+    /// unreachable too, the documents stay unlisted (and their misses still apply them).
+    fn list_buffered_again(&self) {
+        let mut docs: Vec<DocRef> = self.buffered.iter().map(|(doc, _)| doc.clone()).collect();
+        docs.sort();
+        docs.dedup();
+        let listed = design1::listing(self.cads, &docs)
+            .and_then(|writes| Ok(self.cads.invalidate_with(&[], &writes)?));
+        if let Err(e) = listed {
+            tracing::warn!(
+                error = %e,
+                documents = docs.len(),
+                "buffered writes whose cache commit failed could not be listed again; \
+                 only misses on their documents will apply them"
+            );
         }
     }
 

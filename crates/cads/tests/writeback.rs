@@ -3,12 +3,14 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cads::documents::Collection;
 use cads::writeback::{self, Buffering};
-use cads::{Cads, Policy, Workers};
+use cads::{Cads, Error, Policy, Workers};
+use cads_testkit::failpoints::{Scenario, CACHE_COMMIT};
 use common::{changes, doc, documents_config, Deployment};
 use serde_json::json;
 
@@ -248,4 +250,59 @@ fn a_fallback_session_applies_its_documents_buffered_writes_first() {
         d.store.get("notes", "first").unwrap().unwrap()["log"],
         json!(["buffered", through])
     );
+}
+
+/// A write-back write whose cache commit reached the CMI of its document and a replica of its
+/// buffered write (CMI 0), but not the two holding the PendingWrites partition it registers in:
+/// the buffered write is visible on CMI 0 while no partition lists it, and no worker would ever
+/// apply it. The write is refused (its outcome is unknown) and its document listed again, so the
+/// drain applies it.
+#[test]
+fn a_buffered_write_whose_listing_missed_its_commit_is_listed_again() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteBack, 3, |_| {});
+    let config = documents_config(Buffering::Append);
+    let partitions = config.write_back.partitions as u64;
+    let cads = d.cads(config);
+    let client = cads.cache().unwrap();
+    let notes = Collection::create(&cads, "notes").unwrap();
+    let id = (0..256)
+        .map(|i| format!("n{i}"))
+        .find(|id| {
+            let bw = writeback::bw_key(&notes.doc_ref(id));
+            let partition = cads_client::stable_hash(&bw) % partitions;
+            let mut listing = client.replicas(format!("PW:{partition}").as_bytes(), 2);
+            listing.sort();
+            client.route(&notes.key(id)) == 0
+                && client.replicas(&bw, 2).contains(&0)
+                && listing == [1, 2]
+        })
+        .expect("a document placed so");
+    // Stored around the cache: the update below starts the document's buffered write.
+    d.store
+        .insert("notes", &id, &doc(json!({"log": []})))
+        .unwrap();
+    // Only this test's session: the other tests of this file commit beside it.
+    let writer = std::thread::current().id();
+    let flushed = AtomicBool::new(false);
+    let flusher = d.cads(documents_config(Buffering::Append));
+    scenario.on(CACHE_COMMIT, move || {
+        if std::thread::current().id() == writer && !flushed.swap(true, Ordering::SeqCst) {
+            let flush = cads_protocol::Command::FlushAll(cads_protocol::FlushScope::Unpinned);
+            for cmi in [1, 2] {
+                flusher.cache().unwrap().execute(cmi, &flush).unwrap();
+            }
+        }
+    });
+    let push = changes(json!({"$push": {"log": "w"}}));
+    let err = cads
+        .run(|s| notes.update(s, &id, push.clone()))
+        .unwrap_err();
+    assert!(matches!(err, Error::Cache(_)), "a partial commit: {err}");
+    scenario.clear(CACHE_COMMIT);
+    assert_eq!(cads.dirty_documents().unwrap(), 1, "listed again");
+    writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    let stored = d.store.get("notes", &id).unwrap().unwrap();
+    assert_eq!(stored["log"], json!(["w"]), "visible, so applied");
+    assert_eq!(notes.read(&cads, &id).unwrap().unwrap(), stored);
 }
