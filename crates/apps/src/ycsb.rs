@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use cads::store::{Changes, Document};
+use cads::store::{Changes, Document, DocumentText};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -210,15 +210,150 @@ pub struct Seen {
     pub intact: bool,
 }
 
+/// What [`inspect`] reads of a record: its version and its fields' values.
+pub trait Record {
+    /// The field `v`, if it is a version.
+    fn version(&self) -> Option<u64>;
+    /// The value of field `name`, if it is a string.
+    fn field(&self, name: &str) -> Option<&str>;
+}
+
+impl Record for Document {
+    fn version(&self) -> Option<u64> {
+        self.get("v").and_then(Value::as_u64)
+    }
+
+    fn field(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(Value::as_str)
+    }
+}
+
+/// A record decoded from its text ([`DocumentText`]) without building it as a document: the
+/// version and the fields, string values borrowed from the text where they have no escapes.
+#[derive(Debug, Default)]
+pub struct RecordText<'a> {
+    version: Option<u64>,
+    /// Each field's name and value (`None`: not a string).
+    fields: Vec<(Cow<'a, str>, Option<Cow<'a, str>>)>,
+}
+
+impl<'a> RecordText<'a> {
+    /// The record in `text` (every JSON object reads as one; should one not, it reads as a
+    /// record without version or fields, which [`inspect`] finds not intact).
+    pub fn parse(text: &'a DocumentText) -> RecordText<'a> {
+        text.parse().unwrap_or_default()
+    }
+}
+
+impl Record for RecordText<'_> {
+    fn version(&self) -> Option<u64> {
+        self.version
+    }
+
+    fn field(&self, name: &str) -> Option<&str> {
+        // The last of two equal keys, as a document keeps it.
+        self.fields
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+}
+
+/// A field's value as [`RecordText`] keeps it: the string, or `None` for any other value.
+struct FieldValue<'a>(Option<Cow<'a, str>>);
+
+impl<'de> Deserialize<'de> for FieldValue<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct AnyValue;
+        impl<'de> Visitor<'de> for AnyValue {
+            type Value = FieldValue<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue(None))
+            }
+            fn visit_unit<E>(self) -> Result<FieldValue<'de>, E> {
+                Ok(FieldValue(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FieldValue<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FieldValue(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FieldValue<'de>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(FieldValue(None))
+            }
+        }
+        de.deserialize_any(AnyValue)
+    }
+}
+
+impl<'de> Deserialize<'de> for RecordText<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = RecordText<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a YCSB record")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RecordText<'de>, A::Error> {
+                let mut record = RecordText {
+                    version: None,
+                    fields: Vec::with_capacity(map.size_hint().unwrap_or(11)),
+                };
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    if name == "v" {
+                        record.version = map.next_value::<Value>()?.as_u64();
+                    } else {
+                        let FieldValue(value) = map.next_value()?;
+                        record.fields.push((name, value));
+                    }
+                }
+                Ok(record)
+            }
+        }
+        de.deserialize_map(Fields)
+    }
+}
+
 /// Checks a record read from the cache or the data store.
-pub fn inspect(doc: Option<&Document>, fields: usize, len: FieldLength, all_fields: bool) -> Seen {
+pub fn inspect<R: Record + ?Sized>(
+    doc: Option<&R>,
+    fields: usize,
+    len: FieldLength,
+    all_fields: bool,
+) -> Seen {
     let Some(doc) = doc else {
         return Seen {
             token: None,
             intact: false,
         };
     };
-    let Some(token) = doc.get("v").and_then(Value::as_u64) else {
+    let Some(token) = doc.version() else {
         return Seen {
             token: None,
             intact: false,
@@ -230,7 +365,7 @@ pub fn inspect(doc: Option<&Document>, fields: usize, len: FieldLength, all_fiel
             Some(name) => Cow::Borrowed(*name),
             None => Cow::Owned(field_name(i)),
         };
-        let Some(value) = doc.get(name.as_ref()).and_then(Value::as_str) else {
+        let Some(value) = doc.field(name.as_ref()) else {
             return Seen {
                 token: Some(token),
                 intact: false,
@@ -326,6 +461,37 @@ mod tests {
         let value = cut[&field_name(1)].as_str().unwrap().to_string();
         cut.insert(field_name(1), value[..value.len() - 1].into());
         assert!(!inspect(Some(&cut), 3, FieldLength::Etc, true).intact);
+    }
+
+    /// A record read from its text is checked as the record read as a document: intact, cut,
+    /// missing a field, with a field that is not a string, without its version.
+    #[test]
+    fn a_record_read_from_its_text_is_checked_as_the_document() {
+        let token = 0x0000_0100_0000_0009;
+        let whole = record(token, 4, FieldLength::Fixed(40));
+        let mut cut = whole.clone();
+        cut.insert(field_name(2), "0000010000000009".into());
+        let mut missing = whole.clone();
+        missing.remove(&field_name(3));
+        let mut number = whole.clone();
+        number.insert(field_name(0), 7.into());
+        let mut unversioned = whole.clone();
+        unversioned.remove("v");
+        let seen = |doc: &Document| {
+            let text = DocumentText::of(doc);
+            let from_text = RecordText::parse(&text);
+            let from_text = inspect(Some(&from_text), 4, FieldLength::Fixed(40), true);
+            (
+                from_text,
+                inspect(Some(doc), 4, FieldLength::Fixed(40), true),
+            )
+        };
+        let (text, doc) = seen(&whole);
+        assert_eq!((text, text.intact), (doc, true));
+        for broken in [&cut, &missing, &number, &unversioned] {
+            let (text, doc) = seen(broken);
+            assert_eq!((text, text.intact), (doc, false));
+        }
     }
 
     /// A field value starts with its version in hex and is fixed by (version, field); the check

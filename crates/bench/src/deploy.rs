@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use cads::sas::{Core as SasCore, CoreSettings as SasCoreSettings};
 use cads::store::{
-    Changes, DataStore, Dialect, DocWrite, Document, DocumentStore, Faults, FaultyStore,
-    IndexedField, Isolation, SqlStore, SqlTransaction,
+    Changes, DataStore, Dialect, DocWrite, Document, DocumentStore, DocumentText, Faults,
+    FaultyStore, IndexedField, Isolation, SqlStore, SqlTransaction,
 };
 use cads::writeback::{Buffering, MacKey};
 use cads::{Cads, Client, Config, Password, Policy, SasConfig, TlsConfig};
@@ -279,6 +279,14 @@ impl MissCountingStore {
             collection: collection.to_string(),
         }
     }
+
+    /// Counts a call, and a miss of the driver's collection on the driver's thread.
+    fn count_get(&self, coll: &str) {
+        count_call();
+        if coll == self.collection && DRIVER.with(Cell::get) {
+            DRIVER_MISSES.with(|c| c.set(c.get() + 1));
+        }
+    }
 }
 
 impl DocumentStore for MissCountingStore {
@@ -291,15 +299,24 @@ impl DocumentStore for MissCountingStore {
         self.inner.drop_collection(name)
     }
     fn get(&self, coll: &str, id: &str) -> cads::store::Result<Option<Document>> {
-        count_call();
-        if coll == self.collection && DRIVER.with(Cell::get) {
-            DRIVER_MISSES.with(|c| c.set(c.get() + 1));
-        }
+        self.count_get(coll);
         self.inner.get(coll, id)
     }
     fn get_many(&self, coll: &str, ids: &[&str]) -> cads::store::Result<Vec<Option<Document>>> {
         count_call();
         self.inner.get_many(coll, ids)
+    }
+    fn get_text(&self, coll: &str, id: &str) -> cads::store::Result<Option<DocumentText>> {
+        self.count_get(coll);
+        self.inner.get_text(coll, id)
+    }
+    fn get_many_text(
+        &self,
+        coll: &str,
+        ids: &[&str],
+    ) -> cads::store::Result<Vec<Option<DocumentText>>> {
+        count_call();
+        self.inner.get_many_text(coll, ids)
     }
     fn insert(&self, coll: &str, id: &str, doc: &Document) -> cads::store::Result<()> {
         count_call();

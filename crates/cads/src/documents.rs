@@ -10,8 +10,8 @@
 //! which the data store sees only later, when the write is made (`Session::write`).
 
 use cads_store::{
-    validate_collection_name, validate_id, Changes, DocWrite, Document, FieldKind, IndexedField,
-    StoreError,
+    validate_collection_name, validate_id, Changes, DocWrite, Document, DocumentText, FieldKind,
+    IndexedField, StoreError,
 };
 
 use crate::cache_store::{CacheChange, CacheStore, DocRef};
@@ -85,6 +85,17 @@ impl Collection {
     /// Reads a document in a session of its own ([`Cads::read`]): one cache round trip on a hit.
     pub fn read(&self, cads: &Cads, id: &str) -> Result<Option<Document>> {
         cads.read(self, &checked(id)?)
+    }
+
+    /// Reads a document as its JSON text, from the cache when it holds it, for a reader that
+    /// decodes only what it uses ([`DocumentText::parse`]): no tree of the whole document is built.
+    pub fn get_text(&self, s: &mut Session<'_>, id: &str) -> Result<Option<DocumentText>> {
+        s.read(&AsText(self), &checked(id)?)
+    }
+
+    /// [`get_text`](Self::get_text) in a session of its own ([`Cads::read`]).
+    pub fn read_text(&self, cads: &Cads, id: &str) -> Result<Option<DocumentText>> {
+        cads.read(&AsText(self), &checked(id)?)
     }
 
     /// Applies change operators to a document (atomically in the data store; to the cached copy
@@ -192,4 +203,46 @@ impl CacheStore for Collection {
             DocOp::Update(changes) => CacheChange::Update(changes.clone()),
         }
     }
+}
+
+/// A collection's documents read as their JSON text ([`Collection::get_text`]): the same keys,
+/// entries and buffered writes as [`Collection`]'s reads, without the tree.
+struct AsText<'a>(&'a Collection);
+
+impl CacheStore for AsText<'_> {
+    type Query = String;
+    type Write = std::convert::Infallible;
+    type Output = Option<DocumentText>;
+
+    fn keys_read(&self, id: &String) -> Vec<Vec<u8>> {
+        self.0.keys_read(id)
+    }
+
+    /// A cached value that is not one JSON object is not used (the read goes to the data store),
+    /// as [`Collection`]'s reads do with a value that does not decode.
+    fn result_from_cache(&self, _id: &String, values: &[Vec<u8>]) -> Option<Option<DocumentText>> {
+        let text = DocumentText::new(values.first()?.clone()).ok()?;
+        Some(Some(text))
+    }
+
+    fn query_store(
+        &self,
+        id: &String,
+        tx: &mut StoreTx<'_>,
+    ) -> Result<Option<DocumentText>, StoreError> {
+        tx.documents().get_text(&self.0.name, id)
+    }
+
+    fn entries(&self, id: &String, output: &Option<DocumentText>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        output
+            .iter()
+            .map(|text| (self.0.key(id), text.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn buffered_reads(&self, id: &String) -> Vec<DocRef> {
+        self.0.buffered_reads(id)
+    }
+
+    crate::read_only!();
 }

@@ -166,3 +166,57 @@ fn a_read_alone_hits_in_one_round_trip_and_is_never_stale() {
         assert_eq!(visits(), json!(2), "{policy:?}: the hit after the fill");
     }
 }
+
+/// A document read as its text is the document read as a tree, under every policy: the miss fills
+/// the entry the tree's reads hit and the other way round, a hit takes one round trip, a miss
+/// behind write-back's buffered writes reads the latest write, and a cached value that is not a
+/// JSON object is not served.
+#[test]
+fn a_document_read_as_text_is_the_document() {
+    for policy in [
+        Policy::DataStoreOnly,
+        Policy::WriteAround,
+        Policy::WriteThrough,
+        Policy::WriteBack,
+    ] {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let users = Collection::create(&cads, "users").unwrap();
+        let alice = doc(json!({"name": "Al \"ice\"", "visits": 0, "tags": ["a"]}));
+        cads.run(|s| users.insert(s, "alice", alice.clone()))
+            .unwrap();
+        let text = || users.read_text(&cads, "alice").unwrap().unwrap();
+        assert_eq!(text().to_document().unwrap(), alice, "{policy:?}: the miss");
+        let tree = || users.read(&cads, "alice").unwrap().unwrap();
+        assert_eq!(tree(), alice, "{policy:?}: the text's fill");
+        assert!(users.read_text(&cads, "bob").unwrap().is_none());
+        let add = changes(json!({"$inc": {"visits": 1}}));
+        cads.run(|s| users.update(s, "alice", add.clone())).unwrap();
+        assert_eq!(tree(), text().to_document().unwrap(), "{policy:?}");
+        assert_eq!(text().to_document().unwrap()["visits"], json!(1));
+        let Some(client) = cads.cache() else {
+            continue;
+        };
+        let before = client.round_trips();
+        d.faults.reset_counts();
+        text();
+        assert_eq!(client.round_trips() - before, 1, "{policy:?}: a hit");
+        assert_eq!(d.faults.counts().reads, 0, "{policy:?}: a hit");
+        // Evicted while write-back's buffered write is pending: the miss applies it first.
+        client.delete(&users.key("alice")).unwrap();
+        assert_eq!(
+            text().to_document().unwrap()["visits"],
+            json!(1),
+            "{policy:?}"
+        );
+        // Not a JSON object (a value no framework session wrote): read from the data store.
+        client.set(&users.key("alice"), b"[1, 2]").unwrap();
+        assert_eq!(
+            text().to_document().unwrap()["visits"],
+            json!(1),
+            "{policy:?}"
+        );
+        let in_session = cads.run(|s| users.get_text(s, "alice")).unwrap().unwrap();
+        assert_eq!(in_session.to_document().unwrap(), tree());
+    }
+}

@@ -6,10 +6,12 @@
 mod changes;
 mod json;
 pub mod limits;
+mod text;
 
 pub use changes::{get_path, split_path, Change, Changes, Op};
 pub use json::parse_json;
 pub use limits::LimitExceeded;
+pub use text::DocumentText;
 
 /// A document: a JSON object. Its id is kept apart from it (it is not a field of the document).
 pub type Document = serde_json::Map<String, serde_json::Value>;

@@ -23,7 +23,7 @@ use crate::sql::{
     execute_each, Dialect, Failed, Isolation, Row, SqlStore, SqlTransaction, SqlValue,
 };
 use crate::DataStore;
-use cads_doc::{Changes, Document};
+use cads_doc::{Changes, Document, DocumentText};
 
 /// One connection of a backend.
 pub(crate) trait Conn: Send + ServerSide {
@@ -244,13 +244,23 @@ fn parse_doc(v: &SqlValue) -> Result<Document> {
     let parsed = match v {
         SqlValue::Text(s) => serde_json::from_str(s),
         SqlValue::Bytes(b) => serde_json::from_slice(b),
-        other => {
-            return Err(StoreError::Backend(format!(
-                "stored document is {other:?}, not JSON text"
-            )))
-        }
+        other => return Err(not_text(other)),
     };
     parsed.map_err(|e| StoreError::Backend(format!("stored document is not a JSON object: {e}")))
+}
+
+/// A stored document's text, as it is stored.
+fn doc_text(v: SqlValue) -> Result<DocumentText> {
+    let text = match v {
+        SqlValue::Text(s) => s.into_bytes(),
+        SqlValue::Bytes(b) => b,
+        other => return Err(not_text(&other)),
+    };
+    DocumentText::new(text).map_err(|e| StoreError::Backend(format!("stored document: {e}")))
+}
+
+fn not_text(v: &SqlValue) -> StoreError {
+    StoreError::Backend(format!("stored document is {v:?}, not JSON text"))
 }
 
 /// Locks a document, applies changes to it and writes it back, inside the caller's transaction.
@@ -644,6 +654,51 @@ impl<E: Engine> SqlBacked<E> {
         );
         Ok((sql, params))
     }
+
+    /// A document by id, read from its column with `parse`.
+    fn get_parsed<T>(
+        &self,
+        coll: &str,
+        id: &str,
+        parse: fn(SqlValue) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let c = self.collection(coll)?;
+        validate_id(id)?;
+        let rows = self.read(|conn| conn.query(&c.get, &[SqlValue::Text(id.to_owned())]))?;
+        rows.into_iter()
+            .next()
+            .and_then(|row| row.into_values().into_iter().next())
+            .map(parse)
+            .transpose()
+    }
+
+    /// Documents by id, in the order of `ids`, read from their column with `parse`.
+    fn get_many_parsed<T: Clone>(
+        &self,
+        coll: &str,
+        ids: &[&str],
+        parse: fn(SqlValue) -> Result<T>,
+    ) -> Result<Vec<Option<T>>> {
+        let c = self.collection(coll)?;
+        for id in ids {
+            validate_id(id)?;
+        }
+        let mut found: HashMap<String, T> = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!("SELECT id, doc FROM {} WHERE id IN ({marks})", c.table);
+            let params: Vec<SqlValue> = chunk
+                .iter()
+                .map(|id| SqlValue::Text((*id).to_owned()))
+                .collect();
+            for row in self.read(|conn| conn.query(&sql, &params))? {
+                let id = row.get::<String>(0)?;
+                let doc = row.into_values().swap_remove(1);
+                found.insert(id, parse(doc)?);
+            }
+        }
+        Ok(ids.iter().map(|id| found.get(*id).cloned()).collect())
+    }
 }
 
 impl<E: Engine> DocumentStore for SqlBacked<E> {
@@ -726,30 +781,19 @@ impl<E: Engine> DocumentStore for SqlBacked<E> {
     }
 
     fn get(&self, coll: &str, id: &str) -> Result<Option<Document>> {
-        let c = self.collection(coll)?;
-        validate_id(id)?;
-        let rows = self.read(|conn| conn.query(&c.get, &[SqlValue::Text(id.to_owned())]))?;
-        rows.first().map(|r| parse_doc(&r.values()[0])).transpose()
+        self.get_parsed(coll, id, |v| parse_doc(&v))
     }
 
     fn get_many(&self, coll: &str, ids: &[&str]) -> Result<Vec<Option<Document>>> {
-        let c = self.collection(coll)?;
-        for id in ids {
-            validate_id(id)?;
-        }
-        let mut found: HashMap<String, Document> = HashMap::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let marks = vec!["?"; chunk.len()].join(", ");
-            let sql = format!("SELECT id, doc FROM {} WHERE id IN ({marks})", c.table);
-            let params: Vec<SqlValue> = chunk
-                .iter()
-                .map(|id| SqlValue::Text((*id).to_owned()))
-                .collect();
-            for row in self.read(|conn| conn.query(&sql, &params))? {
-                found.insert(row.get::<String>(0)?, parse_doc(&row.values()[1])?);
-            }
-        }
-        Ok(ids.iter().map(|id| found.get(*id).cloned()).collect())
+        self.get_many_parsed(coll, ids, |v| parse_doc(&v))
+    }
+
+    fn get_text(&self, coll: &str, id: &str) -> Result<Option<DocumentText>> {
+        self.get_parsed(coll, id, doc_text)
+    }
+
+    fn get_many_text(&self, coll: &str, ids: &[&str]) -> Result<Vec<Option<DocumentText>>> {
+        self.get_many_parsed(coll, ids, doc_text)
     }
 
     fn insert(&self, coll: &str, id: &str, doc: &Document) -> Result<()> {

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use serde_json::Value;
 
 use crate::error::{Result, StoreError};
-use cads_doc::{get_path, split_path, Changes, Document};
+use cads_doc::{get_path, split_path, Changes, Document, DocumentText};
 
 /// The longest document id, in bytes.
 pub const MAX_ID_LEN: usize = 512;
@@ -98,6 +98,22 @@ pub trait DocumentStore: Send + Sync {
     /// The documents with these ids, in the order of `ids` (None where missing), in one round trip
     /// for up to 500 ids.
     fn get_many(&self, coll: &str, ids: &[&str]) -> Result<Vec<Option<Document>>>;
+
+    /// The document with this id as its JSON text, for a reader that decodes only what it uses
+    /// (see [`DocumentText`]). The default reads it with [`get`](Self::get) and encodes it; a
+    /// store that keeps documents as text returns the text.
+    fn get_text(&self, coll: &str, id: &str) -> Result<Option<DocumentText>> {
+        Ok(self.get(coll, id)?.map(|doc| DocumentText::of(&doc)))
+    }
+
+    /// [`get_many`](Self::get_many), as text (see [`get_text`](Self::get_text)).
+    fn get_many_text(&self, coll: &str, ids: &[&str]) -> Result<Vec<Option<DocumentText>>> {
+        let docs = self.get_many(coll, ids)?;
+        Ok(docs
+            .into_iter()
+            .map(|doc| doc.map(|doc| DocumentText::of(&doc)))
+            .collect())
+    }
 
     /// Inserts a new document; [`StoreError::Constraint`] if the id exists.
     fn insert(&self, coll: &str, id: &str, doc: &Document) -> Result<()>;

@@ -12,7 +12,7 @@ use crate::document::{DocWrite, DocumentStore, IndexedField};
 use crate::error::{Result, StoreError};
 use crate::sql::{Dialect, Failed, Isolation, Row, SqlStore, SqlTransaction, SqlValue};
 use crate::DataStore;
-use cads_doc::{Changes, Document};
+use cads_doc::{Changes, Document, DocumentText};
 
 /// How a [`FaultyStore`] behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -251,6 +251,16 @@ impl DocumentStore for FaultyStore {
     fn get_many(&self, coll: &str, ids: &[&str]) -> Result<Vec<Option<Document>>> {
         self.enter(Kind::Read)?;
         self.inner.get_many(coll, ids)
+    }
+
+    fn get_text(&self, coll: &str, id: &str) -> Result<Option<DocumentText>> {
+        self.enter(Kind::Read)?;
+        self.inner.get_text(coll, id)
+    }
+
+    fn get_many_text(&self, coll: &str, ids: &[&str]) -> Result<Vec<Option<DocumentText>>> {
+        self.enter(Kind::Read)?;
+        self.inner.get_many_text(coll, ids)
     }
 
     fn insert(&self, coll: &str, id: &str, doc: &Document) -> Result<()> {

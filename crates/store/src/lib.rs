@@ -74,7 +74,9 @@ pub mod relay;
 mod sql;
 mod sqlite;
 
-pub use cads_doc::{limits, parse_json, Change, Changes, Document, LimitExceeded, Op};
+pub use cads_doc::{
+    limits, parse_json, Change, Changes, Document, DocumentText, LimitExceeded, Op,
+};
 pub use document::{
     validate_collection_name, validate_id, DocOp, DocWrite, DocumentStore, FieldKind, IndexedField,
     CATALOG_TABLE, MAX_COLLECTION_NAME_LEN, MAX_ID_LEN, MAX_INDEXED_TEXT_LEN, RESERVED_PREFIX,

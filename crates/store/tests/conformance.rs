@@ -190,6 +190,7 @@ conformance!(
     crud,
     documents_round_trip_exactly,
     get_many_in_order,
+    documents_read_as_text,
     insert_many_bulk,
     write_batch_is_all_or_nothing,
     write_batch_matches_one_write_at_a_time,
@@ -739,6 +740,34 @@ fn get_many_in_order(cx: &Ctx) {
     let got = cx.store.get_many(&c, &refs).unwrap();
     assert_eq!(got.len(), 1200);
     assert_eq!(got.iter().filter(|d| d.is_some()).count(), 1000);
+}
+
+/// `get_text` and `get_many_text` return the documents `get` and `get_many` return, as text, in
+/// the order asked.
+fn documents_read_as_text(cx: &Ctx) {
+    let c = cx.coll("texts", &[]);
+    let alice = doc(json!({"name": "Al \"ice\" é", "n": 1.5, "tags": [1, {"x": null}]}));
+    cx.store.insert(&c, "alice", &alice).unwrap();
+    cx.store.insert(&c, "bob", &doc(json!({}))).unwrap();
+    let text = cx.store.get_text(&c, "alice").unwrap().unwrap();
+    assert_eq!(text.to_document().unwrap(), alice);
+    assert_eq!(cx.store.get_text(&c, "nope").unwrap(), None);
+    let texts = cx
+        .store
+        .get_many_text(&c, &["bob", "nope", "alice"])
+        .unwrap();
+    let docs: Vec<Option<Document>> = texts
+        .iter()
+        .map(|t| t.as_ref().map(|t| t.to_document().unwrap()))
+        .collect();
+    assert_eq!(
+        docs,
+        cx.store.get_many(&c, &["bob", "nope", "alice"]).unwrap()
+    );
+    assert!(
+        cx.store.get_text(&c, "bad\u{1}id").is_err(),
+        "ids are checked"
+    );
 }
 
 fn insert_many_bulk(cx: &Ctx) {
@@ -1994,6 +2023,14 @@ fn fault_fail_all(cx: &Ctx) {
     ));
     assert!(matches!(
         store.scan(&c, None, Bound::Unbounded, Bound::Unbounded, 10),
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.get_text(&c, "x"),
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.get_many_text(&c, &["x"]),
         Err(StoreError::Unavailable(_))
     ));
     // A transaction begun while healthy fails at its next statement and at commit.

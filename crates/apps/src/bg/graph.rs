@@ -113,23 +113,24 @@ pub fn attribute_values(id: u32) -> [String; 10] {
 }
 
 /// A member's profile as the read actions show it. Counts are `None` where the action's key
-/// layout does not read them.
+/// layout does not read them. The attributes are a map by name, or as a layout decodes them
+/// (the document layout: the ten values in the order of [`ATTRIBUTES`], borrowed from the text).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Profile {
+pub struct Profile<A = serde_json::Map<String, serde_json::Value>> {
     /// The member id.
     pub id: u32,
-    /// The attributes, by name.
-    pub attributes: serde_json::Map<String, serde_json::Value>,
+    /// The attributes.
+    pub attributes: A,
     /// Number of confirmed friends, if read.
     pub friendcount: Option<i64>,
     /// Number of pending invitations received, if read.
     pub pendingcount: Option<i64>,
 }
 
-impl Profile {
+impl<A> Profile<A> {
     /// The profile as View Profile shows it to `requester`: the pending count only to the member
     /// itself (001 §3).
-    pub fn seen_by(mut self, requester: u32) -> Profile {
+    pub fn seen_by(mut self, requester: u32) -> Profile<A> {
         if requester != self.id {
             self.pendingcount = None;
         }

@@ -19,7 +19,7 @@ use super::options::{ConfigRecord, YcsbOptions};
 use super::record::{RangeCounts, YcsbRun, RANGES_NOTE, SCAN_NOTE, ZINDEX_NOTE};
 use super::validate::{
     check_final, check_reads, field_name, id_hash, inspect, load_token, record, record_id,
-    writer_token, Log, ReadRecord, Seen, WriteRecord, UNKNOWN_END,
+    writer_token, Log, ReadRecord, Record, RecordText, Seen, WriteRecord, UNKNOWN_END,
 };
 use super::workload::{Fields, KeyChooser, Operation, PatternChange, ScanLength, Workload};
 use super::zindex::{RedisServer, Zindex};
@@ -273,7 +273,7 @@ impl Ycsb {
         }
     }
 
-    fn inspect(&self, doc: Option<&Document>) -> Seen {
+    fn inspect<R: Record>(&self, doc: Option<&R>) -> Seen {
         let w = &self.workload;
         inspect(
             doc,
@@ -578,16 +578,21 @@ impl Benchmark for Ycsb {
             Operation::Read => {
                 let id = self.id(t.keys.next(&mut t.rng, &loaded.inserts));
                 reads += 1;
-                let doc = match &loaded.ranges {
-                    Some(Ranges::Zindex { zindex, .. }) => {
-                        zindex.read(store, &id).map_err(baseline_error)
-                    }
-                    _ => table.read(cads, &id),
+                let seen = match &loaded.ranges {
+                    Some(Ranges::Zindex { zindex, .. }) => zindex
+                        .read(store, &id)
+                        .map(|doc| self.inspect(doc.as_ref()))
+                        .map_err(baseline_error),
+                    // The record as its text: checked without building it as a document.
+                    _ => table.read_text(cads, &id).map(|text| {
+                        let record = text.as_ref().map(RecordText::parse);
+                        self.inspect(record.as_ref())
+                    }),
                 };
-                doc.map(|doc| {
+                seen.map(|seen| {
                     log.reads.push(ReadRecord {
                         key: id_hash(&id),
-                        seen: self.inspect(doc.as_ref()),
+                        seen,
                         start,
                         end: env.clock.now(),
                     });

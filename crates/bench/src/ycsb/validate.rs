@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::generator::key_name;
 use crate::harness::{LoggedWrite, ReadWriteLog};
 
-pub use cads_apps::ycsb::{field_name, field_value, inspect, load_token, record, Seen, LOAD_BIT};
+pub use cads_apps::ycsb::{
+    field_name, field_value, inspect, load_token, record, Record, RecordText, Seen, LOAD_BIT,
+};
 
 /// Writer tokens: `(thread + 1) << THREAD_SHIFT | sequence`.
 const THREAD_SHIFT: u32 = 40;
@@ -313,7 +315,10 @@ mod tests {
         assert!(inspect(Some(&torn), 10, HUNDRED, false).intact);
         torn.insert("field4".into(), "x".repeat(100).into());
         assert!(!inspect(Some(&torn), 10, HUNDRED, false).intact);
-        assert_eq!(inspect(None, 10, HUNDRED, true).token, None);
+        assert_eq!(
+            inspect(None::<&cads::store::Document>, 10, HUNDRED, true).token,
+            None
+        );
     }
 
     #[test]

@@ -11,14 +11,18 @@
 //! operators to the cached documents, write-back buffers the operators in the cache (Design 1)
 //! for background workers to apply. List Friends and View Friend Requests read the member's
 //! document, then the first ten friends' (or inviters') documents in one cache round trip with
-//! [`MemberDocs`], a small `CacheStore` over the collection's own keys.
+//! [`MemberDocs`], a small `CacheStore` over the collection's own keys. The read actions take
+//! documents as their text and decode only the fields they show (`Member`), borrowing the
+//! attributes from the text instead of building each document as a tree.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 
 use anyhow::{Context, Result};
 use cads::documents::Collection;
-use cads::store::{Changes, DataStore, Document, StoreError};
+use cads::store::{Changes, DataStore, Document, DocumentText, StoreError};
 use cads::{CacheChange, CacheStore, Cads, DocRef, Session, StoreTx};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{same_json, Entry, Layout, LIST_LIMIT};
@@ -51,32 +55,21 @@ impl DocumentLayout {
         }
     }
 
-    fn get(&self, s: &mut Session<'_>, member: u32) -> cads::Result<Document> {
+    fn get(&self, s: &mut Session<'_>, member: u32) -> cads::Result<DocumentText> {
         self.members
-            .get(s, &member.to_string())?
+            .get_text(s, &member.to_string())?
             .ok_or_else(|| missing(member))
     }
 
-    /// The first ten members of an id array of `doc`, and their profiles.
-    fn list(&self, s: &mut Session<'_>, doc: &Document, field: &str) -> cads::Result<Vec<Profile>> {
-        let ids: Vec<u32> = doc
-            .get(field)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_u64)
-                    .filter_map(|v| u32::try_from(v).ok())
-                    .take(LIST_LIMIT)
-                    .collect()
-            })
-            .unwrap_or_default();
+    /// The documents of `ids`, in one cache round trip when they are cached.
+    fn members(&self, s: &mut Session<'_>, ids: &[u32]) -> cads::Result<Vec<DocumentText>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let docs = s.read(&MemberDocs(&self.members), &ids)?;
+        let texts = s.read(&MemberDocs(&self.members), &ids.to_vec())?;
         ids.iter()
-            .zip(docs)
-            .map(|(id, doc)| Ok(profile(*id, &doc.ok_or_else(|| missing(*id))?)))
+            .zip(texts)
+            .map(|(&id, text)| text.ok_or_else(|| missing(id)))
             .collect()
     }
 
@@ -99,17 +92,76 @@ fn changes(value: Value) -> cads::Result<Changes> {
     Ok(Changes::from_json(&value)?)
 }
 
-/// A member's profile from its document (attributes and both counts).
-fn profile(id: u32, doc: &Document) -> Profile {
-    let attributes = ATTRIBUTES
-        .iter()
-        .filter_map(|name| doc.get(*name).map(|v| (name.to_string(), v.clone())))
-        .collect();
+/// What the read actions use of a member's document, decoded from its text: the attributes
+/// (borrowed from the text where they have no escapes), both counts and both id lists.
+#[derive(Deserialize)]
+struct Member<'a> {
+    #[serde(borrow)]
+    username: Cow<'a, str>,
+    #[serde(borrow)]
+    firstname: Cow<'a, str>,
+    #[serde(borrow)]
+    lastname: Cow<'a, str>,
+    #[serde(borrow)]
+    gender: Cow<'a, str>,
+    #[serde(borrow)]
+    dob: Cow<'a, str>,
+    #[serde(borrow)]
+    jdate: Cow<'a, str>,
+    #[serde(borrow)]
+    ldate: Cow<'a, str>,
+    #[serde(borrow)]
+    address: Cow<'a, str>,
+    #[serde(borrow)]
+    email: Cow<'a, str>,
+    #[serde(borrow)]
+    tel: Cow<'a, str>,
+    friendcount: i64,
+    pendingcount: i64,
+    friends: Vec<u32>,
+    pending: Vec<u32>,
+}
+
+/// A profile's attributes as the document layout reads them: the values of [`ATTRIBUTES`], in
+/// its order.
+type Attributes<'a> = [Cow<'a, str>; ATTRIBUTES.len()];
+
+fn member(id: u32, text: &DocumentText) -> cads::Result<Member<'_>> {
+    text.parse()
+        .map_err(|e| cads::Error::App(format!("member {id}'s document: {e}")))
+}
+
+/// Member `id`'s document as loaded.
+fn loaded_member(graph: &GraphParams, id: u32, friends: &[u32], pending: &[u32]) -> Document {
+    let mut doc = Document::new();
+    for (name, value) in ATTRIBUTES.iter().zip(attribute_values(id)) {
+        doc.insert(name.to_string(), Value::String(value));
+    }
+    doc.insert("friends".into(), json!(friends));
+    doc.insert("pending".into(), json!(pending));
+    doc.insert("friendcount".into(), json!(graph.friends));
+    doc.insert("pendingcount".into(), json!(graph.pending));
+    doc
+}
+
+/// A member's profile: its attributes and both counts.
+fn profile(id: u32, m: Member<'_>) -> Profile<Attributes<'_>> {
     Profile {
         id,
-        attributes,
-        friendcount: doc.get("friendcount").and_then(Value::as_i64),
-        pendingcount: doc.get("pendingcount").and_then(Value::as_i64),
+        attributes: [
+            m.username,
+            m.firstname,
+            m.lastname,
+            m.gender,
+            m.dob,
+            m.jdate,
+            m.ldate,
+            m.address,
+            m.email,
+            m.tel,
+        ],
+        friendcount: Some(m.friendcount),
+        pendingcount: Some(m.pendingcount),
     }
 }
 
@@ -136,16 +188,9 @@ impl Layout for DocumentLayout {
         }
         let mut docs = Vec::with_capacity(n);
         for id in 0..graph.members {
-            let mut doc = Document::new();
-            for (name, value) in ATTRIBUTES.iter().zip(attribute_values(id)) {
-                doc.insert(name.to_string(), Value::String(value));
-            }
             let mine = &mut friends[id as usize];
             mine.sort_unstable();
-            doc.insert("friends".into(), json!(mine));
-            doc.insert("pending".into(), json!(pending[id as usize]));
-            doc.insert("friendcount".into(), json!(graph.friends));
-            doc.insert("pendingcount".into(), json!(graph.pending));
+            let doc = loaded_member(graph, id, mine, &pending[id as usize]);
             docs.push((id.to_string(), doc));
         }
         for chunk in docs.chunks(CHUNK) {
@@ -159,28 +204,27 @@ impl Layout for DocumentLayout {
     fn perform(&self, cads: &Cads, action: &Action) -> cads::Result<Vec<CountRead>> {
         match *action {
             Action::ViewProfile { requester, owner } => {
-                let doc = self
+                let text = self
                     .members
-                    .read(cads, &owner.to_string())?
+                    .read_text(cads, &owner.to_string())?
                     .ok_or_else(|| missing(owner))?;
-                let shown = profile(owner, &doc).seen_by(requester);
+                let shown = profile(owner, member(owner, &text)?).seen_by(requester);
                 Ok(shown.count_reads().collect())
             }
-            Action::ListFriends { member } | Action::ViewFriendRequests { member } => {
-                let field = if matches!(action, Action::ListFriends { .. }) {
-                    "friends"
-                } else {
-                    "pending"
-                };
-                let (me, others) = cads.run(|s| {
-                    let doc = self.get(s, member)?;
-                    let others = self.list(s, &doc, field)?;
-                    Ok((profile(member, &doc), others))
-                })?;
-                Ok(me
-                    .count_reads()
-                    .chain(others.iter().flat_map(Profile::count_reads))
-                    .collect())
+            Action::ListFriends { member: id } | Action::ViewFriendRequests { member: id } => {
+                let friends = matches!(action, Action::ListFriends { .. });
+                cads.run(|s| {
+                    let text = self.get(s, id)?;
+                    let me = member(id, &text)?;
+                    let listed = if friends { &me.friends } else { &me.pending };
+                    let ids: Vec<u32> = listed.iter().copied().take(LIST_LIMIT).collect();
+                    let texts = self.members(s, &ids)?;
+                    let mut reads: Vec<CountRead> = profile(id, me).count_reads().collect();
+                    for (&other, text) in ids.iter().zip(&texts) {
+                        reads.extend(profile(other, member(other, text)?).count_reads());
+                    }
+                    Ok(reads)
+                })
             }
             Action::InviteFriend { inviter, invitee } => {
                 let c = changes(json!({
@@ -272,19 +316,18 @@ pub struct MemberDocs<'a>(pub &'a Collection);
 impl CacheStore for MemberDocs<'_> {
     type Query = Vec<u32>;
     type Write = Infallible;
-    type Output = Vec<Option<Document>>;
+    type Output = Vec<Option<DocumentText>>;
 
     fn keys_read(&self, ids: &Vec<u32>) -> Vec<Vec<u8>> {
         ids.iter().map(|id| self.0.key(&id.to_string())).collect()
     }
 
-    fn result_from_cache(&self, ids: &Vec<u32>, values: &[Vec<u8>]) -> Option<Self::Output> {
-        ids.iter()
-            .zip(values)
-            .map(|(id, v)| {
-                self.0
-                    .result_from_cache(&id.to_string(), std::slice::from_ref(v))
-            })
+    /// A cached value that is not one JSON object makes the whole read a miss, as with
+    /// [`Collection`]'s reads.
+    fn result_from_cache(&self, _ids: &Vec<u32>, values: &[Vec<u8>]) -> Option<Self::Output> {
+        values
+            .iter()
+            .map(|v| DocumentText::new(v.clone()).ok().map(Some))
             .collect()
     }
 
@@ -295,13 +338,18 @@ impl CacheStore for MemberDocs<'_> {
     ) -> Result<Self::Output, StoreError> {
         let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
         let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-        tx.documents().get_many(self.0.name(), &refs)
+        tx.documents().get_many_text(self.0.name(), &refs)
     }
 
-    fn entries(&self, ids: &Vec<u32>, docs: &Self::Output) -> Vec<Entry> {
+    fn entries(&self, ids: &Vec<u32>, texts: &Self::Output) -> Vec<Entry> {
         ids.iter()
-            .zip(docs)
-            .flat_map(|(id, doc)| self.0.entries(&id.to_string(), doc))
+            .zip(texts)
+            .filter_map(|(id, text)| {
+                Some((
+                    self.0.key(&id.to_string()),
+                    text.as_ref()?.as_bytes().to_vec(),
+                ))
+            })
             .collect()
     }
 
@@ -324,5 +372,33 @@ impl CacheStore for MemberDocs<'_> {
 
     fn cache_change(&self, write: &Infallible, _: &[u8]) -> CacheChange {
         match *write {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_read_from_its_text_shows_its_attributes_in_order() {
+        let graph = GraphParams {
+            members: 100,
+            friends: 2,
+            pending: 1,
+        };
+        let doc = loaded_member(&graph, 7, &[6, 8], &[9]);
+        let text = DocumentText::of(&doc);
+        let m = member(7, &text).unwrap();
+        assert_eq!(
+            (m.friends.as_slice(), m.pending.as_slice()),
+            (&[6, 8][..], &[9][..])
+        );
+        let shown = profile(7, m);
+        let values = attribute_values(7);
+        assert_eq!(shown.attributes.map(Cow::into_owned), values);
+        assert_eq!((shown.friendcount, shown.pendingcount), (Some(2), Some(1)));
+        for (name, value) in ATTRIBUTES.iter().zip(&values) {
+            assert_eq!(doc[*name], json!(value), "{name}");
+        }
     }
 }

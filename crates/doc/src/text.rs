@@ -1,0 +1,128 @@
+//! A document kept as its JSON text, for a reader that decodes only what it uses.
+//!
+//! Reading a document into a [`Document`] builds a tree: a `String` for every key and every
+//! string value, a map node per few fields. A cache hit that then looks at three fields spends
+//! most of its own time building and dropping that tree. [`DocumentText`] is the text as cached
+//! (and as stored), checked to be one JSON object; [`DocumentText::parse`] decodes it into the
+//! reader's own type, which may borrow its strings from the text.
+
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use crate::{decode, encode, DocError, Document, Result};
+
+/// The JSON text of one document (a JSON object).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DocumentText(Vec<u8>);
+
+impl DocumentText {
+    /// The text, if it is one JSON object. It is read once without building anything; whether
+    /// an object names a key twice is left to whoever decodes it.
+    pub fn new(text: Vec<u8>) -> Result<DocumentText> {
+        let mut de = serde_json::Deserializer::from_slice(&text);
+        de.deserialize_map(AnObject)
+            .and_then(|()| de.end())
+            .map_err(|e| DocError::Invalid(format!("a document is one JSON object: {e}")))?;
+        Ok(DocumentText(text))
+    }
+
+    /// The text of `document`.
+    pub fn of(document: &Document) -> DocumentText {
+        DocumentText(encode(document))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    /// Decodes the document into `T`, which may borrow strings from the text (`&str` for those
+    /// without escapes, `Cow<str>` for any).
+    pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T> {
+        serde_json::from_slice(&self.0).map_err(|e| DocError::Invalid(format!("bad document: {e}")))
+    }
+
+    /// The document as a tree (an object naming a key twice is refused, as [`decode`] does).
+    pub fn to_document(&self) -> Result<Document> {
+        decode(&self.0)
+    }
+}
+
+/// Accepts a JSON object and nothing else, reading past its values.
+struct AnObject;
+
+impl<'de> Visitor<'de> for AnObject {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn only_one_json_object_is_a_document() {
+        for text in [
+            &br#"{"a": [1, {"b": null}], "c": "d"}"#[..],
+            b" {} ",
+            b"{\"a\":\"\\u00e9\"}",
+        ] {
+            DocumentText::new(text.to_vec()).unwrap();
+        }
+        for text in [
+            &b"[1]"[..],
+            b"\"a\"",
+            b"1",
+            b"",
+            b"{",
+            b"{} {}",
+            b"{\"a\":}",
+            b"null",
+        ] {
+            let refused = DocumentText::new(text.to_vec());
+            assert!(refused.is_err(), "{:?}", String::from_utf8_lossy(text));
+        }
+    }
+
+    #[test]
+    fn a_document_reads_back_as_its_tree_and_as_a_view() {
+        #[derive(Deserialize)]
+        struct View<'a> {
+            #[serde(borrow)]
+            name: Cow<'a, str>,
+            #[serde(borrow)]
+            quoted: Cow<'a, str>,
+            n: i64,
+        }
+        let document = json!({"name": "ada", "quoted": "a \"b\"", "n": 3, "more": [1, 2]});
+        let document = document.as_object().unwrap().clone();
+        let text = DocumentText::of(&document);
+        assert_eq!(text.to_document().unwrap(), document);
+        let view: View<'_> = text.parse().unwrap();
+        assert!(matches!(view.name, Cow::Borrowed("ada")), "no copy");
+        assert_eq!((view.quoted.as_ref(), view.n), ("a \"b\"", 3));
+        assert!(text.parse::<Vec<i64>>().is_err());
+        assert_eq!(DocumentText::new(text.clone().into_bytes()).unwrap(), text);
+    }
+
+    #[test]
+    fn a_key_named_twice_is_left_to_the_tree_to_refuse() {
+        let text = DocumentText::new(br#"{"a": 1, "a": 2}"#.to_vec()).unwrap();
+        assert!(text.to_document().is_err());
+    }
+}
