@@ -22,6 +22,7 @@ use anyhow::{Context, Result};
 use cads::documents::Collection;
 use cads::store::{Changes, DataStore, Document, DocumentText, StoreError};
 use cads::{CacheChange, CacheStore, Cads, DocRef, Session, StoreTx};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -93,9 +94,10 @@ fn changes(value: Value) -> cads::Result<Changes> {
 }
 
 /// What the read actions use of a member's document, decoded from its text: the attributes
-/// (borrowed from the text where they have no escapes), both counts and both id lists.
+/// (borrowed from the text where they have no escapes), both counts and both id lists (`L`:
+/// `Vec<u32>` for the member whose lists an action reads, `IgnoredAny` to read past them).
 #[derive(Deserialize)]
-struct Member<'a> {
+struct Member<'a, L = IgnoredAny> {
     #[serde(borrow)]
     username: Cow<'a, str>,
     #[serde(borrow)]
@@ -118,15 +120,15 @@ struct Member<'a> {
     tel: Cow<'a, str>,
     friendcount: i64,
     pendingcount: i64,
-    friends: Vec<u32>,
-    pending: Vec<u32>,
+    friends: L,
+    pending: L,
 }
 
 /// A profile's attributes as the document layout reads them: the values of [`ATTRIBUTES`], in
 /// its order.
 type Attributes<'a> = [Cow<'a, str>; ATTRIBUTES.len()];
 
-fn member(id: u32, text: &DocumentText) -> cads::Result<Member<'_>> {
+fn member<'a, L: Deserialize<'a>>(id: u32, text: &'a DocumentText) -> cads::Result<Member<'a, L>> {
     text.parse()
         .map_err(|e| cads::Error::App(format!("member {id}'s document: {e}")))
 }
@@ -145,7 +147,7 @@ fn loaded_member(graph: &GraphParams, id: u32, friends: &[u32], pending: &[u32])
 }
 
 /// A member's profile: its attributes and both counts.
-fn profile(id: u32, m: Member<'_>) -> Profile<Attributes<'_>> {
+fn profile<L>(id: u32, m: Member<'_, L>) -> Profile<Attributes<'_>> {
     Profile {
         id,
         attributes: [
@@ -208,20 +210,22 @@ impl Layout for DocumentLayout {
                     .members
                     .read_text(cads, &owner.to_string())?
                     .ok_or_else(|| missing(owner))?;
-                let shown = profile(owner, member(owner, &text)?).seen_by(requester);
+                let shown = profile(owner, member::<IgnoredAny>(owner, &text)?).seen_by(requester);
                 Ok(shown.count_reads().collect())
             }
             Action::ListFriends { member: id } | Action::ViewFriendRequests { member: id } => {
                 let friends = matches!(action, Action::ListFriends { .. });
                 cads.run(|s| {
                     let text = self.get(s, id)?;
-                    let me = member(id, &text)?;
+                    let me: Member<'_, Vec<u32>> = member(id, &text)?;
                     let listed = if friends { &me.friends } else { &me.pending };
                     let ids: Vec<u32> = listed.iter().copied().take(LIST_LIMIT).collect();
                     let texts = self.members(s, &ids)?;
                     let mut reads: Vec<CountRead> = profile(id, me).count_reads().collect();
                     for (&other, text) in ids.iter().zip(&texts) {
-                        reads.extend(profile(other, member(other, text)?).count_reads());
+                        reads.extend(
+                            profile(other, member::<IgnoredAny>(other, text)?).count_reads(),
+                        );
                     }
                     Ok(reads)
                 })
@@ -388,7 +392,7 @@ mod tests {
         };
         let doc = loaded_member(&graph, 7, &[6, 8], &[9]);
         let text = DocumentText::of(&doc);
-        let m = member(7, &text).unwrap();
+        let m: Member<'_, Vec<u32>> = member(7, &text).unwrap();
         assert_eq!(
             (m.friends.as_slice(), m.pending.as_slice()),
             (&[6, 8][..], &[9][..])
