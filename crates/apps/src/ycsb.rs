@@ -238,9 +238,10 @@ pub struct RecordText<'a> {
 }
 
 impl<'a> RecordText<'a> {
-    /// The record in `text` (every JSON object reads as one; should one not, it reads as a
-    /// record without version or fields, which [`inspect`] finds not intact).
-    pub fn parse(text: &'a DocumentText) -> RecordText<'a> {
+    /// The record in `text`. A text that does not read as one (a `\u` escape of half a
+    /// surrogate pair, which [`DocumentText::new`] lets through) reads as a record without
+    /// version or fields, which [`inspect`] finds not intact.
+    pub fn of(text: &'a DocumentText) -> RecordText<'a> {
         text.parse().unwrap_or_default()
     }
 }
@@ -260,47 +261,48 @@ impl Record for RecordText<'_> {
     }
 }
 
-/// A field's value as [`RecordText`] keeps it: the string, or `None` for any other value.
-struct FieldValue<'a>(Option<Cow<'a, str>>);
+/// A JSON value as [`RecordText`] keeps a field's name or value: the string, borrowed from the
+/// text when it has no escapes, or `None` for any other value.
+struct MaybeStr<'a>(Option<Cow<'a, str>>);
 
-impl<'de> Deserialize<'de> for FieldValue<'de> {
+impl<'de> Deserialize<'de> for MaybeStr<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
         struct AnyValue;
         impl<'de> Visitor<'de> for AnyValue {
-            type Value = FieldValue<'de>;
+            type Value = MaybeStr<'de>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a JSON value")
             }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<FieldValue<'de>, E> {
-                Ok(FieldValue(Some(Cow::Borrowed(v))))
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(Some(Cow::Borrowed(v))))
             }
-            fn visit_str<E>(self, v: &str) -> Result<FieldValue<'de>, E> {
-                Ok(FieldValue(Some(Cow::Owned(v.to_owned()))))
+            fn visit_str<E>(self, v: &str) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(Some(Cow::Owned(v.to_owned()))))
             }
-            fn visit_bool<E>(self, _: bool) -> Result<FieldValue<'de>, E> {
-                Ok(FieldValue(None))
+            fn visit_bool<E>(self, _: bool) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
             }
-            fn visit_i64<E>(self, _: i64) -> Result<FieldValue<'de>, E> {
-                Ok(FieldValue(None))
+            fn visit_i64<E>(self, _: i64) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
             }
-            fn visit_u64<E>(self, _: u64) -> Result<FieldValue<'de>, E> {
-                Ok(FieldValue(None))
+            fn visit_u64<E>(self, _: u64) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
             }
-            fn visit_f64<E>(self, _: f64) -> Result<FieldValue<'de>, E> {
-                Ok(FieldValue(None))
+            fn visit_f64<E>(self, _: f64) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
             }
-            fn visit_unit<E>(self) -> Result<FieldValue<'de>, E> {
-                Ok(FieldValue(None))
+            fn visit_unit<E>(self) -> Result<MaybeStr<'de>, E> {
+                Ok(MaybeStr(None))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FieldValue<'de>, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MaybeStr<'de>, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(FieldValue(None))
+                Ok(MaybeStr(None))
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FieldValue<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MaybeStr<'de>, A::Error> {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(FieldValue(None))
+                Ok(MaybeStr(None))
             }
         }
         de.deserialize_any(AnyValue)
@@ -325,11 +327,12 @@ impl<'de> Deserialize<'de> for RecordText<'de> {
                     version: None,
                     fields: Vec::with_capacity(map.size_hint().unwrap_or(11)),
                 };
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                // Object keys are strings.
+                while let Some(MaybeStr(Some(name))) = map.next_key()? {
                     if name == "v" {
                         record.version = map.next_value::<Value>()?.as_u64();
                     } else {
-                        let FieldValue(value) = map.next_value()?;
+                        let MaybeStr(value) = map.next_value()?;
                         record.fields.push((name, value));
                     }
                 }
@@ -479,7 +482,7 @@ mod tests {
         unversioned.remove("v");
         let seen = |doc: &Document| {
             let text = DocumentText::of(doc);
-            let from_text = RecordText::parse(&text);
+            let from_text = RecordText::of(&text);
             let from_text = inspect(Some(&from_text), 4, FieldLength::Fixed(40), true);
             (
                 from_text,

@@ -1606,9 +1606,9 @@ impl<'a> Session<'a> {
             // that reached some replicas may still be applied, as after a timeout). A teleported
             // write that some CMIs may have taken is settled (see `tardis::LostTeleport`): misses
             // do not always look for buffered writes the way write-back's do. A write-back
-            // document is listed again: a replica of its buffered write may have taken the
-            // commit while its PendingWrites partition did not. One that no CMI took (`Aborted`)
-            // left nothing, and may run again.
+            // session's keys are invalidated and its documents listed again (a CMI may have taken
+            // a document's value or buffered write while its PendingWrites partition did not).
+            // One that no CMI took (`Aborted`) left nothing, and may run again.
             Err(e) if !self.buffered.is_empty() || !self.sql_writes.is_empty() => {
                 let taken_by_none = matches!(e, ClientError::Aborted { .. });
                 if let (Some(t), true, false) = (self.cads.tardis(), self.teleport, taken_by_none) {
@@ -1634,25 +1634,30 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Lists the documents of this session's buffered writes in their PendingWrites partitions
-    /// again, in a session of its own, after a cache commit that some CMIs may have taken and
-    /// others not: a buffered write visible without its line would be applied only by a miss on
-    /// its document, never by the workers or a drain. A line for a buffered write that no replica
-    /// took names nothing, and the next worker to read it drops it. Should the partitions be
-    /// unreachable too, the documents stay unlisted (and their misses still apply them).
+    /// After a cache commit that some CMIs may have taken and others not: deletes the session's
+    /// written keys and lists the documents of its buffered writes in their PendingWrites
+    /// partitions again, in one session of their own. A CMI may have taken a document's cached
+    /// value, or a replica its buffered write, while the partition's CMIs did not; a buffered
+    /// write visible without its line would be applied only by a miss on its document, never by
+    /// the workers or a drain. With the cached copies gone, the next read applies the buffered
+    /// write if a replica holds one, and reads the data store without it if none does; a line
+    /// for a buffered write that no replica took names nothing, and the next worker to read it
+    /// drops it. Should this fail, the keys are invalidated as after any lost cache commit
+    /// ([`Cads::invalidate`]), and the documents stay unlisted until their next reads.
     fn list_buffered_again(&self) {
         let mut docs: Vec<DocRef> = self.buffered.iter().map(|(doc, _)| doc.clone()).collect();
         docs.sort();
         docs.dedup();
         let listed = design1::listing(self.cads, &docs)
-            .and_then(|writes| Ok(self.cads.invalidate_with(&[], &writes)?));
+            .and_then(|writes| Ok(self.cads.invalidate_with(&self.written_keys, &writes)?));
         if let Err(e) = listed {
             tracing::warn!(
                 error = %e,
                 documents = docs.len(),
                 "buffered writes whose cache commit failed could not be listed again; \
-                 only misses on their documents will apply them"
+                 only reads of their documents will apply them"
             );
+            self.cads.invalidate(&self.written_keys);
         }
     }
 

@@ -252,13 +252,20 @@ fn a_fallback_session_applies_its_documents_buffered_writes_first() {
     );
 }
 
-/// A write-back write whose cache commit reached the CMI of its document and a replica of its
-/// buffered write (CMI 0), but not the two holding the PendingWrites partition it registers in:
-/// the buffered write is visible on CMI 0 while no partition lists it, and no worker would ever
-/// apply it. The write is refused (its outcome is unknown) and its document listed again, so the
-/// drain applies it.
-#[test]
-fn a_buffered_write_whose_listing_missed_its_commit_is_listed_again() {
+/// Where a document's parts live among three CMIs: its cached value, the replicas of its
+/// buffered write, the replicas of the PendingWrites partition that lists it.
+struct Placement {
+    value: usize,
+    buffered: Vec<usize>,
+    listing: Vec<usize>,
+}
+
+/// A write-back update of a document placed as `wanted` asks, whose cache commit CMIs 1 and 2
+/// miss (flushed when it starts) while CMI 0 takes it: refused, its outcome unknown. Returns
+/// the deployment, the AppNode, the collection and the document's id.
+fn update_missed_by_cmis_1_and_2(
+    wanted: impl Fn(&Placement) -> bool,
+) -> (Deployment, Cads, Collection, String) {
     let scenario = Scenario::setup();
     let d = Deployment::start_with(Policy::WriteBack, 3, |_| {});
     let config = documents_config(Buffering::Append);
@@ -266,22 +273,28 @@ fn a_buffered_write_whose_listing_missed_its_commit_is_listed_again() {
     let cads = d.cads(config);
     let client = cads.cache().unwrap();
     let notes = Collection::create(&cads, "notes").unwrap();
+    let sorted = |mut cmis: Vec<usize>| {
+        cmis.sort();
+        cmis
+    };
     let id = (0..256)
         .map(|i| format!("n{i}"))
         .find(|id| {
             let bw = writeback::bw_key(&notes.doc_ref(id));
             let partition = cads_client::stable_hash(&bw) % partitions;
-            let mut listing = client.replicas(format!("PW:{partition}").as_bytes(), 2);
-            listing.sort();
-            client.route(&notes.key(id)) == 0
-                && client.replicas(&bw, 2).contains(&0)
-                && listing == [1, 2]
+            wanted(&Placement {
+                value: client.route(&notes.key(id)),
+                buffered: sorted(client.replicas(&bw, 2)),
+                listing: sorted(client.replicas(format!("PW:{partition}").as_bytes(), 2)),
+            })
         })
         .expect("a document placed so");
-    // Stored around the cache: the update below starts the document's buffered write.
+    // Stored around the cache, so that the update below starts the document's buffered write,
+    // and read, so that it changes the cached value too.
     d.store
         .insert("notes", &id, &doc(json!({"log": []})))
         .unwrap();
+    notes.read(&cads, &id).unwrap().unwrap();
     // Only this test's session: the other tests of this file commit beside it.
     let writer = std::thread::current().id();
     let flushed = AtomicBool::new(false);
@@ -300,9 +313,40 @@ fn a_buffered_write_whose_listing_missed_its_commit_is_listed_again() {
         .unwrap_err();
     assert!(matches!(err, Error::Cache(_)), "a partial commit: {err}");
     scenario.clear(CACHE_COMMIT);
+    (d, cads, notes, id)
+}
+
+/// The commit reached the document's CMI and a replica of its buffered write (CMI 0), but not
+/// the two CMIs of the partition that lists it: the buffered write was visible while no
+/// partition listed it, and no worker would ever apply it. Its document is listed again, so the
+/// drain applies it.
+#[test]
+fn a_buffered_write_whose_listing_missed_its_commit_is_listed_again() {
+    let (d, cads, notes, id) = update_missed_by_cmis_1_and_2(|p| {
+        p.value == 0 && p.buffered.contains(&0) && p.listing == [1, 2]
+    });
     assert_eq!(cads.dirty_documents().unwrap(), 1, "listed again");
     writeback::drain(&cads, Duration::from_secs(60)).unwrap();
     let stored = d.store.get("notes", &id).unwrap().unwrap();
     assert_eq!(stored["log"], json!(["w"]), "visible, so applied");
     assert_eq!(notes.read(&cads, &id).unwrap().unwrap(), stored);
+}
+
+/// The commit reached the document's cached value (CMI 0) but neither replica of its buffered
+/// write: the new value was visible with nothing to apply. The value is deleted after the
+/// failed commit, so reads go back to the data store's, and stay there.
+#[test]
+fn a_cached_value_whose_buffered_write_missed_its_commit_is_deleted() {
+    let (d, cads, notes, id) =
+        update_missed_by_cmis_1_and_2(|p| p.value == 0 && p.buffered == [1, 2]);
+    let stored = d.store.get("notes", &id).unwrap().unwrap();
+    assert_eq!(stored["log"], json!([]));
+    assert_eq!(
+        notes.read(&cads, &id).unwrap().unwrap(),
+        stored,
+        "not the refused write"
+    );
+    writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    assert_eq!(notes.read(&cads, &id).unwrap().unwrap(), stored);
+    assert_eq!(d.store.get("notes", &id).unwrap().unwrap(), stored);
 }

@@ -15,9 +15,13 @@ use crate::{decode, encode, DocError, Document, Result};
 pub struct DocumentText(Vec<u8>);
 
 impl DocumentText {
-    /// The text, if it is one JSON object. It is read once without building anything; whether
-    /// an object names a key twice is left to whoever decodes it.
+    /// The text, if it is UTF-8 and one JSON object. It is read once without building
+    /// anything, which leaves three things to whoever decodes it, as [`parse`](Self::parse)
+    /// and [`to_document`](Self::to_document) do: an object naming a key twice, a `\u` escape
+    /// of half a surrogate pair, and a number too large for a float.
     pub fn new(text: Vec<u8>) -> Result<DocumentText> {
+        std::str::from_utf8(&text)
+            .map_err(|e| DocError::Invalid(format!("a document is UTF-8 text: {e}")))?;
         let mut de = serde_json::Deserializer::from_slice(&text);
         de.deserialize_map(AnObject)
             .and_then(|()| de.end())
@@ -93,6 +97,7 @@ mod tests {
             b"{} {}",
             b"{\"a\":}",
             b"null",
+            b"{\"a\": \"\xff\"}",
         ] {
             let refused = DocumentText::new(text.to_vec());
             assert!(refused.is_err(), "{:?}", String::from_utf8_lossy(text));
@@ -121,8 +126,16 @@ mod tests {
     }
 
     #[test]
-    fn a_key_named_twice_is_left_to_the_tree_to_refuse() {
-        let text = DocumentText::new(br#"{"a": 1, "a": 2}"#.to_vec()).unwrap();
-        assert!(text.to_document().is_err());
+    fn what_the_check_leaves_the_decoders_refuse() {
+        for text in [
+            &br#"{"a": 1, "a": 2}"#[..],
+            br#"{"a": "\ud800"}"#,
+            br#"{"a": 1e400}"#,
+        ] {
+            let text = DocumentText::new(text.to_vec()).unwrap();
+            assert!(text.to_document().is_err(), "{text:?}");
+        }
+        let text = DocumentText::new(br#"{"a": "\ud800"}"#.to_vec()).unwrap();
+        assert!(text.parse::<serde_json::Value>().is_err());
     }
 }

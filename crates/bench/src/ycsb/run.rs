@@ -585,7 +585,7 @@ impl Benchmark for Ycsb {
                         .map_err(baseline_error),
                     // The record as its text: checked without building it as a document.
                     _ => table.read_text(cads, &id).map(|text| {
-                        let record = text.as_ref().map(RecordText::parse);
+                        let record = text.as_ref().map(RecordText::of);
                         self.inspect(record.as_ref())
                     }),
                 };

@@ -13,7 +13,9 @@
 //! document, then the first ten friends' (or inviters') documents in one cache round trip with
 //! [`MemberDocs`], a small `CacheStore` over the collection's own keys. The read actions take
 //! documents as their text and decode only the fields they show (`Member`), borrowing the
-//! attributes from the text instead of building each document as a tree.
+//! attributes from the text instead of building each document as a tree. A member document
+//! without one of those fields, or with one of another type, fails the action (an error the run
+//! counts) instead of being shown without it.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -313,7 +315,7 @@ impl Layout for DocumentLayout {
 }
 
 /// Several member documents read in one cache round trip (an LMGET of their keys) and, on a
-/// miss, one `get_many` from the data store. It caches exactly what [`Collection`] caches (the
+/// miss, one `get_many_text` from the data store. It caches exactly what [`Collection`] caches (the
 /// document's JSON under `<collection>:<id>`), so both read and keep the same entries.
 pub struct MemberDocs<'a>(pub &'a Collection);
 
