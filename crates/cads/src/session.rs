@@ -1606,9 +1606,9 @@ impl<'a> Session<'a> {
             // that reached some replicas may still be applied, as after a timeout). A teleported
             // write that some CMIs may have taken is settled (see `tardis::LostTeleport`): misses
             // do not always look for buffered writes the way write-back's do. A write-back
-            // session's keys are invalidated and its documents listed again (a CMI may have taken
-            // a document's value or buffered write while its PendingWrites partition did not).
-            // One that no CMI took (`Aborted`) left nothing, and may run again.
+            // session's keys are invalidated and its documents listed again (see
+            // `settle_partial_commit`). One that no CMI took (`Aborted`) left nothing, and may
+            // run again.
             Err(e) if !self.buffered.is_empty() || !self.sql_writes.is_empty() => {
                 let taken_by_none = matches!(e, ClientError::Aborted { .. });
                 if let (Some(t), true, false) = (self.cads.tardis(), self.teleport, taken_by_none) {
@@ -1617,8 +1617,8 @@ impl<'a> Session<'a> {
                     docs.dedup();
                     let keys = std::mem::take(&mut self.written_keys);
                     t.lost_teleport(self.cads, tardis::LostTeleport { docs, keys });
-                } else if !self.teleport && !taken_by_none && !self.buffered.is_empty() {
-                    self.list_buffered_again();
+                } else if !self.teleport && !taken_by_none {
+                    self.settle_partial_commit();
                 }
                 Err(e.into())
             }
@@ -1634,17 +1634,19 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// After a cache commit that some CMIs may have taken and others not: deletes the session's
-    /// written keys and lists the documents of its buffered writes in their PendingWrites
-    /// partitions again, in one session of their own. A CMI may have taken a document's cached
-    /// value, or a replica its buffered write, while the partition's CMIs did not; a buffered
-    /// write visible without its line would be applied only by a miss on its document, never by
-    /// the workers or a drain. With the cached copies gone, the next read applies the buffered
-    /// write if a replica holds one, and reads the data store without it if none does; a line
-    /// for a buffered write that no replica took names nothing, and the next worker to read it
-    /// drops it. Should this fail, the keys are invalidated as after any lost cache commit
+    /// After a write-back cache commit that some CMIs may have taken and others not: deletes the
+    /// session's written keys and lists the documents of its buffered writes (Design 1) in their
+    /// PendingWrites partitions again, in one session of their own. A CMI may have taken a
+    /// cached value, or a replica of a buffered write, while those of the write's list did not:
+    /// a buffered write visible without its line would be applied only by a miss on its
+    /// document, never by the workers or a drain, and a Design 2 session whose queue missed the
+    /// commit by no one. With the cached copies gone, the next read applies a document's
+    /// buffered write if a replica holds one, and reads the data store without it if none does;
+    /// it applies a Design 2 session if its queue lists it, and takes it for applied if not. A
+    /// line for a buffered write that no replica took names nothing, and the next worker to read
+    /// it drops it. Should this fail, the keys are invalidated as after any lost cache commit
     /// ([`Cads::invalidate`]), and the documents stay unlisted until their next reads.
-    fn list_buffered_again(&self) {
+    fn settle_partial_commit(&self) {
         let mut docs: Vec<DocRef> = self.buffered.iter().map(|(doc, _)| doc.clone()).collect();
         docs.sort();
         docs.dedup();

@@ -7,12 +7,14 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cads::{CacheChange, CacheStore, Cads, Policy, SqlBuffer, StoreTx, Workers};
+use cads::{CacheChange, CacheStore, Cads, Error, Policy, SqlBuffer, StoreTx, Workers};
 use cads_protocol::{Command, Reply};
 use cads_store::{open, DataStore, StoreError, StoreOptions};
+use cads_testkit::failpoints::{Scenario, CACHE_COMMIT};
 use common::bank::*;
 use common::Deployment;
 
@@ -347,6 +349,51 @@ fn a_buffered_session_whose_cache_commit_fails_is_not_acknowledged() {
     assert!(outcome.is_err(), "acknowledged: {outcome:?}");
     cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
     let balance = Query::Balance("a".into());
+    assert_eq!(bank.stored(d.store.as_ref(), &balance), 0);
+    assert_eq!(read(&cads, &bank, &balance), 0);
+}
+
+/// A session whose cache commit reached the CMI of its account's cached balance (CMI 0) but not
+/// the two holding its queue: the new balance was visible while no applier would ever apply the
+/// session. The session's keys are deleted after the failed commit, so reads see the data
+/// store's balance, before a drain and after it.
+#[test]
+fn a_session_whose_queue_missed_its_commit_is_not_seen() {
+    let scenario = Scenario::setup();
+    let d = Deployment::start_with(Policy::WriteBack, 3, |_| {});
+    let bank = Bank::new("unqueued", Queues::PerAccount);
+    bank.create(d.store.as_ref());
+    let cads = d.cads(config(8));
+    let client = cads.cache().unwrap();
+    let account = (0..256)
+        .map(|i| format!("u{i}"))
+        .find(|a| {
+            let mut queue = client.replicas(format!("SQ:acct-{a}").as_bytes(), 2);
+            queue.sort();
+            client.route(&balance_key(a)) == 0 && queue == [1, 2]
+        })
+        .expect("an account placed so");
+    open_account(&cads, &bank, &account);
+    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
+    let balance = Query::Balance(account.clone());
+    assert_eq!(read(&cads, &bank, &balance), 0, "cached");
+    // Only this test's session: the other tests of this file commit beside it.
+    let writer = std::thread::current().id();
+    let flushed = AtomicBool::new(false);
+    let flusher = d.cads(config(8));
+    scenario.on(CACHE_COMMIT, move || {
+        if std::thread::current().id() == writer && !flushed.swap(true, Ordering::SeqCst) {
+            let flush = Command::FlushAll(cads_protocol::FlushScope::Unpinned);
+            for cmi in [1, 2] {
+                flusher.cache().unwrap().execute(cmi, &flush).unwrap();
+            }
+        }
+    });
+    let refused = deposit(&cads, &bank, &account, 10);
+    scenario.clear(CACHE_COMMIT);
+    assert!(matches!(refused, Err(Error::Cache(_))), "{refused:?}");
+    assert_eq!(read(&cads, &bank, &balance), 0, "not the refused deposit");
+    cads::writeback::drain(&cads, Duration::from_secs(60)).unwrap();
     assert_eq!(bank.stored(d.store.as_ref(), &balance), 0);
     assert_eq!(read(&cads, &bank, &balance), 0);
 }
