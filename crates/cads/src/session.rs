@@ -1656,8 +1656,8 @@ impl<'a> Session<'a> {
             tracing::warn!(
                 error = %e,
                 documents = docs.len(),
-                "buffered writes whose cache commit failed could not be listed again; \
-                 only reads of their documents will apply them"
+                "a write-back session that some CMIs committed could not be settled; its keys \
+                 are invalidated, and only reads of its documents will apply their buffered writes"
             );
             self.cads.invalidate(&self.written_keys);
         }
