@@ -90,12 +90,40 @@ impl Collection {
     /// Reads a document as its JSON text, from the cache when it holds it, for a reader that
     /// decodes only what it uses ([`DocumentText::parse`]): no tree of the whole document is built.
     pub fn get_text(&self, s: &mut Session<'_>, id: &str) -> Result<Option<DocumentText>> {
-        s.read(&AsText(self), &checked(id)?)
+        Ok(s.read(&AsText(self), &vec![checked(id)?])?.pop().flatten())
     }
 
     /// [`get_text`](Self::get_text) in a session of its own ([`Cads::read`]).
     pub fn read_text(&self, cads: &Cads, id: &str) -> Result<Option<DocumentText>> {
-        cads.read(&AsText(self), &checked(id)?)
+        Ok(cads
+            .read(&AsText(self), &vec![checked(id)?])?
+            .pop()
+            .flatten())
+    }
+
+    /// Several documents as their text, in the order of `ids`, as they are at one moment: one
+    /// cache round trip when they are cached (every CMI asked at once), one data-store call
+    /// when one is not.
+    pub fn get_many_text(
+        &self,
+        s: &mut Session<'_>,
+        ids: &[&str],
+    ) -> Result<Vec<Option<DocumentText>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        s.read(&AsText(self), &checked_all(ids)?)
+    }
+
+    /// Several documents as their text, each read on its own ([`Cads::read_each`]): each is at
+    /// least as new as every write acknowledged before the call, but a session that wrote two of
+    /// them may show in one and not yet in the other. Cached, they take one round trip and no
+    /// lease; otherwise they are read as [`get_many_text`](Self::get_many_text) reads them.
+    pub fn read_each_text(&self, cads: &Cads, ids: &[&str]) -> Result<Vec<Option<DocumentText>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        cads.read_each(&AsText(self), &checked_all(ids)?)
     }
 
     /// Applies change operators to a document (atomically in the data store; to the cached copy
@@ -131,6 +159,10 @@ impl Collection {
 fn checked(id: &str) -> Result<String> {
     validate_id(id)?;
     Ok(id.to_string())
+}
+
+fn checked_all(ids: &[&str]) -> Result<Vec<String>> {
+    ids.iter().map(|id| checked(id)).collect()
 }
 
 pub(crate) use cads_doc::encode;
@@ -205,43 +237,62 @@ impl CacheStore for Collection {
     }
 }
 
-/// A collection's documents read as their JSON text ([`Collection::get_text`]): the same keys,
-/// entries and buffered writes as [`Collection`]'s reads, without the tree.
+/// A collection's documents read as their JSON text ([`Collection::get_text`] and its
+/// siblings): the same keys, entries and buffered writes as [`Collection`]'s reads, without the
+/// tree. Several ids are read in one round trip, and from the data store in one call.
 struct AsText<'a>(&'a Collection);
 
 impl CacheStore for AsText<'_> {
-    type Query = String;
+    type Query = Vec<String>;
     type Write = std::convert::Infallible;
-    type Output = Option<DocumentText>;
+    type Output = Vec<Option<DocumentText>>;
 
-    fn keys_read(&self, id: &String) -> Vec<Vec<u8>> {
-        self.0.keys_read(id)
+    fn keys_read(&self, ids: &Vec<String>) -> Vec<Vec<u8>> {
+        ids.iter().map(|id| self.0.key(id)).collect()
     }
 
     /// A cached value that is not one JSON object is not used (the read goes to the data store),
     /// as [`Collection`]'s reads do with a value that does not decode.
-    fn result_from_cache(&self, _id: &String, values: &[Vec<u8>]) -> Option<Option<DocumentText>> {
-        let text = DocumentText::new(values.first()?.clone()).ok()?;
-        Some(Some(text))
+    fn result_from_cache(
+        &self,
+        _ids: &Vec<String>,
+        values: &[Vec<u8>],
+    ) -> Option<Vec<Option<DocumentText>>> {
+        values
+            .iter()
+            .map(|value| DocumentText::new(value.clone()).ok().map(Some))
+            .collect()
     }
 
     fn query_store(
         &self,
-        id: &String,
+        ids: &Vec<String>,
         tx: &mut StoreTx<'_>,
-    ) -> Result<Option<DocumentText>, StoreError> {
-        tx.documents().get_text(&self.0.name, id)
+    ) -> Result<Vec<Option<DocumentText>>, StoreError> {
+        let store = tx.documents();
+        match ids.as_slice() {
+            [id] => Ok(vec![store.get_text(&self.0.name, id)?]),
+            _ => {
+                let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+                store.get_many_text(&self.0.name, &refs)
+            }
+        }
     }
 
-    fn entries(&self, id: &String, output: &Option<DocumentText>) -> Vec<(Vec<u8>, Vec<u8>)> {
-        output
-            .iter()
-            .map(|text| (self.0.key(id), text.as_bytes().to_vec()))
+    fn entries(
+        &self,
+        ids: &Vec<String>,
+        texts: &Vec<Option<DocumentText>>,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        // A missing document is not cached, as with `Collection`'s reads.
+        ids.iter()
+            .zip(texts)
+            .filter_map(|(id, text)| Some((self.0.key(id), text.as_ref()?.as_bytes().to_vec())))
             .collect()
     }
 
-    fn buffered_reads(&self, id: &String) -> Vec<DocRef> {
-        self.0.buffered_reads(id)
+    fn buffered_reads(&self, ids: &Vec<String>) -> Vec<DocRef> {
+        ids.iter().map(|id| self.0.doc_ref(id)).collect()
     }
 
     crate::read_only!();

@@ -249,9 +249,9 @@ pub struct Cads {
 }
 
 /// What [`Cads::read`]'s plain GET found.
-enum SingleRead<T> {
+enum CachedRead<T> {
     Hit(T),
-    /// A miss, or a query the GET cannot answer alone.
+    /// A miss, or a query plain GETs cannot answer.
     SessionPath,
     /// The key's CMI did not answer: the session works on the data store alone.
     Unreachable(cads_client::ClientError),
@@ -573,55 +573,98 @@ impl Cads {
     /// it aborts the session, so that its reads agree. Misses and multi-key queries take the
     /// session path; a CMI that cannot be reached sends the read to the data store.
     pub fn read<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<C::Output> {
-        match self.read_single_hit(cs, query) {
-            SingleRead::Hit(output) => Ok(output),
-            SingleRead::SessionPath => self.run(|s| s.read(cs, query)),
-            SingleRead::Unreachable(e) => self.run(|s| {
+        let keys = cs.keys_read(query);
+        let cached = match keys.len() {
+            1 => self.read_without_leases(cs, query, &keys),
+            _ => CachedRead::SessionPath,
+        };
+        self.read_or_run(cached, cs, query)
+    }
+
+    /// A query whose keys are read each as [`Cads::read`] reads a single key: every value is at
+    /// least as new as every write acknowledged before the call, but the values need not be of
+    /// one moment (a session that wrote two of the keys may show in one and not yet in the
+    /// other), as with separate reads. When every key is cached that takes one round trip, the
+    /// plain GETs of every CMI sent together, and no lease; otherwise the query runs as
+    /// [`Cads::read`] runs it, in a session whose values are of one moment. For a reader that
+    /// validates or shows each value on its own (BG's list actions).
+    pub fn read_each<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<C::Output> {
+        let keys = cs.keys_read(query);
+        let cached = self.read_without_leases(cs, query, &keys);
+        self.read_or_run(cached, cs, query)
+    }
+
+    fn read_or_run<C: CacheStore>(
+        &self,
+        cached: CachedRead<C::Output>,
+        cs: &C,
+        query: &C::Query,
+    ) -> Result<C::Output> {
+        match cached {
+            CachedRead::Hit(output) => Ok(output),
+            CachedRead::SessionPath => self.run(|s| s.read(cs, query)),
+            CachedRead::Unreachable(e) => self.run(|s| {
                 s.degrade(&e);
                 s.read(cs, query)
             }),
         }
     }
 
-    /// The cached result of a single-key query, if the key's CMI has it.
-    fn read_single_hit<C: CacheStore>(&self, cs: &C, query: &C::Query) -> SingleRead<C::Output> {
+    /// The cached result of `query` from plain GETs of its `keys`, if the cache holds them all.
+    fn read_without_leases<C: CacheStore>(
+        &self,
+        cs: &C,
+        query: &C::Query,
+        keys: &[Vec<u8>],
+    ) -> CachedRead<C::Output> {
+        if keys.is_empty() {
+            return CachedRead::SessionPath;
+        }
         if let Some(node) = &self.sas {
-            // SAS: the AppNode's own copy, with no round trip.
-            let keys = cs.keys_read(query);
-            let hit = match keys.as_slice() {
-                [key] => node
-                    .get(key)
-                    .and_then(|(_, v)| cs.result_from_cache(query, &[v])),
-                _ => None,
-            };
-            // A miss is counted by the session that reads the key next.
+            // SAS: the AppNode's own copies, with no round trip.
+            let values: Option<Vec<Vec<u8>>> = keys
+                .iter()
+                .map(|key| node.get(key).map(|(_, value)| value))
+                .collect();
+            let hit = values.and_then(|values| cs.result_from_cache(query, &values));
+            // A miss is counted by the session that reads the keys next.
             if hit.is_some() {
-                node.local.count(1, 0);
+                node.local.count(keys.len() as u64, 0);
             }
-            return hit.map_or(SingleRead::SessionPath, SingleRead::Hit);
+            return hit.map_or(CachedRead::SessionPath, CachedRead::Hit);
         }
         let Some(client) = &self.cache else {
-            return SingleRead::SessionPath;
+            return CachedRead::SessionPath;
         };
         // Gemini: a plain GET names no configuration, and dirty keys need repairing first.
         if self.policy == Policy::DataStoreOnly || !self.leases() || self.gemini.is_some() {
-            return SingleRead::SessionPath;
+            return CachedRead::SessionPath;
         }
-        let keys = cs.keys_read(query);
-        let [key] = keys.as_slice() else {
-            return SingleRead::SessionPath;
-        };
         self.heal();
-        if self.missed_among(&keys).is_some() {
-            return SingleRead::SessionPath;
+        if self.missed_among(keys).is_some() {
+            return CachedRead::SessionPath;
         }
-        match client.get(key) {
-            Ok(Some(value)) => match cs.result_from_cache(query, &[value]) {
-                Some(output) => SingleRead::Hit(output),
-                None => SingleRead::SessionPath,
-            },
-            Err(e) if e.is_unavailable() => SingleRead::Unreachable(e),
-            Ok(None) | Err(_) => SingleRead::SessionPath,
+        let got = match keys {
+            [key] => vec![client.get(key)],
+            _ => {
+                let places: Vec<(usize, &[u8])> = keys
+                    .iter()
+                    .map(|key| (client.route(key), key.as_slice()))
+                    .collect();
+                client.get_at(&places)
+            }
+        };
+        let mut values = Vec::with_capacity(keys.len());
+        for value in got {
+            match value {
+                Ok(Some(value)) => values.push(value),
+                Err(e) if e.is_unavailable() => return CachedRead::Unreachable(e),
+                Ok(None) | Err(_) => return CachedRead::SessionPath,
+            }
+        }
+        match cs.result_from_cache(query, &values) {
+            Some(output) => CachedRead::Hit(output),
+            None => CachedRead::SessionPath,
         }
     }
 

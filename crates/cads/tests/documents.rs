@@ -167,6 +167,101 @@ fn a_read_alone_hits_in_one_round_trip_and_is_never_stale() {
     }
 }
 
+/// Documents read each on its own (`read_each_text`) are the documents, under every policy:
+/// cached ones on both CMIs take one round trip and no data-store read, the others one
+/// data-store call for the whole list; a write acknowledged before the read shows, a write not
+/// committed yet does not (and is not waited for), a miss behind write-back's buffered write reads
+/// the latest write, and a cached value that is not a JSON object is not served.
+#[test]
+fn documents_read_each_on_their_own_are_the_latest() {
+    for policy in [
+        Policy::DataStoreOnly,
+        Policy::WriteAround,
+        Policy::WriteThrough,
+        Policy::WriteBack,
+    ] {
+        let d = Deployment::start(policy);
+        let cads = d.cads(Config::default());
+        let users = Collection::create(&cads, "users").unwrap();
+        let names: Vec<String> = (0..8).map(|i| format!("user{i}")).collect();
+        let ids: Vec<&str> = names.iter().map(String::as_str).collect();
+        cads.run(|s| {
+            for id in &ids {
+                users.insert(s, id, doc(json!({"visits": 0})))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let visits = |ids: &[&str]| -> Vec<Option<serde_json::Value>> {
+            users
+                .read_each_text(&cads, ids)
+                .unwrap()
+                .into_iter()
+                .map(|t| t.map(|t| t.to_document().unwrap()["visits"].clone()))
+                .collect()
+        };
+        if let Some(client) = cads.cache() {
+            for id in &ids {
+                client.delete(&users.key(id)).unwrap();
+            }
+        }
+        d.faults.reset_counts();
+        assert_eq!(
+            visits(&ids),
+            vec![Some(json!(0)); 8],
+            "{policy:?}: the misses"
+        );
+        assert_eq!(
+            d.faults.counts().reads,
+            1,
+            "{policy:?}: one call for the list"
+        );
+        assert_eq!(visits(&["user1", "nobody"]), vec![Some(json!(0)), None]);
+        assert!(users.read_each_text(&cads, &[]).unwrap().is_empty());
+
+        let add = changes(json!({"$inc": {"visits": 1}}));
+        cads.run(|s| users.update(s, "user3", add.clone())).unwrap();
+        let mut after = vec![Some(json!(0)); 8];
+        after[3] = Some(json!(1));
+        assert_eq!(visits(&ids), after, "{policy:?}: read after write");
+        let in_session = cads.run(|s| users.get_many_text(s, &ids)).unwrap();
+        assert_eq!(in_session, users.read_each_text(&cads, &ids).unwrap());
+
+        let Some(client) = cads.cache() else {
+            continue;
+        };
+        let cmis: std::collections::HashSet<usize> =
+            ids.iter().map(|id| client.route(&users.key(id))).collect();
+        assert_eq!(cmis.len(), 2, "the documents are on both CMIs");
+        let before = client.round_trips();
+        d.faults.reset_counts();
+        assert_eq!(visits(&ids), after);
+        assert_eq!(client.round_trips() - before, 1, "{policy:?}: the hits");
+        assert_eq!(d.faults.counts().reads, 0, "{policy:?}: the hits");
+
+        // A writer between pre-commit and commit holds its leases: the reads see the values
+        // committed before it, and do not wait for it.
+        let mut writer = cads.session();
+        users.update(&mut writer, "user5", add.clone()).unwrap();
+        writer.pre_commit().unwrap();
+        assert_eq!(visits(&ids), after, "{policy:?}: an uncommitted write");
+        writer.commit().unwrap();
+        after[5] = Some(json!(1));
+        assert_eq!(visits(&ids), after, "{policy:?}: after its commit");
+
+        // Evicted while write-back's buffered write is pending: the miss applies it first.
+        client.delete(&users.key("user5")).unwrap();
+        assert_eq!(visits(&ids), after, "{policy:?}: a miss after eviction");
+        // Not a JSON object (a value no framework session wrote): read from the data store.
+        client.set(&users.key("user3"), b"[1, 2]").unwrap();
+        assert_eq!(
+            visits(&ids),
+            after,
+            "{policy:?}: a value that is no document"
+        );
+    }
+}
+
 /// A document read as its text is the document read as a tree, under every policy: the miss fills
 /// the entry the tree's reads hit and the other way round, a hit takes one round trip, a miss
 /// behind write-back's buffered writes reads the latest write, and a cached value that is not a

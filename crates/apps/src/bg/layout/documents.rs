@@ -10,20 +10,21 @@
 //! members involved: write-around deletes their entries, write-through applies the same
 //! operators to the cached documents, write-back buffers the operators in the cache (Design 1)
 //! for background workers to apply. List Friends and View Friend Requests read the member's
-//! document, then the first ten friends' (or inviters') documents in one cache round trip with
-//! [`MemberDocs`], a small `CacheStore` over the collection's own keys. The read actions take
+//! document, then the first ten friends' (or inviters') documents in one cache round trip, each
+//! document read on its own (`Collection::read_text`, `read_each_text`) rather than in a session
+//! whose reads agree: BG validates every profile it shows on its own, and the data store alone
+//! reads them as separately (a statement for the member, one for the list). The read actions take
 //! documents as their text and decode only the fields they show (`Member`), borrowing the
 //! attributes from the text instead of building each document as a tree. A member document
 //! without one of those fields, or with one of another type, fails the action (an error the run
 //! counts) instead of being shown without it.
 
 use std::borrow::Cow;
-use std::convert::Infallible;
 
 use anyhow::{Context, Result};
 use cads::documents::Collection;
-use cads::store::{Changes, DataStore, Document, DocumentText, StoreError};
-use cads::{CacheChange, CacheStore, Cads, DocRef, Session, StoreTx};
+use cads::store::{Changes, DataStore, Document, DocumentText};
+use cads::{CacheStore, Cads};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -58,18 +59,12 @@ impl DocumentLayout {
         }
     }
 
-    fn get(&self, s: &mut Session<'_>, member: u32) -> cads::Result<DocumentText> {
-        self.members
-            .get_text(s, &member.to_string())?
-            .ok_or_else(|| missing(member))
-    }
-
-    /// The documents of `ids`, in one cache round trip when they are cached.
-    fn members(&self, s: &mut Session<'_>, ids: &[u32]) -> cads::Result<Vec<DocumentText>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let texts = s.read(&MemberDocs(&self.members), &ids.to_vec())?;
+    /// The documents of `ids`, each read on its own ([`Collection::read_each_text`]): in one
+    /// cache round trip when they are cached.
+    fn members(&self, cads: &Cads, ids: &[u32]) -> cads::Result<Vec<DocumentText>> {
+        let names: Vec<String> = ids.iter().map(u32::to_string).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let texts = self.members.read_each_text(cads, &names)?;
         ids.iter()
             .zip(texts)
             .map(|(&id, text)| text.ok_or_else(|| missing(id)))
@@ -217,20 +212,19 @@ impl Layout for DocumentLayout {
             }
             Action::ListFriends { member: id } | Action::ViewFriendRequests { member: id } => {
                 let friends = matches!(action, Action::ListFriends { .. });
-                cads.run(|s| {
-                    let text = self.get(s, id)?;
-                    let me: Member<'_, Vec<u32>> = member(id, &text)?;
-                    let listed = if friends { &me.friends } else { &me.pending };
-                    let ids: Vec<u32> = listed.iter().copied().take(LIST_LIMIT).collect();
-                    let texts = self.members(s, &ids)?;
-                    let mut reads: Vec<CountRead> = profile(id, me).count_reads().collect();
-                    for (&other, text) in ids.iter().zip(&texts) {
-                        reads.extend(
-                            profile(other, member::<IgnoredAny>(other, text)?).count_reads(),
-                        );
-                    }
-                    Ok(reads)
-                })
+                let text = self
+                    .members
+                    .read_text(cads, &id.to_string())?
+                    .ok_or_else(|| missing(id))?;
+                let me: Member<'_, Vec<u32>> = member(id, &text)?;
+                let listed = if friends { &me.friends } else { &me.pending };
+                let ids: Vec<u32> = listed.iter().copied().take(LIST_LIMIT).collect();
+                let texts = self.members(cads, &ids)?;
+                let mut reads: Vec<CountRead> = profile(id, me).count_reads().collect();
+                for (&other, text) in ids.iter().zip(&texts) {
+                    reads.extend(profile(other, member::<IgnoredAny>(other, text)?).count_reads());
+                }
+                Ok(reads)
             }
             Action::InviteFriend { inviter, invitee } => {
                 let c = changes(json!({
@@ -311,73 +305,6 @@ impl Layout for DocumentLayout {
 
     fn same_value(&self, _key: &[u8], a: &[u8], b: &[u8]) -> bool {
         same_json(a, b)
-    }
-}
-
-/// Several member documents read in one cache round trip (an LMGET of their keys) and, on a
-/// miss, one `get_many_text` from the data store. It caches exactly what [`Collection`] caches (the
-/// document's JSON under `<collection>:<id>`), so both read and keep the same entries.
-pub struct MemberDocs<'a>(pub &'a Collection);
-
-impl CacheStore for MemberDocs<'_> {
-    type Query = Vec<u32>;
-    type Write = Infallible;
-    type Output = Vec<Option<DocumentText>>;
-
-    fn keys_read(&self, ids: &Vec<u32>) -> Vec<Vec<u8>> {
-        ids.iter().map(|id| self.0.key(&id.to_string())).collect()
-    }
-
-    /// A cached value that is not one JSON object makes the whole read a miss, as with
-    /// [`Collection`]'s reads.
-    fn result_from_cache(&self, _ids: &Vec<u32>, values: &[Vec<u8>]) -> Option<Self::Output> {
-        values
-            .iter()
-            .map(|v| DocumentText::new(v.clone()).ok().map(Some))
-            .collect()
-    }
-
-    fn query_store(
-        &self,
-        ids: &Vec<u32>,
-        tx: &mut StoreTx<'_>,
-    ) -> Result<Self::Output, StoreError> {
-        let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
-        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-        tx.documents().get_many_text(self.0.name(), &refs)
-    }
-
-    fn entries(&self, ids: &Vec<u32>, texts: &Self::Output) -> Vec<Entry> {
-        ids.iter()
-            .zip(texts)
-            .filter_map(|(id, text)| {
-                Some((
-                    self.0.key(&id.to_string()),
-                    text.as_ref()?.as_bytes().to_vec(),
-                ))
-            })
-            .collect()
-    }
-
-    /// Write-back: a miss must not read a member from the data store while that member's
-    /// buffered writes wait in the cache (000 Algorithm 1), so each listed document maps to its
-    /// own buffered write, as `Collection::get` does.
-    fn buffered_reads(&self, ids: &Vec<u32>) -> Vec<DocRef> {
-        ids.iter()
-            .map(|id| self.0.doc_ref(&id.to_string()))
-            .collect()
-    }
-
-    fn keys_written(&self, write: &Infallible) -> Vec<Vec<u8>> {
-        match *write {}
-    }
-
-    fn write_store(&self, write: &Infallible, _: &mut StoreTx<'_>) -> Result<(), StoreError> {
-        match *write {}
-    }
-
-    fn cache_change(&self, write: &Infallible, _: &[u8]) -> CacheChange {
-        match *write {}
     }
 }
 
