@@ -8,11 +8,12 @@
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use crate::{decode, encode, DocError, Document, Result};
+use crate::{decode, DocError, Document, Result};
 
-/// The JSON text of one document (a JSON object).
+/// The JSON text of one document (a JSON object). Kept as a `String`, so that decoders read it
+/// as text known to be UTF-8 and do not check each string they borrow again.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DocumentText(Vec<u8>);
+pub struct DocumentText(String);
 
 impl DocumentText {
     /// The text, if it is UTF-8 and one JSON object. It is read once without building
@@ -20,9 +21,9 @@ impl DocumentText {
     /// and [`to_document`](Self::to_document) do: an object naming a key twice, a `\u` escape
     /// of half a surrogate pair, and a number too large for a float.
     pub fn new(text: Vec<u8>) -> Result<DocumentText> {
-        std::str::from_utf8(&text)
+        let text = String::from_utf8(text)
             .map_err(|e| DocError::Invalid(format!("a document is UTF-8 text: {e}")))?;
-        let mut de = serde_json::Deserializer::from_slice(&text);
+        let mut de = serde_json::Deserializer::from_str(&text);
         de.deserialize_map(AnObject)
             .and_then(|()| de.end())
             .map_err(|e| DocError::Invalid(format!("a document is one JSON object: {e}")))?;
@@ -31,26 +32,26 @@ impl DocumentText {
 
     /// The text of `document`.
     pub fn of(document: &Document) -> DocumentText {
-        DocumentText(encode(document))
+        DocumentText(serde_json::to_string(document).expect("a JSON map serializes"))
     }
 
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        self.0.as_bytes()
     }
 
     pub fn into_bytes(self) -> Vec<u8> {
-        self.0
+        self.0.into_bytes()
     }
 
     /// Decodes the document into `T`, which may borrow strings from the text (`&str` for those
     /// without escapes, `Cow<str>` for any).
     pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T> {
-        serde_json::from_slice(&self.0).map_err(|e| DocError::Invalid(format!("bad document: {e}")))
+        serde_json::from_str(&self.0).map_err(|e| DocError::Invalid(format!("bad document: {e}")))
     }
 
     /// The document as a tree (an object naming a key twice is refused, as [`decode`] does).
     pub fn to_document(&self) -> Result<Document> {
-        decode(&self.0)
+        decode(self.0.as_bytes())
     }
 }
 
