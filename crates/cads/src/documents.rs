@@ -115,10 +115,11 @@ impl Collection {
         s.read(&AsText(self), &checked_all(ids)?)
     }
 
-    /// Several documents as their text, each read on its own ([`Cads::read_each`]): each is at
-    /// least as new as every write acknowledged before the call, but a session that wrote two of
-    /// them may show in one and not yet in the other. Cached, they take one round trip and no
-    /// lease; otherwise they are read as [`get_many_text`](Self::get_many_text) reads them.
+    /// Several documents as their text, each read on its own, all at once: each is at least as
+    /// new as every write acknowledged before the call, but they need not be of one moment (a
+    /// session that wrote two of them may show in one and not yet in the other). Cached, they
+    /// take one round trip and no lease; otherwise, after that round trip, they are read as
+    /// [`get_many_text`](Self::get_many_text) reads them, in a session of their own.
     pub fn read_each_text(&self, cads: &Cads, ids: &[&str]) -> Result<Vec<Option<DocumentText>>> {
         if ids.is_empty() {
             return Ok(Vec::new());
@@ -270,6 +271,7 @@ impl CacheStore for AsText<'_> {
         tx: &mut StoreTx<'_>,
     ) -> Result<Vec<Option<DocumentText>>, StoreError> {
         let store = tx.documents();
+        // One id is a point read, the statement `get_text` makes, not a list's.
         match ids.as_slice() {
             [id] => Ok(vec![store.get_text(&self.0.name, id)?]),
             _ => {

@@ -248,13 +248,31 @@ pub struct Cads {
     sas: Option<Arc<sas::node::Node>>,
 }
 
-/// What [`Cads::read`]'s plain GET found.
+/// What the plain GETs of [`Cads::read`] and [`Cads::read_each`] found.
 enum CachedRead<T> {
     Hit(T),
     /// A miss, or a query plain GETs cannot answer.
     SessionPath,
-    /// The key's CMI did not answer: the session works on the data store alone.
+    /// A key's CMI did not answer: the session works on the data store alone.
     Unreachable(cads_client::ClientError),
+}
+
+/// How many keys a query read with plain GETs may have.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// One ([`Cads::read`]): the values of several keys are of one moment only in a session.
+    One,
+    /// Any number but none ([`Cads::read_each`]).
+    Any,
+}
+
+impl Keys {
+    fn fit(self, keys: &[Vec<u8>]) -> bool {
+        match self {
+            Keys::One => keys.len() == 1,
+            Keys::Any => !keys.is_empty(),
+        }
+    }
 }
 
 /// How often a process tries to reach CMIs that missed its writes.
@@ -573,24 +591,21 @@ impl Cads {
     /// it aborts the session, so that its reads agree. Misses and multi-key queries take the
     /// session path; a CMI that cannot be reached sends the read to the data store.
     pub fn read<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<C::Output> {
-        let keys = cs.keys_read(query);
-        let cached = match keys.len() {
-            1 => self.read_without_leases(cs, query, &keys),
-            _ => CachedRead::SessionPath,
-        };
+        let cached = self.plain_gets(cs, query, Keys::One);
         self.read_or_run(cached, cs, query)
     }
 
-    /// A query whose keys are read each as [`Cads::read`] reads a single key: every value is at
-    /// least as new as every write acknowledged before the call, but the values need not be of
-    /// one moment (a session that wrote two of the keys may show in one and not yet in the
-    /// other), as with separate reads. When every key is cached that takes one round trip, the
-    /// plain GETs of every CMI sent together, and no lease; otherwise the query runs as
-    /// [`Cads::read`] runs it, in a session whose values are of one moment. For a reader that
-    /// validates or shows each value on its own (BG's list actions).
-    pub fn read_each<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<C::Output> {
-        let keys = cs.keys_read(query);
-        let cached = self.read_without_leases(cs, query, &keys);
+    /// A query whose keys are read each as [`Cads::read`] reads a single key, all at once: every
+    /// value is at least as new as every write acknowledged before the call, and never a staged
+    /// one, but the values need not be of one moment: a session that wrote two of the keys may
+    /// show in one and not yet in the other, and of two writes to different keys the later may
+    /// show without the earlier. When every key is cached that takes one round trip, the plain
+    /// GETs of every CMI sent together, and no lease; otherwise, after that round trip, the query
+    /// runs as [`Cads::read`] runs it, in a session whose values are of one moment. For queries
+    /// whose result is each key's value on its own (`Collection::read_each_text`), for a reader
+    /// that checks or shows each on its own (BG's list actions).
+    pub(crate) fn read_each<C: CacheStore>(&self, cs: &C, query: &C::Query) -> Result<C::Output> {
+        let cached = self.plain_gets(cs, query, Keys::Any);
         self.read_or_run(cached, cs, query)
     }
 
@@ -610,18 +625,20 @@ impl Cads {
         }
     }
 
-    /// The cached result of `query` from plain GETs of its `keys`, if the cache holds them all.
-    fn read_without_leases<C: CacheStore>(
+    /// The cached result of `query` from plain GETs of its keys, if the cache holds them all and
+    /// the query has as many keys as `allowed` lets it.
+    fn plain_gets<C: CacheStore>(
         &self,
         cs: &C,
         query: &C::Query,
-        keys: &[Vec<u8>],
+        allowed: Keys,
     ) -> CachedRead<C::Output> {
-        if keys.is_empty() {
-            return CachedRead::SessionPath;
-        }
         if let Some(node) = &self.sas {
             // SAS: the AppNode's own copies, with no round trip.
+            let keys = cs.keys_read(query);
+            if !allowed.fit(&keys) {
+                return CachedRead::SessionPath;
+            }
             let values: Option<Vec<Vec<u8>>> = keys
                 .iter()
                 .map(|key| node.get(key).map(|(_, value)| value))
@@ -640,11 +657,16 @@ impl Cads {
         if self.policy == Policy::DataStoreOnly || !self.leases() || self.gemini.is_some() {
             return CachedRead::SessionPath;
         }
-        self.heal();
-        if self.missed_among(keys).is_some() {
+        let keys = cs.keys_read(query);
+        if !allowed.fit(&keys) {
             return CachedRead::SessionPath;
         }
-        let got = match keys {
+        self.heal();
+        if self.missed_among(&keys).is_some() {
+            return CachedRead::SessionPath;
+        }
+        // A read alone's one key skips the batching of several CMIs' requests.
+        let got = match keys.as_slice() {
             [key] => vec![client.get(key)],
             _ => {
                 let places: Vec<(usize, &[u8])> = keys

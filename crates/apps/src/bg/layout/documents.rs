@@ -13,7 +13,7 @@
 //! document, then the first ten friends' (or inviters') documents in one cache round trip, each
 //! document read on its own (`Collection::read_text`, `read_each_text`) rather than in a session
 //! whose reads agree: BG validates every profile it shows on its own, and the data store alone
-//! reads them as separately (a statement for the member, one for the list). The read actions take
+//! reads them as separate statements (one for the member, one for the list). The read actions take
 //! documents as their text and decode only the fields they show (`Member`), borrowing the
 //! attributes from the text instead of building each document as a tree. A member document
 //! without one of those fields, or with one of another type, fails the action (an error the run
@@ -57,6 +57,13 @@ impl DocumentLayout {
         DocumentLayout {
             members: Collection::named(COLLECTION).expect("COLLECTION is a valid name"),
         }
+    }
+
+    /// A member's document, read on its own ([`Collection::read_text`]).
+    fn member_text(&self, cads: &Cads, id: u32) -> cads::Result<DocumentText> {
+        self.members
+            .read_text(cads, &id.to_string())?
+            .ok_or_else(|| missing(id))
     }
 
     /// The documents of `ids`, each read on its own ([`Collection::read_each_text`]): in one
@@ -203,19 +210,13 @@ impl Layout for DocumentLayout {
     fn perform(&self, cads: &Cads, action: &Action) -> cads::Result<Vec<CountRead>> {
         match *action {
             Action::ViewProfile { requester, owner } => {
-                let text = self
-                    .members
-                    .read_text(cads, &owner.to_string())?
-                    .ok_or_else(|| missing(owner))?;
+                let text = self.member_text(cads, owner)?;
                 let shown = profile(owner, member::<IgnoredAny>(owner, &text)?).seen_by(requester);
                 Ok(shown.count_reads().collect())
             }
             Action::ListFriends { member: id } | Action::ViewFriendRequests { member: id } => {
                 let friends = matches!(action, Action::ListFriends { .. });
-                let text = self
-                    .members
-                    .read_text(cads, &id.to_string())?
-                    .ok_or_else(|| missing(id))?;
+                let text = self.member_text(cads, id)?;
                 let me: Member<'_, Vec<u32>> = member(id, &text)?;
                 let listed = if friends { &me.friends } else { &me.pending };
                 let ids: Vec<u32> = listed.iter().copied().take(LIST_LIMIT).collect();
