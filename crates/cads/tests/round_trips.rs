@@ -497,3 +497,56 @@ fn a_session_of_a_document_and_sql_stages_both_in_one_pipeline() {
     assert_eq!(bank.stored(d.store.as_ref(), &balance), 10);
     bank::assert_nothing_left(&cads, &["a"]);
 }
+
+/// Two counters read as one query.
+struct BothCounters;
+
+impl CacheStore for BothCounters {
+    type Query = (String, String);
+    type Write = std::convert::Infallible;
+    type Output = (i64, i64);
+
+    fn keys_read(&self, (a, b): &(String, String)) -> Vec<Vec<u8>> {
+        vec![counter_key(a), counter_key(b)]
+    }
+
+    fn result_from_cache(&self, _: &(String, String), values: &[Vec<u8>]) -> Option<(i64, i64)> {
+        let parse = |v: &Vec<u8>| std::str::from_utf8(v).ok()?.parse::<i64>().ok();
+        Some((parse(values.first()?)?, parse(values.get(1)?)?))
+    }
+
+    fn query_store(
+        &self,
+        (a, b): &(String, String),
+        tx: &mut StoreTx<'_>,
+    ) -> Result<(i64, i64), StoreError> {
+        Ok((Counters.query_store(a, tx)?, Counters.query_store(b, tx)?))
+    }
+
+    fn entries(&self, (a, b): &(String, String), (x, y): &(i64, i64)) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![
+            (counter_key(a), x.to_string().into_bytes()),
+            (counter_key(b), y.to_string().into_bytes()),
+        ]
+    }
+
+    cads::read_only!();
+}
+
+/// A read alone of a query of two keys keeps its values of one moment: on a hit it is a session
+/// (`LMGET`, then the read-only `LCOMMIT` that learns whether a writer came between), not the
+/// plain GETs a read of one key takes.
+#[test]
+fn a_read_alone_of_two_keys_is_a_session() {
+    let d = Deployment::start(Policy::WriteThrough);
+    let cads = d.cads(Config::default());
+    let names = d.counters(2);
+    let pair = (names[0].clone(), names[1].clone());
+    assert_eq!(cads.read(&BothCounters, &pair).unwrap(), (0, 0), "filled");
+    let client = cads.cache().unwrap();
+    let before = client.round_trips();
+    d.faults.reset_counts();
+    assert_eq!(cads.read(&BothCounters, &pair).unwrap(), (0, 0));
+    assert_eq!(d.faults.counts().reads, 0, "a hit");
+    assert_eq!(client.round_trips() - before, 2, "LMGET and LCOMMIT");
+}
