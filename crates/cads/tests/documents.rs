@@ -167,7 +167,28 @@ fn a_read_alone_hits_in_one_round_trip_and_is_never_stale() {
     }
 }
 
-/// Documents read each on its own (`read_each_text`) are the documents, under every policy:
+/// Inserts `{"visits": 0}` under each id, in one session.
+fn insert_unvisited(cads: &Cads, users: &Collection, ids: &[&str]) {
+    cads.run(|s| {
+        for id in ids {
+            users.insert(s, id, doc(json!({"visits": 0})))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The `visits` of each id's document, read each on its own (`None`: no document).
+fn visits_each(cads: &Cads, users: &Collection, ids: &[&str]) -> Vec<Option<serde_json::Value>> {
+    users
+        .read_each_text(cads, ids)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.map(|t| t.to_document().unwrap()["visits"].clone()))
+        .collect()
+}
+
+/// Documents each read on its own (`read_each_text`) are the documents, under every policy:
 /// cached ones on both CMIs take one round trip and no data-store read, the others one
 /// data-store call for the whole list; a write acknowledged before the read shows, a write not
 /// committed yet does not (and is not waited for), a miss behind write-back's buffered write reads
@@ -195,21 +216,8 @@ fn documents_read_each_on_their_own_are_the_latest() {
             names.truncate(8);
         }
         let ids: Vec<&str> = names.iter().map(String::as_str).collect();
-        cads.run(|s| {
-            for id in &ids {
-                users.insert(s, id, doc(json!({"visits": 0})))?;
-            }
-            Ok(())
-        })
-        .unwrap();
-        let visits = |ids: &[&str]| -> Vec<Option<serde_json::Value>> {
-            users
-                .read_each_text(&cads, ids)
-                .unwrap()
-                .into_iter()
-                .map(|t| t.map(|t| t.to_document().unwrap()["visits"].clone()))
-                .collect()
-        };
+        insert_unvisited(&cads, &users, &ids);
+        let visits = |ids: &[&str]| visits_each(&cads, &users, ids);
         if let Some(client) = cads.cache() {
             for id in &ids {
                 client.delete(&users.key(id)).unwrap();
@@ -300,29 +308,20 @@ fn documents_read_each_with_a_cmi_out_of_reach_come_from_the_data_store() {
             .as_str()
     };
     let ids = [on(0), on(1)];
-    cads.run(|s| {
-        for id in ids {
-            users.insert(s, id, doc(json!({"visits": 0})))?;
-        }
-        Ok(())
-    })
-    .unwrap();
-    let visits = || -> Vec<serde_json::Value> {
-        users
-            .read_each_text(&cads, &ids)
-            .unwrap()
-            .into_iter()
-            .map(|t| t.unwrap().to_document().unwrap()["visits"].clone())
-            .collect()
-    };
-    assert_eq!(visits(), [json!(0), json!(0)], "cached");
+    insert_unvisited(&cads, &users, &ids);
+    let visits = || visits_each(&cads, &users, &ids);
+    assert_eq!(visits(), [Some(json!(0)), Some(json!(0))], "cached");
     for id in ids {
         d.store
             .put("users", id, &doc(json!({"visits": 7})))
             .unwrap();
     }
     relays[0].set_cut(true);
-    assert_eq!(visits(), [json!(7), json!(7)], "both from the data store");
+    assert_eq!(
+        visits(),
+        [Some(json!(7)), Some(json!(7))],
+        "both from the data store"
+    );
     relays[0].set_cut(false);
 }
 

@@ -8,7 +8,7 @@
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use crate::{decode, DocError, Document, Result};
+use crate::{decode, encode, DocError, Document, Result};
 
 /// The JSON text of one document (a JSON object). Kept as a `String`, so that decoders read it
 /// as text known to be UTF-8 and do not check each string they borrow again.
@@ -32,7 +32,7 @@ impl DocumentText {
 
     /// The text of `document`.
     pub fn of(document: &Document) -> DocumentText {
-        DocumentText(serde_json::to_string(document).expect("a JSON map serializes"))
+        DocumentText(String::from_utf8(encode(document)).expect("JSON text is UTF-8"))
     }
 
     pub fn as_bytes(&self) -> &[u8] {
